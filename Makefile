@@ -1,0 +1,61 @@
+# Two commands: `make demo` and `make test`. Everything else is set-up they share.
+#
+# VENV: where the virtualenv lives (default .venv). CI points it at a shared cache directory
+# so repeated runs on one machine reuse it while requirements.lock and pyproject.toml are unchanged.
+VENV ?= .venv
+UV_VERSION := 0.13.9
+SHELL := /bin/bash
+
+PY312 := $(shell command -v python3.12 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.12.*/bin/python 2>/dev/null | sort -V | tail -n 1)
+STAMP := $(VENV)/.robofleet-installed
+LOCK_HASH := $(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+
+export HF_HUB_OFFLINE := 1
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export RAY_USAGE_STATS_ENABLED := 0
+export MUJOCO_GL ?= egl
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: demo test venv lint typecheck unit lock clean help
+
+help:
+	@echo "make demo   set up and run the main job (simulated fleet, HG-DAgger, dashboard)"
+	@echo "make test   set up and run lint, type checks and the whole test suite"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@if [ -z "$(PY312)" ]; then \
+	  echo "robofleet needs Python 3.12 (LeRobot 0.6 requires it) and found none."; \
+	  echo "Install it, e.g.: apt-get install python3.12 python3.12-venv  or  pyenv install 3.12"; \
+	  exit 1; fi
+	@if [ -f "$(STAMP)" ] && [ "$$(cat $(STAMP))" = "$(LOCK_HASH)" ]; then exit 0; fi
+	@echo "setting up $(VENV) with $(PY312)"
+	@[ -x "$(VENV)/bin/python" ] || "$(PY312)" -m venv "$(VENV)"
+	@"$(VENV)/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	"$(VENV)/bin/uv" pip install --python "$(VENV)/bin/python" -r requirements.lock
+	"$(VENV)/bin/uv" pip install --python "$(VENV)/bin/python" --no-deps -e .
+	@echo "$(LOCK_HASH)" > "$(STAMP)"
+
+demo: venv
+	"$(VENV)/bin/robofleet" demo $(ARGS)
+
+lint: venv
+	"$(VENV)/bin/ruff" check .
+	"$(VENV)/bin/ruff" format --check .
+
+typecheck: venv
+	"$(VENV)/bin/mypy" robofleet buffer comms hal edge_agent cloud_learner dashboard deploy
+
+unit: venv
+	"$(VENV)/bin/python" -m pytest --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+# Re-resolve requirements.lock from pyproject.toml (needs the registry).
+lock: venv
+	"$(VENV)/bin/uv" pip compile pyproject.toml --extra all --extra dev --python-version 3.12 \
+	  --python-platform x86_64-manylinux_2_28 -o requirements.lock
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov

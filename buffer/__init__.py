@@ -1,0 +1,1 @@
+"""Persistent, cache-aware replay buffer: step schema, WAL, Arrow segments, samplers, rate limiter."""

@@ -1,0 +1,1 @@
+"""Asynchronous cloud learner: algorithms, policies, training loop, checkpoints, evaluation."""

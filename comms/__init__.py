@@ -1,0 +1,1 @@
+"""Edge-to-cloud transport: protobuf schemas, gRPC services, auth, chunked weight distribution, site relay."""

@@ -1,0 +1,1 @@
+"""Web dashboard and REST API (FastAPI)."""

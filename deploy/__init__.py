@@ -1,0 +1,1 @@
+"""Deployment helpers: compose files, images, Ray cluster and Kubernetes manifests."""

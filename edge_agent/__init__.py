@@ -1,0 +1,1 @@
+"""Edge agent: control loop, intervention sources, episode recording, uplink spool, weight apply."""

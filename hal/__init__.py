@@ -1,0 +1,1 @@
+"""Robots as schedulable resources: specs, drivers, discovery, leasing beside GPUs."""

@@ -1,0 +1,184 @@
+"""The ``robofleet`` command line.
+
+Subcommands that belong to a component live in that component (``buffer/bench.py`` ...);
+this module only parses the top level and dispatches. A subcommand whose module does not
+exist yet says so plainly and exits 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from robofleet import __version__
+
+EXIT_BAD_SETTINGS = 2
+EXIT_NOT_BUILT = 3
+
+# Component subcommands: name -> (module whose ``main(argv) -> int`` runs it, issue, help).
+COMPONENT_COMMANDS: dict[str, tuple[str, int, str]] = {
+    "demo": ("robofleet.demo", 11, "post-train a simulated Meta-World fleet with HG-DAgger, live"),
+    "cloud": (
+        "robofleet.cloud",
+        8,
+        "run the cloud side: gRPC services, buffer, learner, run manager, API",
+    ),
+    "edge": ("edge_agent.main", 6, "run an edge agent on a robot computer"),
+    "relay": ("comms.relay_main", 4, "run a site relay for the robots of one site"),
+    "dashboard": ("dashboard.main", 9, "serve the web dashboard and REST API"),
+    "resume": ("robofleet.resume", 8, "resume a crashed or stopped run from its last checkpoint"),
+    "run": ("robofleet.runs_cli", 8, "launch, list and stop runs"),
+    "hal": ("hal.cli", 5, "robots and nodes: probe, list, node-command"),
+}
+
+# Benchmarks: name -> (module with ``main(argv) -> int``, issue).
+BENCHMARKS: dict[str, tuple[str, int]] = {
+    "buffer": ("buffer.bench", 3),
+    "crash": ("buffer.bench_crash", 3),
+    "weights": ("comms.bench_weights", 4),
+    "transport": ("comms.bench_transport", 4),
+    "efficiency": ("cloud_learner.bench_efficiency", 11),
+}
+
+
+def _load_main(module: str) -> Callable[[Sequence[str]], int] | None:
+    """The module's ``main``, or None when the module is not part of this build yet."""
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        # Only the module itself being absent means "not built"; a missing dependency is a bug.
+        if exc.name is not None and module.startswith(exc.name):
+            return None
+        raise
+    main: Callable[[Sequence[str]], int] = mod.main
+    return main
+
+
+def _not_built(what: str, issue: int) -> int:
+    print(f"robofleet {what}: not built yet (tracked in issue #{issue}).", file=sys.stderr)
+    return EXIT_NOT_BUILT
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from robofleet.settings import load_settings
+
+    return load_settings(args.config)
+
+
+def _cmd_config_show(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    data = settings.masked()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        import yaml
+        from rich.console import Console
+        from rich.syntax import Syntax
+
+        Console().print(Syntax(yaml.safe_dump(data, sort_keys=False), "yaml", theme="ansi_dark"))
+    return 0
+
+
+def _cmd_db_upgrade(args: argparse.Namespace) -> int:
+    from robofleet.db.store import current_revision, upgrade
+
+    settings = _settings(args)
+    url = settings.database_url
+    before = current_revision(url)
+    upgrade(url, args.revision)
+    after = current_revision(url)
+    print(f"database {settings.masked()['database_url']}: {before or '(empty)'} -> {after}")
+    return 0
+
+
+def _cmd_db_current(args: argparse.Namespace) -> int:
+    from robofleet.db.store import current_revision
+
+    print(current_revision(_settings(args).database_url) or "(empty)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="robofleet",
+        description="Fleet-scale online post-training for robot policies.",
+    )
+    parser.add_argument("--version", action="version", version=f"robofleet {__version__}")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="YAML settings file (default: $ROBOFLEET_CONFIG or ./robofleet.yaml)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p_config = sub.add_parser("config", help="inspect settings")
+    config_sub = p_config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    p_show = config_sub.add_parser("show", help="print the effective settings, secrets masked")
+    p_show.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    p_show.set_defaults(func=_cmd_config_show)
+
+    p_db = sub.add_parser("db", help="metadata database")
+    db_sub = p_db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    p_up = db_sub.add_parser("upgrade", help="migrate the database in place (rows are kept)")
+    p_up.add_argument("revision", nargs="?", default="head", help="target revision (default: head)")
+    p_up.set_defaults(func=_cmd_db_upgrade)
+    p_cur = db_sub.add_parser("current", help="print the database's migration revision")
+    p_cur.set_defaults(func=_cmd_db_current)
+
+    for name, (_module, _issue, help_text) in COMPONENT_COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, add_help=False)
+        p.add_argument(
+            "args", nargs=argparse.REMAINDER, help="arguments of the subcommand (see its --help)"
+        )
+
+    p_bench = sub.add_parser("bench", help="run a benchmark side by side with its baseline")
+    p_bench.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
+    p_bench.add_argument(
+        "args", nargs=argparse.REMAINDER, help="benchmark options (see its --help)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from robofleet.settings import SettingsError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        if args.command in COMPONENT_COMMANDS:
+            module, issue, _ = COMPONENT_COMMANDS[args.command]
+            entry = _load_main(module)
+            if entry is None:
+                return _not_built(args.command, issue)
+            return entry(_with_config(args))
+        if args.command == "bench":
+            module, issue = BENCHMARKS[args.name]
+            entry = _load_main(module)
+            if entry is None:
+                return _not_built(f"bench {args.name}", issue)
+            return entry(_with_config(args))
+        result: int = args.func(args)
+        return result
+    except SettingsError as err:
+        print(f"robofleet: {err}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+
+
+def _with_config(args: argparse.Namespace) -> list[str]:
+    """Pass ``--config`` through to component subcommands, which load settings themselves."""
+    rest = list(args.args)
+    if args.config is not None:
+        rest = ["--config", args.config, *rest]
+    return rest
+
+
+if __name__ == "__main__":
+    sys.exit(main())

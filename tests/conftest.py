@@ -1,0 +1,51 @@
+"""Suite-wide set-up: nothing reaches beyond loopback, nothing downloads from a hub."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+PG_URL = os.environ.get("ROBOFLEET_TEST_PG_URL", "")
+
+
+def _postgres_param() -> object:
+    # Locally, PostgreSQL tests need .ci/run's server; in CI its absence is a failure, not a skip.
+    if PG_URL or os.environ.get("CI"):
+        return pytest.param("postgres", marks=pytest.mark.postgres)
+    return pytest.param(
+        "postgres",
+        marks=[
+            pytest.mark.postgres,
+            pytest.mark.skip(reason="ROBOFLEET_TEST_PG_URL not set (run .ci/run)"),
+        ],
+    )
+
+
+@pytest.fixture(params=["sqlite", _postgres_param()])
+def db_url(request: pytest.FixtureRequest, tmp_path: pytest.TempPathFactory) -> Iterator[str]:
+    """An empty database URL: SQLite in a temp dir, or a fresh database on the test PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/meta.db"
+        return
+    assert PG_URL, "CI must export ROBOFLEET_TEST_PG_URL (.ci/run starts PostgreSQL)"
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -1,0 +1,87 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from robofleet import __version__
+from robofleet.cli import BENCHMARKS, COMPONENT_COMMANDS, main
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ROBOFLEET_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "robofleet.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_version(tmp_path: Path) -> None:
+    r = run_cli("--version", cwd=tmp_path)
+    assert r.returncode == 0
+    assert r.stdout.strip() == f"robofleet {__version__}"
+
+
+def test_help_lists_every_subcommand(tmp_path: Path) -> None:
+    r = run_cli("--help", cwd=tmp_path)
+    assert r.returncode == 0
+    for name in [*COMPONENT_COMMANDS, "config", "db", "bench"]:
+        assert name in r.stdout
+
+
+def test_config_show_masks_secrets(tmp_path: Path) -> None:
+    r = run_cli("config", "show", "--json", cwd=tmp_path, env={"ROBOFLEET_SECRET_KEY": "topsecret"})
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["secret_key"] == "***"
+    assert "topsecret" not in r.stdout
+    assert data["comms"]["bind_host"] == "127.0.0.1"
+
+
+def test_bad_setting_exits_2_without_traceback(tmp_path: Path) -> None:
+    r = run_cli("config", "show", cwd=tmp_path, env={"ROBOFLEET_HAL__OFFLINE_AFTER_S": "-1"})
+    assert r.returncode == 2
+    assert "hal.offline_after_s" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_db_upgrade_creates_sqlite_store(tmp_path: Path) -> None:
+    r = run_cli("db", "upgrade", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "(empty) -> 0002" in r.stdout
+    assert (tmp_path / "robofleet-data" / "robofleet.db").exists()
+    again = run_cli("db", "current", cwd=tmp_path)
+    assert again.stdout.strip() == "0002"
+
+
+def test_unbuilt_subcommand_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(COMPONENT_COMMANDS, "demo", ("robofleet.not_a_module", 11, "x"))
+    monkeypatch.setitem(BENCHMARKS, "buffer", ("buffer.not_a_bench", 3))
+    assert main(["demo"]) == 3
+    assert "not built yet" in capsys.readouterr().err
+    assert main(["bench", "buffer"]) == 3
+    assert "issue #3" in capsys.readouterr().err
+
+
+def test_missing_dependency_is_not_reported_as_unbuilt(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pkg = tmp_path / "fakepkg_rf"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "broken.py").write_text("import definitely_missing_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMPONENT_COMMANDS, "demo", ("fakepkg_rf.broken", 11, "x"))
+    with pytest.raises(ModuleNotFoundError, match="definitely_missing_dependency_xyz"):
+        main(["demo"])
