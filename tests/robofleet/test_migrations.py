@@ -21,7 +21,7 @@ def test_upgrade_from_first_migration_keeps_rows(db_url: str) -> None:
     upgrade(db_url, "0001")
     assert current_revision(db_url) == "0001"
     engine = make_engine(db_url)
-    now = datetime.now(UTC)
+    now = datetime.now(UTC).isoformat()
     with engine.begin() as conn:
         conn.execute(
             text(
