@@ -6,7 +6,9 @@ VENV ?= .venv
 UV_VERSION := 0.13.9
 SHELL := /bin/bash
 
-PY312 := $(shell command -v python3.12 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.12.*/bin/python 2>/dev/null | sort -V | tail -n 1)
+# First Python 3.12 that really runs: python3.12 on PATH (a pyenv shim may not), else pyenv's.
+PY312 := $(shell for p in $$(command -v python3.12) $$(ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.12.*/bin/python 2>/dev/null | sort -rV); do \
+  "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
 STAMP := $(VENV)/.robofleet-installed
 LOCK_HASH := $(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
 
