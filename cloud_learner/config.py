@@ -1,14 +1,51 @@
 """Learner settings (the ``learner:`` section, ``ROBOFLEET_LEARNER__*``)."""
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 
+class PolicySettings(BaseModel):
+    """Which policy the learner trains and its sizes (see ``cloud_learner.policies``)."""
+
+    kind: Literal["mlp", "flow", "gaussian"] = Field(
+        default="mlp",
+        description="mlp: regression (CNN+MLP with cameras); flow: flow-matching "
+        "action chunks; gaussian: SAC's tanh-Gaussian actor.",
+    )
+    state_dim: int = Field(default=39, ge=1, description="D of observation.state.")
+    action_dim: int = Field(default=4, ge=1, description="A of action.")
+    num_tasks: int = Field(default=1, ge=1)
+    chunk_size: int = Field(default=1, ge=1, description="T; 1 = single actions.")
+    image_keys: list[str] = Field(default_factory=list)
+    image_shape: tuple[int, int] = (64, 64)
+    hidden: int = Field(default=256, ge=1)
+    depth: int = Field(default=2, ge=0)
+    task_conditioning: Literal["onehot", "embedding", "text"] = "onehot"
+    task_dim: int = 16
+    text_embedding_dim: int = 0
+
+
 class LearnerSettings(BaseModel):
-    """Where the learner trains and how it checkpoints."""
+    """Where the learner trains, what it trains and how it checkpoints and publishes."""
 
     device: Literal["auto", "cpu", "cuda"] = Field(
         default="auto", description="'auto' picks CUDA when present, else CPU."
     )
     keep_checkpoints: int = Field(default=3, ge=1, description="Checkpoints kept per run.")
+    algorithm: Literal["hg_dagger", "recap", "sac_rlpd"] = "hg_dagger"
+    algorithm_config: dict[str, Any] = Field(
+        default_factory=dict, description="Hyper-parameters of the algorithm's config dataclass."
+    )
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    seed: int = 0
+    batch_size: int = Field(default=256, ge=1)
+    min_transitions: int = Field(
+        default=1000, ge=0, description="Training starts once the buffer holds this many."
+    )
+    publish_every_updates: int = Field(default=100, ge=1)
+    publish_every_seconds: float = Field(default=30.0, gt=0)
+    checkpoint_every_updates: int = Field(default=500, ge=1)
+    log_every_updates: int = Field(default=10, ge=1)
+    max_updates: int = Field(default=0, ge=0, description="Stop after this many; 0 = never.")
+    torch_threads: int = Field(default=2, ge=1, description="CPU threads for torch.")

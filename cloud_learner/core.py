@@ -85,7 +85,8 @@ class Algorithm(Protocol):
     ``load_state_dict`` raises ``ValueError`` naming mismatching keys or shapes.
     """
 
-    policy: Policy
+    @property
+    def policy(self) -> Policy: ...
 
     def update(self, batch: Batch) -> Metrics: ...
 

@@ -1,0 +1,205 @@
+"""SAC with RLPD's recipe for learning from prior data.
+
+Sources: Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
+(arXiv:1812.05905); Ball, Smith, Kostrikov, Levine 2023, "Efficient Online Reinforcement
+Learning with Offline Data" (RLPD, arXiv:2302.02948).
+
+RLPD's three changes to SAC, all here:
+  * symmetric sampling: every batch is half online, half offline data. That is the batch
+    source's job (the buffer's per-task online/offline mix, or
+    :class:`cloud_learner.sources.SymmetricSource`); this file only trains on what it gets.
+  * LayerNorm in the critics, against value over-extrapolation on out-of-distribution actions.
+  * an ensemble of E critics; the TD target takes the minimum over a random subset of
+    ``critic_subset`` of them (E = 2, subset = 2 is plain clipped double-Q SAC).
+The update-to-data ratio is bounded by the buffer's rate limiter (samples per insert).
+
+Per batch (r = reward, d = terminated; truncation is not termination)::
+
+    a', logp' ~ pi(. | s')
+    y        = r + gamma (1 - d) (min_{i in subset} Q_target_i(s', a') - alpha logp')
+    critic   = sum_i mean_b (Q_i(s, a) - y)^2
+    a~, logp ~ pi(. | s)
+    actor    = mean_b (alpha logp - mean_i Q_i(s, a~))
+    temp     = mean_b (-log_alpha (logp + target_entropy))       target_entropy = -A
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from cloud_learner.core import Batch, Metrics, Weights
+from cloud_learner.policies.base import TorchPolicy, load_weights_strict
+from cloud_learner.policies.gaussian import GaussianPolicy
+
+
+@dataclass
+class SACConfig:
+    """Hyper-parameters; JSON-able."""
+
+    lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 0.005
+    num_critics: int = 2
+    critic_subset: int = 2
+    hidden: int = 256
+    init_temperature: float = 0.1
+    grad_clip_norm: float = 10.0
+
+
+class Critic(nn.Module):
+    """Q(s, a) with LayerNorm after each hidden layer (RLPD). Features come from an encoder
+    shaped like the actor's (state, cameras, task)."""
+
+    def __init__(self, encoder: TorchPolicy, action_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.net = nn.Sequential(
+            nn.Linear(encoder.feature_dim + action_dim, hidden),
+            nn.LayerNorm(hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.LayerNorm(hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 1),
+        )
+
+    def forward(self, batch: Batch, action: torch.Tensor) -> torch.Tensor:
+        feats = self.encoder.encode(batch, None)
+        out: torch.Tensor = self.net(torch.cat([feats, action], -1))[:, 0]
+        return out
+
+
+def critic_target(
+    reward: torch.Tensor,
+    terminated: torch.Tensor,
+    next_q: torch.Tensor,
+    next_log_prob: torch.Tensor,
+    alpha: float,
+    gamma: float,
+) -> torch.Tensor:
+    """(B,) soft TD target; ``next_q`` is (K, B) for the K critics of the subset."""
+    soft = next_q.min(dim=0).values - alpha * next_log_prob
+    return reward.float() + gamma * (1.0 - terminated.float()) * soft
+
+
+def actor_loss(q: torch.Tensor, log_prob: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Scalar ``mean_b(alpha logp - mean_i Q_i)``; ``q`` is (E, B)."""
+    return (alpha * log_prob - q.mean(dim=0)).mean()
+
+
+class SACRLPD:
+    """Soft actor-critic with RLPD's critic ensemble and LayerNorm (see module docstring)."""
+
+    name = "sac_rlpd"
+
+    def __init__(self, policy: GaussianPolicy, config: SACConfig | None = None) -> None:
+        self.policy = policy
+        self.config = cfg = config or SACConfig()
+        if not 1 <= cfg.critic_subset <= cfg.num_critics:
+            raise ValueError(
+                f"critic_subset must be in [1, num_critics={cfg.num_critics}], "
+                f"got {cfg.critic_subset}"
+            )
+        a = policy.spec.action_dim
+        self.critics = nn.ModuleList(
+            Critic(GaussianPolicy(policy.spec), a, cfg.hidden) for _ in range(cfg.num_critics)
+        )
+        device = next(policy.parameters()).device
+        self.critics.to(device)
+        self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device)
+        self.log_alpha.requires_grad_(True)
+        self.target_entropy = -float(a)
+        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=cfg.lr)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
+        self.updates = 0
+
+    def _next_batch(self, batch: Batch) -> Batch:
+        nxt = dict(batch)
+        nxt["observation.state"] = batch["next.observation.state"]
+        for key in list(batch):
+            if key.startswith("next.observation.images."):
+                nxt[key.removeprefix("next.")] = batch[key]
+        return nxt
+
+    def update(self, batch: Batch) -> Metrics:
+        cfg = self.config
+        alpha = float(self.log_alpha.exp())
+        nxt = self._next_batch(batch)
+        with torch.no_grad():
+            next_action, next_logp = self.policy.sample(nxt)
+            subset = torch.randperm(cfg.num_critics)[: cfg.critic_subset].tolist()
+            next_q = torch.stack([self.critics_target[i](nxt, next_action) for i in subset])
+            y = critic_target(
+                batch["reward"], batch["terminated"], next_q, next_logp, alpha, cfg.gamma
+            )
+        q = torch.stack([c(batch, batch["action"].float()) for c in self.critics])
+        critic_loss = ((q - y[None]) ** 2).mean(dim=1).sum()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.grad_clip_norm)
+        self.critic_optimizer.step()
+
+        self.critics.requires_grad_(False)
+        action, logp = self.policy.sample(batch)
+        q_pi = torch.stack([c(batch, action) for c in self.critics])
+        loss_pi = actor_loss(q_pi, logp, alpha)
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss_pi.backward()
+        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip_norm)
+        self.actor_optimizer.step()
+        self.critics.requires_grad_(True)
+
+        temp_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        temp_loss.backward()
+        self.alpha_optimizer.step()
+
+        with torch.no_grad():
+            for p, pt in zip(
+                self.critics.parameters(), self.critics_target.parameters(), strict=True
+            ):
+                pt.lerp_(p, cfg.tau)
+        self.updates += 1
+        return {
+            "loss": float(loss_pi.detach()),
+            "critic_loss": float(critic_loss.detach()),
+            "q_mean": float(q.detach().mean()),
+            "alpha": alpha,
+            "entropy": float(-logp.detach().mean()),
+        }
+
+    def get_weights(self) -> Weights:
+        return self.policy.get_weights()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "critics": self.critics.state_dict(),
+            "critics_target": self.critics_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "updates": self.updates,
+            "config": asdict(self.config),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        load_weights_strict(self.policy, state["policy"])
+        load_weights_strict(self.critics, state["critics"])
+        load_weights_strict(self.critics_target, state["critics_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.updates = int(state["updates"])

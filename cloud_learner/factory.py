@@ -1,0 +1,75 @@
+"""Build a policy and an algorithm from :class:`cloud_learner.config.LearnerSettings`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger, HGDAggerConfig, RECAPConfig
+from cloud_learner.algorithms.sac_rlpd import SACConfig
+from cloud_learner.config import LearnerSettings
+from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec, TorchPolicy
+from cloud_learner.policies.gaussian import GaussianPolicy
+
+AlgorithmT = HGDAgger | RECAP | SACRLPD
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def policy_spec(settings: LearnerSettings) -> PolicySpec:
+    p = settings.policy
+    return PolicySpec(
+        state_dim=p.state_dim,
+        action_dim=p.action_dim,
+        num_tasks=p.num_tasks,
+        chunk_size=p.chunk_size,
+        image_keys=list(p.image_keys),
+        image_shape=p.image_shape,
+        hidden=p.hidden,
+        depth=p.depth,
+        task_conditioning=p.task_conditioning,
+        task_dim=p.task_dim,
+        text_embedding_dim=p.text_embedding_dim,
+        indicator=settings.algorithm == "recap",
+    )
+
+
+def build_policy(settings: LearnerSettings) -> TorchPolicy:
+    spec = policy_spec(settings)
+    kind = "gaussian" if settings.algorithm == "sac_rlpd" else settings.policy.kind
+    if kind == "gaussian":
+        return GaussianPolicy(spec)
+    if kind == "flow":
+        return FlowMatchingPolicy(spec)
+    return MLPPolicy(spec)
+
+
+def build_algorithm(settings: LearnerSettings, device: torch.device) -> AlgorithmT:
+    """Policy + algorithm on ``device``; unknown hyper-parameters raise ValueError by name."""
+    torch.manual_seed(settings.seed)
+    policy = build_policy(settings).to(device)
+    hp: dict[str, Any] = dict(settings.algorithm_config)
+    try:
+        if settings.algorithm == "hg_dagger":
+            return HGDAgger(policy, HGDAggerConfig(**hp))
+        if settings.algorithm == "recap":
+            return RECAP(policy, RECAPConfig(**hp))
+        assert isinstance(policy, GaussianPolicy)
+        return SACRLPD(policy, SACConfig(**hp))
+    except TypeError as exc:
+        raise ValueError(f"learner.algorithm_config for {settings.algorithm}: {exc}") from None
+
+
+def model_config(settings: LearnerSettings) -> dict[str, Any]:
+    """The part of the settings a checkpoint must agree with to be resumed."""
+    return {
+        "algorithm": settings.algorithm,
+        "algorithm_config": dict(settings.algorithm_config),
+        "policy": settings.policy.model_dump(mode="json"),
+    }

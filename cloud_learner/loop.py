@@ -1,0 +1,211 @@
+"""The asynchronous learner loop (the loop drawn in :mod:`cloud_learner.core`).
+
+It never waits for a particular robot: it polls its :class:`~cloud_learner.core.BatchSource`,
+trains whenever the buffer holds ``min_transitions`` and the rate limiter allows a sample,
+publishes weights every N updates or T seconds, checkpoints atomically every M updates and
+logs metrics. ``Learner.start`` resumes from the run directory's latest checkpoint or refuses.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cloud_learner.checkpoint import (
+    CheckpointManager,
+    CheckpointState,
+    RunDirHasCheckpoints,
+    capture_rng,
+    check_compatible,
+    restore_rng,
+)
+from cloud_learner.config import LearnerSettings
+from cloud_learner.core import Algorithm, BatchSource, Metrics, WeightPublisher
+from cloud_learner.metrics import MetricsWriter
+
+log = logging.getLogger("robofleet.learner")
+
+# Called after each checkpoint / publish (e.g. to record it in the metadata store).
+Hook = Callable[[str, Mapping[str, Any]], None]
+
+
+class Learner:
+    """Owns the counters (learner step, policy version) around one :class:`Algorithm`."""
+
+    def __init__(
+        self,
+        run_dir: Path | str,
+        algorithm: Algorithm,
+        source: BatchSource,
+        publisher: WeightPublisher,
+        settings: LearnerSettings,
+        model_config: Mapping[str, Any],
+        hook: Hook | None = None,
+        evaluate: Callable[[int], Metrics] | None = None,
+        eval_every_updates: int = 0,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.algorithm = algorithm
+        self.source = source
+        self.publisher = publisher
+        self.settings = settings
+        self.model_config = dict(model_config)
+        self.hook = hook
+        self.evaluate = evaluate
+        self.eval_every_updates = eval_every_updates
+        self.checkpoints = CheckpointManager(self.run_dir, settings.keep_checkpoints)
+        self.step = 0
+        self.version = 0
+        self.training_started = False
+        self.metrics: MetricsWriter | None = None
+        self._last_publish = time.monotonic()
+
+    # -- start / resume --------------------------------------------------------------------
+
+    def start(self, resume: bool) -> bool:
+        """Prepare the run dir; returns True when resumed from a checkpoint.
+
+        Raises:
+            RunDirHasCheckpoints: checkpoints exist and ``resume`` is False.
+            IncompatibleCheckpoint: the checkpoint's model config differs (keys named).
+            ValueError: the checkpoint's tensors do not fit the model (keys/shapes named).
+        """
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoints.sweep_temp()
+        latest = self.checkpoints.latest()
+        if latest is not None and not resume:
+            raise RunDirHasCheckpoints(
+                f"run dir {self.run_dir} already has checkpoints (latest: {latest.name}); "
+                "resume it (--resume / `robofleet resume`) or choose a new run dir"
+            )
+        if latest is None:
+            self.metrics = MetricsWriter(self.run_dir)
+            log.info("starting a fresh run in %s", self.run_dir)
+            return False
+        state = self.checkpoints.load(latest)
+        check_compatible(state.config, self.model_config, sorted(self.model_config))
+        self.algorithm.load_state_dict(state.algorithm)
+        self.source.load_sampler_state(state.sampler)
+        restore_rng(state.rng)
+        self.step = state.learner_step
+        self.training_started = bool(state.counters.get("training_started", False))
+        # Versions published after the checkpoint were seen by robots: never reuse them.
+        last_published = int(getattr(self.publisher, "latest_version", lambda: 0)())
+        self.version = max(state.policy_version, last_published)
+        self.metrics = MetricsWriter(self.run_dir, resume_step=self.step)
+        log.info(
+            "resumed %s at learner step %d, policy version %d", latest, self.step, self.version
+        )
+        self._publish()  # robots get a version from the resumed learner right away
+        return True
+
+    # -- one iteration ---------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """Whether a batch can be sampled now (min transitions reached, limiter open)."""
+        n = self.source.num_transitions()
+        if n < self.settings.min_transitions:
+            return False
+        if not self.training_started:
+            self.training_started = True
+            log.info(
+                "training starts: buffer holds %d >= %d transitions",
+                n,
+                self.settings.min_transitions,
+            )
+            assert self.metrics is not None
+            self.metrics.write(self.step, {"buffer_transitions": float(n)}, prefix="start")
+            self.metrics.flush()
+        return self.source.can_sample(self.settings.batch_size)
+
+    def train_step(self) -> Metrics:
+        """One update, then publish / checkpoint / evaluate when due."""
+        assert self.metrics is not None, "call start() first"
+        batch = self.source.sample(self.settings.batch_size)
+        metrics = self.algorithm.update(batch)
+        self.step += 1
+        if self.step % self.settings.log_every_updates == 0:
+            metrics = {
+                **metrics,
+                "buffer_transitions": float(self.source.num_transitions()),
+                "policy_version": float(self.version),
+            }
+            self.metrics.write(self.step, metrics)
+        due = self.step % self.settings.publish_every_updates == 0 or (
+            time.monotonic() - self._last_publish >= self.settings.publish_every_seconds
+        )
+        if due:
+            self._publish()
+        if (
+            self.evaluate is not None
+            and self.eval_every_updates
+            and (self.step % self.eval_every_updates == 0)
+        ):
+            self.metrics.write(self.step, self.evaluate(self.step), prefix="eval")
+        if self.step % self.settings.checkpoint_every_updates == 0:
+            self.save_checkpoint()
+        return metrics
+
+    def run(
+        self, should_stop: Callable[[], bool] = lambda: False, idle_sleep: float = 0.05
+    ) -> None:
+        """Train until ``max_updates`` (if set) or ``should_stop()``; never blocks on a robot."""
+        while not should_stop():
+            if self.settings.max_updates and self.step >= self.settings.max_updates:
+                break
+            if not self.ready():
+                time.sleep(idle_sleep)
+                continue
+            self.train_step()
+
+    # -- publish / checkpoint --------------------------------------------------------------
+
+    def _publish(self) -> None:
+        self.version += 1
+        weights = self.algorithm.get_weights()
+        self.publisher.publish(self.version, weights)
+        self._last_publish = time.monotonic()
+        if self.hook is not None:
+            self.hook(
+                "published",
+                {
+                    "version": self.version,
+                    "learner_step": self.step,
+                    "num_bytes": sum(t.numel() * t.element_size() for t in weights.values()),
+                },
+            )
+
+    def save_checkpoint(self) -> Path:
+        assert self.metrics is not None
+        self.metrics.flush()  # metrics up to this step are durable with the checkpoint
+        path = self.checkpoints.save(
+            CheckpointState(
+                learner_step=self.step,
+                policy_version=self.version,
+                algorithm=self.algorithm.state_dict(),
+                config=self.model_config,
+                sampler=self.source.sampler_state(),
+                counters={"training_started": self.training_started},
+                rng=capture_rng(),
+            )
+        )
+        if self.hook is not None:
+            self.hook(
+                "checkpoint",
+                {"learner_step": self.step, "policy_version": self.version, "path": str(path)},
+            )
+        return path
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+
+
+def set_torch_threads(n: int) -> None:
+    """Bound torch's CPU threads (2-core machines share them with the buffer and comms)."""
+    torch.set_num_threads(n)

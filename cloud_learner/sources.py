@@ -1,0 +1,153 @@
+"""Batch sources behind :class:`cloud_learner.core.BatchSource`.
+
+* :class:`BufferSource` wraps the replay buffer (``buffer.ReplayBuffer``): it forwards
+  ``sample(batch_size, sampler=...)``, the rate limiter and sampler state, and converts the
+  numpy batch with :func:`cloud_learner.batch.to_torch_batch`.
+* :class:`InMemorySource` holds numpy columns in memory (tests, offline pre-training).
+* :class:`SymmetricSource` draws half of each batch from each of two sources (RLPD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from cloud_learner.batch import to_torch_batch
+from cloud_learner.core import Batch
+
+
+class InMemorySource:
+    """Uniform sampling from numpy columns of equal length; ``extend`` adds rows.
+
+    ``samples_per_insert`` (optional) mimics the buffer's rate limiter: ``can_sample`` is False
+    once ``samples / inserts`` would exceed it.
+    """
+
+    def __init__(
+        self,
+        columns: Mapping[str, np.ndarray] | None = None,
+        seed: int = 0,
+        samples_per_insert: float | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.columns: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (columns or {}).items()}
+        self.rng = np.random.default_rng(seed)
+        self.samples_per_insert = samples_per_insert
+        self.samples = 0
+        self.inserts = self.num_transitions()
+        self.device = device
+
+    def num_transitions(self) -> int:
+        if not self.columns:
+            return 0
+        return int(next(iter(self.columns.values())).shape[0])
+
+    def extend(self, rows: Mapping[str, np.ndarray]) -> None:
+        """Append rows (same keys as existing columns)."""
+        if self.columns and set(rows) != set(self.columns):
+            raise KeyError(f"rows have keys {sorted(rows)}, source has {sorted(self.columns)}")
+        n = len(next(iter(rows.values())))
+        for k, v in rows.items():
+            v = np.asarray(v)
+            self.columns[k] = np.concatenate([self.columns[k], v]) if k in self.columns else v
+        self.inserts += n
+
+    def can_sample(self, batch_size: int) -> bool:
+        if self.num_transitions() == 0:
+            return False
+        if self.samples_per_insert is None:
+            return True
+        return self.samples + batch_size <= self.samples_per_insert * max(self.inserts, 1)
+
+    def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
+        idx = self.rng.integers(0, self.num_transitions(), size=batch_size)
+        self.samples += batch_size
+        return {k: v[idx] for k, v in self.columns.items()}
+
+    def sample(self, batch_size: int) -> Batch:
+        return to_torch_batch(self.sample_numpy(batch_size), self.device)
+
+    def sampler_state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state, "samples": self.samples}
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = dict(state["rng"])
+        self.samples = int(state["samples"])
+
+
+class SymmetricSource:
+    """RLPD's symmetric sampling: ``batch_size // 2`` rows online, the rest offline."""
+
+    def __init__(self, online: InMemorySource, offline: InMemorySource) -> None:
+        self.online = online
+        self.offline = offline
+
+    def num_transitions(self) -> int:
+        return self.online.num_transitions()
+
+    def can_sample(self, batch_size: int) -> bool:
+        return self.online.can_sample(batch_size // 2) and self.offline.can_sample(
+            batch_size - batch_size // 2
+        )
+
+    def sample(self, batch_size: int) -> Batch:
+        half = batch_size // 2
+        a = self.online.sample_numpy(half)
+        b = self.offline.sample_numpy(batch_size - half)
+        common = sorted(set(a) & set(b))
+        return to_torch_batch({k: np.concatenate([a[k], b[k]]) for k in common}, self.online.device)
+
+    def sampler_state(self) -> dict[str, Any]:
+        return {"online": self.online.sampler_state(), "offline": self.offline.sampler_state()}
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        self.online.load_sampler_state(state["online"])
+        self.offline.load_sampler_state(state["offline"])
+
+
+class BufferSource:
+    """The replay buffer as a :class:`~cloud_learner.core.BatchSource`.
+
+    Duck-typed on the buffer engineer's ``ReplayBuffer``: ``sample(batch_size, sampler=...)
+    -> dict[str, np.ndarray]``, ``num_transitions`` (method or ``len``), optional
+    ``can_sample(batch_size)`` (the samples-per-insert limiter) and ``sampler_state`` /
+    ``load_sampler_state``. Missing optional parts degrade to "always ready" / "no state".
+    """
+
+    def __init__(
+        self, buffer: Any, sampler: Any = None, device: torch.device | str = "cpu"
+    ) -> None:
+        self.buffer = buffer
+        self.sampler = sampler
+        self.device = device
+
+    def num_transitions(self) -> int:
+        n = getattr(self.buffer, "num_transitions", None)
+        if callable(n):
+            return int(n())
+        if n is not None:
+            return int(n)
+        return len(self.buffer)
+
+    def can_sample(self, batch_size: int) -> bool:
+        check = getattr(self.buffer, "can_sample", None)
+        return bool(check(batch_size)) if callable(check) else self.num_transitions() > 0
+
+    def sample(self, batch_size: int) -> Batch:
+        if self.sampler is None:
+            arrays = self.buffer.sample(batch_size)
+        else:
+            arrays = self.buffer.sample(batch_size, sampler=self.sampler)
+        return to_torch_batch(arrays, self.device)
+
+    def sampler_state(self) -> dict[str, Any]:
+        get = getattr(self.buffer, "sampler_state", None)
+        return dict(get()) if callable(get) else {}
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        load = getattr(self.buffer, "load_sampler_state", None)
+        if callable(load) and state:
+            load(dict(state))
