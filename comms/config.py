@@ -16,15 +16,57 @@ class CommsSettings(BaseModel):
     relay_zmq_port: int = Field(
         default=50062, ge=0, le=65535, description="Site relay ZeroMQ fan-out port."
     )
+    cloud_address: str = Field(
+        default="127.0.0.1:50051", description="host:port of the cloud gRPC server (edge, relay)."
+    )
     tls_cert_file: Path | None = Field(
         default=None, description="PEM certificate; TLS is on when set."
     )
     tls_key_file: Path | None = Field(
         default=None, description="PEM private key for tls_cert_file."
     )
+    tls_ca_file: Path | None = Field(
+        default=None, description="PEM root a client trusts (the self-signed cert itself)."
+    )
     enrollment_token_ttl_s: int = Field(
         default=3600, gt=0, description="Lifetime of an enrollment token."
     )
     weight_chunk_bytes: int = Field(
         default=1024 * 1024, gt=0, le=1024 * 1024, description="Weight chunk size (at most 1 MiB)."
+    )
+    weight_max_bytes_per_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="Cap on weight bytes/s sent by one server to all subscribers (0 = no cap).",
+    )
+    upload_part_bytes: int = Field(
+        default=1024 * 1024,
+        gt=0,
+        le=3 * 1024 * 1024,
+        description="Step batches larger than this are split into parts (gRPC's limit is 4 MB).",
+    )
+    max_upload_batch_bytes: int = Field(
+        default=256 * 1024 * 1024, gt=0, description="Largest reassembled step batch accepted."
+    )
+    upload_window: int = Field(
+        default=8, gt=0, description="Step batches a client sends before waiting for an ack."
+    )
+    call_timeout_s: float = Field(default=10.0, gt=0, description="Deadline of unary calls.")
+    act_timeout_s: float = Field(default=0.5, gt=0, description="Deadline of a remote Act call.")
+    stream_idle_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A stream whose peer sends or reads nothing for this long is dropped.",
+    )
+    keepalive_time_s: float = Field(default=10.0, gt=0, description="HTTP/2 ping interval.")
+    keepalive_timeout_s: float = Field(
+        default=5.0, gt=0, description="A ping unanswered this long closes the connection."
+    )
+    reconnect_initial_s: float = Field(default=0.2, gt=0, description="First reconnect delay.")
+    reconnect_max_s: float = Field(default=10.0, gt=0, description="Largest reconnect delay.")
+    auth_cache_s: float = Field(
+        default=2.0, ge=0, description="How long a credential/lease lookup is reused."
+    )
+    max_concurrent_streams: int = Field(
+        default=1024, gt=0, description="Concurrent RPCs a server accepts."
     )

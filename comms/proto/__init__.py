@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC modules (regenerate with ``python -m comms.proto.generate``)."""

@@ -1,0 +1,220 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EnrollRequest(_message.Message):
+    __slots__ = ("token", "robot_name", "robot_type", "spec_json")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ROBOT_NAME_FIELD_NUMBER: _ClassVar[int]
+    ROBOT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    robot_name: str
+    robot_type: str
+    spec_json: str
+    def __init__(self, token: _Optional[str] = ..., robot_name: _Optional[str] = ..., robot_type: _Optional[str] = ..., spec_json: _Optional[str] = ...) -> None: ...
+
+class EnrollReply(_message.Message):
+    __slots__ = ("robot_id", "robot_name", "credential")
+    ROBOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ROBOT_NAME_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    robot_id: int
+    robot_name: str
+    credential: str
+    def __init__(self, robot_id: _Optional[int] = ..., robot_name: _Optional[str] = ..., credential: _Optional[str] = ...) -> None: ...
+
+class StepBatch(_message.Message):
+    __slots__ = ("run_id", "last_seq", "arrow_ipc", "more")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    last_seq: int
+    arrow_ipc: bytes
+    more: bool
+    def __init__(self, run_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class UploadAck(_message.Message):
+    __slots__ = ("durable_seq", "backpressure", "retry_after_ms", "reason")
+    DURABLE_SEQ_FIELD_NUMBER: _ClassVar[int]
+    BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    durable_seq: int
+    backpressure: bool
+    retry_after_ms: int
+    reason: str
+    def __init__(self, durable_seq: _Optional[int] = ..., backpressure: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TensorEntry(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "encoding")
+    class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        FULL: _ClassVar[TensorEntry.Encoding]
+        SPARSE: _ClassVar[TensorEntry.Encoding]
+    FULL: TensorEntry.Encoding
+    SPARSE: TensorEntry.Encoding
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    encoding: TensorEntry.Encoding
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., encoding: _Optional[_Union[TensorEntry.Encoding, str]] = ...) -> None: ...
+
+class Manifest(_message.Message):
+    __slots__ = ("run_id", "version", "base_version", "tensors", "changed", "payload_bytes", "chunk_bytes", "chunk_sha256", "learner_step")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_SHA256_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_STEP_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    version: int
+    base_version: int
+    tensors: _containers.RepeatedCompositeFieldContainer[TensorEntry]
+    changed: _containers.RepeatedScalarFieldContainer[str]
+    payload_bytes: int
+    chunk_bytes: int
+    chunk_sha256: _containers.RepeatedScalarFieldContainer[bytes]
+    learner_step: int
+    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., base_version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorEntry, _Mapping]]] = ..., changed: _Optional[_Iterable[str]] = ..., payload_bytes: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., chunk_sha256: _Optional[_Iterable[bytes]] = ..., learner_step: _Optional[int] = ...) -> None: ...
+
+class Chunk(_message.Message):
+    __slots__ = ("version", "base_version", "index", "data")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    base_version: int
+    index: int
+    data: bytes
+    def __init__(self, version: _Optional[int] = ..., base_version: _Optional[int] = ..., index: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class WeightMessage(_message.Message):
+    __slots__ = ("manifest", "chunk")
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    manifest: Manifest
+    chunk: Chunk
+    def __init__(self, manifest: _Optional[_Union[Manifest, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
+
+class SubscribeRequest(_message.Message):
+    __slots__ = ("run_id", "have_version")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    HAVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    have_version: int
+    def __init__(self, run_id: _Optional[str] = ..., have_version: _Optional[int] = ...) -> None: ...
+
+class FetchRequest(_message.Message):
+    __slots__ = ("run_id", "version", "base_version", "indices")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INDICES_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    version: int
+    base_version: int
+    indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., base_version: _Optional[int] = ..., indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("state", "applied_policy_version", "stats")
+    class StatsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    applied_policy_version: int
+    stats: _containers.ScalarMap[str, float]
+    def __init__(self, state: _Optional[str] = ..., applied_policy_version: _Optional[int] = ..., stats: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class HeartbeatReply(_message.Message):
+    __slots__ = ("server_time",)
+    SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
+    server_time: float
+    def __init__(self, server_time: _Optional[float] = ...) -> None: ...
+
+class ControlRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ControlCommand(_message.Message):
+    __slots__ = ("kind", "run_id", "reason", "seq")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        NOOP: _ClassVar[ControlCommand.Kind]
+        ESTOP: _ClassVar[ControlCommand.Kind]
+        PAUSE: _ClassVar[ControlCommand.Kind]
+        RESUME: _ClassVar[ControlCommand.Kind]
+        LEASE_CHANGED: _ClassVar[ControlCommand.Kind]
+    NOOP: ControlCommand.Kind
+    ESTOP: ControlCommand.Kind
+    PAUSE: ControlCommand.Kind
+    RESUME: ControlCommand.Kind
+    LEASE_CHANGED: ControlCommand.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    kind: ControlCommand.Kind
+    run_id: str
+    reason: str
+    seq: int
+    def __init__(self, kind: _Optional[_Union[ControlCommand.Kind, str]] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class Tensor(_message.Message):
+    __slots__ = ("dtype", "shape", "data")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ActRequest(_message.Message):
+    __slots__ = ("run_id", "observation", "task")
+    class ObservationEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    OBSERVATION_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    observation: _containers.MessageMap[str, Tensor]
+    task: str
+    def __init__(self, run_id: _Optional[str] = ..., observation: _Optional[_Mapping[str, Tensor]] = ..., task: _Optional[str] = ...) -> None: ...
+
+class ActReply(_message.Message):
+    __slots__ = ("action", "policy_version")
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    action: Tensor
+    policy_version: int
+    def __init__(self, action: _Optional[_Union[Tensor, _Mapping]] = ..., policy_version: _Optional[int] = ...) -> None: ...

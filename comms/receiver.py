@@ -1,0 +1,176 @@
+"""Edge side of weight distribution: assemble, verify, apply atomically, report.
+
+:class:`VersionAssembler` collects one version's chunks into a staging buffer, checking each
+chunk's sha256 as it lands; a bad or missing chunk is fetched again through ``refetch``.
+:class:`WeightReceiver` turns a complete, verified payload into tensors (full, or delta onto the
+version it holds) and swaps it in with one reference assignment, so :meth:`WeightReceiver.current`
+only ever returns whole versions. A truncated or corrupted version is never applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from comms import tensors as T
+from comms import weight_codec as W
+from comms.proto import robofleet_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# refetch(version, base_version, missing chunk indices) -> the messages a Fetch call returned.
+Refetch = Callable[[int, int, list[int]], Iterable[pb.WeightMessage]]
+
+
+class VersionAssembler:
+    """Stage one version's payload. Not thread-safe; one per source thread.
+
+    Args:
+        manifest: the version's manifest (checked with :func:`weight_codec.check_manifest`).
+        max_payload_bytes: refuse larger payloads.
+
+    Raises:
+        WeightFormatError: from the constructor, when the manifest is inconsistent.
+    """
+
+    def __init__(self, manifest: pb.Manifest, max_payload_bytes: int = 1 << 40) -> None:
+        W.check_manifest(manifest, max_payload_bytes)
+        self.manifest = manifest
+        self.payload = bytearray(manifest.payload_bytes)
+        self._missing = set(range(len(manifest.chunk_sha256)))
+        self.rejected = 0  # chunks refused for a bad digest or size
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return int(self.manifest.version), int(self.manifest.base_version)
+
+    @property
+    def missing(self) -> list[int]:
+        return sorted(self._missing)
+
+    @property
+    def complete(self) -> bool:
+        return not self._missing
+
+    def add(self, chunk: pb.Chunk) -> bool:
+        """Stage ``chunk`` if it belongs here and its digest matches; returns whether it did."""
+        if (chunk.version, chunk.base_version) != self.key:
+            return False
+        i = int(chunk.index)
+        size = self.manifest.chunk_bytes
+        if i >= len(self.manifest.chunk_sha256):
+            self.rejected += 1
+            return False
+        expected_len = min(size, self.manifest.payload_bytes - i * size)
+        if len(chunk.data) != expected_len or (
+            hashlib.sha256(chunk.data).digest() != self.manifest.chunk_sha256[i]
+        ):
+            self.rejected += 1
+            log.warning("version %d chunk %d refused: bad size or sha256", chunk.version, i)
+            return False
+        self.payload[i * size : i * size + expected_len] = chunk.data
+        self._missing.discard(i)
+        return True
+
+    def repair(self, refetch: Refetch | None, attempts: int = 3) -> bool:
+        """Fetch missing or refused chunks again; returns whether the version is complete."""
+        for _ in range(attempts):
+            if self.complete or refetch is None:
+                break
+            version, base = self.key
+            try:
+                for msg in refetch(version, base, self.missing):
+                    if msg.HasField("chunk"):
+                        self.add(msg.chunk)
+            except Exception as exc:  # a failed refetch leaves the version unapplied
+                log.info("refetch of version %d failed: %s", version, exc)
+                return False
+        return self.complete
+
+
+class WeightReceiver:
+    """Holds the applied policy weights on a robot; thread-safe.
+
+    Args:
+        as_torch: hand out ``torch.Tensor`` (sharing memory with the payload) instead of numpy.
+        on_applied: called with the version number after each swap (e.g. to report it in the
+            next heartbeat); runs on the applying thread.
+
+    Usage::
+
+        rx = WeightReceiver(as_torch=True)
+        source = GrpcWeightSource(client, run_id, rx)   # or ZmqWeightSource via a site relay
+        version, state = rx.current()                   # (-1, {}) until the first version
+        policy.load_state_dict(state)                   # at a safe boundary of the control loop
+
+    The returned dict and its tensors are shared with later versions (unchanged tensors are
+    reused) and must not be modified.
+    """
+
+    def __init__(
+        self, *, as_torch: bool = False, on_applied: Callable[[int], None] | None = None
+    ) -> None:
+        self._as_torch = as_torch
+        self._on_applied = on_applied
+        self._lock = threading.Lock()
+        self._arrays: dict[str, tuple[str, np.ndarray]] | None = None
+        self._current: tuple[int, dict[str, Any]] = (W.FULL_BASE, {})
+        self._applied = threading.Condition(self._lock)
+
+    @property
+    def version(self) -> int:
+        """The applied version, -1 before the first."""
+        return self._current[0]
+
+    def current(self) -> tuple[int, dict[str, Any]]:
+        """(version, {name: tensor}) of the applied version; never a half-applied one."""
+        return self._current
+
+    def wait_for(self, version: int, timeout: float | None = None) -> bool:
+        """Block until a version >= ``version`` is applied; returns whether it was in time."""
+        with self._applied:
+            return self._applied.wait_for(lambda: self._current[0] >= version, timeout)
+
+    def wants(self, manifest: pb.Manifest) -> bool:
+        """Whether ``manifest`` is newer than what is applied and applicable (full, or onto ours)."""
+        if manifest.version <= self._current[0]:
+            return False
+        return manifest.base_version in (W.FULL_BASE, self._current[0])
+
+    def apply(self, asm: VersionAssembler) -> bool:
+        """Apply a complete version: verify, build the tensors, swap. Returns whether it did.
+
+        Stale versions (not newer than the applied one) and deltas whose base is not the applied
+        version are ignored; an inconsistent payload is logged and refused.
+        """
+        if not asm.complete:
+            return False
+        m = asm.manifest
+        with self._lock:
+            if not self.wants(m):
+                return False
+            try:
+                arrays = W.apply(m, asm.payload, self._arrays)
+            except W.WeightFormatError as exc:
+                log.error("refusing version %d: %s", m.version, exc)
+                return False
+            prev = self._current[1]
+            prev_arrays = self._arrays or {}
+            out: dict[str, Any] = {}
+            for name, (dt, arr) in arrays.items():
+                # Reuse the previous output object for unchanged tensors (no copy, same identity).
+                if name in prev and prev_arrays.get(name, (None, None))[1] is arr:
+                    out[name] = prev[name]
+                else:
+                    out[name] = T.to_output(dt, arr, self._as_torch)
+            self._arrays = arrays
+            self._current = (int(m.version), out)  # the one atomic swap
+            self._applied.notify_all()
+        if self._on_applied is not None:
+            self._on_applied(int(m.version))
+        return True

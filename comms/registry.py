@@ -1,0 +1,37 @@
+"""Robot liveness in the metadata store (heartbeats), beside robofleet.db.store's operations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from robofleet.db.models import Robot, RobotStatus, utcnow
+from robofleet.db.store import MetadataStore
+
+# Heartbeat states that move an enrolled/offline robot to idle, or flag it.
+_STATUS_FOR_STATE = {"estopped": RobotStatus.ESTOPPED, "fault": RobotStatus.UNHEALTHY}
+
+
+def record_heartbeat(
+    store: MetadataStore,
+    robot_id: int,
+    state: str,
+    applied_policy_version: int | None,
+    stats: dict[str, Any],
+) -> None:
+    """Store a heartbeat: time, applied policy version, control-loop stats and derived status."""
+    with store.session() as s:
+        robot = s.get(Robot, robot_id)
+        if robot is None:
+            return
+        robot.last_heartbeat_at = utcnow()
+        if applied_policy_version is not None:
+            robot.applied_policy_version = applied_policy_version
+        robot.stats = {**stats, "state": state}
+        flagged = _STATUS_FOR_STATE.get(state)
+        if flagged is not None and robot.status != flagged:
+            robot.status = flagged
+            store.record_event(
+                f"robot.{state}", actor=f"robot:{robot.name}", robot_id=robot_id, session=s
+            )
+        elif flagged is None and robot.status in (RobotStatus.ENROLLED, RobotStatus.OFFLINE):
+            robot.status = RobotStatus.IDLE

@@ -1,0 +1,179 @@
+"""The cloud gRPC server: every edge-facing service on one port, hosted on its own event loop.
+
+Usage (cloud process)::
+
+    server = CloudServer(settings.comms, store, sinks=lambda run_id: buffers.get(run_id))
+    port = server.start()
+    pub = server.publisher(run_id)          # the learner publishes weights here
+    server.push_control(robot_id, "estop")  # pushed to the robot's Control stream
+    server.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from comms import tls
+from comms.auth import Authenticator
+from comms.config import CommsSettings
+from comms.loop_thread import LoopThread
+from comms.proto import robofleet_pb2 as pb
+from comms.publisher import WeightPublisher
+from comms.ratelimit import AsyncByteRate
+from comms.services import ActHandler, ServerState, add_servicers, control_command, server_options
+from comms.sink import SinkResolver, StepSink
+from robofleet.db.store import MetadataStore
+
+log = logging.getLogger(__name__)
+
+CONTROL_KINDS = {
+    "estop": pb.ControlCommand.ESTOP,
+    "pause": pb.ControlCommand.PAUSE,
+    "resume": pb.ControlCommand.RESUME,
+    "lease_changed": pb.ControlCommand.LEASE_CHANGED,
+}
+
+
+class CloudServer:
+    """Enrollment, Experience, Weights, Heartbeat, Control and Act services.
+
+    Args:
+        settings: the ``comms`` settings (bind host, port, TLS files, timeouts, bandwidth cap).
+        store: the metadata store (credentials, leases, heartbeats).
+        sinks: a single :class:`StepSink` for every run, or ``run_id -> sink or None``.
+        act_handler: remote policy for the Act service (None answers UNIMPLEMENTED).
+        port: overrides ``settings.grpc_port`` (0 = any free port).
+    """
+
+    def __init__(
+        self,
+        settings: CommsSettings,
+        store: MetadataStore,
+        sinks: StepSink | SinkResolver,
+        *,
+        act_handler: ActHandler | None = None,
+        port: int | None = None,
+    ) -> None:
+        resolver: SinkResolver
+        if isinstance(sinks, StepSink):
+            single = sinks
+            resolver = lambda _run_id: single  # noqa: E731
+        else:
+            resolver = sinks
+        self.settings = settings
+        self.state = ServerState(
+            settings=settings,
+            store=store,
+            auth=Authenticator(store, settings.auth_cache_s),
+            sinks=resolver,
+            act_handler=act_handler,
+        )
+        self._port = settings.grpc_port if port is None else port
+        self._loop: LoopThread | None = None
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.bind_host}:{self.port}"
+
+    def start(self) -> int:
+        """Bind and serve; returns the bound port.
+
+        Raises:
+            RuntimeError: the port could not be bound.
+        """
+        self._loop = LoopThread("comms-cloud")
+        self.state.loop = self._loop.loop
+        self.port = self._loop.run(self._start())
+        log.info(
+            "cloud gRPC server on %s (tls=%s)",
+            self.address,
+            self.settings.tls_cert_file is not None,
+        )
+        return self.port
+
+    async def _start(self) -> int:
+        s = self.settings
+        self.state.rate = AsyncByteRate(s.weight_max_bytes_per_s)
+        server = grpc.aio.server(
+            options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
+        )
+        add_servicers(server, self.state)
+        target = f"{s.bind_host}:{self._port}"
+        if s.tls_cert_file is not None:
+            if s.tls_key_file is None:
+                raise RuntimeError("comms.tls_cert_file is set but comms.tls_key_file is not")
+            port = server.add_secure_port(
+                target, tls.server_credentials(s.tls_cert_file, s.tls_key_file)
+            )
+        else:
+            port = server.add_insecure_port(target)
+        if port == 0:
+            raise RuntimeError(f"cannot bind gRPC server to {target}")
+        await server.start()
+        self._server = server
+        return port
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Stop serving (open streams are cancelled after ``grace_s``). Publishers keep running."""
+        if self._loop is None:
+            return
+        if self._server is not None:
+            self._loop.run(self._server.stop(grace_s))
+            self._server = None
+        self._loop.stop()
+        self._loop = None
+
+    def close(self) -> None:
+        """Stop and close every publisher."""
+        self.stop()
+        for pub in self.state.publishers.values():
+            pub.close()
+
+    def publisher(self, run_id: str) -> WeightPublisher:
+        """The run's weight publisher (created on first use)."""
+        return self.state.publisher(run_id)
+
+    def attach_publisher(self, pub: WeightPublisher) -> None:
+        """Serve an existing publisher (e.g. one kept across a server restart)."""
+        self.state.attach(pub)
+
+    def push_control(self, robot_id: int, kind: str, run_id: str = "", reason: str = "") -> bool:
+        """Queue a command on the robot's Control stream; returns False when it is not connected.
+
+        Raises:
+            ValueError: ``kind`` is not one of estop, pause, resume, lease_changed.
+        """
+        if kind not in CONTROL_KINDS:
+            raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")
+        if self._loop is None:
+            return False
+
+        async def push() -> bool:
+            q = self.state.control.get(robot_id)
+            if q is None:
+                return False
+            if q.full():
+                q.get_nowait()  # drop the oldest; the newest command is what matters
+            q.put_nowait(control_command(self.state, CONTROL_KINDS[kind], run_id, reason))
+            return True
+
+        return self._loop.run(push())
+
+    def stats(self) -> dict[str, Any]:
+        """Counters: open streams, weight bytes sent, rows uploaded."""
+        st = self.state
+        return {
+            "active_streams": st.active_streams,
+            "weight_bytes_sent": st.weight_bytes_sent,
+            "uploaded_rows": st.uploaded_rows,
+        }
+
+    def invalidate_auth(self) -> None:
+        """Re-read credentials and leases at the next call (after a revocation or lease change)."""
+        self.state.auth.invalidate()

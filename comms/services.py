@@ -1,0 +1,437 @@
+"""The cloud's gRPC servicers (grpc.aio): enrollment, experience upload, weights, heartbeat,
+control, remote inference.
+
+Blocking work (database, sink appends with fsync, Arrow parsing, policy inference) runs in
+worker threads so one slow robot never stalls the event loop. Streams have a per-message idle
+timeout: a peer that neither sends nor reads for ``stream_idle_timeout_s`` is dropped and its
+slot freed (HTTP/2 keepalive catches a peer that vanished outright).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+import numpy as np
+from sqlalchemy.exc import IntegrityError
+
+from comms import steps as S
+from comms import tensors as T
+from comms.auth import AuthError, Authenticator, RobotIdentity, credential_from
+from comms.config import CommsSettings
+from comms.proto import robofleet_pb2 as pb
+from comms.proto import robofleet_pb2_grpc as rpc
+from comms.publisher import Published, WeightPublisher
+from comms.ratelimit import AsyncByteRate
+from comms.registry import record_heartbeat
+from comms.sink import Backpressure, SinkResolver
+from comms.weight_codec import FULL_BASE, EncodedVersion
+from robofleet.db.store import EnrollmentError, MetadataStore
+
+log = logging.getLogger(__name__)
+
+# act(run_id, observation {name: array}, task) -> (action chunk (chunk, action_dim), policy_version)
+ActHandler = Callable[[str, dict[str, np.ndarray], str], tuple[np.ndarray, int]]
+R = TypeVar("R")
+
+
+@dataclass
+class ServerState:
+    """What every servicer of one server shares."""
+
+    settings: CommsSettings
+    store: MetadataStore
+    auth: Authenticator
+    sinks: SinkResolver
+    publishers: dict[str, WeightPublisher] = field(default_factory=dict)
+    act_handler: ActHandler | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    rate: AsyncByteRate = field(default_factory=lambda: AsyncByteRate(0))
+    control: dict[int, asyncio.Queue[pb.ControlCommand]] = field(default_factory=dict)
+    version_events: dict[str, asyncio.Event] = field(default_factory=dict)
+    active_streams: int = 0
+    weight_bytes_sent: int = 0
+    uploaded_rows: int = 0
+    control_seq: int = 0
+
+    def publisher(self, run_id: str) -> WeightPublisher:
+        pub = self.publishers.get(run_id)
+        if pub is None:
+            pub = WeightPublisher(run_id, self.settings.weight_chunk_bytes)
+            self.attach(pub)
+        return pub
+
+    def attach(self, pub: WeightPublisher) -> None:
+        """Serve ``pub``'s versions to subscribers of its run."""
+        self.publishers[pub.run_id] = pub
+        pub.add_listener(lambda _p, run_id=pub.run_id: self._wake(run_id))
+
+    def _wake(self, run_id: str) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._set_event, run_id)
+
+    def _set_event(self, run_id: str) -> None:
+        ev = self.version_events.pop(run_id, None)
+        if ev is not None:
+            ev.set()
+
+    def version_event(self, run_id: str) -> asyncio.Event:
+        ev = self.version_events.get(run_id)
+        if ev is None:
+            ev = self.version_events[run_id] = asyncio.Event()
+        return ev
+
+
+def guarded(
+    fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
+    """Map refusals to status codes; an unexpected error is logged here, never sent as a traceback."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await fn(self, request, context)
+        except AuthError as exc:
+            code = (
+                grpc.StatusCode.UNAUTHENTICATED
+                if exc.unauthenticated
+                else grpc.StatusCode.PERMISSION_DENIED
+            )
+            await context.abort(code, str(exc))
+        except (grpc.aio.AbortError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("%s failed", fn.__name__)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{fn.__name__}: internal error")
+        raise AssertionError("unreachable")  # abort always raises
+
+    return wrapper
+
+
+async def identify(state: ServerState, context: grpc.aio.ServicerContext) -> RobotIdentity:
+    cred = credential_from(context.invocation_metadata())
+    return await asyncio.to_thread(state.auth.identify, cred)
+
+
+async def write(state: ServerState, context: grpc.aio.ServicerContext, msg: Any) -> None:
+    """Write with the idle timeout: a peer that stopped reading is dropped."""
+    try:
+        await asyncio.wait_for(context.write(msg), state.settings.stream_idle_timeout_s)
+    except TimeoutError:
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED, "peer stopped reading; stream dropped"
+        )
+
+
+class _Streams:
+    """Counts open streams (for tests and /metrics)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def __enter__(self) -> None:
+        self.state.active_streams += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.state.active_streams -= 1
+
+
+class EnrollmentServicer(rpc.EnrollmentServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    @guarded
+    async def Enroll(
+        self, request: pb.EnrollRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EnrollReply:
+        try:
+            spec = json.loads(request.spec_json) if request.spec_json else {}
+            if not isinstance(spec, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec_json: {exc}")
+        if not request.token:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "enrollment token is required")
+        try:
+            robot, credential = await asyncio.to_thread(
+                self.s.store.consume_enrollment_token,
+                request.token,
+                robot_name=request.robot_name,
+                robot_type=request.robot_type,
+                spec=spec,
+            )
+        except EnrollmentError as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+        except IntegrityError:
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS, f"a robot named {request.robot_name!r} exists"
+            )
+        return pb.EnrollReply(robot_id=robot.id, robot_name=robot.name, credential=credential)
+
+
+class ExperienceServicer(rpc.ExperienceServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    @guarded
+    async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        s = self.s
+        ident = await identify(s, context)
+        run_id: str | None = None
+        sink = None
+        durable = -1
+        parts: list[bytes] = []
+        size = 0
+        resync = False
+        with _Streams(s):
+            while True:
+                try:
+                    msg = await asyncio.wait_for(context.read(), s.settings.stream_idle_timeout_s)
+                except TimeoutError:
+                    await context.abort(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no step batch for {s.settings.stream_idle_timeout_s:.0f} s; stream dropped",
+                    )
+                if msg is grpc.aio.EOF:
+                    return
+                assert isinstance(msg, pb.StepBatch)
+                if run_id is None:
+                    run_id = msg.run_id
+                    await asyncio.to_thread(s.auth.require_lease, ident, run_id)
+                    sink = s.sinks(run_id)
+                    if sink is None:
+                        await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}")
+                    durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
+                elif msg.run_id != run_id:
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
+                    )
+                assert sink is not None
+                if not msg.arrow_ipc and not msg.more and not parts:
+                    resync = False  # hello / sync: the client resends from ``durable``
+                    await write(s, context, pb.UploadAck(durable_seq=durable))
+                    continue
+                size += len(msg.arrow_ipc)
+                if size > s.settings.max_upload_batch_bytes:
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"step batch over {s.settings.max_upload_batch_bytes} bytes",
+                    )
+                parts.append(msg.arrow_ipc)
+                if msg.more:
+                    continue
+                data = b"".join(parts)
+                parts, size = [], 0
+                try:
+                    batch = await asyncio.to_thread(S.decode_batch, data, ident.robot_id)
+                except S.StepFormatError as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                except S.ForeignRowsError as exc:
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+                batch = S.drop_acknowledged(batch, durable)
+                ack = pb.UploadAck(durable_seq=durable)
+                if resync:
+                    # After a refusal later batches are refused too, until the client re-syncs,
+                    # so nothing is stored out of order around the refused batch.
+                    ack.backpressure = True
+                    ack.reason = "resync after backpressure"
+                elif batch.num_rows:
+                    try:
+                        durable = await asyncio.to_thread(sink.append, ident.robot_id, batch)
+                        s.uploaded_rows += batch.num_rows
+                        ack.durable_seq = durable
+                    except Backpressure as bp:
+                        ack.backpressure = True
+                        ack.retry_after_ms = int(bp.retry_after_s * 1000)
+                        ack.reason = str(bp)
+                        resync = True
+                await write(s, context, ack)
+
+
+class WeightsServicer(rpc.WeightsServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    async def _send(
+        self, context: grpc.aio.ServicerContext, enc: EncodedVersion, indices: list[int] | None
+    ) -> None:
+        s = self.s
+        await write(s, context, pb.WeightMessage(manifest=enc.manifest))
+        for i in range(enc.num_chunks) if indices is None else indices:
+            msg = enc.chunk_message(i)
+            n = len(msg.chunk.data)
+            await s.rate.take(n)
+            await write(s, context, msg)
+            s.weight_bytes_sent += n
+
+    async def _authorize(self, context: grpc.aio.ServicerContext, run_id: str) -> WeightPublisher:
+        ident = await identify(self.s, context)
+        await asyncio.to_thread(self.s.auth.require_lease, ident, run_id)
+        return self.s.publisher(run_id)
+
+    @guarded
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> None:
+        pub = await self._authorize(context, request.run_id)
+        have = int(request.have_version)
+        with _Streams(self.s):
+            while True:
+                latest: Published | None = pub.latest()
+                if latest is None or latest.version <= have:
+                    ev = self.s.version_event(pub.run_id)
+                    latest = pub.latest()
+                    if latest is None or latest.version <= have:
+                        try:
+                            await asyncio.wait_for(ev.wait(), self.s.settings.keepalive_time_s)
+                        except TimeoutError:
+                            pass
+                        continue
+                enc = latest.for_subscriber(have)  # latest-only: older versions are never queued
+                await self._send(context, enc, None)
+                have = enc.version
+
+    @guarded
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> None:
+        pub = await self._authorize(context, request.run_id)
+        latest = pub.latest()
+        if latest is None:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"run {request.run_id!r} has no version yet"
+            )
+        want = latest.version if request.version < 0 else int(request.version)
+        enc = latest.get(int(request.base_version)) if latest.version == want else None
+        if enc is None:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"version {want} (base {request.base_version}) is no longer held; latest is {latest.version}",
+            )
+        bad = [i for i in request.indices if i >= enc.num_chunks]
+        if bad:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"no chunk {bad[0]} in version {want}"
+            )
+        with _Streams(self.s):
+            await self._send(context, enc, list(request.indices) or None)
+
+
+class HeartbeatServicer(rpc.HeartbeatServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    @guarded
+    async def Beat(
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HeartbeatReply:
+        ident = await identify(self.s, context)
+        applied = (
+            None if request.applied_policy_version < 0 else int(request.applied_policy_version)
+        )
+        await asyncio.to_thread(
+            record_heartbeat,
+            self.s.store,
+            ident.robot_id,
+            request.state,
+            applied,
+            dict(request.stats),
+        )
+        return pb.HeartbeatReply(server_time=time.time())
+
+
+class ControlServicer(rpc.ControlServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    @guarded
+    async def Commands(self, request: pb.ControlRequest, context: grpc.aio.ServicerContext) -> None:
+        ident = await identify(self.s, context)
+        q: asyncio.Queue[pb.ControlCommand] = asyncio.Queue(maxsize=64)
+        self.s.control[ident.robot_id] = q  # a reconnecting robot replaces its old stream
+        try:
+            with _Streams(self.s):
+                while True:
+                    cmd = await q.get()
+                    await write(self.s, context, cmd)
+        finally:
+            if self.s.control.get(ident.robot_id) is q:
+                del self.s.control[ident.robot_id]
+
+
+class ActServicer(rpc.ActServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    @guarded
+    async def Act(self, request: pb.ActRequest, context: grpc.aio.ServicerContext) -> pb.ActReply:
+        ident = await identify(self.s, context)
+        await asyncio.to_thread(self.s.auth.require_lease, ident, request.run_id)
+        handler = self.s.act_handler
+        if handler is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server runs no remote policy")
+        try:
+            obs = {k: tensor_from_proto(v) for k, v in request.observation.items()}
+        except (T.TensorFormatError, KeyError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"observation: {exc}")
+        remaining = context.time_remaining()
+        try:
+            action, version = await asyncio.wait_for(
+                asyncio.to_thread(handler, request.run_id, obs, request.task), remaining
+            )
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "policy did not answer in time")
+        return pb.ActReply(action=tensor_to_proto(action), policy_version=version)
+
+
+def tensor_to_proto(value: Any) -> pb.Tensor:
+    arr, dtype = T.as_array(value)
+    return pb.Tensor(dtype=dtype, shape=list(arr.shape), data=arr.tobytes())
+
+
+def tensor_from_proto(t: pb.Tensor) -> np.ndarray:
+    """Raises TensorFormatError when dtype, shape and byte count disagree."""
+    if t.dtype not in T.DTYPES:
+        raise T.TensorFormatError(f"unknown dtype {t.dtype!r}")
+    dt = T.DTYPES[t.dtype]
+    n = int(np.prod(list(t.shape), dtype=np.int64)) if t.shape else 1
+    if any(s < 0 for s in t.shape) or n * dt.itemsize != len(t.data):
+        raise T.TensorFormatError(f"{len(t.data)} bytes do not hold {t.dtype}{list(t.shape)}")
+    return np.frombuffer(t.data, dtype=dt).reshape(tuple(t.shape))
+
+
+def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
+    rpc.add_EnrollmentServicer_to_server(EnrollmentServicer(state), server)
+    rpc.add_ExperienceServicer_to_server(ExperienceServicer(state), server)
+    rpc.add_WeightsServicer_to_server(WeightsServicer(state), server)
+    rpc.add_HeartbeatServicer_to_server(HeartbeatServicer(state), server)
+    rpc.add_ControlServicer_to_server(ControlServicer(state), server)
+    rpc.add_ActServicer_to_server(ActServicer(state), server)
+
+
+def server_options(settings: CommsSettings) -> list[tuple[str, Any]]:
+    """Keepalive (detects vanished peers) and message limits shared by cloud and relay."""
+    ka_ms = int(settings.keepalive_time_s * 1000)
+    return [
+        ("grpc.keepalive_time_ms", ka_ms),
+        ("grpc.keepalive_timeout_ms", int(settings.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", max(100, ka_ms // 2)),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.max_receive_message_length", 8 * 1024 * 1024),
+        ("grpc.max_send_message_length", 8 * 1024 * 1024),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def control_command(
+    state: ServerState, kind: int, run_id: str = "", reason: str = ""
+) -> pb.ControlCommand:
+    state.control_seq += 1
+    return pb.ControlCommand(kind=kind, run_id=run_id, reason=reason, seq=state.control_seq)

@@ -1,0 +1,79 @@
+"""Step batches on the wire: Arrow IPC stream bytes, validated before they reach a sink.
+
+The buffer owns the full step schema; the transport only needs ``robot_id`` (who produced the
+rows, checked against the caller) and ``seq`` (the robot's monotonically increasing step
+counter, used for acknowledgement and de-duplication).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class StepFormatError(ValueError):
+    """The bytes are not an Arrow IPC stream of valid step rows."""
+
+
+class ForeignRowsError(PermissionError):
+    """A batch holds rows of another robot than the caller."""
+
+
+def encode_batch(batch: pa.RecordBatch | pa.Table) -> bytes:
+    """Arrow IPC stream bytes of ``batch``."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def last_seq(batch: pa.RecordBatch) -> int:
+    """The highest ``seq`` of a validated batch (its last row)."""
+    return int(batch.column("seq")[-1].as_py())
+
+
+def decode_batch(data: bytes, robot_id: int | None = None) -> pa.RecordBatch:
+    """Parse and validate one step batch.
+
+    Args:
+        data: Arrow IPC stream bytes (one or more record batches of one schema).
+        robot_id: when given, every row's ``robot_id`` must equal it.
+
+    Returns:
+        One record batch with at least one row.
+
+    Raises:
+        StepFormatError: not Arrow IPC, no rows, ``robot_id``/``seq`` missing or not integers,
+            nulls in them, or ``seq`` not strictly increasing.
+        ForeignRowsError: a row belongs to another robot.
+    """
+    try:
+        table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        raise StepFormatError(f"step batch is not an Arrow IPC stream: {exc}") from None
+    if table.num_rows == 0:
+        raise StepFormatError("step batch has no rows")
+    for col in ("robot_id", "seq"):
+        if col not in table.column_names:
+            raise StepFormatError(f"step batch lacks the {col!r} column")
+        t = table.schema.field(col).type
+        if not pa.types.is_integer(t):
+            raise StepFormatError(f"column {col!r} must be an integer, got {t}")
+        if table.column(col).null_count:
+            raise StepFormatError(f"column {col!r} has nulls")
+    batch = table.combine_chunks().to_batches()[0]
+    seq = batch.column("seq")
+    if len(seq) > 1 and not pc.all(pc.greater(seq[1:], seq[:-1])).as_py():
+        raise StepFormatError("seq must be strictly increasing within a step batch")
+    if robot_id is not None:
+        rid = batch.column("robot_id")
+        if not pc.all(pc.equal(rid, robot_id)).as_py():
+            raise ForeignRowsError(f"step batch holds rows of another robot than {robot_id}")
+    return batch
+
+
+def drop_acknowledged(batch: pa.RecordBatch, durable_seq: int) -> pa.RecordBatch:
+    """The rows of ``batch`` with ``seq`` above ``durable_seq`` (resent rows are not stored twice)."""
+    if durable_seq < 0 or int(batch.column("seq")[0].as_py()) > durable_seq:
+        return batch
+    return batch.filter(pc.greater(batch.column("seq"), durable_seq))

@@ -1,0 +1,146 @@
+"""Tensors as raw bytes: dtype names and the safetensors layout (header + data), never pickle.
+
+The layout is https://github.com/huggingface/safetensors (8-byte little-endian header length,
+JSON header ``{name: {dtype, shape, data_offsets}}``, data). Encoding copies each tensor once
+into a preallocated buffer, so it costs about one ``memcpy`` of the model.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+# safetensors dtype name -> numpy dtype (little-endian). BF16 travels as its raw 2 bytes.
+DTYPES: dict[str, np.dtype[Any]] = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"),
+    "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"),
+    "BOOL": np.dtype("?"),
+}
+_NP_TO_NAME = {v: k for k, v in DTYPES.items() if k != "BF16"}
+_ALIGN = 8
+
+
+class TensorFormatError(ValueError):
+    """Bytes or a header do not describe valid tensors (wrong dtype, shape, offsets)."""
+
+
+def as_array(value: Any) -> tuple[np.ndarray, str]:
+    """A C-contiguous little-endian numpy view of a numpy array or torch tensor, and its dtype name.
+
+    Raises:
+        TypeError: ``value`` is neither, or its dtype has no safetensors name.
+    """
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif hasattr(value, "detach") and hasattr(value, "numpy"):
+        t = value.detach()
+        if str(t.dtype) == "torch.bfloat16":
+            import torch
+
+            return np.ascontiguousarray(t.cpu().view(torch.int16).numpy()).view("<u2"), "BF16"
+        arr = t.cpu().numpy()
+    else:
+        raise TypeError(f"expected a numpy array or torch tensor, got {type(value).__name__}")
+    dt = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+    name = _NP_TO_NAME.get(np.dtype(dt))
+    if name is None:
+        raise TypeError(f"dtype {arr.dtype} cannot travel (allowed: {', '.join(DTYPES)})")
+    return np.ascontiguousarray(arr, dtype=dt), name
+
+
+def layout(entries: Mapping[str, tuple[str, tuple[int, ...]]]) -> tuple[bytes, dict[str, int]]:
+    """The safetensors header for ``{name: (dtype, shape)}`` and each tensor's data offset.
+
+    Returns:
+        (header bytes including the 8-byte length prefix, {name: absolute offset in the blob}).
+    """
+    header: dict[str, Any] = {}
+    offsets: dict[str, int] = {}
+    pos = 0
+    for name, (dtype, shape) in entries.items():
+        n = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + n]}
+        offsets[name] = pos
+        pos += n
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-(len(raw) + 8) % _ALIGN)
+    prefix = struct.pack("<Q", len(raw)) + raw
+    return prefix, {k: v + len(prefix) for k, v in offsets.items()}
+
+
+def encode(tensors: Mapping[str, Any]) -> bytearray:
+    """Serialize ``{name: array or tensor}`` into one safetensors blob (one copy of the data)."""
+    arrays = {k: as_array(v) for k, v in tensors.items()}
+    head, offsets = layout({k: (dt, tuple(a.shape)) for k, (a, dt) in arrays.items()})
+    total = len(head) + sum(a.nbytes for a, _ in arrays.values())
+    blob = bytearray(total)
+    blob[: len(head)] = head
+    for name, (arr, _dt) in arrays.items():
+        off = offsets[name]
+        np.frombuffer(blob, dtype=np.uint8, count=arr.nbytes, offset=off)[:] = arr.reshape(-1).view(
+            np.uint8
+        )
+    return blob
+
+
+def decode(blob: bytes | bytearray | memoryview) -> dict[str, tuple[str, np.ndarray]]:
+    """Zero-copy views of the tensors in a safetensors blob: ``{name: (dtype name, array)}``.
+
+    BF16 tensors come back as uint16 arrays holding the raw bits (dtype name ``"BF16"``).
+
+    Raises:
+        TensorFormatError: the header is malformed, names an unknown dtype, or offsets do not
+            fit the blob or the shape.
+    """
+    mv = memoryview(blob)
+    if len(mv) < 8:
+        raise TensorFormatError(f"blob of {len(mv)} bytes is shorter than the 8-byte header length")
+    (hlen,) = struct.unpack_from("<Q", mv, 0)
+    if hlen > len(mv) - 8:
+        raise TensorFormatError(f"header length {hlen} exceeds the blob ({len(mv)} bytes)")
+    try:
+        header = json.loads(bytes(mv[8 : 8 + hlen]))
+    except ValueError as exc:
+        raise TensorFormatError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise TensorFormatError("header is not a JSON object")
+    base = 8 + hlen
+    out: dict[str, tuple[str, np.ndarray]] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = DTYPES[info["dtype"]]
+            shape = tuple(int(s) for s in info["shape"])
+            begin, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise TensorFormatError(f"tensor {name!r}: bad header entry {info!r}") from None
+        n = int(np.prod(shape, dtype=np.int64))
+        if any(s < 0 for s in shape) or end - begin != n * dtype.itemsize or begin < 0:
+            raise TensorFormatError(f"tensor {name!r}: offsets {begin}..{end} do not fit {shape}")
+        if base + end > len(mv):
+            raise TensorFormatError(f"tensor {name!r}: data runs past the end of the blob")
+        arr = np.frombuffer(mv, dtype=dtype, count=n, offset=base + begin).reshape(shape)
+        out[name] = (info["dtype"], arr)
+    return out
+
+
+def to_output(dtype: str, arr: np.ndarray, as_torch: bool) -> Any:
+    """``arr`` as handed to callers: numpy, or a torch tensor sharing its memory."""
+    if not as_torch:
+        return arr
+    import torch
+
+    t = torch.from_numpy(arr) if arr.flags.writeable else torch.from_numpy(arr.copy())
+    return t.view(torch.bfloat16) if dtype == "BF16" else t

@@ -1,0 +1,289 @@
+"""Experience upload from a robot: spool, stream, acknowledge, resume.
+
+Every step batch goes into a :class:`Spool` first; the :class:`Uploader` streams what the cloud
+has not acknowledged, drops batches once an ack reports them durable, and on any failure
+reconnects (exponential backoff with jitter) and asks the cloud for its durable ``seq`` before
+resending, so a cloud restart causes neither loss nor duplicates. Backpressure pauses sending
+for the time the cloud asks.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import grpc
+import pyarrow as pa
+
+from comms import steps as S
+from comms.backoff import Backoff
+from comms.client import FATAL_CODES, EdgeClient
+from comms.proto import robofleet_pb2 as pb
+from comms.sink import NO_SEQ
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SpoolEntry:
+    """One step batch waiting for its acknowledgement (Arrow IPC bytes, highest seq)."""
+
+    last_seq: int
+    data: bytes
+
+
+class Spool(Protocol):
+    """Unacknowledged step batches of one robot, ``last_seq`` increasing. The edge agent may
+    provide a disk-backed one; :class:`MemorySpool` is the in-memory version."""
+
+    def entries_after(self, seq: int, limit: int) -> list[SpoolEntry]:
+        """Up to ``limit`` entries with ``last_seq > seq``, oldest first."""
+        ...
+
+    def ack(self, durable_seq: int) -> None:
+        """Drop entries with ``last_seq <= durable_seq``."""
+        ...
+
+    def wait(self, after_seq: int, timeout: float) -> bool:
+        """Block until an entry with ``last_seq > after_seq`` exists; returns whether one does."""
+        ...
+
+
+class MemorySpool:
+    """In-memory :class:`Spool` (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._entries: collections.deque[SpoolEntry] = collections.deque()
+        self.durable_seq = NO_SEQ
+
+    def put(self, batch: pa.RecordBatch) -> int:
+        """Spool ``batch``; returns its highest seq.
+
+        Raises:
+            StepFormatError: the batch is not valid (see :func:`comms.steps.decode_batch`) or
+                its seqs do not follow the spooled ones.
+        """
+        data = S.encode_batch(batch)
+        checked = S.decode_batch(data)
+        first, last = int(checked.column("seq")[0].as_py()), S.last_seq(checked)
+        with self._cond:
+            tail = self._entries[-1].last_seq if self._entries else self.durable_seq
+            if first <= tail:
+                raise S.StepFormatError(f"seq {first} does not follow the spooled seq {tail}")
+            self._entries.append(SpoolEntry(last, data))
+            self._cond.notify_all()
+        return last
+
+    def entries_after(self, seq: int, limit: int) -> list[SpoolEntry]:
+        with self._cond:
+            out: list[SpoolEntry] = []
+            for e in self._entries:
+                if e.last_seq > seq:
+                    out.append(e)
+                    if len(out) >= limit:
+                        break
+            return out
+
+    def ack(self, durable_seq: int) -> None:
+        with self._cond:
+            self.durable_seq = max(self.durable_seq, durable_seq)
+            while self._entries and self._entries[0].last_seq <= durable_seq:
+                self._entries.popleft()
+            self._cond.notify_all()
+
+    def wait(self, after_seq: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: bool(self._entries) and self._entries[-1].last_seq > after_seq, timeout
+            )
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._entries)
+
+    def wait_acked(self, seq: int, timeout: float) -> bool:
+        """Block until ``seq`` is acknowledged durable; returns whether it was in time."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.durable_seq >= seq, timeout)
+
+
+_HELLO = -2  # marker in the outstanding-ack queue
+
+
+class Uploader:
+    """Streams a robot's spool to the cloud on a background thread.
+
+    Args:
+        client: the robot's :class:`EdgeClient` (cloud or site relay).
+        run_id: the run the steps belong to (the robot must hold a lease on it).
+        spool: where batches wait for their acknowledgement.
+
+    Attributes:
+        durable_seq: highest seq the cloud acknowledged as durable.
+        last_error: the last stream error (code and details), for status displays.
+        reconnects: how many times the stream was re-opened.
+    """
+
+    def __init__(self, client: EdgeClient, run_id: str, spool: Spool) -> None:
+        self._client = client
+        self._run_id = run_id
+        self._spool = spool
+        self._s = client.settings
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self.durable_seq = NO_SEQ
+        self.last_error: str | None = None
+        self.reconnects = 0
+        self.backpressured = 0
+        self._call: Any = None
+        self._thread = threading.Thread(target=self._run, name=f"uploader-{run_id}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        backoff = Backoff(self._s.reconnect_initial_s, self._s.reconnect_max_s)
+        while not self._stop.is_set():
+            progressed = False
+            try:
+                progressed = self._stream_once()
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                self.last_error = f"{code}: {exc.details() if hasattr(exc, 'details') else exc}"
+                if code in FATAL_CODES:
+                    log.error("upload refused (%s); retrying slowly", self.last_error)
+                else:
+                    log.info("upload stream lost (%s); reconnecting", code)
+            if self._stop.is_set():
+                return
+            if progressed:
+                backoff.reset()
+            self.reconnects += 1
+            if backoff.sleep(self._stop):
+                return
+
+    def _stream_once(self) -> bool:
+        """One stream's life. Returns whether it got any acknowledgement."""
+        st = _StreamState()
+        call = self._client.experience.Upload(self._requests(st), metadata=self._client.metadata)
+        self._call = call
+        got_ack = False
+        try:
+            for ack in call:
+                got_ack = True
+                self._on_ack(st, ack)
+        finally:
+            with self._cond:
+                st.dead = True
+                self._cond.notify_all()
+            call.cancel()
+        return got_ack
+
+    def _on_ack(self, st: _StreamState, ack: pb.UploadAck) -> None:
+        with self._cond:
+            st.last_progress = time.monotonic()
+            kind = st.outstanding.popleft() if st.outstanding else _HELLO
+            if ack.durable_seq > self.durable_seq:
+                self.durable_seq = int(ack.durable_seq)
+            if kind == _HELLO:
+                st.synced = True
+                st.sent_seq = int(ack.durable_seq)
+            elif ack.backpressure and not st.need_sync:
+                self.backpressured += 1
+                st.need_sync = True
+                st.resync_at = time.monotonic() + ack.retry_after_ms / 1000
+            self._cond.notify_all()
+        self._spool.ack(int(ack.durable_seq))
+
+    def _requests(self, st: _StreamState) -> Any:
+        """Request generator (runs on a gRPC thread)."""
+        s = self._s
+        with self._cond:
+            st.outstanding.append(_HELLO)
+        yield pb.StepBatch(run_id=self._run_id)
+        while True:
+            with self._cond:
+                if self._stop.is_set() or st.dead:
+                    return
+                now = time.monotonic()
+                inflight = sum(1 for k in st.outstanding if k != _HELLO)
+                if st.outstanding and now - st.last_progress > s.stream_idle_timeout_s:
+                    log.warning("no ack for %.0f s; dropping the stream", s.stream_idle_timeout_s)
+                    if self._call is not None:
+                        self._call.cancel()
+                    return
+                if st.need_sync:
+                    if now < st.resync_at:
+                        self._cond.wait(min(0.5, st.resync_at - now))
+                        continue
+                    st.need_sync = False
+                    st.synced = False
+                    st.outstanding.append(_HELLO)
+                    hello = True
+                else:
+                    hello = False
+                ready = st.synced and inflight < s.upload_window
+                sent_seq = st.sent_seq
+            if hello:
+                yield pb.StepBatch(run_id=self._run_id)
+                continue
+            if not ready:
+                with self._cond:
+                    self._cond.wait(0.2)
+                continue
+            entries = self._spool.entries_after(sent_seq, s.upload_window - inflight)
+            if not entries:
+                self._spool.wait(sent_seq, 0.2)
+                continue
+            for e in entries:
+                with self._cond:
+                    if st.need_sync or st.dead or self._stop.is_set():
+                        break
+                    st.outstanding.append(e.last_seq)
+                    st.sent_seq = e.last_seq
+                    if len(st.outstanding) == 1:
+                        st.last_progress = time.monotonic()
+                yield from _parts(self._run_id, e, s.upload_part_bytes)
+
+    def wait_durable(self, seq: int, timeout: float) -> bool:
+        """Block until the cloud acknowledged ``seq`` as durable."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self.durable_seq >= seq, max(0.0, deadline - time.monotonic())
+            )
+
+
+class _StreamState:
+    def __init__(self) -> None:
+        self.outstanding: collections.deque[int] = collections.deque()
+        self.synced = False
+        self.sent_seq = NO_SEQ
+        self.need_sync = False
+        self.resync_at = 0.0
+        self.dead = False
+        self.last_progress = time.monotonic()
+
+
+def _parts(run_id: str, e: SpoolEntry, part_bytes: int) -> Any:
+    """A batch as messages under gRPC's 4 MB limit (``more`` on all but the last)."""
+    n = len(e.data)
+    for off in range(0, n, part_bytes):
+        yield pb.StepBatch(
+            run_id=run_id,
+            last_seq=e.last_seq,
+            arrow_ipc=e.data[off : off + part_bytes],
+            more=off + part_bytes < n,
+        )
