@@ -132,7 +132,7 @@ class SACRLPD:
 
     def update(self, batch: Batch) -> Metrics:
         cfg = self.config
-        alpha = float(self.log_alpha.exp())
+        alpha = float(self.log_alpha.detach().exp())
         nxt = self._next_batch(batch)
         with torch.no_grad():
             next_action, next_logp = self.policy.sample(nxt)
