@@ -1,17 +1,101 @@
-"""Edge agent settings (the ``edge:`` section, ``ROBOFLEET_EDGE__*``)."""
+"""Edge agent settings (the ``edge:`` section, ``ROBOFLEET_EDGE__*``).
+
+Durations are seconds, sizes bytes. The spool lives under ``spool_dir`` (relative paths are
+taken from the working directory of the agent).
+"""
+
+from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 
-class EdgeSettings(BaseModel):
-    """Control loop, HG-DAgger gating and the offline spool."""
+class RiskRegion(BaseModel):
+    """An axis-aligned box over ``observation.state``; the operator takes over inside it.
 
+    ``dims`` index ``observation.state``; ``low``/``high`` bound them (same length).
+    """
+
+    dims: list[int] = Field(min_length=1)
+    low: list[float]
+    high: list[float]
+
+
+class EdgeSettings(BaseModel):
+    """Control loop, HG-DAgger gating, remote inference, the offline spool, weight apply."""
+
+    # --- spool / uplink
+    spool_dir: Path = Field(
+        default=Path("./robofleet-edge-spool"), description="Directory of the durable spool."
+    )
     spool_max_bytes: int = Field(
         default=1024**3, gt=0, description="Upper bound of the on-disk spool."
     )
+    spool_full_policy: Literal["drop_oldest", "drop_newest"] = Field(
+        default="drop_oldest",
+        description=(
+            "When the spool is full: drop the oldest unsent batches (keep the freshest data) or "
+            "drop the new batch (keep the oldest). Either way the dropped steps are counted, "
+            "their seq ranges logged in dropped.jsonl, and reported in heartbeats."
+        ),
+    )
+    batch_max_steps: int = Field(default=20, ge=1, description="Steps per uploaded batch.")
+    batch_max_delay_s: float = Field(
+        default=0.5, gt=0, description="A partial batch is spooled after this long."
+    )
+    upload_window_batches: int = Field(
+        default=8, ge=1, description="Batches in flight before waiting for an ack."
+    )
+    reconnect_backoff_s: float = Field(
+        default=0.2, gt=0, description="First reconnect delay; doubles up to 5 s."
+    )
+    heartbeat_interval_s: float = Field(default=1.0, gt=0, description="Heartbeat period.")
+
+    # --- HG-DAgger gating (simulated operator)
     gating_threshold: float = Field(
         default=0.3, gt=0, description="Operator takes over when |novice - expert| exceeds this."
     )
+    gating_norm: Literal["l2", "linf"] = Field(
+        default="l2", description="Norm of novice - expert compared with gating_threshold."
+    )
     handback_steps: int = Field(
         default=5, ge=1, description="Agreeing steps before the operator hands control back."
+    )
+    risk_regions: list[RiskRegion] = Field(
+        default_factory=list, description="State boxes in which the operator always acts."
+    )
+
+    # --- inference
+    inference: Literal["local", "remote"] = Field(
+        default="local", description="Run the policy here or call the cloud's Act service."
+    )
+    remote_deadline_s: float = Field(
+        default=0.03, gt=0, description="Longest a control step waits for a remote action chunk."
+    )
+    hold_keep_dims: list[int] = Field(
+        default_factory=list,
+        description=(
+            "Safe hold = zeros, except these action dims keep their last executed value "
+            "(e.g. [3] keeps a Meta-World gripper closed on its object)."
+        ),
+    )
+
+    # --- weights
+    weight_apply_at: Literal["episode_end", "chunk_boundary"] = Field(
+        default="episode_end", description="Safe boundary at which a new policy version applies."
+    )
+
+    # --- episodes
+    control_hz: float | None = Field(
+        default=None, gt=0, description="Loop rate; None runs at the driver's control rate."
+    )
+    episode_commit: Literal["stream", "episode_end"] = Field(
+        default="stream",
+        description=(
+            "stream: steps upload as they happen; episode_end: an episode's steps are held on "
+            "the robot until it ends, so an operator's rerecord discards it completely."
+        ),
+    )
+    max_episode_steps: int | None = Field(
+        default=None, gt=0, description="Override the driver's episode length."
     )

@@ -1,0 +1,306 @@
+"""Intervention sources: who may take over a step (see ``edge_agent.core.InterventionSource``).
+
+* :class:`NoOperator` - nobody watches; the policy always acts.
+* :class:`ScriptedOperator` - the simulated operator: a scripted expert (Meta-World's policy for
+  the task) behind HG-DAgger gating (:class:`edge_agent.gating.HGDaggerGate`).
+* :class:`KeyboardOperator` - a person at a keyboard (pynput). Keys: ``space`` takes over /
+  hands back; ``w``/``s``, ``a``/``d``, ``q``/``e`` drive action dims 1, 0, 2 (+/-); ``g``
+  toggles the gripper (dim 3); ``r`` discards and rerecords the episode; ``y`` / ``n`` label it
+  success / failure (and end it); ``esc`` e-stops.
+* :class:`GamepadOperator` - a person with a gamepad (pygame joystick events). Hold the
+  deadman button (default 4, left bumper) to take over; axes drive action dims; buttons label
+  success (0), failure (1), rerecord (2); button 5 closes the gripper while held.
+
+Keyboard and gamepad are driven by events, so they are tested headless by injecting events
+(``KeyboardOperator.on_press`` / ``on_release``; ``pygame.event.post`` with
+``SDL_VIDEODRIVER=dummy``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from edge_agent.core import Observation, OperatorInput
+from edge_agent.gating import HGDaggerGate
+
+Expert = Callable[[Mapping[str, Any]], np.ndarray]
+
+
+class NoOperator:
+    """Nobody takes over."""
+
+    def step(self, observation: Observation, proposed: np.ndarray) -> OperatorInput:
+        return OperatorInput()
+
+    def reset(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedOperator:
+    """The simulated operator: a scripted expert gated by HG-DAgger's takeover rule.
+
+    Args:
+        expert: ``observation -> action (A,)`` (e.g. ``hal.drivers.metaworld.expert_policy``).
+        gate: the takeover / handback rule (thresholds are ``edge:`` settings).
+        state_key: the observation entry the gate's risk regions look at.
+    """
+
+    def __init__(
+        self, expert: Expert, gate: HGDaggerGate, state_key: str = "observation.state"
+    ) -> None:
+        self.expert = expert
+        self.gate = gate
+        self.state_key = state_key
+        self.takeovers = 0
+
+    def step(self, observation: Observation, proposed: np.ndarray) -> OperatorInput:
+        label = np.asarray(self.expert(observation), dtype=np.float32)
+        was = self.gate.expert_in_control
+        d = self.gate.decide(proposed, label, observation.get(self.state_key))
+        if d.expert_in_control and not was:
+            self.takeovers += 1
+        if d.expert_in_control:
+            return OperatorInput(True, label, None, d.reason)
+        return OperatorInput(False, None, None, d.reason)
+
+    def reset(self) -> None:
+        self.gate.reset()
+
+    def close(self) -> None:
+        pass
+
+
+class _HumanState:
+    """Thread-safe state shared by an input thread and the control loop."""
+
+    def __init__(self, action_dim: int) -> None:
+        self.lock = threading.Lock()
+        self.active = False
+        self.axes = np.zeros(action_dim, np.float32)
+        self.commands: list[str] = []
+
+    def take(self) -> tuple[bool, np.ndarray, str | None]:
+        with self.lock:
+            cmd = self.commands.pop(0) if self.commands else None
+            return self.active, self.axes.copy(), cmd
+
+
+class KeyboardOperator:
+    """A keyboard operator (pynput). See the module doc for the keys.
+
+    Args:
+        action_dim: A (at least 3; dim 3 is the gripper when present).
+        step_size: magnitude of one key's action component.
+        listen: start pynput's global listener (needs a display or ``PYNPUT_BACKEND``); tests
+            pass False and inject events.
+
+    Raises:
+        RuntimeError: ``listen`` is True but pynput has no usable backend here (no X display).
+    """
+
+    _AXES = {
+        "d": (0, 1.0),
+        "a": (0, -1.0),
+        "w": (1, 1.0),
+        "s": (1, -1.0),
+        "q": (2, 1.0),
+        "e": (2, -1.0),
+    }
+    _COMMANDS = {"r": "rerecord", "y": "success", "n": "failure"}
+
+    def __init__(self, action_dim: int, step_size: float = 1.0, listen: bool = True) -> None:
+        self.state = _HumanState(action_dim)
+        self.step_size = step_size
+        self.gripper = -1.0
+        self._held: set[str] = set()
+        self._listener: Any = None
+        if listen:
+            try:
+                from pynput import keyboard
+            except ImportError as exc:
+                raise RuntimeError(
+                    f"keyboard operator needs pynput with a display or PYNPUT_BACKEND set: {exc}"
+                ) from None
+            self._listener = keyboard.Listener(on_press=self.on_press, on_release=self.on_release)
+            self._listener.start()
+
+    @staticmethod
+    def _name(key: Any) -> str:
+        char = getattr(key, "char", None)
+        if char:
+            return str(char).lower()
+        name = getattr(key, "name", None)
+        return str(name) if name else str(key)
+
+    def on_press(self, key: Any) -> None:
+        """pynput callback (also the test's injection point)."""
+        name = self._name(key)
+        with self.state.lock:
+            if name == "space":
+                self.state.active = not self.state.active
+            elif name == "esc":
+                self.state.commands.append("estop")
+            elif name == "g":
+                self.gripper = -self.gripper
+            elif name in self._COMMANDS:
+                self.state.commands.append(self._COMMANDS[name])
+            elif name in self._AXES:
+                self._held.add(name)
+            self._recompute()
+
+    def on_release(self, key: Any) -> None:
+        name = self._name(key)
+        with self.state.lock:
+            self._held.discard(name)
+            self._recompute()
+
+    def _recompute(self) -> None:
+        axes = np.zeros_like(self.state.axes)
+        for k in self._held:
+            dim, sign = self._AXES[k]
+            if dim < axes.shape[0]:
+                axes[dim] += sign * self.step_size
+        if axes.shape[0] > 3:
+            axes[3] = self.gripper
+        self.state.axes = axes
+
+    def step(self, observation: Observation, proposed: np.ndarray) -> OperatorInput:
+        active, axes, cmd = self.state.take()
+        if active:
+            return OperatorInput(True, axes, cmd, "key")
+        return OperatorInput(False, None, cmd, "")
+
+    def reset(self) -> None:
+        with self.state.lock:
+            self.state.active = False
+            self._held.clear()
+            self._recompute()
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+
+
+class GamepadOperator:
+    """A gamepad operator (pygame joystick events, polled once per control step).
+
+    Args:
+        action_dim: A.
+        axis_map: joystick axis -> (action dim, sign). Default: left stick x/y -> dims 0/1,
+            right stick y -> dim 2.
+        deadman_button / gripper_button: held to take over / to close the gripper (dim 3).
+        command_buttons: button -> ``success`` / ``failure`` / ``rerecord`` / ``estop``.
+        deadzone: stick values below this magnitude read as 0.
+
+    pygame needs a video driver for its event queue; on a headless robot computer the dummy
+    driver is used (``SDL_VIDEODRIVER=dummy`` unless already set).
+    """
+
+    def __init__(
+        self,
+        action_dim: int,
+        axis_map: Mapping[int, tuple[int, float]] | None = None,
+        deadman_button: int = 4,
+        gripper_button: int = 5,
+        command_buttons: Mapping[int, str] | None = None,
+        deadzone: float = 0.1,
+    ) -> None:
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        import pygame
+
+        self.pg = pygame
+        pygame.display.init()
+        pygame.joystick.init()
+        self.sticks = [pygame.joystick.Joystick(i) for i in range(pygame.joystick.get_count())]
+        self.state = _HumanState(action_dim)
+        self.axis_map = (
+            dict(axis_map) if axis_map is not None else {0: (0, 1.0), 1: (1, -1.0), 4: (2, -1.0)}
+        )
+        self.deadman_button = deadman_button
+        self.gripper_button = gripper_button
+        self.command_buttons = (
+            dict(command_buttons)
+            if command_buttons is not None
+            else {0: "success", 1: "failure", 2: "rerecord", 8: "estop"}
+        )
+        self.deadzone = deadzone
+        self._raw = np.zeros(action_dim, np.float32)
+        self._gripper = -1.0
+
+    def _pump(self) -> None:
+        pg = self.pg
+        for ev in pg.event.get((pg.JOYAXISMOTION, pg.JOYBUTTONDOWN, pg.JOYBUTTONUP)):
+            if ev.type == pg.JOYAXISMOTION and ev.axis in self.axis_map:
+                dim, sign = self.axis_map[ev.axis]
+                if dim < self._raw.shape[0]:
+                    v = float(ev.value)
+                    self._raw[dim] = 0.0 if abs(v) < self.deadzone else sign * v
+            elif ev.type == pg.JOYBUTTONDOWN:
+                if ev.button == self.deadman_button:
+                    self.state.active = True
+                elif ev.button == self.gripper_button:
+                    self._gripper = 1.0
+                elif ev.button in self.command_buttons:
+                    self.state.commands.append(self.command_buttons[ev.button])
+            elif ev.type == pg.JOYBUTTONUP:
+                if ev.button == self.deadman_button:
+                    self.state.active = False
+                elif ev.button == self.gripper_button:
+                    self._gripper = -1.0
+        axes = self._raw.copy()
+        if axes.shape[0] > 3:
+            axes[3] = self._gripper
+        self.state.axes = axes
+
+    def step(self, observation: Observation, proposed: np.ndarray) -> OperatorInput:
+        with self.state.lock:
+            self._pump()
+        active, axes, cmd = self.state.take()
+        if active:
+            return OperatorInput(True, axes, cmd, "button")
+        return OperatorInput(False, None, cmd, "")
+
+    def reset(self) -> None:
+        pass
+
+    def close(self) -> None:
+        for s in self.sticks:
+            s.quit()
+
+
+def make_operator(
+    kind: str, action_dim: int, *, expert: Expert | None = None, gate: HGDaggerGate | None = None
+) -> Any:
+    """Build an intervention source by name: ``none``, ``scripted``, ``keyboard``, ``gamepad``.
+
+    Raises:
+        ValueError: unknown ``kind``, or ``scripted`` without an expert and a gate.
+    """
+    if kind == "none":
+        return NoOperator()
+    if kind == "scripted":
+        if expert is None or gate is None:
+            raise ValueError("the scripted operator needs an expert and a gate")
+        return ScriptedOperator(expert, gate)
+    if kind == "keyboard":
+        return KeyboardOperator(action_dim)
+    if kind == "gamepad":
+        return GamepadOperator(action_dim)
+    raise ValueError(f"unknown operator {kind!r}; choose none, scripted, keyboard or gamepad")
+
+
+__all__: Sequence[str] = (
+    "GamepadOperator",
+    "KeyboardOperator",
+    "NoOperator",
+    "ScriptedOperator",
+    "make_operator",
+)
