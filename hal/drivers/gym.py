@@ -1,0 +1,166 @@
+"""Any Gymnasium environment id as a fleet robot (gym-hil's Panda tasks, classic control, ...).
+
+Observation mapping (LeRobot names): a flat ``Box`` becomes ``observation.state``; a ``Dict``
+maps ``agent_pos`` to ``observation.state``, ``pixels`` (an image or a dict of images) to
+``observation.images.<name>``, an ``(H, W, C)`` uint8 ``Box`` to an image, and any other
+vector key ``k`` to ``observation.<k>``. Actions must be a 1-D ``Box``; its finite bounds are the
+safety clip. Episode success is ``info['is_success']`` or ``info['success']``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hal.driver import Applied, Observation, RobotDriver
+from hal.spec import CameraSpec, Capabilities, Feature, RobotSpec
+
+
+def _is_image(space: Any) -> bool:
+    return len(space.shape) == 3 and space.dtype == np.uint8 and space.shape[2] in (1, 3, 4)
+
+
+class GymnasiumDriver(RobotDriver):
+    """Wrap ``gymnasium.make(env_id, **env_kwargs)``.
+
+    Args:
+        name: robot name.
+        env_id: registered Gymnasium id, e.g. ``Pendulum-v1`` or ``gym_hil/PandaPickCube-v0``.
+        env_kwargs: keyword arguments of ``gymnasium.make``.
+        robot_type: scheduling type (default: the env id, lower-cased, ``/`` -> ``-``).
+        max_episode_steps: truncation limit (default: the env's registered TimeLimit).
+        control_hz: control rate (default: ``metadata['render_fps']``, else 10 Hz).
+        seed: seed of the first reset without one (each further reset increments it).
+
+    Raises:
+        ValueError: the id is unknown, or its action space is not a 1-D Box.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        env_id: str,
+        env_kwargs: Mapping[str, Any] | None = None,
+        robot_type: str | None = None,
+        max_episode_steps: int | None = None,
+        control_hz: float | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(name)
+        import gymnasium as gym
+        from gymnasium import spaces
+
+        self._env_id = env_id
+        self._env_kwargs = dict(env_kwargs or {})
+        try:
+            self._env: Any = gym.make(env_id, **self._env_kwargs)
+        except gym.error.Error as exc:
+            raise ValueError(f"robot {name}: cannot make Gymnasium env {env_id!r}: {exc}") from None
+        act = self._env.action_space
+        if not isinstance(act, spaces.Box) or len(act.shape) != 1:
+            self._env.close()
+            raise ValueError(
+                f"robot {name}: env {env_id!r} has action space {act}; only a 1-D Box is supported"
+            )
+        self._keys: list[tuple[tuple[str, ...], str]] = []  # (path in the gym obs, feature key)
+        features: dict[str, Feature] = {}
+        cams: list[CameraSpec] = []
+        self._map_space(self._env.observation_space, (), features, cams)
+        low = [float(x) if np.isfinite(x) else -1e30 for x in act.low]
+        high = [float(x) if np.isfinite(x) else 1e30 for x in act.high]
+        limit = max_episode_steps or (self._env.spec.max_episode_steps if self._env.spec else None)
+        hz = control_hz or float(self._env.metadata.get("render_fps") or 10.0)
+        self.spec = RobotSpec(
+            robot_type=robot_type or env_id.lower().replace("/", "-").replace(":", "-"),
+            observation_features=features,
+            action_features={
+                "action": Feature(
+                    dtype="float32", shape=act.shape, names=[f"a{i}" for i in range(act.shape[0])]
+                )
+            },
+            control_hz=hz,
+            cameras=cams,
+            capabilities=Capabilities(can_reset=True, simulated=True),
+            action_low=low,
+            action_high=high,
+            max_episode_steps=limit,
+        )
+        self._next_seed = seed
+        self._obs: Any = None
+
+    def _map_space(
+        self,
+        space: Any,
+        path: tuple[str, ...],
+        features: dict[str, Feature],
+        cams: list[CameraSpec],
+    ) -> None:
+        from gymnasium import spaces
+
+        if isinstance(space, spaces.Dict):
+            for key, sub in space.spaces.items():
+                self._map_space(sub, (*path, key), features, cams)
+            return
+        if not isinstance(space, spaces.Box):
+            raise ValueError(
+                f"robot {self.name}: observation {'/'.join(path)} is {space}; need Box"
+            )
+        if _is_image(space):
+            cam = path[-1] if path and path[-1] != "pixels" else "pixels"
+            h, w, c = space.shape
+            cams.append(CameraSpec(name=cam, height=h, width=w, channels=c))
+            key = f"observation.images.{cam}"
+            features[key] = Feature(
+                dtype="video", shape=space.shape, names=["height", "width", "channels"]
+            )
+        else:
+            leaf = path[-1] if path else "state"
+            key = "observation.state" if leaf in ("state", "agent_pos") else f"observation.{leaf}"
+            n = int(np.prod(space.shape))
+            features[key] = Feature(
+                dtype="float32", shape=(n,), names=[f"{leaf}_{i}" for i in range(n)]
+            )
+        self._keys.append((path, key))
+
+    def _convert(self, raw: Any) -> Observation:
+        out: Observation = {}
+        for path, key in self._keys:
+            value = raw
+            for p in path:
+                value = value[p]
+            arr = np.asarray(value)
+            out[key] = (
+                arr.astype(np.uint8)
+                if key.startswith("observation.images.")
+                else arr.astype(np.float32).reshape(-1)
+            )
+        return out
+
+    def _connect(self) -> None:
+        if self._env is None:
+            import gymnasium as gym
+
+            self._env = gym.make(self._env_id, **self._env_kwargs)
+        self._reset("", None)
+
+    def _disconnect(self) -> None:
+        self._env.close()
+        self._env = None
+
+    def _reset(self, task: str, seed: int | None) -> Observation:
+        if seed is None:
+            seed = self._next_seed
+            self._next_seed += 1
+        self._obs, _info = self._env.reset(seed=seed)
+        return self._convert(self._obs)
+
+    def _get_observation(self) -> Observation:
+        return self._convert(self._obs)
+
+    def _apply_action(self, action: NDArray[np.float32]) -> Applied:
+        self._obs, reward, terminated, truncated, info = self._env.step(action)
+        success = bool(info.get("is_success", info.get("success", False)))
+        return Applied(action, float(reward), bool(terminated), bool(truncated), success)

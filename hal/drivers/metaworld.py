@@ -1,0 +1,236 @@
+"""Meta-World v3 (MuJoCo Sawyer) as a fleet robot, plus the task's scripted expert.
+
+Goal-observable state observations (39 floats, layout from Meta-World's ``SawyerXYZEnv``:
+hand xyz, gripper opening, two object poses (xyz + wxyz quaternion), the same 18 values one
+frame earlier, then the goal xyz). Actions are 4 floats in [-1, 1]: end-effector deltas and
+the gripper effort. Each episode's goal comes from Meta-World's MT1 task list (50 goal
+variations per task, generated with ``benchmark_seed``); ``reset(seed=s)`` picks variation
+``s % 50`` and seeds the simulator, so an evaluation configuration (task, seed) is repeatable.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hal.driver import Applied, DriverError, Observation, RobotDriver
+from hal.drivers.rendering import choose_gl_backend
+from hal.spec import CameraSpec, Capabilities, Feature, RobotSpec
+
+# MuJoCo reads MUJOCO_GL once, at its import: choose before anything imports it.
+choose_gl_backend()
+
+ROBOT_TYPE = "metaworld-sawyer"
+DEFAULT_MAX_EPISODE_STEPS = 500  # Meta-World's max_path_length
+CONTROL_HZ = 80.0  # frame_skip 5 x timestep 2.5 ms
+_OBJ = [f"{o}_{c}" for o in ("obj1", "obj2") for c in ("x", "y", "z", "qw", "qx", "qy", "qz")]
+_FRAME = ["hand_x", "hand_y", "hand_z", "gripper_distance", *_OBJ]
+STATE_NAMES = [*_FRAME, *(f"prev_{n}" for n in _FRAME), "goal_x", "goal_y", "goal_z"]
+ACTION_NAMES = ["delta_x", "delta_y", "delta_z", "gripper"]
+
+
+def v3_tasks() -> list[str]:
+    """Names of every Meta-World v3 task (``reach-v3``, ``pick-place-v3``, ...)."""
+    from metaworld.env_dict import ALL_V3_ENVIRONMENTS
+
+    return list(ALL_V3_ENVIRONMENTS)
+
+
+def expert_policy(task: str) -> Callable[[Mapping[str, Any] | NDArray[Any]], NDArray[np.float32]]:
+    """Meta-World's scripted expert for ``task`` (``metaworld.policies``) as ``obs -> action``.
+
+    The callable takes a driver observation dict (uses ``observation.state``) or the raw
+    (39,) state, and returns a float32 action of shape (4,) in [-1, 1]. Used as the simulated
+    operator for HG-DAgger.
+
+    Raises:
+        ValueError: ``task`` has no scripted expert.
+    """
+    from metaworld.policies import ENV_POLICY_MAP
+
+    if task not in ENV_POLICY_MAP:
+        raise ValueError(f"no scripted expert for task {task!r}; known: {sorted(ENV_POLICY_MAP)}")
+    policy: Any = ENV_POLICY_MAP[task]()  # type: ignore[abstract]
+
+    def act(obs: Mapping[str, Any] | NDArray[Any]) -> NDArray[np.float32]:
+        state = obs["observation.state"] if isinstance(obs, Mapping) else obs
+        action = policy.get_action(np.asarray(state, dtype=np.float64))
+        return np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
+
+    return act
+
+
+@functools.lru_cache(maxsize=64)
+def _mt1(task: str, benchmark_seed: int) -> Any:
+    import metaworld
+
+    return metaworld.MT1(task, seed=benchmark_seed)
+
+
+class MetaWorldDriver(RobotDriver):
+    """One simulated Sawyer that can run any v3 task, switching per episode.
+
+    Args:
+        name: robot name.
+        task: the task of the first episode (default: first of ``tasks``).
+        tasks: tasks this robot may run (default: ``[task]``); ``reset(task=...)`` switches.
+        max_episode_steps: truncation limit (default 500, Meta-World's).
+        cameras: camera names of the Meta-World scene to render (``corner``, ``topview``,
+            ``behindGripper``, ``gripperPOV``, ...); empty for state only.
+        image_size: (height, width) of rendered images.
+        benchmark_seed: seed of the goal-variation list (fix it for evaluation).
+        seed: default seed of episodes reset without one (each such reset increments it).
+        terminate_on_success: end the episode (terminated=True) at success.
+        robot_type: scheduling type (default ``metaworld-sawyer``).
+
+    Raises:
+        ValueError: unknown task or bad option.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        task: str | None = None,
+        tasks: Sequence[str] | None = None,
+        max_episode_steps: int = DEFAULT_MAX_EPISODE_STEPS,
+        cameras: Sequence[str] = (),
+        image_size: tuple[int, int] = (96, 96),
+        benchmark_seed: int = 0,
+        seed: int = 0,
+        terminate_on_success: bool = False,
+        robot_type: str = ROBOT_TYPE,
+    ) -> None:
+        super().__init__(name)
+        known = v3_tasks()
+        task_list = list(tasks) if tasks else ([task] if task else ["reach-v3"])
+        bad = [t for t in task_list if t not in known]
+        if bad:
+            raise ValueError(f"unknown Meta-World v3 task(s) {bad}; known: {known}")
+        if task is not None and task not in task_list:
+            raise ValueError(f"task {task!r} is not in tasks {task_list}")
+        if max_episode_steps <= 0:
+            raise ValueError(f"max_episode_steps must be positive, got {max_episode_steps}")
+        h, w = image_size
+        obs_features = {
+            "observation.state": Feature(dtype="float32", shape=(39,), names=STATE_NAMES),
+        }
+        cams = [CameraSpec(name=c, height=h, width=w) for c in cameras]
+        for cam in cams:
+            obs_features[f"observation.images.{cam.name}"] = Feature(
+                dtype="video", shape=(h, w, 3), names=["height", "width", "channels"]
+            )
+        self.spec = RobotSpec(
+            robot_type=robot_type,
+            observation_features=obs_features,
+            action_features={
+                "action": Feature(dtype="float32", shape=(4,), names=ACTION_NAMES),
+            },
+            control_hz=CONTROL_HZ,
+            cameras=cams,
+            capabilities=Capabilities(can_reset=True, simulated=True, multi_task=True),
+            action_low=[-1.0] * 4,
+            action_high=[1.0] * 4,
+            max_episode_steps=max_episode_steps,
+            tasks=task_list,
+        )
+        self._first_task = task or task_list[0]
+        self._benchmark_seed = benchmark_seed
+        self._next_seed = seed
+        self._terminate_on_success = terminate_on_success
+        self._envs: dict[str, Any] = {}
+        self._env: Any = None
+        self._state: NDArray[np.float32] | None = None
+        self._renderer: Any = None
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        if self.spec.cameras:
+            if choose_gl_backend() is None:
+                raise DriverError(
+                    f"robot {self.name}: cameras need MuJoCo rendering but neither EGL nor "
+                    "OSMesa is installed (set MUJOCO_GL or drop cameras)"
+                )
+        self._env = self._env_for(self._first_task)
+        import mujoco
+
+        for cam in self.spec.cameras:
+            if mujoco.mj_name2id(self._env.model, mujoco.mjtObj.mjOBJ_CAMERA, cam.name) < 0:
+                raise DriverError(
+                    f"robot {self.name}: the Meta-World scene has no camera {cam.name!r}"
+                )
+        self._reset(self._first_task, None)
+
+    def _disconnect(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        for env in self._envs.values():
+            env.close()
+        self._envs.clear()
+        self._env = None
+
+    def _reset(self, task: str, seed: int | None) -> Observation:
+        if seed is None:
+            seed = self._next_seed
+            self._next_seed += 1
+        env = self._env_for(task)
+        if env is not self._env and self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        self._env = env
+        variations = _mt1(task, self._benchmark_seed).train_tasks
+        env.set_task(variations[seed % len(variations)])
+        state, _info = env.reset(seed=seed)
+        self._state = np.asarray(state, dtype=np.float32)
+        return self._get_observation()
+
+    def _get_observation(self) -> Observation:
+        assert self._state is not None
+        obs: Observation = {"observation.state": self._state.copy()}
+        for cam in self.spec.cameras:
+            obs[f"observation.images.{cam.name}"] = self._render(cam)
+        return obs
+
+    def _apply_action(self, action: NDArray[np.float32]) -> Applied:
+        state, reward, terminated, truncated, info = self._env.step(action)
+        self._state = np.asarray(state, dtype=np.float32)
+        success = bool(info.get("success", 0.0))
+        return Applied(
+            sent=action,
+            reward=float(reward),
+            terminated=bool(terminated) or (self._terminate_on_success and success),
+            truncated=bool(truncated),
+            success=success,
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _env_for(self, task: str) -> Any:
+        env = self._envs.get(task)
+        if env is None:
+            env = _mt1(task, self._benchmark_seed).train_classes[task]()
+            env.max_path_length = self.spec.max_episode_steps
+            self._envs[task] = env
+        return env
+
+    def _render(self, cam: CameraSpec) -> NDArray[np.uint8]:
+        import mujoco
+
+        if self._renderer is None:
+            try:
+                self._renderer = mujoco.Renderer(self._env.model, cam.height, cam.width)
+            except Exception as exc:  # the GL stack reports many error types
+                raise DriverError(
+                    f"robot {self.name}: MuJoCo rendering failed with "
+                    f"MUJOCO_GL={choose_gl_backend()}: {exc}"
+                ) from exc
+        try:
+            self._renderer.update_scene(self._env.data, camera=cam.name)
+        except (ValueError, KeyError) as exc:
+            raise DriverError(f"robot {self.name}: no camera {cam.name!r} in the scene") from exc
+        return np.asarray(self._renderer.render(), dtype=np.uint8).copy()

@@ -1,0 +1,41 @@
+"""A stand-in ROS 2 robot in its own process: publishes sensor_msgs/JointState at 100 Hz whose
+positions follow the last command received, and echoes each command on ``/joint_commands_echo``.
+
+Run: python -m tests.hal.ros2_echo DOMAIN_ID joint1,joint2,...
+"""
+
+import sys
+import time
+
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+
+from hal.ros2.dds import participant
+from hal.ros2.types import JointState, dds_topic
+
+
+def main() -> None:
+    domain, joints = int(sys.argv[1]), sys.argv[2].split(",")
+    dp = participant(domain, loopback_only=True)
+    state_w = DataWriter(dp, Topic(dp, dds_topic("/joint_states"), JointState))
+    echo_w = DataWriter(dp, Topic(dp, dds_topic("/joint_commands_echo"), JointState))
+    cmd_r = DataReader(dp, Topic(dp, dds_topic("/joint_commands"), JointState))
+    position = [0.0] * len(joints)
+    print("ready", flush=True)
+    while True:
+        for cmd in cmd_r.take(64):
+            index = {n: i for i, n in enumerate(cmd.name)}
+            position = [
+                cmd.position[index[j]] if j in index else p
+                for j, p in zip(joints, position, strict=True)
+            ]
+            echo_w.write(cmd)
+        state_w.write(
+            JointState(name=joints, position=position, velocity=[0.0] * len(joints), effort=[])
+        )
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    main()
