@@ -1,1 +1,112 @@
-"""Persistent, cache-aware replay buffer: step schema, WAL, Arrow segments, samplers, rate limiter."""
+"""Persistent, cache-aware replay buffer: step schema, WAL, Arrow segments, samplers, rate limiter.
+
+Every acknowledged step is durable (fdatasync'ed in a checksummed write-ahead log, later sealed
+into immutable Arrow segments); the learner samples from RAM (hot tier) and memory-mapped
+segments (cold tier) within a byte budget; a directory outlives runs and can be mounted by
+later runs as offline data or exported to LeRobotDataset v3.
+
+The whole public API::
+
+    from buffer import BufferSettings, ReplayBuffer, StepSchema, RateLimiter, samplers
+
+    schema = StepSchema.from_features(
+        {"observation.state": {"dtype": "float32", "shape": (39,), "names": [...]},
+         "observation.images.front": {"dtype": "image", "shape": (84, 84, 3)}},
+        {"action": {"dtype": "float32", "shape": (4,)}},
+    )
+    buf = ReplayBuffer.open("data/buffer", schema, BufferSettings(memory_budget_bytes=2**30))
+    # later: ReplayBuffer.open("data/buffer") reopens with the stored schema (after a crash
+    # too: the WAL is replayed, a torn tail dropped, nothing acknowledged lost).
+
+    # Ingest (comms/edge): an Arrow RecordBatch (the wire format) or a list of step dicts.
+    # Columns: seq, robot_id, run_id, task, episode_index, frame_index, timestamp, reward,
+    # terminated, truncated, is_intervention, policy_version, observation.*, action,
+    # optional action.policy / action.operator, and on done steps next.observation.* (the
+    # real final observation). See buffer.schema for types; schema.batch_from_records(dicts)
+    # builds the batch.
+    result = buf.append(batch)          # returns only after fdatasync
+    result.acked                        # {robot_id: highest durable seq}
+    # All-or-nothing: one invalid record -> StepValidationError (names record + field) and
+    # nothing of the batch is stored. Records whose (robot_id, seq) is already stored are
+    # acknowledged again without being stored twice (safe retries).
+
+    # Backpressure (uplink): with a rate limiter, buf.can_accept(n) says whether an insert of
+    # n would go through now; append(batch, timeout=0.5) raises BackpressureError (with
+    # .retry_after_s) instead of blocking longer.
+
+    # Learner:
+    limiter = RateLimiter(samples_per_insert=4.0, min_size_to_sample=1000)  # Reverb's rule
+    buf = ReplayBuffer.open(path, schema, settings, rate_limiter=limiter)
+    batch = buf.sample(256)                                   # uniform
+    batch = buf.sample(256, sampler=samplers.PrioritizedSampler())
+    # keys: observation.*, next.observation.*, action, action.policy, action.operator,
+    # reward, terminated, truncated, is_intervention, policy_version, episode_index,
+    # frame_index, timestamp, task, robot_id, index, source, weight (all numpy, dim 0 = B)
+    seqs = buf.sample_sequences(64, length=10, history=2)   # action chunks, n-step, stacks
+    # (B, history + length, ...) arrays + mask; never crosses an episode boundary.
+
+    # Reuse: mount an earlier run's directory as offline data (no copy), mix per task.
+    buf.mount("data/old_run", tasks=["reach-v3"], interventions_only=True)
+    batch = buf.sample(256, sampler=samplers.MixSampler(online_fraction=0.5))  # RLPD 50/50
+    state = sampler.state_dict()  # into the learner checkpoint; sampler.load_state_dict(state)
+
+    # LeRobot interchange: export_lerobot(buf, root, repo_id, fps) / import_lerobot(root, dir)
+
+    buf.stats()   # size_transitions, bytes_on_disk, bytes_in_cache, cache_hit_rate,
+                  # prefetch_lag_s, ack_latency_p50_s/p99_s, ...
+    buf.close()
+
+Threads: ``append`` may be called from many threads (one per robot) and ``sample`` from
+several at once; readers never see a partly written row (rows become visible only after
+their fdatasync, in log order).
+"""
+
+from buffer import samplers
+from buffer.config import BufferSettings
+from buffer.errors import (
+    BackpressureError,
+    BufferClosedError,
+    CorruptDataError,
+    RateLimiterTimeout,
+    ReplayBufferError,
+    StepValidationError,
+)
+from buffer.lerobot_io import export_lerobot, import_lerobot
+from buffer.rate_limiter import RateLimiter
+from buffer.replay_buffer import AppendResult, OfflineView, ReplayBuffer
+from buffer.samplers import (
+    CacheAwareSampler,
+    InterventionSampler,
+    MixSampler,
+    PrioritizedSampler,
+    RecencySampler,
+    Sampler,
+    UniformSampler,
+)
+from buffer.schema import FeatureSpec, StepSchema
+
+__all__ = [
+    "AppendResult",
+    "BackpressureError",
+    "BufferClosedError",
+    "BufferSettings",
+    "CacheAwareSampler",
+    "CorruptDataError",
+    "FeatureSpec",
+    "InterventionSampler",
+    "MixSampler",
+    "OfflineView",
+    "PrioritizedSampler",
+    "RateLimiter",
+    "RateLimiterTimeout",
+    "RecencySampler",
+    "ReplayBuffer",
+    "ReplayBufferError",
+    "Sampler",
+    "StepSchema",
+    "StepValidationError",
+    "UniformSampler",
+    "export_lerobot",
+    "import_lerobot",
+    "samplers",
+]

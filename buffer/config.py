@@ -6,11 +6,20 @@ from pydantic import BaseModel, Field
 class BufferSettings(BaseModel):
     """Where and how the replay buffer keeps steps.
 
-    Sizes are bytes; durations are seconds.
+    Sizes are bytes; durations are seconds. ``0`` for a capacity or retention limit means
+    "unbounded".
     """
 
     memory_budget_bytes: int = Field(
-        default=2 * 1024**3, gt=0, description="Byte budget of the in-memory hot tier."
+        default=2 * 1024**3,
+        gt=0,
+        description="Byte budget of payload memory: hot tier + open tail + resident cold pages.",
+    )
+    hot_fraction: float = Field(
+        default=0.8,
+        gt=0,
+        lt=1,
+        description="Share of the budget the hot tier may hold; the rest is for cold mmap pages.",
     )
     segment_target_bytes: int = Field(
         default=64 * 1024**2,
@@ -22,4 +31,28 @@ class BufferSettings(BaseModel):
     )
     max_record_bytes: int = Field(
         default=16 * 1024**2, gt=0, description="A single step larger than this is rejected."
+    )
+    require_final_observation: bool = Field(
+        default=True,
+        description=(
+            "A terminated or truncated step must carry its real final observation "
+            "(``next.observation.*``); False falls back to repeating its own observation."
+        ),
+    )
+    capacity_transitions: int = Field(
+        default=0, ge=0, description="Online sampling window in transitions (FIFO); 0 = all."
+    )
+    capacity_bytes: int = Field(
+        default=0, ge=0, description="Online sampling window in payload bytes (FIFO); 0 = all."
+    )
+    retention_max_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Delete the oldest sealed segments beyond this many bytes on disk; 0 = keep all.",
+    )
+    prefetch: bool = Field(
+        default=True, description="Promote frequently sampled cold segments in the background."
+    )
+    prefetch_interval_s: float = Field(
+        default=0.05, gt=0, description="How often the prefetch thread looks for work."
     )

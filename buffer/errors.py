@@ -1,0 +1,56 @@
+"""Errors raised by the buffer; all derive from :class:`ReplayBufferError`."""
+
+from __future__ import annotations
+
+
+class ReplayBufferError(Exception):
+    """Base class of every error the buffer raises on purpose."""
+
+
+class StepValidationError(ReplayBufferError, ValueError):
+    """A record does not match the step schema; nothing of its batch was stored.
+
+    Attributes:
+        record: row of the offending record inside the batch (None when batch-wide).
+        field: the offending column, ``"(record)"`` for a whole-record problem.
+        robot_id, seq: of the offending record when known.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        record: int | None = None,
+        field: str | None = None,
+        robot_id: str | None = None,
+        seq: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.record = record
+        self.field = field
+        self.robot_id = robot_id
+        self.seq = seq
+
+
+class BackpressureError(ReplayBufferError):
+    """The buffer cannot take more inserts now (rate limiter or closed).
+
+    Attributes:
+        retry_after_s: a hint how long the sender should wait before retrying.
+    """
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class RateLimiterTimeout(ReplayBufferError, TimeoutError):
+    """A blocking insert or sample waited past its timeout."""
+
+
+class BufferClosedError(ReplayBufferError):
+    """The buffer (or its rate limiter) was closed while an operation waited or started."""
+
+
+class CorruptDataError(ReplayBufferError):
+    """A sealed segment on disk fails its checks (never raised for a torn WAL tail)."""

@@ -1,0 +1,285 @@
+"""The row index: small per-row columns kept in RAM, derived entirely from stored rows.
+
+It holds what samplers and filters need without touching payload (observations, actions):
+scalar columns, dictionary codes for robot/run/task, episode links (``next_row``/``prev_row``
+to a step's true successor/predecessor in the same episode) and per-robot ``seq`` lists for
+de-duplication. Nothing here is persisted: :meth:`RowIndex.add` over the segments and the WAL
+rebuilds it on open.
+
+Row ids are global: row ``r`` is the r-th step ever stored in the directory. Arrays are indexed
+by ``r - base`` where ``base`` is the first row still on disk when the index was built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+_COLUMNS: dict[str, Any] = {
+    "seq": np.int64,
+    "robot": np.int32,
+    "run": np.int32,
+    "task": np.int32,
+    "episode_index": np.int64,
+    "frame_index": np.int64,
+    "timestamp": np.float64,
+    "reward": np.float32,
+    "terminated": np.bool_,
+    "truncated": np.bool_,
+    "is_intervention": np.bool_,
+    "policy_version": np.int64,
+    "next_row": np.int64,
+    "prev_row": np.int64,
+    "eligible": np.bool_,
+    "row_bytes": np.int64,
+}
+
+
+class _Vocab:
+    """String <-> dense int code."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.codes: dict[str, int] = {}
+
+    def encode(self, values: np.ndarray) -> np.ndarray:
+        out = np.empty(len(values), dtype=np.int32)
+        for i, v in enumerate(values):
+            code = self.codes.get(v)
+            if code is None:
+                code = self.codes[v] = len(self.names)
+                self.names.append(v)
+            out[i] = code
+        return out
+
+    def encode_arrow(self, arr: pa.Array) -> np.ndarray:
+        enc = pa.compute.dictionary_encode(arr)
+        local = self.encode(np.asarray(enc.dictionary.to_pylist(), dtype=object))
+        return local[enc.indices.to_numpy(zero_copy_only=False)]
+
+
+@dataclass
+class _RobotSeqs:
+    seqs: np.ndarray = field(default_factory=lambda: np.empty(64, dtype=np.int64))
+    n: int = 0
+
+    @property
+    def last(self) -> int:
+        return int(self.seqs[self.n - 1]) if self.n else -(2**63)
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.seqs):
+            grown = np.empty(max(need, 2 * len(self.seqs)), dtype=np.int64)
+            grown[: self.n] = self.seqs[: self.n]
+            self.seqs = grown
+        self.seqs[self.n : need] = values
+        self.n = need
+
+    def contains(self, values: np.ndarray) -> np.ndarray:
+        s = self.seqs[: self.n]
+        pos = np.searchsorted(s, values)
+        pos = np.minimum(pos, max(self.n - 1, 0))
+        return (s[pos] == values) if self.n else np.zeros(len(values), dtype=bool)
+
+
+class RowIndex:
+    """Per-row columns for rows ``[base, end)``; see the module docstring."""
+
+    def __init__(self, base: int = 0, capacity: int = 4096) -> None:
+        self.base = base
+        self.end = base
+        self.cols: dict[str, np.ndarray] = {
+            k: np.zeros(capacity, dtype=t) for k, t in _COLUMNS.items()
+        }
+        self.robots = _Vocab()
+        self.runs = _Vocab()
+        self.tasks = _Vocab()
+        self.robot_seqs: dict[int, _RobotSeqs] = {}
+        # (run, robot, episode) -> (row, frame_index) of the latest step of an open episode.
+        self._open: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self.intervention_rows: list[int] = []
+
+    def __len__(self) -> int:
+        return self.end - self.base
+
+    def view(self, name: str) -> np.ndarray:
+        """Column ``name`` for rows ``[base, end)`` (index with ``row - base``)."""
+        return self.cols[name][: self.end - self.base]
+
+    # -- de-duplication -----------------------------------------------------------------
+    def classify_seqs(self, robot_ids: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, int]:
+        """Split a validated batch: ``(is_duplicate mask, first out-of-order row or -1)``.
+
+        A seq at or below its robot's highest stored seq is a duplicate when that exact seq
+        is stored, otherwise it is out of order.
+        """
+        dup = np.zeros(len(seqs), dtype=bool)
+        for rid in np.unique(robot_ids):
+            rows = np.flatnonzero(robot_ids == rid)
+            code = self.robots.codes.get(str(rid))
+            if code is None or code not in self.robot_seqs:
+                continue
+            rs = self.robot_seqs[code]
+            s = seqs[rows]
+            old = s <= rs.last
+            if not old.any():
+                continue
+            known = rs.contains(s[old])
+            if not known.all():
+                return dup, int(rows[np.flatnonzero(old)[np.flatnonzero(~known)[0]]])
+            dup[rows[old]] = True
+        return dup, -1
+
+    def last_seq(self, robot_id: str) -> int | None:
+        code = self.robots.codes.get(robot_id)
+        if code is None or code not in self.robot_seqs or self.robot_seqs[code].n == 0:
+            return None
+        return self.robot_seqs[code].last
+
+    # -- insertion ----------------------------------------------------------------------
+    def _reserve(self, n: int) -> None:
+        need = self.end - self.base + n
+        cap = len(self.cols["seq"])
+        if need <= cap:
+            return
+        new_cap = max(need, 2 * cap)
+        for k, arr in self.cols.items():
+            grown = np.zeros(new_cap, dtype=arr.dtype)
+            grown[:cap] = arr
+            self.cols[k] = grown
+
+    def add(self, batch: pa.RecordBatch, row_bytes: np.ndarray) -> tuple[int, int]:
+        """Index a validated, de-duplicated batch as rows ``[end, end + n)``.
+
+        Links each step to its predecessor (same run, robot and episode, frame_index one less,
+        predecessor not done). Returns the row range. Rows are not marked ``eligible`` here;
+        :meth:`publish` does that once they are durable and visible.
+        """
+        n = batch.num_rows
+        self._reserve(n)
+        lo = self.end - self.base
+        hi = lo + n
+        c = self.cols
+        c["seq"][lo:hi] = batch.column("seq").to_numpy()
+        robot = self.robots.encode_arrow(batch.column("robot_id"))
+        run = self.runs.encode_arrow(batch.column("run_id"))
+        c["robot"][lo:hi] = robot
+        c["run"][lo:hi] = run
+        c["task"][lo:hi] = self.tasks.encode_arrow(batch.column("task"))
+        ep = batch.column("episode_index").to_numpy()
+        fr = batch.column("frame_index").to_numpy()
+        c["episode_index"][lo:hi] = ep
+        c["frame_index"][lo:hi] = fr
+        c["timestamp"][lo:hi] = batch.column("timestamp").to_numpy()
+        c["reward"][lo:hi] = batch.column("reward").to_numpy()
+        term = batch.column("terminated").to_numpy(zero_copy_only=False)
+        trunc = batch.column("truncated").to_numpy(zero_copy_only=False)
+        c["terminated"][lo:hi] = term
+        c["truncated"][lo:hi] = trunc
+        interv = batch.column("is_intervention").to_numpy(zero_copy_only=False)
+        c["is_intervention"][lo:hi] = interv
+        c["policy_version"][lo:hi] = batch.column("policy_version").to_numpy()
+        c["next_row"][lo:hi] = -1
+        c["prev_row"][lo:hi] = -1
+        c["eligible"][lo:hi] = False
+        c["row_bytes"][lo:hi] = row_bytes
+        seqs = c["seq"][lo:hi]
+        first = self.end
+        for i in range(n):
+            row = first + i
+            key = (int(run[i]), int(robot[i]), int(ep[i]))
+            prev = self._open.get(key)
+            if prev is not None and prev[1] == fr[i] - 1:
+                c["next_row"][prev[0] - self.base] = row
+                c["prev_row"][lo + i] = prev[0]
+            if term[i] or trunc[i]:
+                self._open.pop(key, None)
+            else:
+                self._open[key] = (row, int(fr[i]))
+            if interv[i]:
+                self.intervention_rows.append(row)
+        for code in np.unique(robot):
+            rs = self.robot_seqs.setdefault(int(code), _RobotSeqs())
+            rs.extend(seqs[robot == code])
+        self.end += n
+        return first, self.end
+
+    def publish(self, first: int, end: int) -> int:
+        """Mark rows ``[first, end)`` visible: done steps and newly linked predecessors
+        become eligible transitions. Returns how many transitions became eligible."""
+        lo, hi = first - self.base, end - self.base
+        c = self.cols
+        done = c["terminated"][lo:hi] | c["truncated"][lo:hi]
+        prev = c["prev_row"][lo:hi]
+        linked = prev[prev >= self.base] - self.base
+        c["eligible"][lo:hi] |= done
+        c["eligible"][linked] = True
+        return int(done.sum()) + len(linked)
+
+    # -- queries ------------------------------------------------------------------------
+    def select(
+        self,
+        lo: int,
+        hi: int,
+        *,
+        tasks: list[str] | None = None,
+        robot_ids: list[str] | None = None,
+        run_ids: list[str] | None = None,
+        policy_versions: tuple[int, int] | list[int] | None = None,
+        interventions_only: bool = False,
+    ) -> np.ndarray:
+        """Eligible rows in ``[lo, hi)`` matching every given filter (global row ids)."""
+        a, b = max(lo, self.base) - self.base, min(hi, self.end) - self.base
+        if b <= a:
+            return np.empty(0, dtype=np.int64)
+        c = self.cols
+        keep = c["eligible"][a:b].copy()
+        for vocab, col, wanted in (
+            (self.tasks, "task", tasks),
+            (self.robots, "robot", robot_ids),
+            (self.runs, "run", run_ids),
+        ):
+            if wanted is not None:
+                codes = [vocab.codes[w] for w in wanted if w in vocab.codes]
+                keep &= np.isin(c[col][a:b], codes)
+        if policy_versions is not None:
+            pv = c["policy_version"][a:b]
+            if isinstance(policy_versions, tuple):
+                keep &= (pv >= policy_versions[0]) & (pv <= policy_versions[1])
+            else:
+                keep &= np.isin(pv, list(policy_versions))
+        if interventions_only:
+            keep &= c["is_intervention"][a:b]
+        return np.flatnonzero(keep).astype(np.int64) + a + self.base
+
+    def summary(self, segments: list[tuple[int, int, str]]) -> dict[str, Any]:
+        """Episodes, tasks, robots, policy versions, intervention counts, segment offsets."""
+        n = len(self)
+        c = {k: self.view(k) for k in ("robot", "run", "task", "episode_index")}
+        episodes = set()
+        if n:
+            keys = np.stack([c["run"], c["robot"], c["episode_index"]], axis=1)
+            episodes = {tuple(k) for k in np.unique(keys, axis=0).tolist()}
+        tasks = {
+            name: int(np.count_nonzero(c["task"] == code))
+            for code, name in enumerate(self.tasks.names)
+        }
+        pv, pv_counts = np.unique(self.view("policy_version"), return_counts=True)
+        return {
+            "rows": n,
+            "transitions": int(np.count_nonzero(self.view("eligible"))),
+            "episodes": len(episodes),
+            "robots": {
+                name: int(self.robot_seqs[code].n) if code in self.robot_seqs else 0
+                for code, name in enumerate(self.robots.names)
+            },
+            "runs": list(self.runs.names),
+            "tasks": tasks,
+            "policy_versions": {int(v): int(k) for v, k in zip(pv, pv_counts, strict=True)},
+            "interventions": int(np.count_nonzero(self.view("is_intervention"))),
+            "segments": [{"first_row": f, "num_rows": k, "path": p} for f, k, p in segments],
+        }

@@ -1,0 +1,891 @@
+"""The replay buffer: durable appends, recovery, windows, sampling, offline mounts.
+
+Directory layout::
+
+    schema.json                      the StepSchema (so a directory reopens without one)
+    LOCK                             flock held by the one writer process
+    wal-<first_row>.log              the open write-ahead log (see buffer.wal)
+    seg-<first_row>-<rows>.arrow     sealed immutable segments (see buffer.segments)
+
+Open = remove ``*.tmp``; map every segment and rebuild the row index from them; delete WAL
+files already covered by a segment (a crash between sealing and deleting); replay the rest,
+dropping a torn tail, and seal what they hold into a segment; start a fresh WAL.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from buffer.config import BufferSettings
+from buffer.errors import (
+    BackpressureError,
+    BufferClosedError,
+    RateLimiterTimeout,
+    StepValidationError,
+)
+from buffer.index import RowIndex
+from buffer.rate_limiter import RateLimiter
+from buffer.samplers import Sampler, SamplingView, Source, UniformSampler
+from buffer.schema import FINAL_PREFIX, StepSchema
+from buffer.segments import MappedSegment, list_segments, write_segment
+from buffer.storage import Chunk, TieredStorage
+from buffer.wal import WriteAheadLog, fsync_dir, list_wals, scan_wal
+
+SCHEMA_FILE = "schema.json"
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append made durable (returned only after fdatasync).
+
+    Attributes:
+        acked: robot_id -> highest seq of that robot now durable in the buffer (covers the
+            records of this call, stored now or earlier).
+        stored: records newly stored by this call.
+        duplicates: records already stored before (acknowledged, not stored again).
+        rows: global row range ``[first, end)`` given to the new records.
+    """
+
+    acked: dict[str, int]
+    stored: int
+    duplicates: int
+    rows: tuple[int, int]
+
+
+@dataclass
+class OfflineView:
+    """Rows of another (or the same) buffer directory mounted as offline data, not copied.
+
+    Attributes:
+        buffer: the mounted buffer (read-only when it is another directory).
+        rows: eligible global row ids of ``buffer`` that passed the filters, ascending.
+        filters: the filters used, for display.
+    """
+
+    name: str
+    buffer: ReplayBuffer
+    rows: np.ndarray
+    filters: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+class ReplayBuffer:
+    """A persistent, cache-aware replay buffer. Use :meth:`open`; see ``buffer/__init__``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        schema: StepSchema,
+        settings: BufferSettings,
+        read_only: bool,
+        rate_limiter: RateLimiter | None,
+    ) -> None:
+        self.directory = directory
+        self.schema = schema
+        self.settings = settings
+        self.read_only = read_only
+        self.rate_limiter = rate_limiter
+        self._lock = threading.RLock()
+        self._closed = False
+        self.storage = TieredStorage(
+            schema, settings.memory_budget_bytes, settings.hot_fraction, self._lock
+        )
+        self.index = RowIndex()
+        self.visible = 0
+        self.transitions_inserted = 0
+        self.offline: list[OfflineView] = []
+        self._lock_fd = -1
+        self._wal: WriteAheadLog | None = None
+        self._tail: Chunk | None = None
+        self._seal_queue: list[tuple[Chunk, Path]] = []
+        self._seal_cond = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self.sealed_segments: list[tuple[int, int, Path]] = []
+        self.recovery_seconds = 0.0
+        self.recovered_rows = 0
+        self.torn_bytes_dropped = 0
+        self._ack_latencies: list[float] = []
+        hot_rows = max(1, int(self.storage.hot_limit // 4 // max(self.storage.row_bytes, 1)))
+        target_rows = max(1, settings.segment_target_bytes // max(self.storage.row_bytes, 1))
+        self.rows_per_segment = max(1, min(hot_rows, target_rows))
+
+    # ------------------------------------------------------------------ opening ------
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        schema: StepSchema | None = None,
+        settings: BufferSettings | None = None,
+        *,
+        read_only: bool = False,
+        rate_limiter: RateLimiter | None = None,
+    ) -> ReplayBuffer:
+        """Open (creating or recovering) the buffer in ``directory``.
+
+        Args:
+            directory: the buffer directory; created when missing (unless ``read_only``).
+            schema: required for a new directory; for an existing one it must have the same
+                columns, or may be None to use the stored one.
+            settings: budgets, segment size, group commit delay (default ``BufferSettings()``).
+            read_only: open without writing or locking (for mounting another run's data);
+                a torn WAL tail is skipped, not truncated.
+            rate_limiter: when given, appends and samples go through it.
+
+        Raises:
+            ValueError: no schema for a new directory, or a schema that differs from the
+                stored one.
+            BlockingIOError: another process holds the directory open for writing.
+            CorruptDataError: a sealed segment is unreadable.
+        """
+        directory = Path(directory)
+        settings = settings or BufferSettings()
+        stored = directory / SCHEMA_FILE
+        if stored.exists():
+            on_disk = StepSchema.from_json(stored.read_text())
+            if schema is not None and not schema.same_columns(on_disk):
+                raise ValueError(
+                    f"{directory}: the given schema differs from the stored one "
+                    f"({on_disk.arrow_schema.names})"
+                )
+            schema = schema or on_disk
+        elif schema is None:
+            raise ValueError(f"{directory}: no stored schema; pass schema= to create a buffer")
+        elif read_only:
+            raise FileNotFoundError(f"{directory}: not a buffer directory")
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
+        buf = cls(directory, schema, settings, read_only, rate_limiter)
+        if not read_only:
+            buf._lock_directory()
+            if not stored.exists():
+                tmp = stored.with_suffix(".json.tmp")
+                tmp.write_text(schema.to_json())
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, stored)
+                fsync_dir(directory)
+        buf._recover()
+        buf._start_threads()
+        return buf
+
+    def _lock_directory(self) -> None:
+        fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise BlockingIOError(
+                f"{self.directory}: another process has this buffer open for writing"
+            ) from None
+        self._lock_fd = fd
+
+    def _recover(self) -> None:
+        t0 = time.monotonic()
+        d = self.directory
+        if not self.read_only:
+            for tmp in d.glob("*.tmp"):
+                tmp.unlink()
+        segs = list(list_segments(d))
+        if segs:
+            self.index = RowIndex(base=segs[0][0])
+        expected = segs[0][0] if segs else None
+        for first, rows, path in segs:
+            if expected is not None and first != expected:
+                # Overlap or gap can only come from an interrupted seal of recovered rows.
+                if first < expected:
+                    continue
+            seg = MappedSegment(path, rows)
+            self._index_batch(seg.batch)
+            self.storage.add_cold(seg, first)
+            self.sealed_segments.append((first, rows, path))
+            expected = first + rows
+        end = self.index.end
+        pending: list[pa.RecordBatch] = []
+        wal_paths: list[Path] = []
+        for first, path in list_wals(d):
+            if first < end and pending == []:
+                # Fully covered by a sealed segment: the crash came after the seal.
+                scan = scan_wal(path)
+                covered = all(r.first_row < end for r in scan.records)
+                if covered:
+                    if not self.read_only:
+                        path.unlink()
+                    continue
+            scan = scan_wal(path)
+            self.torn_bytes_dropped += scan.file_bytes - scan.good_bytes
+            for rec in scan.records:
+                if rec.first_row < end:
+                    continue
+                batch = _decode_ipc(rec.payload)
+                if rec.first_row != end:
+                    break  # a gap can only follow a torn region; nothing after it was acked
+                if self.index.end == self.index.base and not segs:
+                    self.index = RowIndex(base=rec.first_row)
+                pending.append(batch)
+                self._index_batch(batch)
+                end += batch.num_rows
+            wal_paths.append(path)
+        if pending and not self.read_only:
+            table = pa.Table.from_batches(pending).combine_chunks()
+            batch = table.to_batches()[0]
+            first = end - batch.num_rows
+            path = write_segment(d, first, batch)
+            seg = MappedSegment(path, batch.num_rows)
+            self.storage.add_cold(seg, first)
+            self.sealed_segments.append((first, batch.num_rows, path))
+            self.recovered_rows = batch.num_rows
+        elif pending:
+            # Read-only: serve WAL rows from RAM without writing anything.
+            table = pa.Table.from_batches(pending).combine_chunks()
+            batch = table.to_batches()[0]
+            first = end - batch.num_rows
+            tail = self.storage.new_tail(first, batch.num_rows)
+            self.storage.write_rows(tail, batch, 0)
+            tail.n = batch.num_rows
+            tail.sealed = True
+        if not self.read_only:
+            for p in wal_paths:
+                p.unlink()
+            if wal_paths:
+                fsync_dir(d)
+        if self.index.end == self.index.base and not segs:
+            self.index = RowIndex(base=0)
+            end = 0
+        self.visible = self.index.end
+        self.transitions_inserted = int(self.index.publish(self.index.base, self.index.end))
+        if not self.read_only:
+            self._wal = WriteAheadLog(d, self.visible, self.settings.group_commit_max_delay_s)
+            self._tail = self.storage.new_tail(self.visible, self.rows_per_segment)
+        with self._lock:
+            self._apply_retention()
+        self.recovery_seconds = time.monotonic() - t0
+
+    def _index_batch(self, batch: pa.RecordBatch) -> None:
+        self.index.add(batch, self._row_bytes(batch))
+
+    def _row_bytes(self, batch: pa.RecordBatch) -> np.ndarray:
+        n = batch.num_rows
+        out = np.full(n, self.storage.row_bytes, dtype=np.int64)
+        return out
+
+    def _start_threads(self) -> None:
+        if not self.read_only:
+            t = threading.Thread(target=self._sealer, name="buffer-sealer", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.settings.prefetch:
+            t = threading.Thread(target=self._prefetcher, name="buffer-prefetch", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    # ------------------------------------------------------------------ writing ------
+    def can_accept(self, n: int = 1) -> bool:
+        """Whether an append of ``n`` records would proceed now (for uplink backpressure)."""
+        if self._closed or self.read_only:
+            return False
+        return self.rate_limiter is None or self.rate_limiter.can_insert(n)
+
+    def append(
+        self,
+        records: pa.RecordBatch | pa.Table | Sequence[Mapping[str, Any]],
+        *,
+        timeout: float | None = None,
+    ) -> AppendResult:
+        """Validate, log durably, and store a batch of steps.
+
+        All-or-nothing: the whole batch is validated before anything is written; one bad
+        record rejects the batch and nothing of it is stored or acknowledged. Records whose
+        ``(robot_id, seq)`` is already stored are duplicates: they are acknowledged and not
+        stored again (the rest of the batch is stored). The call returns only after the
+        fdatasync covering the new records (group commit shares one fdatasync among
+        concurrent appends).
+
+        Args:
+            records: an Arrow record batch/table with the schema's columns (the wire format),
+                or a list of step dicts (see :meth:`StepSchema.batch_from_records`).
+            timeout: with a rate limiter, how long to wait for room; ``0`` fails at once.
+
+        Raises:
+            StepValidationError: a record is invalid (names record and field), or its seq is
+                out of order (at or below its robot's highest stored seq but not stored).
+            BackpressureError: the rate limiter did not admit the insert within ``timeout``
+                (carries ``retry_after_s``).
+            BufferClosedError: the buffer is closed or read-only.
+            OSError: the disk failed; nothing of this batch was acknowledged.
+        """
+        t0 = time.perf_counter()
+        if self._closed or self.read_only or self._wal is None:
+            raise BufferClosedError(f"{self.directory}: buffer is closed or read-only")
+        if isinstance(records, pa.RecordBatch | pa.Table):
+            batch = self.schema.validate(records)
+        else:
+            batch = self.schema.validate(self.schema.batch_from_records(list(records)))
+        if batch.num_rows == 0:
+            return AppendResult({}, 0, 0, (self.visible, self.visible))
+        robots = np.asarray(batch.column("robot_id").to_numpy(zero_copy_only=False), dtype=object)
+        seqs = batch.column("seq").to_numpy()
+        limited = 0
+        wal = self._wal
+        wal.begin()
+        try:
+            with self._lock:
+                dup, bad = self.index.classify_seqs(robots, seqs)
+                if bad >= 0:
+                    last = self.index.last_seq(str(robots[bad]))
+                    raise StepValidationError(
+                        f"record {bad} (robot_id={robots[bad]!r}, seq={int(seqs[bad])}): field "
+                        f"'seq' is out of order (robot's highest stored seq is {last}, and this "
+                        "seq was never stored)",
+                        record=bad,
+                        field="seq",
+                        robot_id=str(robots[bad]),
+                        seq=int(seqs[bad]),
+                    )
+            new = batch if not dup.any() else batch.filter(pa.array(~dup))
+            n_new = new.num_rows
+            if n_new and self.rate_limiter is not None:
+                try:
+                    self.rate_limiter.await_insert(n_new, timeout)
+                    limited = n_new
+                except RateLimiterTimeout:
+                    raise BackpressureError(
+                        f"buffer is ahead of sampling; {n_new} records not accepted",
+                        self.rate_limiter.retry_after_s(),
+                    ) from None
+            payload = _encode_ipc(new) if n_new else b""
+            with self._lock:
+                if self._closed:
+                    raise BufferClosedError(f"{self.directory}: buffer closed")
+                if n_new:
+                    # Re-check under the lock: a concurrent append may have stored some rows.
+                    dup2, bad = self.index.classify_seqs(
+                        np.asarray(new.column("robot_id").to_numpy(zero_copy_only=False)),
+                        new.column("seq").to_numpy(),
+                    )
+                    if dup2.any() or bad >= 0:
+                        new = new.filter(pa.array(~dup2)) if bad < 0 else new.slice(0, 0)
+                        payload = _encode_ipc(new) if new.num_rows else b""
+                        if self.rate_limiter is not None and limited > new.num_rows:
+                            self.rate_limiter.undo_insert(limited - new.num_rows)
+                            limited = new.num_rows
+                        n_new = new.num_rows
+                lsn = 0
+                first = end = self.index.end
+                if n_new:
+                    tail = self._tail_for(n_new)
+                    first = self.index.end
+                    lsn = wal.write(first, payload)
+                    self.storage.write_rows(tail, new, first - tail.first_row)
+                    first, end = self.index.add(new, self._row_bytes(new))
+                else:
+                    lsn = wal._written  # noqa: SLF001 - a retry waits for the original's fsync
+            limited = 0
+            wal.sync(lsn)
+            with self._lock:
+                if n_new:
+                    self._publish(first, end)
+                acked = {}
+                for rid in np.unique(robots):
+                    last = self.index.last_seq(str(rid))
+                    if last is not None:
+                        acked[str(rid)] = last
+            self._ack_latencies.append(time.perf_counter() - t0)
+            if len(self._ack_latencies) > 100_000:
+                del self._ack_latencies[:50_000]
+            return AppendResult(acked, n_new, int(batch.num_rows - n_new), (first, end))
+        finally:
+            wal.end()
+            if limited and self.rate_limiter is not None:
+                self.rate_limiter.undo_insert(limited)
+
+    def _tail_for(self, n: int) -> Chunk:
+        """The open tail with room for ``n`` rows, sealing the current one when full."""
+        assert self._tail is not None and self._wal is not None
+        tail = self._tail
+        used = self.index.end - tail.first_row
+        if used + n <= tail.capacity:
+            return tail
+        if used > 0:
+            tail.n = used
+            old = self._wal.rotate(self.index.end)
+            tail.sealed = False
+            self._seal_queue.append((tail, old))
+            self._seal_cond.notify_all()
+        else:
+            self.storage.remove_chunks([tail])
+        self._tail = self.storage.new_tail(self.index.end, max(self.rows_per_segment, n))
+        return self._tail
+
+    def _publish(self, first: int, end: int) -> None:
+        # Rows become visible in log order; sync order guarantees earlier rows are durable.
+        if end <= self.visible:
+            return
+        start = max(first, self.visible)
+        # Rows in [visible, first) belong to appends whose sync also completed (ordered LSNs).
+        start = min(start, self.visible)
+        tail = self._tail
+        if tail is not None and tail.first_row <= end <= tail.first_row + tail.capacity:
+            tail.n = max(tail.n, end - tail.first_row)
+        self.transitions_inserted += self.index.publish(start, end)
+        self.visible = end
+
+    # ------------------------------------------------------------------ sealing ------
+    def _sealer(self) -> None:
+        while True:
+            with self._lock:
+                while not self._seal_queue and not self._stop.is_set():
+                    self._seal_cond.wait(0.5)
+                if not self._seal_queue:
+                    return
+                chunk, wal_path = self._seal_queue[0]
+                # Rows of this chunk are durable in the WAL; wait until they are visible.
+                while self.visible < chunk.end and not self._stop.is_set():
+                    self._seal_cond.wait(0.01)
+                lo, hi = chunk.first_row - self.index.base, chunk.end - self.index.base
+                cols = {k: self.index.cols[k][lo:hi].copy() for k in _SEAL_INDEX_COLS}
+                cols["robot_id"] = self.index.cols["robot"][lo:hi].copy()
+                cols["run_id"] = self.index.cols["run"][lo:hi].copy()
+                cols["task"] = self.index.cols["task"][lo:hi].copy()
+                vocab = (self.index.robots, self.index.runs, self.index.tasks)
+            self._seal_one(chunk, wal_path, cols, vocab)
+
+    def _seal_one(
+        self, chunk: Chunk, wal_path: Path, cols: dict[str, np.ndarray], vocab: Any
+    ) -> None:
+        batch = self.storage.seal_batch(chunk, cols, vocab)
+        path = write_segment(self.directory, chunk.first_row, batch)
+        del batch
+        wal_path.unlink()
+        fsync_dir(self.directory)
+        with self._lock:
+            chunk.sealed = True
+            chunk.path = path
+            self.sealed_segments.append((chunk.first_row, chunk.n, path))
+            self._seal_queue.pop(0)
+            chunk.heat = max([c.heat for c in self.storage.chunks] + [1.0])
+            self.storage.enforce_budget()
+            self._apply_retention()
+            self._seal_cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every queued seal is written (for tests and clean shutdown)."""
+        with self._lock:
+            while self._seal_queue:
+                self._seal_cond.wait(0.05)
+
+    def _apply_retention(self) -> None:
+        limit = self.settings.retention_max_bytes
+        if not limit or self.read_only:
+            return
+        total = sum(p.stat().st_size for _, _, p in self.sealed_segments if p.exists())
+        drop = 0
+        for _first, _rows, p in self.sealed_segments[:-1]:
+            if total <= limit:
+                break
+            total -= p.stat().st_size
+            drop += 1
+        if not drop:
+            return
+        gone = self.sealed_segments[:drop]
+        self.sealed_segments = self.sealed_segments[drop:]
+        paths = {p for _, _, p in gone}
+        self.storage.remove_chunks([c for c in self.storage.chunks if c.path in paths])
+        for _, _, p in gone:
+            p.unlink()
+        fsync_dir(self.directory)
+
+    # ------------------------------------------------------------------ prefetch -----
+    def _prefetcher(self) -> None:
+        while not self._stop.wait(self.settings.prefetch_interval_s):
+            try:
+                for _ in range(4):
+                    c = self.storage.prefetch_candidate()
+                    if c is None or not self.storage.promote(c):
+                        break
+            except Exception:  # noqa: BLE001 - a prefetch failure must not kill serving
+                time.sleep(0.5)
+
+    # ------------------------------------------------------------------ reading ------
+    @property
+    def first_row(self) -> int:
+        """First global row still stored (after retention)."""
+        with self._lock:
+            return self.storage.chunks[0].first_row if self.storage.chunks else self.visible
+
+    def window(self) -> tuple[int, int]:
+        """The online sampling window ``[lo, hi)`` of global rows (capacity, FIFO)."""
+        with self._lock:
+            hi = self.visible
+            lo = self.first_row
+            cap = self.settings.capacity_transitions
+            if cap:
+                lo = max(lo, hi - cap)
+            cap_b = self.settings.capacity_bytes
+            if cap_b:
+                rb = self.index.cols["row_bytes"][lo - self.index.base : hi - self.index.base]
+                csum = np.cumsum(rb[::-1])
+                keep = int(np.searchsorted(csum, cap_b, side="right"))
+                lo = max(lo, hi - keep)
+            return lo, hi
+
+    def __len__(self) -> int:
+        """Transitions (steps with a known successor, or done) in the online window."""
+        lo, hi = self.window()
+        b = self.index.base
+        return int(np.count_nonzero(self.index.cols["eligible"][lo - b : hi - b]))
+
+    @property
+    def num_steps(self) -> int:
+        """Steps stored and visible (including ones still waiting for their successor)."""
+        return self.visible - self.first_row
+
+    def view(self) -> SamplingView:
+        lo, hi = self.window()
+        return SamplingView(self, lo, hi, [Source(v.buffer, v.rows, v.name) for v in self.offline])
+
+    def sample(
+        self,
+        batch_size: int,
+        sampler: Sampler | None = None,
+        *,
+        rng: np.random.Generator | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Sample ``batch_size`` transitions.
+
+        Returns arrays with leading dimension ``batch_size``: ``observation.*`` and
+        ``next.observation.*`` (the true successor's observation; for a terminated or truncated
+        step its real final observation), ``action``, ``action.policy``, ``action.operator``,
+        ``reward`` (float32), ``terminated``/``truncated``/``is_intervention`` (bool),
+        ``policy_version``/``episode_index``/``frame_index`` (int64), ``timestamp``
+        (float64, s), ``task``/``robot_id`` (str objects), ``index`` (global row, int64),
+        ``source`` (int16: 0 online, k = k-th mounted offline view) and ``weight`` (float32
+        importance weight; 1 unless the sampler is prioritized).
+
+        Raises:
+            ValueError: nothing to sample (no eligible transition for this sampler).
+            RateLimiterTimeout: with a rate limiter, sampling was not allowed in ``timeout``.
+        """
+        if self.rate_limiter is not None:
+            self.rate_limiter.await_sample(batch_size, timeout)
+        sampler = sampler or _DEFAULT_SAMPLER
+        rng = rng or _rng()
+        picks = sampler.sample_indices(self.view(), batch_size, rng)
+        parts = []
+        for src, rows, weights in picks:
+            if len(rows) == 0:
+                continue
+            order = np.argsort(rows, kind="stable")
+            part = src.buffer.read_transitions(rows[order])
+            part["source"] = np.full(len(rows), src.source_id, dtype=np.int16)
+            part["weight"] = weights[order].astype(np.float32)
+            parts.append(part)
+        if not parts:
+            raise ValueError("nothing to sample")
+        if len(parts) == 1:
+            return parts[0]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def read_transitions(self, rows: np.ndarray, *, count: bool = True) -> dict[str, np.ndarray]:
+        """Transitions at global ``rows`` (eligible rows; see :meth:`sample` for the keys)."""
+        snap = self.storage.snapshot()
+        chunks, starts, _ = snap
+        idx = self.index
+        b = idx.base
+        with self._lock:
+            cols = {k: idx.cols[k] for k in _SCALAR_OUT}
+            nxt_col = idx.cols["next_row"]
+        li = rows - b
+        done = cols["terminated"][li] | cols["truncated"][li]
+        nxt = np.where(done, rows, nxt_col[li])
+        obs_names = list(self.schema.observations)
+        out = self.storage.gather(rows, list(self.schema.payload), snap, count=count)
+        nobs = self.storage.gather(nxt, obs_names, snap, count=False)
+        if done.any():
+            finals = self.storage.finals_for(rows[done], chunks, starts)
+            for pos in np.flatnonzero(done):
+                f = finals.get(int(rows[pos]))
+                if f is not None:
+                    for k, v in f.items():
+                        nobs[k][pos] = v
+        for k in obs_names:
+            out[FINAL_PREFIX + k] = nobs[k]
+        for k in _SCALAR_OUT:
+            out[k] = cols[k][li]
+        out["task"] = np.asarray(idx.tasks.names, dtype=object)[idx.cols["task"][li]]
+        out["robot_id"] = np.asarray(idx.robots.names, dtype=object)[idx.cols["robot"][li]]
+        out["index"] = rows.astype(np.int64)
+        return out
+
+    def sample_sequences(
+        self,
+        batch_size: int,
+        length: int,
+        *,
+        history: int = 0,
+        sampler: Sampler | None = None,
+        rng: np.random.Generator | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Sample sequences for action chunks, n-step returns and frame stacks.
+
+        Each sequence starts at a sampled step ``t`` and covers steps ``t - history`` ..
+        ``t + length - 1`` of the SAME episode, following true successor/predecessor links.
+        Positions past either end of the episode repeat the nearest valid step and are marked
+        ``False`` in ``mask`` (like LeRobot's ``action_is_pad``); nothing crosses an episode
+        boundary.
+
+        Returns:
+            Per-step keys of :meth:`sample` with shape ``(B, history + length, ...)``, plus
+            ``mask`` (bool ``(B, history + length)``), ``next.observation.*`` ``(B, ...)``
+            (successor of the LAST valid step: what an n-step target bootstraps from),
+            ``bootstrap_terminated`` (bool ``(B,)``, the last valid step terminated),
+            ``index`` ``(B,)`` (start rows), ``source`` and ``weight`` ``(B,)``.
+
+        Raises:
+            ValueError: ``length < 1`` or ``history < 0``, or nothing to sample.
+        """
+        if length < 1 or history < 0:
+            raise ValueError(f"need length >= 1 and history >= 0, got {length}, {history}")
+        if self.rate_limiter is not None:
+            self.rate_limiter.await_sample(batch_size, timeout)
+        sampler = sampler or _DEFAULT_SAMPLER
+        rng = rng or _rng()
+        parts = []
+        for src, rows, weights in sampler.sample_indices(self.view(), batch_size, rng):
+            if len(rows) == 0:
+                continue
+            part = src.buffer._read_sequences(np.sort(rows), length, history)
+            part["source"] = np.full(len(rows), src.source_id, dtype=np.int16)
+            part["weight"] = weights[np.argsort(rows, kind="stable")].astype(np.float32)
+            parts.append(part)
+        if not parts:
+            raise ValueError("nothing to sample")
+        if len(parts) == 1:
+            return parts[0]
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    def _read_sequences(
+        self, starts: np.ndarray, length: int, history: int
+    ) -> dict[str, np.ndarray]:
+        idx = self.index
+        b = idx.base
+        with self._lock:
+            nxt_col, prv_col = idx.cols["next_row"], idx.cols["prev_row"]
+            term, trunc = idx.cols["terminated"], idx.cols["truncated"]
+            visible = self.visible
+        B, T = len(starts), history + length
+        grid = np.empty((B, T), dtype=np.int64)
+        mask = np.ones((B, T), dtype=bool)
+        grid[:, history] = starts
+        cur = starts.copy()
+        ok = np.ones(B, dtype=bool)
+        for j in range(history - 1, -1, -1):
+            p = prv_col[cur - b]
+            ok &= p >= b
+            cur = np.where(ok, p, cur)
+            grid[:, j] = cur
+            mask[:, j] = ok
+        cur = starts.copy()
+        ok = np.ones(B, dtype=bool)
+        for j in range(history + 1, T):
+            li = cur - b
+            n = nxt_col[li]
+            ok &= ~(term[li] | trunc[li]) & (n >= 0) & (n < visible)
+            cur = np.where(ok, n, cur)
+            grid[:, j] = cur
+            mask[:, j] = ok
+        flat = grid.reshape(-1)
+        snap = self.storage.snapshot()
+        out = self.storage.gather(flat, list(self.schema.payload), snap)
+        res: dict[str, np.ndarray] = {k: v.reshape((B, T, *v.shape[1:])) for k, v in out.items()}
+        li = flat - b
+        for k in _SCALAR_OUT:
+            res[k] = idx.cols[k][li].reshape(B, T)
+        res["task"] = np.asarray(idx.tasks.names, dtype=object)[idx.cols["task"][li]].reshape(B, T)
+        res["mask"] = mask
+        last = grid[np.arange(B), history + mask[:, history:].sum(axis=1) - 1]
+        # A step past the episode end never came; the last valid one bootstraps.
+        tail = self.read_transitions(last, count=False)
+        for k in self.schema.observations:
+            res[FINAL_PREFIX + k] = tail[FINAL_PREFIX + k]
+        res["bootstrap_terminated"] = tail["terminated"]
+        res["index"] = starts.astype(np.int64)
+        return res
+
+    # ------------------------------------------------------------------ reuse --------
+    def mount(
+        self,
+        source: str | Path | ReplayBuffer,
+        *,
+        tasks: list[str] | None = None,
+        robot_ids: list[str] | None = None,
+        run_ids: list[str] | None = None,
+        policy_versions: tuple[int, int] | list[int] | None = None,
+        interventions_only: bool = False,
+        name: str | None = None,
+    ) -> OfflineView:
+        """Mount earlier data (another buffer directory, or this one) as offline data.
+
+        Nothing is copied: the other directory is opened read-only and its segments are
+        memory-mapped. Filters combine with AND; ``policy_versions`` is an inclusive
+        ``(min, max)`` tuple or a list of versions.
+
+        Raises:
+            ValueError: the source's columns differ from this buffer's.
+        """
+        other = source if isinstance(source, ReplayBuffer) else None
+        if other is None:
+            other = ReplayBuffer.open(
+                source,  # type: ignore[arg-type]
+                settings=self.settings.model_copy(update={"prefetch": False}),
+                read_only=True,
+            )
+        if not other.schema.same_columns(self.schema):
+            raise ValueError(f"{other.directory}: its step schema differs from this buffer's")
+        filters = {
+            "tasks": tasks,
+            "robot_ids": robot_ids,
+            "run_ids": run_ids,
+            "policy_versions": policy_versions,
+            "interventions_only": interventions_only,
+        }
+        lo, hi = other.first_row, other.visible
+        rows = other.index.select(lo, hi, **filters)  # type: ignore[arg-type]
+        view = OfflineView(name or str(other.directory), other, rows, filters)
+        with self._lock:
+            self.offline.append(view)
+        return view
+
+    def select(self, **filters: Any) -> np.ndarray:
+        """Eligible global rows of this buffer (all stored, not just the window) matching
+        ``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``, ``interventions_only``."""
+        return self.index.select(self.first_row, self.visible, **filters)
+
+    def index_summary(self) -> dict[str, Any]:
+        """Episodes, tasks, robots, policy versions, intervention counts, segment offsets."""
+        with self._lock:
+            segs = [(f, n, str(p)) for f, n, p in self.sealed_segments]
+            return self.index.summary(segs)
+
+    # ------------------------------------------------------------------ metrics ------
+    def stats(self) -> dict[str, float | int]:
+        """Metrics: ``size_transitions``, ``steps``, ``bytes_on_disk``, ``bytes_in_cache``
+        (hot tier), ``cold_resident_bytes`` (estimate), ``cache_hit_rate`` (share of sampled
+        rows served from RAM, 0..1), ``prefetch_lag_s`` (age of the oldest pending prefetch
+        request), ``segments``, ``hot_segments``, ``wal_fsyncs``, ``ack_latency_p50_s``,
+        ``ack_latency_p99_s``, ``recovery_seconds``."""
+        s = self.storage
+        with self._lock:
+            disk = 0
+            for p in self.directory.glob("*"):
+                if p.is_file():
+                    disk += p.stat().st_size
+            served = s.hits + s.misses
+            lat = np.asarray(self._ack_latencies[-10_000:], dtype=np.float64)
+            return {
+                "size_transitions": len(self),
+                "steps": self.num_steps,
+                "bytes_on_disk": disk,
+                "bytes_in_cache": s.hot_bytes(),
+                "cold_resident_bytes": max(s.cold_touched, 0),
+                "cache_hit_rate": (s.hits / served) if served else 1.0,
+                "prefetch_lag_s": s.current_prefetch_lag() or s.prefetch_lag_s,
+                "segments": len(self.sealed_segments),
+                "hot_segments": sum(1 for c in s.chunks if c.hot and c.sealed),
+                "wal_fsyncs": self._wal.fsync_count if self._wal else 0,
+                "ack_latency_p50_s": float(np.percentile(lat, 50)) if lat.size else 0.0,
+                "ack_latency_p99_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
+                "recovery_seconds": self.recovery_seconds,
+            }
+
+    # ------------------------------------------------------------------ closing ------
+    def close(self) -> None:
+        """Seal nothing new, finish queued seals, stop threads, release the directory."""
+        if self._closed:
+            return
+        if not self.read_only:
+            self.flush()
+        self._closed = True
+        self._stop.set()
+        with self._lock:
+            self._seal_cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=10)
+        if self._wal is not None:
+            self._wal.close()
+        if self.rate_limiter is not None:
+            self.rate_limiter.close()
+        for v in self.offline:
+            if v.buffer is not self:
+                v.buffer.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> ReplayBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+_SEAL_INDEX_COLS = (
+    "seq",
+    "episode_index",
+    "frame_index",
+    "timestamp",
+    "reward",
+    "policy_version",
+    "terminated",
+    "truncated",
+    "is_intervention",
+)
+_SCALAR_OUT = (
+    "reward",
+    "terminated",
+    "truncated",
+    "is_intervention",
+    "policy_version",
+    "episode_index",
+    "frame_index",
+    "timestamp",
+)
+_DEFAULT_SAMPLER = UniformSampler()
+_thread_rng = threading.local()
+
+
+def _rng() -> np.random.Generator:
+    g = getattr(_thread_rng, "g", None)
+    if g is None:
+        g = _thread_rng.g = np.random.default_rng()
+    return g
+
+
+def _encode_ipc(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def _decode_ipc(payload: bytes) -> pa.RecordBatch:
+    with ipc.open_stream(pa.py_buffer(payload)) as r:
+        batches = list(r)
+    if len(batches) != 1:
+        raise ValueError("a WAL record holds exactly one batch")
+    return batches[0]

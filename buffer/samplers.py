@@ -1,0 +1,524 @@
+"""Samplers: which transitions a batch draws (the rows; the buffer gathers the data).
+
+Every sampler draws only *eligible* rows: steps whose true successor is stored and visible,
+or done steps (which carry their final observation). So a sampled transition never pairs an
+observation with the next episode's first observation.
+
+* :class:`UniformSampler` - uniform over the online window; ``hot_only`` restricts to RAM.
+* :class:`CacheAwareSampler` - a share of each batch from the hot tier, the rest uniform
+  (cold picks heat their segment so the prefetch thread promotes it).
+* :class:`RecencySampler` - uniform over the newest ``window`` steps.
+* :class:`PrioritizedSampler` - proportional prioritized replay (Schaul et al. 2016,
+  "Prioritized Experience Replay") on a sum tree, with updatable priorities.
+* :class:`InterventionSampler` - intervention-only, or intervention-weighted (HG-DAgger,
+  Kelly et al. 2019, trains on the human's corrections).
+* :class:`MixSampler` - online/offline mix per task: a fixed ratio (RLPD, Ball et al. 2023,
+  samples 50/50) and an adaptive share that favours tasks with low recent success.
+
+Samplers with state (priorities, cursors, success rates) expose ``state_dict()`` /
+``load_state_dict()`` for learner checkpoints (plain ints, floats, lists and numpy arrays).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from buffer.replay_buffer import ReplayBuffer
+
+
+@dataclass
+class Source:
+    """Where picked rows come from: a buffer and (for offline views) its allowed rows."""
+
+    buffer: ReplayBuffer
+    rows: np.ndarray | None
+    name: str
+    source_id: int = 0
+
+
+class SamplingView:
+    """What a sampler sees: the online window ``[lo, hi)`` and the mounted offline sources."""
+
+    def __init__(self, buffer: ReplayBuffer, lo: int, hi: int, offline: list[Source]) -> None:
+        self.buffer = buffer
+        self.lo = lo
+        self.hi = hi
+        self.online = Source(buffer, None, "online", 0)
+        self.offline = offline
+        for i, s in enumerate(offline):
+            s.source_id = i + 1
+
+    @property
+    def eligible(self) -> np.ndarray:
+        return self.buffer.index.cols["eligible"]
+
+    @property
+    def base(self) -> int:
+        return self.buffer.index.base
+
+    def hot_ranges(self) -> list[tuple[int, int]]:
+        """Row ranges held in RAM, clipped to the window."""
+        out = []
+        with self.buffer._lock:  # noqa: SLF001
+            for c in self.buffer.storage.chunks:
+                if c.hot:
+                    lo, hi = max(c.first_row, self.lo), min(c.first_row + c.capacity, self.hi)
+                    if hi > lo:
+                        out.append((lo, hi))
+        return out
+
+
+Picks = list[tuple[Source, np.ndarray, np.ndarray]]
+
+
+class Sampler:
+    """Base class: ``sample_indices(view, batch_size, rng) -> [(source, rows, weights)]``."""
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        del state
+
+
+def uniform_rows(
+    view: SamplingView,
+    lo: int,
+    hi: int,
+    n: int,
+    rng: np.random.Generator,
+    accept: np.ndarray | None = None,
+) -> np.ndarray:
+    """``n`` eligible rows uniformly from ``[lo, hi)`` (with replacement), by rejection.
+
+    ``accept`` optionally narrows eligibility (a bool array indexed like the index columns).
+
+    Raises:
+        ValueError: no eligible row in the range.
+    """
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    if hi <= lo:
+        raise ValueError(f"nothing to sample: empty window [{lo}, {hi})")
+    elig = view.eligible
+    b = view.base
+    got: list[np.ndarray] = []
+    need = n
+    for _ in range(8):
+        cand = rng.integers(lo, hi, size=max(2 * need, 32))
+        ok = elig[cand - b]
+        if accept is not None:
+            ok &= accept[cand - b]
+        good = cand[ok][:need]
+        got.append(good)
+        need -= len(good)
+        if need == 0:
+            return np.concatenate(got)
+    allowed = elig[lo - b : hi - b]
+    if accept is not None:
+        allowed = allowed & accept[lo - b : hi - b]
+    pool = np.flatnonzero(allowed) + lo
+    if pool.size == 0:
+        raise ValueError(f"nothing to sample: no eligible transition in [{lo}, {hi})")
+    got.append(rng.choice(pool, size=need))
+    return np.concatenate(got).astype(np.int64)
+
+
+def _ones(n: int) -> np.ndarray:
+    return np.ones(n, dtype=np.float32)
+
+
+class UniformSampler(Sampler):
+    """Uniform over eligible transitions of the online window.
+
+    Args:
+        hot_only: draw only from rows held in RAM (falls back to the whole window when none).
+    """
+
+    def __init__(self, hot_only: bool = False) -> None:
+        self.hot_only = hot_only
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        if self.hot_only:
+            rows = _hot_rows(view, batch_size, rng)
+            if rows is not None:
+                return [(view.online, rows, _ones(len(rows)))]
+        rows = uniform_rows(view, view.lo, view.hi, batch_size, rng)
+        return [(view.online, rows, _ones(batch_size))]
+
+
+def _hot_rows(view: SamplingView, n: int, rng: np.random.Generator) -> np.ndarray | None:
+    ranges = view.hot_ranges()
+    if not ranges:
+        return None
+    sizes = np.array([hi - lo for lo, hi in ranges], dtype=np.float64)
+    counts = rng.multinomial(n, sizes / sizes.sum())
+    parts = []
+    try:
+        for (lo, hi), k in zip(ranges, counts, strict=True):
+            if k:
+                parts.append(uniform_rows(view, lo, hi, int(k), rng))
+    except ValueError:
+        return None
+    return np.concatenate(parts)
+
+
+class CacheAwareSampler(Sampler):
+    """``hot_share`` of each batch uniformly from RAM, the rest uniformly from the window.
+
+    The cold picks heat their segments; the prefetch thread promotes the hottest cold segment
+    in the background, so the hot tier follows what is being sampled.
+    """
+
+    def __init__(self, hot_share: float = 0.9) -> None:
+        if not 0 <= hot_share <= 1:
+            raise ValueError(f"hot_share must be in [0, 1], got {hot_share}")
+        self.hot_share = hot_share
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        n_hot = int(round(batch_size * self.hot_share))
+        hot = _hot_rows(view, n_hot, rng) if n_hot else np.empty(0, dtype=np.int64)
+        if hot is None:
+            hot = np.empty(0, dtype=np.int64)
+        rest = uniform_rows(view, view.lo, view.hi, batch_size - len(hot), rng)
+        rows = np.concatenate([hot, rest])
+        return [(view.online, rows, _ones(len(rows)))]
+
+
+class RecencySampler(Sampler):
+    """Uniform over the newest ``window`` steps of the online window."""
+
+    def __init__(self, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.window = window
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        lo = max(view.lo, view.hi - self.window)
+        rows = uniform_rows(view, lo, view.hi, batch_size, rng)
+        return [(view.online, rows, _ones(batch_size))]
+
+
+class InterventionSampler(Sampler):
+    """Intervention-only (``weight=None``) or intervention-weighted sampling.
+
+    With ``weight=w`` an intervention step is ``w`` times as likely as an autonomous one
+    (HG-DAgger-style emphasis on the operator's corrections).
+    """
+
+    def __init__(self, weight: float | None = None) -> None:
+        if weight is not None and weight <= 0:
+            raise ValueError(f"weight must be > 0, got {weight}")
+        self.weight = weight
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        idx = view.buffer.index
+        interv = idx.cols["is_intervention"]
+        b = view.base
+        lo, hi = view.lo, view.hi
+        if self.weight is None:
+            rows = uniform_rows(view, lo, hi, batch_size, rng, accept=interv)
+            return [(view.online, rows, _ones(batch_size))]
+        seg = slice(lo - b, hi - b)
+        elig = view.eligible[seg]
+        n_i = int(np.count_nonzero(elig & interv[seg]))
+        n_o = int(np.count_nonzero(elig)) - n_i
+        if n_i + n_o == 0:
+            raise ValueError("nothing to sample: no eligible transition")
+        p_i = self.weight * n_i / (self.weight * n_i + n_o)
+        k = int(rng.binomial(batch_size, p_i))
+        a = uniform_rows(view, lo, hi, k, rng, accept=interv) if k else np.empty(0, np.int64)
+        o = (
+            uniform_rows(view, lo, hi, batch_size - k, rng, accept=~interv)
+            if batch_size - k
+            else np.empty(0, np.int64)
+        )
+        return [(view.online, np.concatenate([a, o]), _ones(batch_size))]
+
+
+class SumTree:
+    """Binary sum tree over ``capacity`` leaves (a power of two); vectorized updates/draws."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = 1 << max(1, math.ceil(math.log2(max(capacity, 2))))
+        self.tree = np.zeros(2 * self.capacity, dtype=np.float64)
+
+    @property
+    def total(self) -> float:
+        return float(self.tree[1])
+
+    def leaves(self) -> np.ndarray:
+        return self.tree[self.capacity :]
+
+    def grow(self, capacity: int) -> None:
+        if capacity <= self.capacity:
+            return
+        old = self.leaves().copy()
+        self.__init__(capacity)  # type: ignore[misc]
+        self.set(np.arange(len(old)), old)
+
+    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
+        if len(idx) == 0:
+            return
+        pos = np.asarray(idx, dtype=np.int64) + self.capacity
+        self.tree[pos] = values
+        pos = np.unique(pos // 2)
+        while pos[0] >= 1:
+            self.tree[pos] = self.tree[2 * pos] + self.tree[2 * pos + 1]
+            if pos[0] == 1:
+                break
+            pos = np.unique(pos // 2)
+
+    def find(self, u: np.ndarray) -> np.ndarray:
+        """Leaf index whose prefix-sum interval contains each ``u`` in ``[0, total)``."""
+        idx: np.ndarray = np.ones(len(u), dtype=np.int64)
+        u = u.copy()
+        while idx[0] < self.capacity:
+            left = self.tree[2 * idx]
+            right = u >= left
+            u = np.where(right, u - left, u)
+            idx = 2 * idx + right
+        return idx - self.capacity
+
+
+class PrioritizedSampler(Sampler):
+    """Proportional prioritized replay over the online window (Schaul et al., 2016).
+
+    P(i) = p_i^alpha / sum_k p_k^alpha; new transitions get the highest priority seen so far;
+    importance weights ``(N * P(i))^-beta`` are normalized by the batch maximum. Update with
+    :meth:`update_priorities` using the batch's ``index`` (online rows only).
+    """
+
+    LOOKBACK = 1 << 16
+
+    def __init__(self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6) -> None:
+        self.alpha, self.beta, self.eps = alpha, beta, eps
+        self.tree = SumTree()
+        self.base: int | None = None
+        self.max_priority = 1.0
+        self.scan_from = 0
+        self.window_lo = 0
+
+    def _sync(self, view: SamplingView) -> None:
+        if self.base is None:
+            self.base = view.base
+            self.scan_from = max(view.lo, view.base)
+            self.window_lo = self.scan_from
+        base = self.base
+        self.tree.grow(view.hi - base)
+        if view.lo > self.window_lo:
+            gone = np.arange(self.window_lo, view.lo) - base
+            self.tree.set(gone[gone >= 0], np.zeros(len(gone[gone >= 0])))
+            self.window_lo = view.lo
+        start = max(self.scan_from, view.lo, view.hi - self.LOOKBACK)
+        if start >= view.hi:
+            return
+        b = view.base
+        elig = view.eligible[start - b : view.hi - b]
+        leaves = self.tree.leaves()[start - base : view.hi - base]
+        new = np.flatnonzero(elig & (leaves == 0)) + start
+        self.tree.set(new - base, np.full(len(new), self.max_priority**self.alpha))
+        pending = np.flatnonzero(~elig)
+        self.scan_from = start + int(pending[0]) if pending.size else view.hi
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        self._sync(view)
+        assert self.base is not None
+        total = self.tree.total
+        if total <= 0:
+            raise ValueError("nothing to sample: no prioritized transition yet")
+        u = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
+        leaf = self.tree.find(np.minimum(u, np.nextafter(total, 0)))
+        p = self.tree.leaves()[leaf]
+        bad = p <= 0
+        if bad.any():  # float round-off at an interval edge: redraw those uniformly
+            leaf[bad] = uniform_rows(view, view.lo, view.hi, int(bad.sum()), rng) - self.base
+            p = self.tree.leaves()[leaf]
+        n = max(int(np.count_nonzero(self.tree.leaves())), 1)
+        probs = np.maximum(p / total, 1e-12)
+        w = (n * probs) ** (-self.beta)
+        w = w / w.max()
+        return [(view.online, leaf + self.base, w.astype(np.float32))]
+
+    def update_priorities(self, rows: np.ndarray, priorities: np.ndarray) -> None:
+        """Set new priorities (e.g. |TD error|) for global ``rows`` of the online buffer.
+
+        Raises:
+            ValueError: shapes differ, or a priority is negative or not finite.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        pr: np.ndarray = np.asarray(priorities, dtype=np.float64).reshape(-1)
+        if rows.shape != pr.shape:
+            raise ValueError(f"{len(rows)} rows but {len(pr)} priorities")
+        if not np.isfinite(pr).all() or (pr < 0).any():
+            raise ValueError("priorities must be finite and >= 0")
+        if self.base is None:
+            raise ValueError("sample before updating priorities")
+        keep = rows >= self.window_lo
+        pr = pr[keep] + self.eps
+        self.tree.set(rows[keep] - self.base, pr**self.alpha)
+        if pr.size:
+            self.max_priority = max(self.max_priority, float(pr.max()))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "base": -1 if self.base is None else self.base,
+            "max_priority": self.max_priority,
+            "scan_from": self.scan_from,
+            "window_lo": self.window_lo,
+            "leaves": self.tree.leaves().copy(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.alpha = float(state["alpha"])
+        self.beta = float(state["beta"])
+        base = int(state["base"])
+        self.base = None if base < 0 else base
+        self.max_priority = float(state["max_priority"])
+        self.scan_from = int(state["scan_from"])
+        self.window_lo = int(state["window_lo"])
+        leaves = np.asarray(state["leaves"], dtype=np.float64)
+        self.tree = SumTree(len(leaves))
+        self.tree.set(np.arange(len(leaves)), leaves)
+
+
+class MixSampler(Sampler):
+    """Online/offline mix, per task.
+
+    Args:
+        online_fraction: share of each task's samples drawn from the online window; a float
+            for every task (RLPD's symmetric sampling is 0.5) or ``{task: share}`` with
+            ``default`` for the rest. A task without offline data draws only online, and
+            vice versa.
+        adaptive: split each batch across tasks in proportion to ``1 - success + floor``
+            (recent success from :meth:`report_success`, an exponential moving average),
+            so tasks that fail more get more samples. Without it tasks are not balanced: rows
+            are drawn uniformly from each pool.
+        smoothing: EMA factor of the success estimate (weight of the old value).
+        floor: keeps solved tasks from vanishing from batches.
+    """
+
+    def __init__(
+        self,
+        online_fraction: float | Mapping[str, float] = 0.5,
+        *,
+        default: float = 0.5,
+        adaptive: bool = False,
+        smoothing: float = 0.9,
+        floor: float = 0.1,
+    ) -> None:
+        self.online_fraction = online_fraction
+        self.default = default
+        self.adaptive = adaptive
+        self.smoothing = smoothing
+        self.floor = floor
+        self.success: dict[str, float] = {}
+
+    def report_success(self, task: str, success: float) -> None:
+        """Fold an episode outcome (1.0 success, 0.0 failure, or a rate) into ``task``."""
+        old = self.success.get(task)
+        s = float(success)
+        self.success[task] = s if old is None else self.smoothing * old + (1 - self.smoothing) * s
+
+    def _fraction(self, task: str | None) -> float:
+        if isinstance(self.online_fraction, Mapping):
+            return float(self.online_fraction.get(task or "", self.default))
+        return float(self.online_fraction)
+
+    def task_weights(self, tasks: list[str]) -> np.ndarray:
+        w = np.array([1.0 - self.success.get(t, 0.0) + self.floor for t in tasks])
+        return w / w.sum()
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        per_task = self.adaptive or isinstance(self.online_fraction, Mapping)
+        if not per_task:
+            return self._draw(view, None, batch_size, rng)
+        tasks = _task_names(view)
+        counts = rng.multinomial(batch_size, self.task_weights(tasks))
+        picks: Picks = []
+        for t, k in zip(tasks, counts, strict=True):
+            if k:
+                picks.extend(self._draw(view, t, int(k), rng))
+        return picks
+
+    def _draw(
+        self, view: SamplingView, task: str | None, n: int, rng: np.random.Generator
+    ) -> Picks:
+        online_accept = None
+        has_online = view.hi > view.lo
+        if task is not None:
+            idx = view.buffer.index
+            code = idx.tasks.codes.get(task)
+            if code is None:
+                has_online = False
+            else:
+                online_accept = idx.cols["task"] == code
+                seg = slice(view.lo - view.base, view.hi - view.base)
+                has_online = bool((view.eligible[seg] & online_accept[seg]).any())
+        offline = [(s, _task_rows(s, task)) for s in view.offline]
+        offline = [(s, r) for s, r in offline if len(r)]
+        n_on = int(round(n * self._fraction(task))) if offline else n
+        if not has_online:
+            n_on = 0
+        if not offline and not has_online:
+            raise ValueError(f"nothing to sample for task {task!r}")
+        picks: Picks = []
+        if n_on:
+            rows = uniform_rows(view, view.lo, view.hi, n_on, rng, accept=online_accept)
+            picks.append((view.online, rows, _ones(n_on)))
+        n_off = n - n_on
+        if n_off:
+            sizes = np.array([len(r) for _, r in offline], dtype=np.float64)
+            for (s, r), k in zip(offline, rng.multinomial(n_off, sizes / sizes.sum()), strict=True):
+                if k:
+                    picks.append((s, r[rng.integers(0, len(r), size=int(k))], _ones(int(k))))
+        return picks
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"success": dict(self.success)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.success = {str(k): float(v) for k, v in dict(state["success"]).items()}
+
+
+def _task_names(view: SamplingView) -> list[str]:
+    names = set(view.buffer.index.tasks.names)
+    for s in view.offline:
+        names.update(s.buffer.index.tasks.names)
+    return sorted(names)
+
+
+def _task_rows(src: Source, task: str | None) -> np.ndarray:
+    rows = src.rows if src.rows is not None else np.empty(0, dtype=np.int64)
+    if task is None or len(rows) == 0:
+        return rows
+    idx = src.buffer.index
+    code = idx.tasks.codes.get(task)
+    if code is None:
+        return np.empty(0, dtype=np.int64)
+    return rows[idx.cols["task"][rows - idx.base] == code]

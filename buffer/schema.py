@@ -1,0 +1,513 @@
+"""Step schema: the columns of one step record, built from LeRobot-style feature dicts.
+
+A step (one control tick of one robot) is a row with these columns:
+
+=====================  ==========================  =============================================
+column                 Arrow type                  meaning
+=====================  ==========================  =============================================
+seq                    int64                       per-robot sequence number, strictly increasing
+robot_id, run_id       string                      who produced it, in which run
+task                   string                      task name / language instruction
+episode_index          int64 (>= 0)                episode number (unique per robot and run)
+frame_index            int64 (>= 0)                step number inside the episode, from 0
+timestamp              float64 (s)                 seconds since episode start
+reward                 float32                     reward received after ``action``
+terminated, truncated  bool                        Gymnasium done flags after ``action``
+is_intervention        bool                        True when a human operator chose ``action``
+policy_version         int64                       version of the policy that was running
+observation.*          fixed_size_list<dtype, n>   features flattened in C order (images HWC uint8)
+action                 fixed_size_list<dtype, n>   the action executed
+action.policy          same as action, nullable    the policy's proposal when it differs
+action.operator        same as action, nullable    the operator's action when it differs
+next.observation.*     large_binary, nullable      real final observation, on done steps only
+=====================  ==========================  =============================================
+
+The final observation of an episode (the observation returned together with
+``terminated``/``truncated``) is not the observation of any later step, so a done step carries
+it in ``next.observation.*`` as raw C-order bytes of the feature's dtype and shape.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from buffer.errors import StepValidationError
+
+SCALAR_COLUMNS: dict[str, pa.DataType] = {
+    "seq": pa.int64(),
+    "robot_id": pa.string(),
+    "run_id": pa.string(),
+    "task": pa.string(),
+    "episode_index": pa.int64(),
+    "frame_index": pa.int64(),
+    "timestamp": pa.float64(),
+    "reward": pa.float32(),
+    "terminated": pa.bool_(),
+    "truncated": pa.bool_(),
+    "is_intervention": pa.bool_(),
+    "policy_version": pa.int64(),
+}
+OPTIONAL_ACTIONS = ("action.policy", "action.operator")
+FINAL_PREFIX = "next."
+_DTYPES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"}
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One array feature: ``name`` (e.g. ``observation.state``), numpy ``dtype``, ``shape``.
+
+    ``is_image`` marks uint8 HWC camera frames (LeRobot dtype ``image``/``video``).
+    """
+
+    name: str
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    names: tuple[str, ...] | None = None
+    is_image: bool = False
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def arrow_type(self) -> pa.DataType:
+        return pa.list_(pa.from_numpy_dtype(self.dtype), self.size)
+
+    def to_lerobot(self) -> dict[str, Any]:
+        """The LeRobot feature dict (``dtype``, ``shape``, ``names``)."""
+        dtype = "image" if self.is_image else str(self.dtype)
+        names: Any = list(self.names) if self.names else None
+        if self.is_image and names is None:
+            names = ["height", "width", "channels"]
+        return {"dtype": dtype, "shape": tuple(self.shape), "names": names}
+
+    @classmethod
+    def from_lerobot(cls, name: str, spec: Mapping[str, Any]) -> FeatureSpec:
+        """Parse one LeRobot feature dict.
+
+        Raises:
+            ValueError: unknown dtype, a non-positive or missing shape, or an image that is not
+                HWC with 1, 3 or 4 channels.
+        """
+        if "dtype" not in spec or "shape" not in spec:
+            raise ValueError(f"feature {name!r}: needs 'dtype' and 'shape', got {dict(spec)!r}")
+        dtype_s = str(spec["dtype"])
+        shape = tuple(int(d) for d in spec["shape"])
+        if not shape or any(d <= 0 for d in shape):
+            raise ValueError(f"feature {name!r}: shape must be positive, got {shape}")
+        names = spec.get("names")
+        names_t = tuple(str(n) for n in names) if isinstance(names, list | tuple) else None
+        is_image = dtype_s in ("image", "video") or (
+            dtype_s == "uint8" and len(shape) == 3 and name.startswith("observation.images")
+        )
+        if is_image:
+            if len(shape) != 3 or shape[2] not in (1, 3, 4):
+                raise ValueError(f"feature {name!r}: images must be HWC, got shape {shape}")
+            return cls(name, np.dtype(np.uint8), shape, names_t, True)
+        if dtype_s not in _DTYPES:
+            raise ValueError(f"feature {name!r}: unsupported dtype {dtype_s!r}")
+        return cls(name, np.dtype(dtype_s), shape, names_t, False)
+
+
+class StepSchema:
+    """The columns of a buffer's steps. Build with :meth:`from_features`.
+
+    Attributes:
+        observations: ``observation.*`` features by name, in a fixed order.
+        action: the ``action`` feature.
+        arrow_schema: the exact Arrow schema of stored record batches.
+        require_final_observation: done steps must carry ``next.observation.*``.
+    """
+
+    def __init__(
+        self,
+        observations: Sequence[FeatureSpec],
+        action: FeatureSpec,
+        *,
+        max_record_bytes: int = 16 * 1024**2,
+        require_final_observation: bool = True,
+    ) -> None:
+        if not observations:
+            raise ValueError("a step schema needs at least one observation.* feature")
+        for f in observations:
+            if not f.name.startswith("observation."):
+                raise ValueError(f"observation feature {f.name!r} must start with 'observation.'")
+        self.observations: dict[str, FeatureSpec] = {f.name: f for f in observations}
+        self.action = action
+        self.max_record_bytes = max_record_bytes
+        self.require_final_observation = require_final_observation
+        self.payload: dict[str, FeatureSpec] = dict(self.observations)
+        self.payload["action"] = action
+        for name in OPTIONAL_ACTIONS:
+            self.payload[name] = FeatureSpec(name, action.dtype, action.shape, action.names)
+        fields = [pa.field(k, t, nullable=False) for k, t in SCALAR_COLUMNS.items()]
+        for name, f in self.payload.items():
+            fields.append(pa.field(name, f.arrow_type, nullable=name in OPTIONAL_ACTIONS))
+        for name in self.observations:
+            fields.append(pa.field(FINAL_PREFIX + name, pa.large_binary(), nullable=True))
+        self.arrow_schema = pa.schema(fields, metadata={b"robofleet.step_schema": self.to_json()})
+        self.fixed_row_bytes = sum(f.nbytes for f in self.payload.values()) + 8 * 8
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_features(
+        cls,
+        observation_features: Mapping[str, Mapping[str, Any]],
+        action_features: Mapping[str, Mapping[str, Any]],
+        *,
+        max_record_bytes: int = 16 * 1024**2,
+        require_final_observation: bool = True,
+    ) -> StepSchema:
+        """Build a schema from LeRobot-style feature dicts.
+
+        Args:
+            observation_features: ``{"observation.state": {"dtype": "float32", "shape": (39,),
+                "names": [...]}, "observation.images.front": {"dtype": "image", "shape":
+                (H, W, 3)}}``. Keys without the ``observation.`` prefix get it.
+            action_features: ``{"action": {...}}`` (one entry; any single key is taken as the
+                action).
+            max_record_bytes: a record larger than this is rejected on ingest.
+            require_final_observation: done steps must carry ``next.observation.*``.
+
+        Raises:
+            ValueError: a feature dict is malformed (names the feature).
+        """
+        obs = []
+        for key, spec in observation_features.items():
+            name = key if key.startswith("observation.") else f"observation.{key}"
+            obs.append(FeatureSpec.from_lerobot(name, spec))
+        if len(action_features) != 1:
+            raise ValueError(
+                f"action_features must hold exactly one feature, got {list(action_features)}"
+            )
+        ((_, aspec),) = action_features.items()
+        action = FeatureSpec.from_lerobot("action", aspec)
+        if action.is_image:
+            raise ValueError("the action cannot be an image")
+        return cls(
+            obs,
+            action,
+            max_record_bytes=max_record_bytes,
+            require_final_observation=require_final_observation,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "observation_features": {k: f.to_lerobot() for k, f in self.observations.items()},
+                "action_features": {"action": self.action.to_lerobot()},
+                "max_record_bytes": self.max_record_bytes,
+                "require_final_observation": self.require_final_observation,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StepSchema:
+        d = json.loads(text)
+        return cls.from_features(
+            d["observation_features"],
+            d["action_features"],
+            max_record_bytes=d["max_record_bytes"],
+            require_final_observation=d["require_final_observation"],
+        )
+
+    def same_columns(self, other: StepSchema) -> bool:
+        return self.arrow_schema.remove_metadata().equals(other.arrow_schema.remove_metadata())
+
+    # -- records ------------------------------------------------------------------------
+    def batch_from_records(self, records: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+        """Build a record batch from a list of step dicts (``{column: value}``).
+
+        Array values may be numpy arrays or nested lists; float features accept any float
+        dtype (cast to the schema's), integer and uint8 features need a dtype that casts safely.
+        ``action.policy``, ``action.operator`` and ``next.observation.*`` may be left out.
+
+        Raises:
+            StepValidationError: a value is missing or has the wrong shape or dtype.
+        """
+        if len(records) == 0:
+            return self.arrow_schema.empty_table().to_batches(max_chunksize=1)[0].slice(0, 0)
+        cols: dict[str, pa.Array] = {}
+        for name, typ in SCALAR_COLUMNS.items():
+            values = []
+            for i, rec in enumerate(records):
+                if name not in rec or rec[name] is None:
+                    raise _err(i, rec, name, "missing")
+                values.append(rec[name])
+            try:
+                cols[name] = pa.array(values, type=typ)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                bad = _first_bad_scalar(values, typ)
+                raise _err(bad, records[bad], name, f"not a {typ}: {values[bad]!r}") from None
+        for name, f in self.payload.items():
+            optional = name in OPTIONAL_ACTIONS
+            arrs: list[np.ndarray[Any, Any] | None] = []
+            for i, rec in enumerate(records):
+                v = rec.get(name)
+                if v is None:
+                    if not optional:
+                        raise _err(i, rec, name, "missing")
+                    arrs.append(None)
+                    continue
+                arrs.append(_coerce(v, f, i, rec, name))
+            cols[name] = _fixed_list(arrs, f)
+        for name, f in self.observations.items():
+            key = FINAL_PREFIX + name
+            blobs: list[bytes | None] = []
+            for i, rec in enumerate(records):
+                v = rec.get(key)
+                blobs.append(None if v is None else _coerce(v, f, i, rec, key).tobytes())
+            cols[key] = pa.array(blobs, type=pa.large_binary())
+        return pa.RecordBatch.from_arrays(
+            [cols[f.name] for f in self.arrow_schema], schema=self.arrow_schema
+        )
+
+    def validate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Check a batch against the schema and return it with the exact stored schema.
+
+        Checks, naming the record (row in the batch, robot_id, seq) and field on failure:
+        a missing or unknown column; a null in a required column; wrong dtype or shape; NaN
+        or Inf in a float field; negative episode_index/frame_index; an empty robot_id; a
+        record over ``max_record_bytes``; ``seq`` not strictly increasing per robot inside
+        the batch; a done step without its final observation (when required); a final
+        observation of the wrong byte size.
+
+        Raises:
+            StepValidationError: the first problem found. Nothing of the batch is stored.
+        """
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None  # type: ignore[assignment]
+            if batch is None:
+                return self.arrow_schema.empty_table().to_batches(max_chunksize=1)[0]
+        names = set(batch.schema.names)
+        unknown = names - set(self.arrow_schema.names)
+        if unknown:
+            raise StepValidationError(
+                f"unknown field(s) {sorted(unknown)}; the schema has {self.arrow_schema.names}",
+                field=sorted(unknown)[0],
+            )
+        n = batch.num_rows
+        cols: list[pa.Array] = []
+        for field in self.arrow_schema:
+            if field.name not in names:
+                if field.nullable:
+                    cols.append(pa.nulls(n, field.type))
+                    continue
+                raise StepValidationError(f"field {field.name!r} is missing", field=field.name)
+            col = batch.column(field.name)
+            if col.type != field.type:
+                col = self._conform(batch, field, col)
+            if not field.nullable and col.null_count:
+                row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                raise self._row_err(batch, row, field.name, "is null")
+            cols.append(col)
+        out = pa.RecordBatch.from_arrays(cols, schema=self.arrow_schema)
+        self._check_values(out)
+        return out
+
+    # -- helpers ------------------------------------------------------------------------
+    def _row_err(self, batch: pa.RecordBatch, row: int, field: str, what: str) -> Exception:
+        rid = seq = None
+        if "robot_id" in batch.schema.names:
+            rid = batch.column("robot_id")[row].as_py()
+        if "seq" in batch.schema.names:
+            seq = batch.column("seq")[row].as_py()
+        return StepValidationError(
+            f"record {row} (robot_id={rid!r}, seq={seq}): field {field!r} {what}",
+            record=row,
+            field=field,
+            robot_id=rid,
+            seq=seq,
+        )
+
+    def _conform(self, batch: pa.RecordBatch, field: pa.Field, col: pa.Array) -> pa.Array:
+        """Accept an equivalent encoding (variable lists, string views); reject the rest."""
+        want = field.type
+        got = col.type
+        if pa.types.is_fixed_size_list(want):
+            if not (
+                pa.types.is_list(got)
+                or pa.types.is_large_list(got)
+                or pa.types.is_fixed_size_list(got)
+            ):
+                raise StepValidationError(
+                    f"field {field.name!r}: expected {want}, got {got}", field=field.name
+                )
+            if got.value_type != want.value_type:
+                raise StepValidationError(
+                    f"field {field.name!r}: expected dtype {want.value_type}, got {got.value_type}",
+                    field=field.name,
+                )
+            size = want.list_size
+            if pa.types.is_fixed_size_list(got):
+                raise StepValidationError(
+                    f"field {field.name!r}: expected {size} values (shape "
+                    f"{self.payload[field.name].shape}), got {got.list_size}",
+                    field=field.name,
+                )
+            lengths = col.value_lengths().to_numpy(zero_copy_only=False)
+            valid = ~col.is_null().to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(valid & (lengths != size))
+            if bad.size:
+                row = int(bad[0])
+                raise self._row_err(
+                    batch,
+                    row,
+                    field.name,
+                    f"has {int(lengths[row])} values, expected {size} (shape "
+                    f"{self.payload[field.name].shape})",
+                )
+            flat = col.flatten()
+            mask = col.is_null() if col.null_count else None
+            return pa.FixedSizeListArray.from_arrays(flat, size, mask=mask)
+        try:
+            return col.cast(want, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise StepValidationError(
+                f"field {field.name!r}: expected {want}, got {got}", field=field.name
+            ) from None
+
+    def _check_values(self, b: pa.RecordBatch) -> None:
+        n = b.num_rows
+        if n == 0:
+            return
+        for name in ("episode_index", "frame_index"):
+            v = b.column(name).to_numpy()
+            bad = np.flatnonzero(v < 0)
+            if bad.size:
+                raise self._row_err(b, int(bad[0]), name, f"is negative ({v[bad[0]]})")
+        rid = b.column("robot_id")
+        empty = np.flatnonzero(pa.compute.equal(rid, "").to_numpy(zero_copy_only=False))
+        if empty.size:
+            raise self._row_err(b, int(empty[0]), "robot_id", "is empty")
+        for name in ("reward", "timestamp"):
+            v = b.column(name).to_numpy()
+            bad = np.flatnonzero(~np.isfinite(v))
+            if bad.size:
+                raise self._row_err(b, int(bad[0]), name, f"is not finite ({v[bad[0]]})")
+        for name, f in self.payload.items():
+            if f.dtype.kind != "f":
+                continue
+            col = b.column(name)
+            vals = col.flatten().to_numpy().reshape(-1, f.size)
+            finite = np.isfinite(vals).all(axis=1)
+            if col.null_count:
+                # flatten() drops null slots, so map rows back through the validity mask.
+                rows = np.flatnonzero(~col.is_null().to_numpy(zero_copy_only=False))
+                bad = rows[~finite]
+            else:
+                bad = np.flatnonzero(~finite)
+            if bad.size:
+                raise self._row_err(b, int(bad[0]), name, "contains NaN or Inf")
+        done = np.logical_or(
+            b.column("terminated").to_numpy(zero_copy_only=False),
+            b.column("truncated").to_numpy(zero_copy_only=False),
+        )
+        row_bytes = np.full(n, self.fixed_row_bytes, dtype=np.int64)
+        for name in ("robot_id", "run_id", "task"):
+            row_bytes += pa.compute.binary_length(b.column(name)).to_numpy(zero_copy_only=False)
+        for name, f in self.observations.items():
+            key = FINAL_PREFIX + name
+            col = b.column(key)
+            has = ~col.is_null().to_numpy(zero_copy_only=False)
+            lens = pa.compute.binary_length(col).to_numpy(zero_copy_only=False)
+            lens = np.where(has, np.nan_to_num(lens.astype(np.float64)), 0).astype(np.int64)
+            bad = np.flatnonzero(has & (lens != f.nbytes))
+            if bad.size:
+                raise self._row_err(
+                    b,
+                    int(bad[0]),
+                    key,
+                    f"has {int(lens[bad[0]])} bytes, expected {f.nbytes} ({f.dtype} {f.shape})",
+                )
+            if self.require_final_observation:
+                missing = np.flatnonzero(done & ~has)
+                if missing.size:
+                    raise self._row_err(
+                        b,
+                        int(missing[0]),
+                        key,
+                        "is missing on a terminated/truncated step (its real final observation)",
+                    )
+            if f.dtype.kind == "f" and has.any():
+                for row in np.flatnonzero(has):
+                    arr = np.frombuffer(col[int(row)].as_py(), dtype=f.dtype)
+                    if not np.isfinite(arr).all():
+                        raise self._row_err(b, int(row), key, "contains NaN or Inf")
+            row_bytes += lens
+        big = np.flatnonzero(row_bytes > self.max_record_bytes)
+        if big.size:
+            raise self._row_err(
+                b,
+                int(big[0]),
+                "(record)",
+                f"is {int(row_bytes[big[0]])} bytes, over max_record_bytes={self.max_record_bytes}",
+            )
+        robots = b.column("robot_id").to_numpy(zero_copy_only=False)
+        seqs = b.column("seq").to_numpy()
+        order = np.lexsort((np.arange(n), robots))
+        same = robots[order][1:] == robots[order][:-1]
+        back = np.flatnonzero(same & (np.diff(seqs[order]) <= 0))
+        if back.size:
+            row = int(order[back[0] + 1])
+            raise self._row_err(
+                b, row, "seq", "is not strictly increasing for its robot within the batch"
+            )
+
+
+def _err(i: int, rec: Mapping[str, Any], field: str, what: str) -> StepValidationError:
+    rid, seq = rec.get("robot_id"), rec.get("seq")
+    return StepValidationError(
+        f"record {i} (robot_id={rid!r}, seq={seq}): field {field!r} {what}",
+        record=i,
+        field=field,
+        robot_id=rid if isinstance(rid, str) else None,
+        seq=seq if isinstance(seq, int) else None,
+    )
+
+
+def _first_bad_scalar(values: list[Any], typ: pa.DataType) -> int:
+    for i, v in enumerate(values):
+        try:
+            pa.array([v], type=typ)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            return i
+    return 0
+
+
+def _coerce(
+    v: Any, f: FeatureSpec, i: int, rec: Mapping[str, Any], name: str
+) -> np.ndarray[Any, Any]:
+    arr = np.asarray(v)
+    if arr.dtype != f.dtype:
+        ok = np.can_cast(arr.dtype, f.dtype, "same_kind" if f.dtype.kind == "f" else "safe")
+        if arr.dtype == object or not ok:
+            raise _err(i, rec, name, f"has dtype {arr.dtype}, expected {f.dtype}")
+        arr = arr.astype(f.dtype)
+    if arr.shape != f.shape:
+        raise _err(i, rec, name, f"has shape {arr.shape}, expected {f.shape}")
+    return arr
+
+
+def _fixed_list(arrs: list[np.ndarray[Any, Any] | None], f: FeatureSpec) -> pa.Array:
+    n = len(arrs)
+    flat = np.zeros((n, f.size), dtype=f.dtype)
+    valid = np.ones(n, dtype=bool)
+    for i, a in enumerate(arrs):
+        if a is None:
+            valid[i] = False
+        else:
+            flat[i] = a.reshape(-1)
+    mask = None if valid.all() else pa.array(~valid)
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), f.size, mask=mask)

@@ -1,0 +1,111 @@
+"""Sealed segments: immutable Arrow IPC files, written atomically, read through mmap.
+
+A segment ``seg-<first_row:016d>-<num_rows:010d>.arrow`` holds rows
+``[first_row, first_row + num_rows)`` as ONE record batch, so each column is one contiguous
+buffer that numpy can view without copying. Writing goes to a ``.tmp`` file that is fsynced,
+renamed into place and followed by an fsync of the directory: a segment either exists whole
+or not at all.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from buffer.errors import CorruptDataError
+from buffer.wal import fsync_dir
+
+SEGMENT_GLOB = "seg-*.arrow"
+
+
+def segment_name(first_row: int, num_rows: int) -> str:
+    return f"seg-{first_row:016d}-{num_rows:010d}.arrow"
+
+
+def parse_segment_name(path: Path) -> tuple[int, int] | None:
+    parts = path.stem.split("-")
+    if len(parts) != 3 or parts[0] != "seg":
+        return None
+    try:
+        return int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+
+
+def list_segments(directory: Path) -> Iterator[tuple[int, int, Path]]:
+    found = []
+    for p in directory.glob(SEGMENT_GLOB):
+        parsed = parse_segment_name(p)
+        if parsed is not None:
+            found.append((parsed[0], parsed[1], p))
+    yield from sorted(found)
+
+
+def write_segment(directory: Path, first_row: int, batch: pa.RecordBatch) -> Path:
+    """Write ``batch`` as a segment atomically (temp file, fsync, rename, fsync dir)."""
+    final = directory / segment_name(first_row, batch.num_rows)
+    tmp = final.with_suffix(".arrow.tmp")
+    with pa.OSFile(str(tmp), "wb") as sink:
+        with ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, final)
+    fsync_dir(directory)
+    return final
+
+
+class MappedSegment:
+    """A segment file memory-mapped read-only; columns are zero-copy numpy views.
+
+    Touching a view faults pages into this process (they count in its RSS as file pages);
+    :meth:`release_pages` drops them again (``MADV_DONTNEED``; the kernel re-reads them from
+    the page cache or disk on the next touch), which is how the cold tier stays in budget.
+    """
+
+    def __init__(self, path: Path, expected_rows: int | None = None) -> None:
+        self.path = path
+        self.file_bytes = path.stat().st_size
+        with open(path, "rb") as f:
+            self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            reader = ipc.open_file(pa.py_buffer(self._mm))
+            if reader.num_record_batches != 1:
+                raise CorruptDataError(f"{path}: expected one record batch")
+            self.batch = reader.get_batch(0)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptDataError(f"{path}: not a readable Arrow segment: {exc}") from None
+        if expected_rows is not None and self.batch.num_rows != expected_rows:
+            raise CorruptDataError(
+                f"{path}: holds {self.batch.num_rows} rows, its name says {expected_rows}"
+            )
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.batch.num_rows)
+
+    def column_view(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """Zero-copy ``(num_rows, *shape)`` view of a fixed-size-list column."""
+        col = self.batch.column(name)
+        values = col.values.slice(col.offset * col.type.list_size, len(col) * col.type.list_size)
+        arr = values.to_numpy(zero_copy_only=True)
+        if arr.dtype != dtype:
+            raise CorruptDataError(f"{self.path}: column {name} has dtype {arr.dtype}")
+        return arr.reshape((len(col), *shape))
+
+    def release_pages(self) -> None:
+        self._mm.madvise(mmap.MADV_DONTNEED)
+
+    def prefetch_pages(self) -> None:
+        """Hint the kernel to read the file ahead (page cache only; not resident here)."""
+        self._mm.madvise(mmap.MADV_WILLNEED)

@@ -1,0 +1,430 @@
+"""Payload storage in tiers: the open tail, hot chunks in RAM, cold chunks memory-mapped.
+
+A *chunk* holds the payload columns (``observation.*``, ``action``, ``action.policy``,
+``action.operator``) of a contiguous row range. The open *tail* receives new rows; when it
+is sealed into a segment file it stays in RAM as a *hot* chunk. When the hot tier exceeds its
+byte budget the least-heated hot chunk turns *cold*: its arrays become zero-copy views of the
+segment's mmap. Reads of cold rows fault file pages into this process; the tier drops them
+with ``MADV_DONTNEED`` once they pass the cold allowance (budget minus hot bytes), so resident
+payload memory stays inside ``memory_budget_bytes``.
+
+Hot arrays live in anonymous mmaps (not the malloc heap) so an evicted chunk's memory goes back
+to the OS at once instead of lingering in allocator arenas.
+
+Heat: each sampled row adds one to its chunk's heat, which decays by half every second. The
+prefetch thread promotes the hottest cold chunk when it is hotter than the coldest hot chunk
+(or there is room), and serves explicit prefetch requests from cache-aware samplers.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from buffer.schema import FINAL_PREFIX, StepSchema
+from buffer.segments import MappedSegment
+
+_PAGE = mmap.PAGESIZE
+
+
+def anon_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+    """A zero-filled array in its own anonymous mmap (returned to the OS when freed)."""
+    count = math.prod(shape)
+    mm = mmap.mmap(-1, max(1, count * dtype.itemsize))
+    return np.frombuffer(mm, dtype=dtype, count=count).reshape(shape)
+
+
+@dataclass(eq=False)
+class Chunk:
+    """Payload of rows ``[first_row, first_row + n)``; see the module docstring."""
+
+    first_row: int
+    capacity: int
+    arrays: dict[str, np.ndarray]
+    n: int = 0
+    hot: bool = True
+    sealed: bool = False
+    path: Path | None = None
+    mapped: MappedSegment | None = None
+    finals: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    heat: float = 0.0
+    touched_bytes: int = 0
+    row_bytes: int = 0
+
+    @property
+    def end(self) -> int:
+        return self.first_row + self.n
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.n * self.row_bytes if self.hot else 0
+
+
+def decode_finals(
+    schema: StepSchema, batch: pa.RecordBatch, first_row: int
+) -> dict[int, dict[str, np.ndarray]]:
+    """``{row: {observation name: final observation}}`` for rows that carry one."""
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for name, f in schema.observations.items():
+        col = batch.column(FINAL_PREFIX + name)
+        if col.null_count == len(col):
+            continue
+        valid = ~col.is_null().to_numpy(zero_copy_only=False)
+        for i in np.flatnonzero(valid):
+            blob = col[int(i)].as_py()
+            arr = np.frombuffer(blob, dtype=f.dtype).reshape(f.shape).copy()
+            out.setdefault(first_row + int(i), {})[name] = arr
+    return out
+
+
+class TieredStorage:
+    """Chunks of payload, with hot/cold tiering and a gather that reads across them.
+
+    Thread-safety: mutation happens under ``lock`` (the buffer's lock); readers take a
+    consistent snapshot with :meth:`snapshot` and read without it.
+    """
+
+    def __init__(
+        self,
+        schema: StepSchema,
+        budget_bytes: int,
+        hot_fraction: float,
+        lock: threading.RLock,
+    ) -> None:
+        self.schema = schema
+        self.specs = schema.payload
+        self.row_bytes = sum(f.nbytes for f in self.specs.values())
+        self.budget = budget_bytes
+        self.hot_limit = int(budget_bytes * hot_fraction)
+        self.lock = lock
+        self.chunks: list[Chunk] = []
+        self.starts: np.ndarray = np.empty(0, dtype=np.int64)
+        self.hits = 0
+        self.misses = 0
+        self.cold_touched = 0
+        self.page_releases = 0
+        self._heat_time = time.monotonic()
+        self.prefetch_requests: dict[int, float] = {}  # chunk first_row -> request time
+        self.prefetch_lag_s = 0.0
+        self.promotions = 0
+        self.evictions = 0
+
+    # -- construction -------------------------------------------------------------------
+    def new_tail(self, first_row: int, capacity: int) -> Chunk:
+        arrays = {k: anon_array((capacity, *f.shape), f.dtype) for k, f in self.specs.items()}
+        chunk = Chunk(first_row, capacity, arrays, row_bytes=self.row_bytes)
+        self._add_chunk(chunk)
+        return chunk
+
+    def add_cold(self, seg: MappedSegment, first_row: int) -> Chunk:
+        arrays = {k: seg.column_view(k, f.shape, f.dtype) for k, f in self.specs.items()}
+        chunk = Chunk(
+            first_row,
+            seg.num_rows,
+            arrays,
+            n=seg.num_rows,
+            hot=False,
+            sealed=True,
+            path=seg.path,
+            mapped=seg,
+            finals=decode_finals(self.schema, seg.batch, first_row),
+            row_bytes=self.row_bytes,
+        )
+        self._add_chunk(chunk)
+        return chunk
+
+    def _add_chunk(self, chunk: Chunk) -> None:
+        self.chunks.append(chunk)
+        self.starts = np.array([c.first_row for c in self.chunks], dtype=np.int64)
+
+    def remove_chunks(self, gone: list[Chunk]) -> None:
+        """Forget chunks (an empty tail being replaced, or segments deleted by retention)."""
+        self.chunks = [c for c in self.chunks if all(c is not g for g in gone)]
+        self.starts = np.array([c.first_row for c in self.chunks], dtype=np.int64)
+
+    # -- writing ------------------------------------------------------------------------
+    def write_rows(self, tail: Chunk, batch: pa.RecordBatch, offset: int) -> None:
+        """Copy a validated batch's payload into ``tail`` at local row ``offset``."""
+        n = batch.num_rows
+        action = None
+        for name, f in self.specs.items():
+            col = batch.column(name)
+            dst = tail.arrays[name][offset : offset + n]
+            if col.null_count:
+                # Absent policy/operator action means "same as the executed action".
+                if action is None:
+                    action = _fixed_to_numpy(batch.column("action"), self.specs["action"])
+                dst[...] = _fixed_to_numpy(col, f, fill=action)
+            else:
+                dst[...] = _fixed_to_numpy(col, f)
+        tail.finals.update(decode_finals(self.schema, batch, tail.first_row + offset))
+
+    def seal_batch(
+        self, chunk: Chunk, index_cols: dict[str, np.ndarray], vocab: Any
+    ) -> pa.RecordBatch:
+        """The Arrow record batch of a chunk (payload from RAM, scalars from the index)."""
+        n = chunk.n
+        cols: dict[str, pa.Array] = {}
+        for k in ("seq", "episode_index", "frame_index", "timestamp", "reward", "policy_version"):
+            cols[k] = pa.array(index_cols[k])
+        for k in ("terminated", "truncated", "is_intervention"):
+            cols[k] = pa.array(index_cols[k])
+        for k, v in (("robot_id", vocab[0]), ("run_id", vocab[1]), ("task", vocab[2])):
+            names = np.asarray(v.names, dtype=object)
+            cols[k] = pa.array(names[index_cols[k]], type=pa.string())
+        for name, f in self.specs.items():
+            flat = chunk.arrays[name][:n].reshape(-1)
+            cols[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat), f.size)
+        for name in self.schema.observations:
+            blobs: list[bytes | None] = [None] * n
+            for row, obs in chunk.finals.items():
+                if name in obs:
+                    blobs[row - chunk.first_row] = obs[name].tobytes()
+            cols[FINAL_PREFIX + name] = pa.array(blobs, type=pa.large_binary())
+        schema = self.schema.arrow_schema
+        return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+    # -- tiering ------------------------------------------------------------------------
+    def hot_bytes(self) -> int:
+        return sum(c.resident_bytes for c in self.chunks)
+
+    def _decay(self) -> None:
+        now = time.monotonic()
+        dt = now - self._heat_time
+        if dt < 0.05:
+            return
+        factor = 0.5**dt
+        for c in self.chunks:
+            c.heat *= factor
+        self._heat_time = now
+
+    def make_cold(self, chunk: Chunk) -> None:
+        """Swap a sealed hot chunk's arrays for mmap views of its segment (under lock)."""
+        assert chunk.sealed and chunk.path is not None
+        if chunk.mapped is None:
+            chunk.mapped = MappedSegment(chunk.path, chunk.n)
+        seg = chunk.mapped
+        chunk.arrays = {k: seg.column_view(k, f.shape, f.dtype) for k, f in self.specs.items()}
+        chunk.hot = False
+        chunk.touched_bytes = 0
+        self.evictions += 1
+
+    def enforce_budget(self) -> None:
+        """Evict the coldest sealed hot chunks until the hot tier fits (under lock)."""
+        self._decay()
+        total = self.hot_bytes()
+        if total <= self.hot_limit:
+            return
+        candidates = sorted(
+            (c for c in self.chunks if c.hot and c.sealed), key=lambda c: (c.heat, c.first_row)
+        )
+        for c in candidates:
+            if total <= self.hot_limit:
+                break
+            total -= c.resident_bytes
+            self.make_cold(c)
+
+    def promote(self, chunk: Chunk) -> bool:
+        """Read a cold chunk into RAM (not through its mmap, so no file pages stay resident).
+
+        Called by the prefetch thread WITHOUT the lock for the read; swaps under the lock.
+        Returns False when it does not fit even after evicting colder chunks.
+        """
+        if chunk.hot or chunk.mapped is None:
+            return False
+        need = chunk.n * self.row_bytes
+        with self.lock:
+            self._decay()
+            room = self.hot_limit - self.hot_bytes()
+            colder = sorted(
+                (c for c in self.chunks if c.hot and c.sealed and c.heat < chunk.heat),
+                key=lambda c: (c.heat, c.first_row),
+            )
+            freeable = sum(c.resident_bytes for c in colder)
+            if room + freeable < need:
+                return False
+        seg = chunk.mapped
+        arrays = {}
+        with open(seg.path, "rb") as f:
+            for name, spec in self.specs.items():
+                view = chunk.arrays[name]
+                dst = anon_array(view.shape, spec.dtype)
+                offset = _file_offset(seg, name)
+                f.seek(offset)
+                f.readinto(memoryview(dst.reshape(-1)).cast("B"))
+                arrays[name] = dst
+        with self.lock:
+            if chunk.hot or chunk not in self.chunks:
+                return False
+            room = self.hot_limit - self.hot_bytes()
+            for c in sorted(
+                (c for c in self.chunks if c.hot and c.sealed and c is not chunk),
+                key=lambda c: (c.heat, c.first_row),
+            ):
+                if room >= need or c.heat >= chunk.heat:
+                    break
+                room += c.resident_bytes
+                self.make_cold(c)
+            if room < need:
+                return False
+            chunk.arrays = arrays
+            chunk.hot = True
+            self.cold_touched -= chunk.touched_bytes
+            chunk.touched_bytes = 0
+            seg.release_pages()
+            self.promotions += 1
+            t = self.prefetch_requests.pop(chunk.first_row, None)
+            if t is not None:
+                self.prefetch_lag_s = time.monotonic() - t
+        return True
+
+    def prefetch_candidate(self) -> Chunk | None:
+        """The cold chunk most worth promoting now, or None."""
+        with self.lock:
+            self._decay()
+            cold = [c for c in self.chunks if not c.hot and c.mapped is not None]
+            if not cold:
+                self.prefetch_requests.clear()
+                return None
+            requested = [c for c in cold if c.first_row in self.prefetch_requests]
+            if requested:
+                return min(requested, key=lambda c: self.prefetch_requests[c.first_row])
+            best = max(cold, key=lambda c: (c.heat, c.first_row))
+            if best.heat <= 0:
+                return None
+            room = self.hot_limit - self.hot_bytes()
+            if room >= best.n * self.row_bytes:
+                return best
+            hot = [c for c in self.chunks if c.hot and c.sealed]
+            if hot and min(c.heat for c in hot) * 2 < best.heat:
+                return best
+            return None
+
+    def request_prefetch(self, chunk: Chunk) -> None:
+        self.prefetch_requests.setdefault(chunk.first_row, time.monotonic())
+
+    def current_prefetch_lag(self) -> float:
+        if not self.prefetch_requests:
+            return 0.0
+        return time.monotonic() - min(self.prefetch_requests.values())
+
+    # -- reading ------------------------------------------------------------------------
+    def snapshot(self) -> tuple[list[Chunk], np.ndarray, list[dict[str, np.ndarray]]]:
+        """Chunks, their first rows and their current arrays, consistent with each other."""
+        with self.lock:
+            return list(self.chunks), self.starts, [c.arrays for c in self.chunks]
+
+    def gather(
+        self,
+        rows: np.ndarray,
+        names: list[str],
+        snap: tuple[list[Chunk], np.ndarray, list[dict[str, np.ndarray]]] | None = None,
+        count: bool = True,
+    ) -> dict[str, np.ndarray]:
+        """Payload columns for global ``rows`` (any order), as new arrays ``(len(rows), ...)``."""
+        chunks, starts, arrays = snap if snap is not None else self.snapshot()
+        n = len(rows)
+        out = {k: np.empty((n, *self.specs[k].shape), dtype=self.specs[k].dtype) for k in names}
+        if n == 0:
+            return out
+        ci = np.searchsorted(starts, rows, side="right") - 1
+        if ci[0] == ci[-1] and (ci == ci[0]).all():
+            groups: list[tuple[int, np.ndarray | None]] = [(int(ci[0]), None)]
+        else:
+            order = np.argsort(ci, kind="stable")
+            sorted_ci = ci[order]
+            bounds = np.flatnonzero(np.diff(sorted_ci)) + 1
+            groups = [
+                (int(sorted_ci[a]), order[a:b])
+                for a, b in zip(
+                    np.concatenate([[0], bounds]), np.concatenate([bounds, [n]]), strict=True
+                )
+            ]
+        touched = 0
+        for c_i, sel in groups:
+            chunk, arrs = chunks[c_i], arrays[c_i]
+            local = rows - chunk.first_row if sel is None else rows[sel] - chunk.first_row
+            contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
+            for k in names:
+                if sel is None:
+                    np.take(arrs[k], local, axis=0, out=out[k])
+                elif contiguous:
+                    np.take(arrs[k], local, axis=0, out=out[k][sel[0] : sel[-1] + 1])
+                else:
+                    out[k][sel] = arrs[k][local]
+            hot = arrs is not None and chunk.hot and chunk.arrays is arrs
+            if count:
+                chunk.heat += len(local)
+                if hot:
+                    self.hits += len(local)
+                else:
+                    self.misses += len(local)
+            if not hot and chunk.mapped is not None:
+                per_row = sum(_pages(self.specs[k].nbytes) for k in names)
+                chunk.touched_bytes += per_row * len(local)
+                touched += per_row * len(local)
+        if touched:
+            self._account_cold(touched)
+        return out
+
+    def _account_cold(self, touched: int) -> None:
+        with self.lock:
+            self.cold_touched += touched
+            allowance = max(self.budget - self.hot_bytes(), 0)
+            if self.cold_touched <= allowance:
+                return
+            for c in sorted(self.chunks, key=lambda c: -c.touched_bytes):
+                if c.touched_bytes == 0 or self.cold_touched <= allowance // 2:
+                    break
+                if c.mapped is not None and not c.hot:
+                    c.mapped.release_pages()
+                    self.page_releases += 1
+                self.cold_touched -= c.touched_bytes
+                c.touched_bytes = 0
+
+    def finals_for(
+        self, rows: np.ndarray, chunks: list[Chunk], starts: np.ndarray
+    ) -> dict[int, dict[str, np.ndarray]]:
+        if len(rows) == 0:
+            return {}
+        ci = np.searchsorted(starts, rows, side="right") - 1
+        out = {}
+        for r, c in zip(rows.tolist(), ci.tolist(), strict=True):
+            f = chunks[c].finals.get(r)
+            if f is not None:
+                out[r] = f
+        return out
+
+
+def _increasing(sel: np.ndarray) -> bool:
+    return bool(len(sel) < 2 or (np.diff(sel) == 1).all())
+
+
+def _pages(nbytes: int) -> int:
+    # A row straddles at most one extra page.
+    return (nbytes // _PAGE + 2) * _PAGE
+
+
+def _fixed_to_numpy(col: pa.Array, f: Any, fill: np.ndarray | None = None) -> np.ndarray:
+    values = col.values.slice(col.offset * f.size, len(col) * f.size)
+    arr = values.to_numpy(zero_copy_only=False).reshape((len(col), *f.shape))
+    if fill is not None and col.null_count:
+        valid = ~col.is_null().to_numpy(zero_copy_only=False)
+        arr = np.where(valid.reshape((-1,) + (1,) * len(f.shape)), arr, fill)
+    return arr
+
+
+def _file_offset(seg: MappedSegment, name: str) -> int:
+    col = seg.batch.column(name)
+    buf = col.values.buffers()[1]
+    base = pa.py_buffer(seg._mm).address  # noqa: SLF001 - same module family
+    start = col.offset * col.type.list_size * col.values.type.byte_width
+    return int(buf.address - base + col.values.offset * col.values.type.byte_width + start)

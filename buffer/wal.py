@@ -1,0 +1,225 @@
+"""Write-ahead log: checksummed records, group commit, acknowledgement after fdatasync.
+
+File layout (``wal-<first_row:016d>.log``)::
+
+    header  : b"RFWAL001" + u64 first_row                                  (16 bytes)
+    record* : u32 magic | u32 payload_len | u64 first_row | u32 crc32 | payload
+
+``crc32`` (zlib) covers ``first_row`` and the payload; the payload is one Arrow IPC stream
+(schema + one record batch). A torn or corrupt tail (short header, bad magic, short payload,
+bad checksum) ends the log: everything before it is intact, everything from it on was never
+acknowledged, because an append is acknowledged only after the fdatasync that covers it.
+
+Group commit (the classic leader/follower scheme, as in database WALs): appenders write their
+record under the buffer's lock, then call :meth:`WriteAheadLog.sync` with the log position
+they need durable. One of them becomes the leader and runs a single ``fdatasync`` that covers
+every record written so far; the others wait for it. The leader lingers up to
+``max_delay_s`` only while other appends are in flight, so a lone writer pays no delay.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_MAGIC = b"RFWAL001"
+_FILE_HEADER = struct.Struct("<8sQ")
+_REC_HEADER = struct.Struct("<IIQI")
+REC_MAGIC = 0x5246574C  # "RFWL"
+
+
+def wal_name(first_row: int) -> str:
+    return f"wal-{first_row:016d}.log"
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a create/rename/unlink in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class WalRecord:
+    first_row: int
+    payload: bytes
+
+
+@dataclass
+class WalScan:
+    """What :func:`scan_wal` found: intact records and where the intact part ends."""
+
+    first_row: int
+    records: list[WalRecord]
+    good_bytes: int
+    file_bytes: int
+
+    @property
+    def torn(self) -> bool:
+        return self.good_bytes < self.file_bytes
+
+
+def encode_record(first_row: int, payload: bytes) -> bytes:
+    crc = zlib.crc32(payload, zlib.crc32(struct.pack("<Q", first_row)))
+    return _REC_HEADER.pack(REC_MAGIC, len(payload), first_row, crc) + payload
+
+
+def scan_wal(path: Path) -> WalScan:
+    """Read every intact record of a WAL file, stopping at the first torn or corrupt one."""
+    data = path.read_bytes()
+    if len(data) < _FILE_HEADER.size:
+        return WalScan(-1, [], 0, len(data))
+    magic, first_row = _FILE_HEADER.unpack_from(data, 0)
+    if magic != FILE_MAGIC:
+        return WalScan(-1, [], 0, len(data))
+    pos = _FILE_HEADER.size
+    records = []
+    mv = memoryview(data)
+    while pos + _REC_HEADER.size <= len(data):
+        magic_r, length, row, crc = _REC_HEADER.unpack_from(data, pos)
+        end = pos + _REC_HEADER.size + length
+        if magic_r != REC_MAGIC or end > len(data):
+            break
+        payload = mv[pos + _REC_HEADER.size : end]
+        if zlib.crc32(payload, zlib.crc32(struct.pack("<Q", row))) != crc:
+            break
+        records.append(WalRecord(row, bytes(payload)))
+        pos = end
+    return WalScan(first_row, records, pos, len(data))
+
+
+def list_wals(directory: Path) -> Iterator[tuple[int, Path]]:
+    for p in sorted(directory.glob("wal-*.log")):
+        try:
+            yield int(p.stem.split("-")[1]), p
+        except (IndexError, ValueError):
+            continue
+
+
+class WriteAheadLog:
+    """The active WAL file of one buffer directory, with group commit.
+
+    Positions (``lsn``) count bytes over the whole life of this object, across rotations, so
+    a position returned by :meth:`write` stays comparable after :meth:`rotate`.
+    """
+
+    def __init__(self, directory: Path, first_row: int, max_delay_s: float) -> None:
+        self.directory = directory
+        self.max_delay_s = max_delay_s
+        self._lock = threading.Lock()  # fd, written
+        self._sync_lock = threading.Lock()  # one fdatasync at a time; rotation excludes it
+        self._cond = threading.Condition(threading.Lock())
+        self._written = 0
+        self._synced = 0
+        self._syncing = False
+        self._inflight = 0
+        self._fsyncs = 0
+        self._failed: BaseException | None = None
+        self.path = directory / wal_name(first_row)
+        self._fd = self._create(self.path, first_row)
+
+    def _create(self, path: Path, first_row: int) -> int:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, _FILE_HEADER.pack(FILE_MAGIC, first_row))
+        os.fdatasync(fd)
+        fsync_dir(self.directory)
+        return fd
+
+    @property
+    def fsync_count(self) -> int:
+        return self._fsyncs
+
+    def begin(self) -> None:
+        """Announce an append in progress (so a sync leader waits a moment for it)."""
+        with self._cond:
+            self._inflight += 1
+
+    def end(self) -> None:
+        with self._cond:
+            self._inflight -= 1
+            self._cond.notify_all()
+
+    def write(self, first_row: int, payload: bytes) -> int:
+        """Append one record (not yet durable); returns the position :meth:`sync` needs."""
+        rec = encode_record(first_row, payload)
+        with self._lock:
+            view = memoryview(rec)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            self._written += len(rec)
+            return self._written
+
+    def sync(self, lsn: int) -> None:
+        """Block until everything up to ``lsn`` is on stable storage.
+
+        Raises:
+            OSError: fdatasync failed (then every later sync fails too: the log is unusable).
+        """
+        while True:
+            with self._cond:
+                while self._synced < lsn and self._syncing:
+                    self._cond.wait()
+                if self._failed is not None:
+                    raise OSError(f"write-ahead log failed earlier: {self._failed}")
+                if self._synced >= lsn:
+                    return
+                self._syncing = True
+                if self.max_delay_s > 0 and self._inflight > 1:
+                    deadline = time.monotonic() + self.max_delay_s
+                    while self._inflight > 1:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+            try:
+                with self._sync_lock:
+                    with self._lock:
+                        fd, target = self._fd, self._written
+                    if target > self._synced:
+                        os.fdatasync(fd)
+                        self._fsyncs += 1
+            except BaseException as exc:
+                with self._cond:
+                    self._failed = exc
+                    self._syncing = False
+                    self._cond.notify_all()
+                raise
+            with self._cond:
+                self._synced = max(self._synced, target)
+                self._syncing = False
+                self._cond.notify_all()
+
+    def rotate(self, first_row: int) -> Path:
+        """Make the current file durable, close it and start a new one; returns the old path."""
+        with self._sync_lock:
+            with self._lock:
+                os.fdatasync(self._fd)
+                self._fsyncs += 1
+                os.close(self._fd)
+                old = self.path
+                self.path = self.directory / wal_name(first_row)
+                self._fd = self._create(self.path, first_row)
+                target = self._written
+        with self._cond:
+            self._synced = max(self._synced, target)
+            self._cond.notify_all()
+        return old
+
+    def close(self) -> None:
+        with self._sync_lock, self._lock:
+            if self._fd >= 0:
+                os.fdatasync(self._fd)
+                os.close(self._fd)
+                self._fd = -1
+        with self._cond:
+            self._synced = self._written
+            self._cond.notify_all()
