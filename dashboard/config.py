@@ -8,3 +8,26 @@ class DashboardSettings(BaseModel):
 
     bind_host: str = Field(default="127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="HTTP port (0 = any free port).")
+    session_ttl_s: float = Field(
+        default=12 * 3600.0, gt=0, description="Lifetime of a browser login session."
+    )
+    cookie_secure: bool = Field(
+        default=False,
+        description="Mark session cookies Secure (set when the dashboard is served over HTTPS).",
+    )
+    stream_poll_interval_s: float = Field(
+        default=0.5, gt=0, description="How often live streams look for new metrics."
+    )
+    stream_backlog_points: int = Field(
+        default=5000, ge=0, description="Metric points a new live-chart stream starts with."
+    )
+    enroll_command_template: str = Field(
+        default=(
+            "robofleet edge enroll --cloud {cloud_address} --token {token}"
+            " --name {robot_name} --robot-type {robot_type}"
+        ),
+        description=(
+            "Command shown after creating an enrollment token; placeholders: cloud_address, "
+            "token, robot_name, robot_type (the latter two are NAME/TYPE when not fixed)."
+        ),
+    )

@@ -1,0 +1,1 @@
+"""REST API routers (mounted under ``/api`` by :func:`dashboard.app.create_app`)."""

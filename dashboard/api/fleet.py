@@ -1,0 +1,266 @@
+"""Fleet: robots (list, e-stop, clear, release, retire), sites, and enrollment tokens."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from dashboard.accounts import Principal
+from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, not_found
+from dashboard.deps import require_admin, require_operator, require_viewer, store_of
+from dashboard.schemas import (
+    EnrollmentCreated,
+    EnrollmentRequest,
+    EnrollmentTokenOut,
+    RobotOut,
+    SiteCreate,
+    SiteOut,
+)
+from robofleet.db.models import EnrollmentToken, Lease, Robot, RobotStatus, Site, utcnow
+from robofleet.db.store import MetadataStore
+
+router = APIRouter(tags=["fleet"])
+Viewer = Annotated[Principal, Depends(require_viewer)]
+Operator = Annotated[Principal, Depends(require_operator)]
+Admin = Annotated[Principal, Depends(require_admin)]
+
+
+def _aware(ts: datetime | None) -> datetime | None:
+    return None if ts is None else (ts if ts.tzinfo else ts.replace(tzinfo=UTC))
+
+
+def _robot_out(robot: Robot, lease_run: str | None, now: datetime) -> RobotOut:
+    hb = _aware(robot.last_heartbeat_at)
+    p99 = robot.stats.get("control_loop_p99_ms") if isinstance(robot.stats, dict) else None
+    return RobotOut(
+        id=robot.id,
+        name=robot.name,
+        robot_type=robot.robot_type,
+        status=robot.status,
+        site=robot.site.name if robot.site else None,
+        tags=robot.tags,
+        last_heartbeat_at=hb,
+        heartbeat_age_s=None if hb is None else max(0.0, (now - hb).total_seconds()),
+        leased_run_id=lease_run,
+        applied_policy_version=robot.applied_policy_version,
+        control_loop_p99_ms=float(p99) if isinstance(p99, int | float) else None,
+        stats=robot.stats,
+    )
+
+
+def _active_lease(s: Session, robot_id: int) -> Lease | None:
+    return s.scalar(select(Lease).where(Lease.robot_id == robot_id, Lease.released_at.is_(None)))
+
+
+def robots_out(store: MetadataStore) -> list[RobotOut]:
+    now = utcnow()
+    with store.session() as s:
+        leases = {
+            lease.robot_id: lease.run_id
+            for lease in s.scalars(select(Lease).where(Lease.released_at.is_(None)))
+        }
+        robots = s.scalars(select(Robot).order_by(Robot.name)).all()
+        return [_robot_out(r, leases.get(r.id), now) for r in robots]
+
+
+@router.get(
+    "/robots", response_model=list[RobotOut], summary="Robots of the fleet", responses=AUTH_ERRORS
+)
+def list_robots(_: Viewer, request: Request) -> list[RobotOut]:
+    return robots_out(store_of(request))
+
+
+@router.get(
+    "/robots/{robot_id}",
+    response_model=RobotOut,
+    summary="One robot",
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+)
+def get_robot(robot_id: int, _: Viewer, request: Request) -> RobotOut:
+    with store_of(request).session() as s:
+        robot = s.get(Robot, robot_id)
+        if robot is None:
+            raise not_found("robot", robot_id)
+        lease = _active_lease(s, robot_id)
+        return _robot_out(robot, lease.run_id if lease else None, utcnow())
+
+
+def _set_status(
+    request: Request,
+    robot_id: int,
+    principal: Principal,
+    kind: str,
+    allowed: set[RobotStatus] | None,
+    target: RobotStatus,
+    release: bool,
+) -> RobotOut:
+    store = store_of(request)
+    with store.session() as s:
+        robot = s.get(Robot, robot_id, with_for_update=True)
+        if robot is None:
+            raise not_found("robot", robot_id)
+        if allowed is not None and robot.status not in allowed:
+            raise HTTPException(409, f"robot {robot.name} is {robot.status.value}; cannot {kind}")
+        before = robot.status
+        lease = _active_lease(s, robot_id)
+        if release and lease is not None:
+            lease.released_at = utcnow()
+            store.record_event(
+                "lease.released",
+                actor=principal.actor,
+                run_id=lease.run_id,
+                robot_id=robot_id,
+                session=s,
+            )
+            lease = None
+        robot.status = target
+        store.record_event(
+            f"robot.{kind}",
+            actor=principal.actor,
+            robot_id=robot_id,
+            run_id=lease.run_id if lease else None,
+            session=s,
+            before=before.value,
+            after=target.value,
+        )
+        return _robot_out(robot, lease.run_id if lease else None, utcnow())
+
+
+@router.post(
+    "/robots/{robot_id}/estop",
+    response_model=RobotOut,
+    summary="Mark a robot e-stopped: it is never scheduled until cleared (its lease stays)",
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+)
+def estop(robot_id: int, principal: Operator, request: Request) -> RobotOut:
+    return _set_status(
+        request, robot_id, principal, "estopped", None, RobotStatus.ESTOPPED, release=False
+    )
+
+
+@router.post(
+    "/robots/{robot_id}/clear-estop",
+    response_model=RobotOut,
+    summary="Clear an e-stop; the robot becomes idle (schedulable) again",
+    responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
+)
+def clear_estop(robot_id: int, principal: Operator, request: Request) -> RobotOut:
+    return _set_status(
+        request,
+        robot_id,
+        principal,
+        "estop_cleared",
+        {RobotStatus.ESTOPPED},
+        RobotStatus.IDLE,
+        release=True,
+    )
+
+
+@router.post(
+    "/robots/{robot_id}/release",
+    response_model=RobotOut,
+    summary="Release the robot's lease; the run continues without it",
+    responses={**AUTH_ERRORS, **NOT_FOUND, 409: {"description": "robot holds no lease"}},
+)
+def release(robot_id: int, principal: Operator, request: Request) -> RobotOut:
+    store = store_of(request)
+    with store.session() as s:
+        robot = s.get(Robot, robot_id)
+        if robot is None:
+            raise not_found("robot", robot_id)
+        lease = _active_lease(s, robot_id)
+        if lease is None:
+            raise HTTPException(409, f"robot {robot.name} is not leased")
+        run_id = lease.run_id
+    store.release_leases(run_id, [robot_id], actor=principal.actor)
+    return get_robot(robot_id, principal, request)
+
+
+@router.post(
+    "/robots/{robot_id}/retire",
+    response_model=RobotOut,
+    summary="Retire a robot: its credential stops working and its lease is released",
+    responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
+)
+def retire(robot_id: int, principal: Admin, request: Request) -> RobotOut:
+    allowed = set(RobotStatus) - {RobotStatus.RETIRED}
+    return _set_status(
+        request, robot_id, principal, "retired", allowed, RobotStatus.RETIRED, release=True
+    )
+
+
+# -- sites -----------------------------------------------------------------------------------
+
+
+@router.get("/sites", response_model=list[SiteOut], summary="Sites", responses=AUTH_ERRORS)
+def list_sites(_: Viewer, request: Request) -> list[Site]:
+    with store_of(request).session() as s:
+        return list(s.scalars(select(Site).order_by(Site.name)))
+
+
+@router.post(
+    "/sites",
+    response_model=SiteOut,
+    status_code=201,
+    summary="Create a site",
+    responses={**AUTH_ERRORS, 409: {"description": "name taken"}},
+)
+def create_site(body: SiteCreate, principal: Admin, request: Request) -> Site:
+    store = store_of(request)
+    try:
+        with store.session() as s:
+            site = Site(name=body.name, description=body.description)
+            s.add(site)
+            s.flush()
+            store.record_event("site.created", actor=principal.actor, session=s, name=body.name)
+            return site
+    except IntegrityError:
+        raise HTTPException(409, f"a site named {body.name!r} already exists") from None
+
+
+# -- enrollment ------------------------------------------------------------------------------
+
+
+@router.get(
+    "/enrollment-tokens",
+    response_model=list[EnrollmentTokenOut],
+    summary="Enrollment tokens (newest first; the tokens themselves are never stored)",
+    responses=AUTH_ERRORS,
+)
+def list_enrollment_tokens(_: Operator, request: Request) -> list[EnrollmentToken]:
+    with store_of(request).session() as s:
+        return list(
+            s.scalars(select(EnrollmentToken).order_by(EnrollmentToken.id.desc()).limit(100))
+        )
+
+
+@router.post(
+    "/enrollment-tokens",
+    response_model=EnrollmentCreated,
+    status_code=201,
+    summary="Create a one-time enrollment token and the command to run on the robot",
+    responses=AUTH_ERRORS,
+)
+def create_enrollment_token(
+    body: EnrollmentRequest, principal: Operator, request: Request
+) -> EnrollmentCreated:
+    settings = request.app.state.settings
+    store = store_of(request)
+    ttl = timedelta(seconds=body.ttl_s or settings.comms.enrollment_token_ttl_s)
+    expires = utcnow() + ttl  # the store computes its own, a few microseconds later
+    token = store.create_enrollment_token(
+        ttl, robot_name=body.robot_name, robot_type=body.robot_type, actor=principal.actor
+    )
+    values: dict[str, Any] = {
+        "cloud_address": settings.comms.cloud_address,
+        "token": token,
+        "robot_name": body.robot_name or "NAME",
+        "robot_type": body.robot_type or "TYPE",
+    }
+    command = settings.dashboard.enroll_command_template.format(**values)
+    return EnrollmentCreated(token=token, expires_at=expires, command=command)

@@ -1,0 +1,129 @@
+"""Checkpoints and policy versions: list, download, promote to the fleet, roll back."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import FileResponse
+from sqlalchemy import select
+from starlette.background import BackgroundTask
+
+from dashboard.accounts import Principal
+from dashboard.api.common import AUTH_ERRORS, NOT_FOUND, not_found
+from dashboard.deps import require_operator, require_viewer, store_of
+from dashboard.schemas import CheckpointOut, PolicyVersionOut
+from robofleet.db.models import Checkpoint, PolicyVersion
+
+router = APIRouter(tags=["policies"])
+Viewer = Annotated[Principal, Depends(require_viewer)]
+Operator = Annotated[Principal, Depends(require_operator)]
+
+
+@router.get(
+    "/policy-versions",
+    response_model=list[PolicyVersionOut],
+    summary="Policy versions, newest first",
+    responses=AUTH_ERRORS,
+)
+def list_policy_versions(
+    _: Viewer, request: Request, run_id: Annotated[str | None, Query(max_length=64)] = None
+) -> list[PolicyVersion]:
+    q = select(PolicyVersion).order_by(PolicyVersion.created_at.desc(), PolicyVersion.id.desc())
+    if run_id is not None:
+        q = q.where(PolicyVersion.run_id == run_id)
+    with store_of(request).session() as s:
+        return list(s.scalars(q.limit(1000)))
+
+
+@router.post(
+    "/policy-versions/{version_id}/promote",
+    response_model=PolicyVersionOut,
+    summary="Promote a version to the fleet (promoting an older one is a roll-back)",
+    description=(
+        "Marks this version as the run's promoted one (and no other). The weight distributor"
+        " serves the promoted version to robots; the event is `policy_version.promoted` or"
+        " `policy_version.rolled_back` when an newer version was promoted before."
+    ),
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+)
+def promote(version_id: int, principal: Operator, request: Request) -> PolicyVersion:
+    store = store_of(request)
+    with store.session() as s:
+        pv = s.get(PolicyVersion, version_id, with_for_update=True)
+        if pv is None:
+            raise not_found("policy version", version_id)
+        previous = s.scalars(
+            select(PolicyVersion).where(
+                PolicyVersion.run_id == pv.run_id, PolicyVersion.promoted.is_(True)
+            )
+        ).all()
+        before = max((p.version for p in previous), default=None)
+        for p in previous:
+            p.promoted = False
+        pv.promoted = True
+        rollback = before is not None and before > pv.version
+        store.record_event(
+            "policy_version.rolled_back" if rollback else "policy_version.promoted",
+            actor=principal.actor,
+            run_id=pv.run_id,
+            session=s,
+            version=pv.version,
+            previous=before,
+        )
+        return pv
+
+
+@router.get(
+    "/checkpoints",
+    response_model=list[CheckpointOut],
+    summary="Checkpoints, newest first",
+    responses=AUTH_ERRORS,
+)
+def list_checkpoints(
+    _: Viewer, request: Request, run_id: Annotated[str | None, Query(max_length=64)] = None
+) -> list[Checkpoint]:
+    q = select(Checkpoint).order_by(Checkpoint.created_at.desc(), Checkpoint.id.desc())
+    if run_id is not None:
+        q = q.where(Checkpoint.run_id == run_id)
+    with store_of(request).session() as s:
+        return list(s.scalars(q.limit(1000)))
+
+
+@router.get(
+    "/checkpoints/{checkpoint_id}/download",
+    summary="Download a checkpoint (a file as is, a directory as a zip)",
+    responses={
+        **AUTH_ERRORS,
+        404: {"description": "unknown id, or its files are gone"},
+        200: {"content": {"application/octet-stream": {}, "application/zip": {}}},
+    },
+    response_class=FileResponse,
+)
+def download_checkpoint(checkpoint_id: int, _: Viewer, request: Request) -> FileResponse:
+    with store_of(request).session() as s:
+        ckpt = s.get(Checkpoint, checkpoint_id)
+        if ckpt is None:
+            raise not_found("checkpoint", checkpoint_id)
+        raw = ckpt.path
+    data_dir = Path(request.app.state.settings.data_dir).resolve()
+    path = Path(raw)
+    path = (path if path.is_absolute() else data_dir / path).resolve()
+    # Only files under data_dir are served, whatever the row says.
+    if not path.is_relative_to(data_dir):
+        raise HTTPException(403, "checkpoint path is outside the data directory; not served")
+    if path.is_file():
+        return FileResponse(path, filename=path.name, media_type="application/octet-stream")
+    if path.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix="robofleet-ckpt-"))
+        archive = shutil.make_archive(str(tmp / path.name), "zip", root_dir=path)
+        return FileResponse(
+            archive,
+            filename=f"{path.name}.zip",
+            media_type="application/zip",
+            background=BackgroundTask(shutil.rmtree, tmp, True),
+        )
+    raise HTTPException(404, f"checkpoint {checkpoint_id}: files are missing on disk")

@@ -1,0 +1,230 @@
+"""Runs: list, launch, detail, pause/stop/resume/checkpoint, metrics and their live stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
+
+from dashboard.accounts import Principal
+from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, field_error, not_found
+from dashboard.deps import require_operator, require_viewer, store_of
+from dashboard.metrics_feed import metrics_after
+from dashboard.run_manager import RunManager, RunNotFound, RunStateError
+from dashboard.run_spec import RunSpec
+from dashboard.schemas import MetricPoint, RunCreated, RunDetail, RunOut
+from robofleet.db.models import Lease, Robot, Run, RunState
+from robofleet.db.store import MetadataStore
+
+router = APIRouter(tags=["runs"])
+Viewer = Annotated[Principal, Depends(require_viewer)]
+Operator = Annotated[Principal, Depends(require_operator)]
+
+
+def manager_of(request: Request) -> RunManager:
+    manager: RunManager = request.app.state.run_manager
+    return manager
+
+
+def _get_run(store: MetadataStore, run_id: str) -> Run:
+    run = store.get_run(run_id)
+    if run is None:
+        raise not_found("run", run_id)
+    return run
+
+
+@router.get(
+    "/runs", response_model=list[RunOut], summary="Runs, newest first", responses=AUTH_ERRORS
+)
+def list_runs(
+    _: Viewer,
+    request: Request,
+    state: Annotated[RunState | None, Query(description="only runs in this state")] = None,
+) -> list[Run]:
+    q = select(Run).order_by(Run.created_at.desc())
+    if state is not None:
+        q = q.where(Run.state == state)
+    with store_of(request).session() as s:
+        return list(s.scalars(q.limit(500)))
+
+
+@router.post(
+    "/runs",
+    response_model=RunCreated,
+    status_code=201,
+    summary="Launch a run from a spec (422 names each invalid field)",
+    responses=AUTH_ERRORS,
+)
+def launch_run(spec: RunSpec, principal: Operator, request: Request) -> RunCreated:
+    store = store_of(request)
+    if spec.policy.init_from_run is not None and store.get_run(spec.policy.init_from_run) is None:
+        raise field_error(["policy", "init_from_run"], f"no run {spec.policy.init_from_run!r}")
+    run_id = manager_of(request).launch(spec, actor=principal.actor)
+    return RunCreated(id=run_id, state=_get_run(store, run_id).state)
+
+
+@router.get(
+    "/runs/{run_id}",
+    response_model=RunDetail,
+    summary="One run with its leased robots",
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+)
+def get_run(run_id: str, _: Viewer, request: Request) -> RunDetail:
+    store = store_of(request)
+    run = _get_run(store, run_id)
+    with store.session() as s:
+        names = s.scalars(
+            select(Robot.name)
+            .join(Lease, Lease.robot_id == Robot.id)
+            .where(Lease.run_id == run_id, Lease.released_at.is_(None))
+            .order_by(Robot.name)
+        ).all()
+    return RunDetail(**RunOut.model_validate(run).model_dump(), leased_robots=list(names))
+
+
+def _act(request: Request, run_id: str, principal: Principal, action: str) -> RunOut:
+    store = store_of(request)
+    manager = manager_of(request)
+    try:
+        getattr(manager, action)(run_id, actor=principal.actor)
+    except RunNotFound:
+        raise not_found("run", run_id) from None
+    except RunStateError as err:
+        raise HTTPException(409, str(err)) from None
+    return RunOut.model_validate(_get_run(store, run_id))
+
+
+_ACTION_DOC = {**AUTH_ERRORS, **NOT_FOUND, **CONFLICT}
+
+
+@router.post(
+    "/runs/{run_id}/stop",
+    response_model=RunOut,
+    summary="Stop a run and release its robots",
+    responses=_ACTION_DOC,
+)
+def stop_run(run_id: str, principal: Operator, request: Request) -> RunOut:
+    return _act(request, run_id, principal, "stop")
+
+
+@router.post(
+    "/runs/{run_id}/pause", response_model=RunOut, summary="Pause a run", responses=_ACTION_DOC
+)
+def pause_run(run_id: str, principal: Operator, request: Request) -> RunOut:
+    return _act(request, run_id, principal, "pause")
+
+
+@router.post(
+    "/runs/{run_id}/resume",
+    response_model=RunOut,
+    summary="Resume a paused, stopped or crashed run from its last checkpoint",
+    responses=_ACTION_DOC,
+)
+def resume_run(run_id: str, principal: Operator, request: Request) -> RunOut:
+    return _act(request, run_id, principal, "resume")
+
+
+@router.post(
+    "/runs/{run_id}/checkpoint",
+    response_model=RunOut,
+    summary="Ask the learner for a checkpoint now",
+    responses=_ACTION_DOC,
+)
+def checkpoint_run(run_id: str, principal: Operator, request: Request) -> RunOut:
+    return _act(request, run_id, principal, "checkpoint_now")
+
+
+@router.get(
+    "/runs/{run_id}/metrics",
+    response_model=list[MetricPoint],
+    summary="Metric points of a run, oldest first, after a point id",
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+)
+def run_metrics(
+    run_id: str,
+    _: Viewer,
+    request: Request,
+    after: Annotated[int, Query(ge=0, description="return points with a larger id")] = 0,
+    name: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=50000)] = 5000,
+) -> list[dict[str, Any]]:
+    store = store_of(request)
+    _get_run(store, run_id)
+    return metrics_after(store, run_id, after, limit, name)
+
+
+def _sse(event: str, data: Any, event_id: int | None = None) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+@router.get(
+    "/runs/{run_id}/stream",
+    summary="Live metrics and state of a run (Server-Sent Events)",
+    description=(
+        "text/event-stream. `event: metrics` carries a JSON list of points (id = last point id,"
+        " so a reconnecting EventSource resumes with Last-Event-ID); `event: run` carries"
+        " `{state, reason, updated_at}` whenever the state changes."
+    ),
+    responses={
+        **AUTH_ERRORS,
+        **NOT_FOUND,
+        200: {"content": {"text/event-stream": {}}, "description": "event stream"},
+    },
+    response_class=StreamingResponse,
+)
+async def stream_run(
+    run_id: str,
+    _: Viewer,
+    request: Request,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    store = store_of(request)
+    await run_in_threadpool(_get_run, store, run_id)
+    settings = request.app.state.settings.dashboard
+    start = int(last_event_id) if last_event_id and last_event_id.isdigit() else 0
+
+    async def events() -> AsyncIterator[str]:
+        last_id = start
+        last_state: tuple[str, str] | None = None
+        first = True
+        idle = 0.0
+        while not await request.is_disconnected():
+            run = await run_in_threadpool(store.get_run, run_id)
+            if run is not None and (run.state.value, run.reason) != last_state:
+                last_state = (run.state.value, run.reason)
+                yield _sse(
+                    "run",
+                    {
+                        "state": run.state.value,
+                        "reason": run.reason,
+                        "updated_at": str(run.updated_at),
+                    },
+                )
+            limit = settings.stream_backlog_points if first else 5000
+            points = await run_in_threadpool(
+                metrics_after, store, run_id, last_id, max(limit, 1), None, first and start == 0
+            )
+            first = False
+            if points:
+                last_id = points[-1]["id"]
+                yield _sse("metrics", points, last_id)
+                idle = 0.0
+            else:
+                idle += settings.stream_poll_interval_s
+                if idle >= 15.0:  # keeps proxies from closing a quiet stream
+                    idle = 0.0
+                    yield ": keep-alive\n\n"
+            await asyncio.sleep(settings.stream_poll_interval_s)
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

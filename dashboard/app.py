@@ -1,0 +1,154 @@
+"""The FastAPI application: REST API under ``/api``, pages, static assets, ``/metrics``.
+
+Build it with :func:`create_app`; ``robofleet dashboard`` (``dashboard.main``) serves it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from dashboard import accounts
+from dashboard.accounts import Principal
+from dashboard.api import audit, auth, fleet, policies, runs
+from dashboard.api.common import AUTH_ERRORS
+from dashboard.deps import SESSION_COOKIE, require_viewer
+from dashboard.prometheus import make_registry
+from dashboard.run_manager import RunManager, StoreRunManager
+from robofleet import __version__
+from robofleet.db.auth_models import Role, TokenKind
+from robofleet.db.store import MetadataStore
+from robofleet.settings import Settings
+
+HERE = Path(__file__).parent
+# Everything is served from here; the policy forbids any other origin (no CDN, no inline code).
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+# page path -> (template, title, minimum role)
+PAGES: dict[str, tuple[str, str, Role]] = {
+    "/": ("fleet.html", "Fleet", Role.VIEWER),
+    "/enroll": ("enroll.html", "Enroll a robot", Role.OPERATOR),
+    "/runs": ("runs.html", "Runs", Role.VIEWER),
+    "/policies": ("policies.html", "Checkpoints and policy versions", Role.VIEWER),
+    "/audit": ("audit.html", "Audit log", Role.VIEWER),
+    "/account": ("account.html", "Account and API tokens", Role.VIEWER),
+    "/users": ("users.html", "Users", Role.ADMIN),
+}
+
+
+def create_app(
+    settings: Settings, store: MetadataStore, run_manager: RunManager | None = None
+) -> FastAPI:
+    """The dashboard app over ``store``.
+
+    Args:
+        settings: effective settings (``dashboard`` section, ``data_dir``, secret key).
+        store: the metadata store, migrated to head (``robofleet db upgrade``).
+        run_manager: launches and controls runs; None records requests in the store only
+            (:class:`dashboard.run_manager.StoreRunManager`).
+    """
+    app = FastAPI(
+        title="robofleet dashboard",
+        version=__version__,
+        description=(
+            "Enroll robots, launch and watch HG-DAgger, RECAP and SAC runs, promote policy"
+            " versions. Authenticate with the session cookie from `POST /api/auth/login`"
+            " (unsafe requests then need the `X-CSRF-Token` header) or with"
+            " `Authorization: Bearer <API token>`. Robot credentials are refused."
+        ),
+        openapi_url="/api/openapi.json",
+        docs_url=None,  # the Swagger UI would pull scripts from a CDN
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.store = store
+    app.state.secret = settings.secret()
+    app.state.run_manager = run_manager or StoreRunManager(store, settings.data_dir / "runs")
+    registry = make_registry(store)
+
+    for module in (auth, fleet, runs, policies, audit):
+        app.include_router(module.router, prefix="/api")
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        if request.url.path.startswith("/api/"):
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @app.get("/healthz", tags=["meta"], summary="Liveness (no authentication)")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/metrics",
+        tags=["meta"],
+        summary="Prometheus metrics: fleet, buffer and learner figures",
+        responses={**AUTH_ERRORS, 200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+        response_class=Response,
+    )
+    def metrics(_: Annotated[Principal, Depends(require_viewer)]) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    _add_pages(app)
+    return app
+
+
+def _add_pages(app: FastAPI) -> None:
+    templates = Jinja2Templates(directory=HERE / "templates")
+
+    def session_principal(request: Request) -> Principal | None:
+        token = request.cookies.get(SESSION_COOKIE)
+        if not token:
+            return None
+        return accounts.resolve(request.app.state.store, token, TokenKind.SESSION)
+
+    def render(request: Request, template: str, title: str, role: Role, **ctx: Any) -> Response:
+        principal = session_principal(request)
+        if principal is None:
+            return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+        if principal.role.rank < role.rank:
+            raise HTTPException(403, f"this page needs the {role.value} role")
+        return templates.TemplateResponse(
+            request,
+            template,
+            {"title": title, "user": principal, "page": template.removesuffix(".html"), **ctx},
+        )
+
+    def page_route(path: str, template: str, title: str, role: Role) -> None:
+        def handler(request: Request) -> Response:
+            return render(request, template, title, role)
+
+        handler.__name__ = f"page_{template.removesuffix('.html')}"
+        app.get(path, include_in_schema=False, response_class=HTMLResponse)(handler)
+
+    for path, (template, title, role) in PAGES.items():
+        page_route(path, template, title, role)
+
+    @app.get("/runs/{run_id}", include_in_schema=False, response_class=HTMLResponse)
+    def page_run(run_id: str, request: Request) -> Response:
+        if (
+            session_principal(request) is not None
+            and request.app.state.store.get_run(run_id) is None
+        ):
+            raise HTTPException(404, f"no run with id {run_id!r}")
+        return render(request, "run.html", f"Run {run_id}", Role.VIEWER, run_id=run_id)
+
+    @app.get("/login", include_in_schema=False, response_class=HTMLResponse)
+    def page_login(request: Request) -> Response:
+        return templates.TemplateResponse(
+            request, "login.html", {"title": "Log in", "user": None, "page": "login"}
+        )

@@ -1,0 +1,118 @@
+"""Prometheus exposition of fleet, buffer and learner figures, read from the metadata store.
+
+A custom collector queries the store at scrape time (nothing is cached between scrapes), so
+every dashboard replica reports the same numbers. Run figures are the latest value of each
+metric of runs that are not finished or stopped; metric names map to Prometheus names below.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+from sqlalchemy import func, select
+
+from robofleet.db.auth_models import Metric
+from robofleet.db.models import Lease, Robot, RobotStatus, Run, RunState
+from robofleet.db.store import MetadataStore
+
+# metric name -> (prometheus name, help)
+RUN_GAUGES: dict[str, tuple[str, str]] = {
+    "success_rate": ("robofleet_run_success_rate", "Success rate per task (0-1)."),
+    "intervention_rate": ("robofleet_run_intervention_rate", "Share of operator steps (0-1)."),
+    "env_steps_per_s": ("robofleet_fleet_env_steps_per_second", "Environment steps per second."),
+    "learner_updates_per_s": ("robofleet_learner_updates_per_second", "Gradient updates per s."),
+    "loss": ("robofleet_learner_loss", "Training loss of the algorithm."),
+    "buffer_size": ("robofleet_buffer_transitions", "Transitions held by the buffer."),
+    "cache_hit_rate": ("robofleet_buffer_cache_hit_ratio", "Buffer hot-cache hit ratio (0-1)."),
+    "policy_version": ("robofleet_robot_policy_version", "Policy version applied on a robot."),
+}
+_LIVE = [s for s in RunState if s not in (RunState.STOPPED, RunState.FINISHED)]
+
+
+def _prom_name(name: str) -> str:
+    return "robofleet_run_" + re.sub(r"[^a-zA-Z0-9_]", "_", name)
+
+
+class StoreCollector(Collector):
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = time.time()
+        with self.store.session() as s:
+            by_status = dict(
+                s.execute(select(Robot.status, func.count()).group_by(Robot.status)).all()
+            )
+            robots = s.execute(
+                select(
+                    Robot.name, Robot.last_heartbeat_at, Robot.applied_policy_version, Robot.stats
+                )
+            ).all()
+            leased = s.scalar(
+                select(func.count()).select_from(Lease).where(Lease.released_at.is_(None))
+            )
+            runs = dict(s.execute(select(Run.state, func.count()).group_by(Run.state)).all())
+            latest_ids = (
+                select(func.max(Metric.id))
+                .join(Run, Run.id == Metric.run_id)
+                .where(Run.state.in_(_LIVE))
+                .group_by(Metric.run_id, Metric.name, Metric.task, Metric.robot_id)
+            )
+            latest = s.execute(
+                select(Metric.run_id, Metric.name, Metric.task, Robot.name, Metric.value)
+                .outerjoin(Robot, Robot.id == Metric.robot_id)
+                .where(Metric.id.in_(latest_ids))
+            ).all()
+
+        g = GaugeMetricFamily("robofleet_robots", "Robots by status.", labels=["status"])
+        for status in RobotStatus:
+            g.add_metric([status.value], float(by_status.get(status, 0)))
+        yield g
+        yield GaugeMetricFamily(
+            "robofleet_leases_active", "Robots leased to runs.", value=float(leased or 0)
+        )
+        g = GaugeMetricFamily("robofleet_runs", "Runs by state.", labels=["state"])
+        for state in RunState:
+            g.add_metric([state.value], float(runs.get(state, 0)))
+        yield g
+        age = GaugeMetricFamily(
+            "robofleet_robot_heartbeat_age_seconds", "Seconds since heartbeat.", labels=["robot"]
+        )
+        p99 = GaugeMetricFamily(
+            "robofleet_robot_control_loop_p99_ms", "Control-loop p99 latency.", labels=["robot"]
+        )
+        applied = GaugeMetricFamily(
+            "robofleet_robot_applied_policy_version", "Applied version.", labels=["robot"]
+        )
+        for name, hb, version, stats in robots:
+            if hb is not None:
+                hb = hb if hb.tzinfo else hb.replace(tzinfo=UTC)  # SQLite drops the zone
+                age.add_metric([name], max(0.0, now - hb.timestamp()))
+            value = stats.get("control_loop_p99_ms") if isinstance(stats, dict) else None
+            if isinstance(value, int | float):
+                p99.add_metric([name], float(value))
+            if version is not None:
+                applied.add_metric([name], float(version))
+        yield from (age, p99, applied)
+
+        families: dict[str, GaugeMetricFamily] = {}
+        for run_id, mname, task, robot, value in latest:
+            prom, help_text = RUN_GAUGES.get(mname, (_prom_name(mname), f"Latest {mname}."))
+            fam = families.get(prom)
+            if fam is None:
+                fam = families[prom] = GaugeMetricFamily(
+                    prom, help_text, labels=["run", "task", "robot"]
+                )
+            fam.add_metric([run_id, task or "", robot or ""], float(value))
+        yield from families.values()
+
+
+def make_registry(store: MetadataStore) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store))
+    return registry

@@ -1,0 +1,199 @@
+"""Request and response bodies of the REST API (they make up the OpenAPI description)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from robofleet.db.auth_models import Role
+from robofleet.db.models import RobotStatus, RunState
+
+
+class Message(BaseModel):
+    detail: str
+
+
+class LoginRequest(BaseModel):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class Me(BaseModel):
+    username: str
+    role: Role
+    via: str = Field(description="session (browser) or api (bearer token)")
+    csrf_token: str | None = Field(
+        default=None, description="send as X-CSRF-Token on unsafe requests of this session"
+    )
+
+
+class PasswordChange(BaseModel):
+    current_password: str = Field(min_length=1, max_length=1024)
+    new_password: str = Field(min_length=1, max_length=1024)
+
+
+class UserOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    username: str
+    role: Role
+    disabled: bool
+    created_at: datetime
+
+
+class UserCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    username: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    password: str = Field(min_length=1, max_length=1024)
+    role: Role
+
+
+class UserUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Role | None = None
+    disabled: bool | None = None
+    password: str | None = Field(default=None, min_length=1, max_length=1024)
+
+
+class ApiTokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=128)
+    ttl_days: float | None = Field(default=None, gt=0, le=3650, description="None = no expiry")
+
+
+class ApiTokenOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    name: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class ApiTokenCreated(ApiTokenOut):
+    token: str = Field(description="shown once; only its hash is stored")
+
+
+class SiteOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    name: str
+    description: str
+
+
+class SiteCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=128)
+    description: str = Field(default="", max_length=2000)
+
+
+class RobotOut(BaseModel):
+    id: int
+    name: str
+    robot_type: str
+    status: RobotStatus
+    site: str | None
+    tags: dict[str, Any]
+    last_heartbeat_at: datetime | None
+    heartbeat_age_s: float | None = Field(description="seconds since the last heartbeat")
+    leased_run_id: str | None
+    applied_policy_version: int | None
+    control_loop_p99_ms: float | None = Field(description="from the robot's heartbeat stats")
+    stats: dict[str, Any]
+
+
+class EnrollmentRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    robot_name: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+    )
+    robot_type: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+    )
+    ttl_s: int | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+
+
+class EnrollmentCreated(BaseModel):
+    token: str = Field(description="one-time token; shown once")
+    expires_at: datetime
+    command: str = Field(description="the exact command to run on the robot computer")
+
+
+class EnrollmentTokenOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    robot_name: str | None
+    robot_type: str | None
+    site_id: int | None
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None
+    used_by_robot_id: int | None
+
+
+class RunOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: str
+    name: str
+    algorithm: str
+    state: RunState
+    spec: dict[str, Any]
+    run_dir: str
+    reason: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class RunDetail(RunOut):
+    leased_robots: list[str]
+
+
+class RunCreated(BaseModel):
+    id: str
+    state: RunState
+
+
+class MetricPoint(BaseModel):
+    id: int
+    name: str
+    step: int
+    wall_time: float
+    value: float
+    robot_id: int | None
+    task: str | None
+
+
+class PolicyVersionOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    run_id: str
+    version: int
+    learner_step: int
+    sha256: str
+    num_bytes: int
+    promoted: bool
+    created_at: datetime
+
+
+class CheckpointOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    run_id: str
+    learner_step: int
+    policy_version: int
+    path: str
+    created_at: datetime
+
+
+class EventOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: int
+    created_at: datetime
+    kind: str
+    actor: str
+    run_id: str | None
+    robot_id: int | None
+    data: dict[str, Any]

@@ -1,0 +1,376 @@
+// robofleet dashboard: plain JavaScript, no libraries. Every page reads the REST API.
+"use strict";
+
+const ROLE_RANK = { viewer: 0, operator: 1, admin: 2 };
+
+function cookie(name) {
+  const hit = document.cookie.split("; ").find((c) => c.startsWith(name + "="));
+  return hit ? decodeURIComponent(hit.slice(name.length + 1)) : "";
+}
+
+async function api(method, path, body) {
+  const opts = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+  if (method !== "GET") opts.headers["X-CSRF-Token"] = cookie("robofleet_csrf");
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, opts);
+  if (res.status === 401 && document.body.dataset.page !== "login") {
+    location.href = "/login?next=" + encodeURIComponent(location.pathname + location.search);
+  }
+  let data = null;
+  const text = await res.text();
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = { detail: text }; }
+  return { ok: res.ok, status: res.status, data };
+}
+
+// Build DOM nodes without innerHTML: text is always text.
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function flash(message, kind) {
+  const box = document.getElementById("flash");
+  box.textContent = message;
+  box.className = "flash " + (kind || "info");
+  box.hidden = !message;
+}
+
+function errorText(data) {
+  if (!data) return "request failed";
+  if (typeof data.detail === "string") return data.detail;
+  if (Array.isArray(data.detail)) return data.detail.map((e) => e.msg).join("; ");
+  return JSON.stringify(data);
+}
+
+const when = (s) => (s ? new Date(s).toLocaleString() : "—");
+const canAct = (role) => ROLE_RANK[document.body.dataset.role || "viewer"] >= ROLE_RANK[role];
+
+function fillTable(id, rows, render) {
+  const body = document.querySelector(`#${id} tbody`);
+  body.replaceChildren(...rows.map((r) => el("tr", {}, render(r))));
+}
+
+// --- forms: nested names ("robots.count"), numbers, lists; errors next to the fields ---------
+
+function readForm(form, listFields, mapFields) {
+  const out = {};
+  for (const input of form.querySelectorAll("input[name], select[name]")) {
+    const raw = input.value.trim();
+    if (raw === "") continue;
+    let value = raw;
+    if (listFields.includes(input.name)) value = raw.split(",").map((s) => s.trim()).filter(Boolean);
+    else if (mapFields.includes(input.name)) {
+      value = {};
+      for (const pair of raw.split(",")) {
+        const [k, ...rest] = pair.split("=");
+        if (k.trim()) value[k.trim()] = rest.join("=").trim();
+      }
+    } else if (input.type === "number") value = Number(raw);
+    const parts = input.name.split(".");
+    let target = out;
+    for (const p of parts.slice(0, -1)) target = target[p] = target[p] || {};
+    target[parts[parts.length - 1]] = value;
+  }
+  return out;
+}
+
+function clearErrors(form) {
+  for (const span of form.querySelectorAll(".field-error")) span.textContent = "";
+  for (const input of form.querySelectorAll(".invalid")) input.classList.remove("invalid");
+  const formError = form.querySelector(".form-error");
+  if (formError) formError.textContent = "";
+}
+
+// FastAPI's 422 body: detail = [{loc: ["body", "robots", "count"], msg}]
+function showErrors(form, data) {
+  const general = [];
+  const details = Array.isArray(data && data.detail) ? data.detail : [{ loc: [], msg: errorText(data) }];
+  for (const err of details) {
+    const path = (err.loc || []).filter((p, i) => !(i === 0 && p === "body") && typeof p !== "number");
+    const field = path.join(".");
+    const span = field && form.querySelector(`.field-error[data-field="${CSS.escape(field)}"]`);
+    if (span) {
+      span.textContent = span.textContent ? span.textContent + "; " + err.msg : err.msg;
+      const input = form.querySelector(`[name="${CSS.escape(field)}"]`);
+      if (input) input.classList.add("invalid");
+    } else general.push((field ? field + ": " : "") + err.msg);
+  }
+  const formError = form.querySelector(".form-error");
+  if (general.length) {
+    if (formError) formError.textContent = general.join("; ");
+    else flash(general.join("; "), "error");
+  }
+}
+
+function onSubmit(form, handler) {
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    clearErrors(form);
+    const button = form.querySelector("button[type=submit]");
+    if (button) button.disabled = true;
+    try { await handler(); } finally { if (button) button.disabled = false; }
+  });
+}
+
+// --- pages -------------------------------------------------------------------------------------
+
+const pages = {};
+
+pages.login = () => {
+  const form = document.getElementById("login-form");
+  onSubmit(form, async () => {
+    const r = await api("POST", "/api/auth/login", {
+      username: form.username.value, password: form.password.value,
+    });
+    if (!r.ok) { document.getElementById("login-error").textContent = errorText(r.data); return; }
+    const next = new URLSearchParams(location.search).get("next") || "/";
+    // Only same-site paths: never follow "//host" or "https://..." from the query string.
+    location.href = next.startsWith("/") && !next.startsWith("//") ? next : "/";
+  });
+};
+
+pages.fleet = () => {
+  async function robotAction(robot, action, label) {
+    const r = await api("POST", `/api/robots/${robot.id}/${action}`);
+    flash(r.ok ? `${robot.name}: ${label}` : errorText(r.data), r.ok ? "info" : "error");
+    await load();
+  }
+  async function load() {
+    const r = await api("GET", "/api/robots");
+    if (!r.ok) return flash(errorText(r.data), "error");
+    document.getElementById("robots-empty").hidden = r.data.length > 0;
+    fillTable("robots", r.data, (b) => [
+      el("td", {}, b.name),
+      el("td", {}, el("span", { class: `badge ${b.status}` }, b.status)),
+      el("td", {}, b.site || "—"),
+      el("td", {}, b.robot_type),
+      el("td", {}, b.heartbeat_age_s === null ? "never" : `${b.heartbeat_age_s.toFixed(1)} s`),
+      el("td", {}, b.leased_run_id ? el("a", { href: `/runs/${b.leased_run_id}` }, b.leased_run_id) : "—"),
+      el("td", {}, b.applied_policy_version ?? "—"),
+      el("td", {}, b.control_loop_p99_ms === null ? "—" : `${b.control_loop_p99_ms.toFixed(1)} ms`),
+      el("td", { class: "actions" }, canAct("operator") ? [
+        b.status === "estopped"
+          ? el("button", { class: "secondary", onclick: () => robotAction(b, "clear-estop", "e-stop cleared") }, "Clear e-stop")
+          : el("button", { class: "danger", onclick: () => robotAction(b, "estop", "e-stopped") }, "E-stop"),
+        b.leased_run_id ? el("button", { class: "secondary", onclick: () => robotAction(b, "release", "released") }, "Release") : null,
+      ] : []),
+    ]);
+  }
+  load();
+  setInterval(load, 5000);
+};
+
+pages.enroll = () => {
+  const form = document.getElementById("enroll-form");
+  async function loadTokens() {
+    const r = await api("GET", "/api/enrollment-tokens");
+    if (r.ok) fillTable("tokens", r.data, (t) => [
+      el("td", {}, when(t.created_at)), el("td", {}, t.robot_name || "—"),
+      el("td", {}, t.robot_type || "—"), el("td", {}, when(t.expires_at)),
+      el("td", {}, t.used_by_robot_id ?? (t.used_at ? "yes" : "not yet")),
+    ]);
+  }
+  onSubmit(form, async () => {
+    const body = readForm(form, [], []);
+    if (body.ttl_minutes !== undefined) body.ttl_s = Math.round(body.ttl_minutes * 60);
+    delete body.ttl_minutes;
+    const r = await api("POST", "/api/enrollment-tokens", body);
+    if (!r.ok) return showErrors(form, r.data);
+    document.getElementById("enroll-command").textContent = r.data.command;
+    document.getElementById("enroll-expires").textContent = when(r.data.expires_at);
+    document.getElementById("enroll-result").hidden = false;
+    loadTokens();
+  });
+  document.getElementById("copy-command").addEventListener("click", () =>
+    navigator.clipboard && navigator.clipboard.writeText(document.getElementById("enroll-command").textContent));
+  loadTokens();
+};
+
+pages.runs = () => {
+  async function load() {
+    const r = await api("GET", "/api/runs");
+    if (r.ok) fillTable("runs", r.data, (run) => [
+      el("td", {}, el("a", { href: `/runs/${run.id}` }, run.id)), el("td", {}, run.name),
+      el("td", {}, run.algorithm), el("td", {}, el("span", { class: `badge ${run.state}` }, run.state)),
+      el("td", {}, when(run.created_at)),
+    ]);
+  }
+  const form = document.getElementById("launch-form");
+  if (form) onSubmit(form, async () => {
+    const r = await api("POST", "/api/runs", readForm(form, ["tasks"], ["robots.tags"]));
+    if (!r.ok) return showErrors(form, r.data);
+    location.href = `/runs/${r.data.id}`;
+  });
+  load();
+};
+
+pages.run = () => {
+  const runId = document.body.dataset.runId;
+  const charts = {};
+  for (const canvas of document.querySelectorAll("canvas[id^=chart-]")) {
+    charts[canvas.id.slice(6)] = new LineChart(canvas);
+  }
+  function showState(state, reason) {
+    const badge = document.getElementById("run-state");
+    badge.textContent = state;
+    badge.className = `badge ${state}`;
+    document.getElementById("run-reason").textContent = reason || "";
+  }
+  async function load() {
+    const r = await api("GET", `/api/runs/${runId}`);
+    if (!r.ok) return flash(errorText(r.data), "error");
+    showState(r.data.state, r.data.reason);
+    document.getElementById("run-algorithm").textContent = r.data.algorithm;
+    document.getElementById("run-tasks").textContent = (r.data.spec.tasks || []).join(", ");
+    document.getElementById("run-robots").textContent = r.data.leased_robots.join(", ") || "none leased";
+    document.getElementById("run-spec").textContent = JSON.stringify(r.data.spec, null, 2);
+  }
+  for (const button of document.querySelectorAll("button[data-action]")) {
+    button.addEventListener("click", async () => {
+      const r = await api("POST", `/api/runs/${runId}/${button.dataset.action}`);
+      flash(r.ok ? `${button.textContent}: done` : errorText(r.data), r.ok ? "info" : "error");
+      if (r.ok) showState(r.data.state, r.data.reason);
+    });
+  }
+  const status = document.getElementById("stream-status");
+  const source = new EventSource(`/api/runs/${runId}/stream`);
+  source.addEventListener("open", () => { status.textContent = "connected"; });
+  source.addEventListener("error", () => { status.textContent = "reconnecting…"; });
+  source.addEventListener("run", (ev) => { const d = JSON.parse(ev.data); showState(d.state, d.reason); });
+  source.addEventListener("metrics", (ev) => {
+    const touched = new Set();
+    for (const p of JSON.parse(ev.data)) {
+      const chart = charts[p.name];
+      if (!chart) continue;
+      const series = p.task || (p.robot_id !== null ? `robot ${p.robot_id}` : p.name);
+      chart.add(series, p.step, p.value);
+      touched.add(chart);
+    }
+    for (const c of touched) c.draw();
+  });
+  load();
+};
+
+pages.policies = () => {
+  const params = new URLSearchParams(location.search);
+  const runInput = document.getElementById("policy-run");
+  runInput.value = params.get("run_id") || "";
+  async function load() {
+    const q = runInput.value.trim() ? `?run_id=${encodeURIComponent(runInput.value.trim())}` : "";
+    const [versions, ckpts] = await Promise.all([api("GET", `/api/policy-versions${q}`), api("GET", `/api/checkpoints${q}`)]);
+    if (versions.ok) fillTable("versions", versions.data, (v) => [
+      el("td", {}, el("a", { href: `/runs/${v.run_id}` }, v.run_id)), el("td", {}, v.version),
+      el("td", {}, v.learner_step), el("td", {}, `${(v.num_bytes / 1e6).toFixed(2)} MB`),
+      el("td", { class: "mono" }, v.sha256.slice(0, 12)), el("td", {}, when(v.created_at)),
+      el("td", {}, v.promoted ? "promoted" : ""),
+      el("td", {}, canAct("operator") && !v.promoted
+        ? el("button", { class: "secondary", onclick: async () => {
+            const r = await api("POST", `/api/policy-versions/${v.id}/promote`);
+            flash(r.ok ? `version ${v.version} promoted` : errorText(r.data), r.ok ? "info" : "error");
+            load();
+          } }, "Promote") : null),
+    ]);
+    if (ckpts.ok) fillTable("checkpoints", ckpts.data, (c) => [
+      el("td", {}, c.run_id), el("td", {}, c.learner_step), el("td", {}, c.policy_version),
+      el("td", {}, when(c.created_at)),
+      el("td", {}, el("a", { href: `/api/checkpoints/${c.id}/download` }, "Download")),
+    ]);
+  }
+  document.getElementById("policy-filter").addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  load();
+};
+
+pages.audit = () => {
+  const form = document.getElementById("audit-filter");
+  const params = new URLSearchParams(location.search);
+  form.run_id.value = params.get("run_id") || "";
+  async function load() {
+    const q = new URLSearchParams();
+    if (form.run_id.value.trim()) q.set("run_id", form.run_id.value.trim());
+    if (form.kind.value.trim()) q.set("kind", form.kind.value.trim());
+    const r = await api("GET", `/api/events?${q}`);
+    if (r.ok) fillTable("events", r.data, (e) => [
+      el("td", {}, when(e.created_at)), el("td", {}, e.kind), el("td", {}, e.actor),
+      el("td", {}, e.run_id || ""), el("td", {}, e.robot_id ?? ""),
+      el("td", { class: "mono" }, Object.keys(e.data).length ? JSON.stringify(e.data) : ""),
+    ]);
+  }
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  load();
+};
+
+pages.account = () => {
+  const form = document.getElementById("token-form");
+  async function load() {
+    const r = await api("GET", "/api/tokens");
+    if (r.ok) fillTable("api-tokens", r.data, (t) => [
+      el("td", {}, t.name), el("td", {}, when(t.created_at)), el("td", {}, when(t.expires_at)),
+      el("td", {}, when(t.last_used_at)), el("td", {}, when(t.revoked_at)),
+      el("td", {}, t.revoked_at ? null : el("button", { class: "danger", onclick: async () => {
+        await api("DELETE", `/api/tokens/${t.id}`); load();
+      } }, "Revoke")),
+    ]);
+  }
+  onSubmit(form, async () => {
+    const r = await api("POST", "/api/tokens", readForm(form, [], []));
+    if (!r.ok) return showErrors(form, r.data);
+    const out = document.getElementById("new-token");
+    out.textContent = `New token (shown once): ${r.data.token}`;
+    out.hidden = false;
+    load();
+  });
+  const pw = document.getElementById("password-form");
+  onSubmit(pw, async () => {
+    const r = await api("POST", "/api/auth/password", readForm(pw, [], []));
+    if (!r.ok) return showErrors(pw, r.data);
+    pw.reset();
+    flash("password changed", "info");
+  });
+  load();
+};
+
+pages.users = () => {
+  const form = document.getElementById("user-form");
+  async function load() {
+    const r = await api("GET", "/api/users");
+    if (r.ok) fillTable("users", r.data, (u) => [
+      el("td", {}, u.username), el("td", {}, u.role), el("td", {}, u.disabled ? "yes" : "no"),
+      el("td", {}, when(u.created_at)),
+      el("td", {}, el("button", { class: "secondary", onclick: async () => {
+        const r2 = await api("PATCH", `/api/users/${u.id}`, { disabled: !u.disabled });
+        if (!r2.ok) flash(errorText(r2.data), "error");
+        load();
+      } }, u.disabled ? "Enable" : "Disable")),
+    ]);
+  }
+  onSubmit(form, async () => {
+    const r = await api("POST", "/api/users", readForm(form, [], []));
+    if (!r.ok) return showErrors(form, r.data);
+    form.reset();
+    load();
+  });
+  load();
+};
+
+document.addEventListener("DOMContentLoaded", () => {
+  const logout = document.getElementById("logout");
+  if (logout) logout.addEventListener("click", async () => {
+    await api("POST", "/api/auth/logout");
+    location.href = "/login";
+  });
+  const page = pages[document.body.dataset.page];
+  if (page) page();
+});
