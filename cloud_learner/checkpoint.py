@@ -195,7 +195,7 @@ class CheckpointManager:
         try:
             doc = json.loads((path / "state.json").read_text())
             tensors = load_file(str(path / "tensors.safetensors"))
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # OSError, JSON and safetensors header errors alike
             raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
         if doc.get("format") != CHECKPOINT_FORMAT:
             raise CheckpointError(
