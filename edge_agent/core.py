@@ -8,7 +8,7 @@ One control step of :class:`edge_agent.agent.EdgeAgent`, in full::
     op = operator.step(obs, proposed)                   # InterventionSource: expert/keyboard/pad
     command = op.action if op.is_intervention else proposed
     executed = driver.send_action(command)              # what the robot REALLY did
-    recorder.add(obs, executed, proposed, op, ...)      # one step row -> spool (seq) -> uplink
+    uplink.submit(row)                                  # -> durable spool (seq) -> comms Uploader
 
 Shapes: ``observation.state`` is ``(D,) float32``; ``observation.images.<cam>`` is
 ``(H, W, C) uint8``; ``action`` is ``(A,) float32``. A policy may return a chunk ``(T, A)``.
@@ -17,11 +17,10 @@ Shapes: ``observation.state`` is ``(D,) float32``; ``observation.images.<cam>`` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-import pyarrow as pa
 
 Observation = dict[str, Any]
 
@@ -124,51 +123,3 @@ class InterventionSource(Protocol):
     def reset(self) -> None: ...
 
     def close(self) -> None: ...
-
-
-@dataclass
-class Ack:
-    """The cloud's answer on the upload stream: every seq <= ``durable_seq`` is fsynced."""
-
-    durable_seq: int
-    backpressure: bool = False
-    retry_after_s: float = 0.0
-    reason: str = ""
-
-
-class UplinkUnavailable(ConnectionError):
-    """The cloud cannot be reached now; the agent keeps spooling and retries."""
-
-
-@runtime_checkable
-class UplinkSession(Protocol):
-    """One open upload stream. ``durable_seq`` is what the cloud had when it opened."""
-
-    @property
-    def durable_seq(self) -> int: ...
-
-    def send(self, batch: pa.RecordBatch, last_seq: int) -> None: ...
-
-    def next_ack(self, timeout: float) -> Ack | None: ...
-
-    def close(self) -> None: ...
-
-
-@runtime_checkable
-class Uplink(Protocol):
-    """Transport to the cloud's experience service (gRPC in production, in-memory in tests).
-
-    ``open`` raises :class:`UplinkUnavailable` when the cloud cannot be reached.
-    """
-
-    def open(self) -> UplinkSession: ...
-
-
-@dataclass
-class StepOutcome:
-    """Gymnasium's step outcome, as far as the driver reports it."""
-
-    reward: float = 0.0
-    terminated: bool = False
-    truncated: bool = False
-    info: dict[str, Any] = field(default_factory=dict)

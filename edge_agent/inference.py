@@ -7,7 +7,8 @@ The remote runner never lets the network stall the loop: a step waits at most
 ``deadline_s`` for the cloud's chunk; when that passes it returns the **safe hold** (zeros,
 except ``hold_keep_dims`` which repeat the last executed action) with ``policy_version = -1``
 ("no policy produced this action"). A reply that arrives after its step's deadline is stale and
-dropped (counted in ``late_replies``); the next step asks again with a fresh observation.
+dropped (counted in ``late_replies``); only one call is in flight at a time, and once it
+has ended the next step asks again with a fresh observation.
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ class RemotePolicyRunner:
         self.last_executed = np.zeros(action_dim, np.float32)
         self._chunks = _Chunks()
         self._version = NO_POLICY
+        self._inflight: Future[tuple[np.ndarray, int]] | None = None
         self.holds = 0
         self.late_replies = 0
         self.errors = 0
@@ -165,26 +167,31 @@ class RemotePolicyRunner:
         return out
 
     def act(self, observation: Observation, task: int) -> tuple[np.ndarray, int]:
-        if not self._chunks.queue:
-            name = self.tasks[task] if 0 <= task < len(self.tasks) else str(task)
-            future = self.client.request(observation, name)
-            try:
-                chunk, version = future.result(timeout=self.deadline_s)
-                self._chunks.load(chunk, self.action_dim)
-                self._version = version
-            except FutureTimeout:
-                # Too late for this step; whatever arrives later belongs to an old observation.
-                future.add_done_callback(lambda _f: self._count_late())
+        if self._chunks.queue:
+            return self._chunks.queue.popleft(), self._version
+        if self._inflight is not None:
+            # One call at a time: a call that missed its deadline is still running; hold until
+            # it ends rather than piling requests onto a slow link. Its reply is stale.
+            if not self._inflight.done():
                 self.holds += 1
                 return self.hold(), NO_POLICY
-            except Exception:
-                self.errors += 1
-                self.holds += 1
-                return self.hold(), NO_POLICY
+            self.late_replies += 1
+            self._inflight = None
+        name = self.tasks[task] if 0 <= task < len(self.tasks) else str(task)
+        future = self.client.request(observation, name)
+        try:
+            chunk, version = future.result(timeout=self.deadline_s)
+            self._chunks.load(chunk, self.action_dim)
+            self._version = version
+        except FutureTimeout:
+            self._inflight = future
+            self.holds += 1
+            return self.hold(), NO_POLICY
+        except Exception:
+            self.errors += 1
+            self.holds += 1
+            return self.hold(), NO_POLICY
         return self._chunks.queue.popleft(), self._version
-
-    def _count_late(self) -> None:
-        self.late_replies += 1
 
     def set_weights(self, version: int, weights: Mapping[str, Any]) -> None:
         """Weights live in the cloud for a remote policy; nothing to apply here."""

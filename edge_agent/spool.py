@@ -20,7 +20,8 @@ value and one past the highest seq on disk, so seq never repeats for data that l
   gap, the refused steps are counted and logged the same way.
 
 A batch bigger than ``max_bytes`` on its own is dropped under either policy.
-Not thread-safe by itself; :class:`edge_agent.uplink.UplinkWorker` serialises access.
+The spool satisfies ``comms.uploader.Spool`` (``entries_after`` / ``ack`` / ``wait``), so
+comms' :class:`~comms.uploader.Uploader` streams it to the cloud; every method is thread-safe.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
+
+from comms.uploader import SpoolEntry as WireEntry
 
 FullPolicy = Literal["drop_oldest", "drop_newest"]
 _STATE = "state.json"
@@ -118,6 +121,7 @@ class Spool:
         highest = max((e.last for e in self._entries.values()), default=-1)
         self.next_seq: int = max(int(state.get("next_seq", 0)), highest + 1, self.acked_seq + 1)
         self._reserved: int | None = None
+        self._cond = threading.Condition(self.lock)
 
     # -- state -----------------------------------------------------------------------------
 
@@ -200,6 +204,7 @@ class Spool:
             self._entries[first] = entry
             self.next_seq = last + 1
             self._save_state()
+            self._cond.notify_all()
             return entry
 
     def _make_room(self, size: int, first: int, last: int) -> bool:
@@ -261,18 +266,46 @@ class Spool:
         except FileNotFoundError:
             return None
 
-    def ack(self, durable_seq: int) -> int:
+    def ack(self, durable_seq: int) -> None:
         """The cloud holds every seq <= ``durable_seq`` durably: delete those batches.
 
-        Returns:
-            How many batch files were removed.
+        Also makes sure no later seq is ever handed out at or below ``durable_seq`` (a spool
+        directory that was wiped must not reuse seqs the cloud already holds).
         """
         with self.lock:
             if durable_seq <= self.acked_seq:
-                return 0
+                return
             self.acked_seq = durable_seq
+            self.next_seq = max(self.next_seq, durable_seq + 1)
             gone = [k for k, e in self._entries.items() if e.last <= durable_seq]
             for k in gone:
                 self._entries.pop(k).path.unlink(missing_ok=True)
             self._save_state()
-            return len(gone)
+            self._cond.notify_all()
+
+    # -- comms.uploader.Spool ------------------------------------------------------------------
+
+    def entries_after(self, seq: int, limit: int) -> list[WireEntry]:
+        """Up to ``limit`` batches with ``last_seq > seq``, oldest first, as Arrow IPC bytes."""
+        out: list[WireEntry] = []
+        for e in self.pending(after_seq=seq):
+            if len(out) >= limit:
+                break
+            try:
+                data = e.path.read_bytes()
+            except FileNotFoundError:  # dropped by the full policy meanwhile
+                continue
+            out.append(WireEntry(e.last, data))
+        return out
+
+    def wait(self, after_seq: int, timeout: float) -> bool:
+        """Block until a batch with ``last_seq > after_seq`` is spooled; returns whether one is."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: any(e.last > after_seq for e in self._entries.values()), timeout
+            )
+
+    def wait_acked(self, seq: int, timeout: float) -> bool:
+        """Block until the cloud acknowledged ``seq``; returns whether it did in time."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.acked_seq >= seq, timeout)
