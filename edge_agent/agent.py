@@ -31,7 +31,7 @@ from edge_agent.uplink import UplinkWorker
 
 log = logging.getLogger(__name__)
 
-Heartbeat = Callable[[str, int, Mapping[str, float]], None]
+Heartbeat = Callable[[str, int, Mapping[str, float]], object]
 
 
 class WeightSource(Protocol):

@@ -1,0 +1,197 @@
+"""Assemble an edge agent from settings: driver, policy runner, operator, spool, comms links.
+
+Used by the CLI (``robofleet edge``) and the Ray actor alike, so both run the same agent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edge_agent.agent import EdgeAgent
+from edge_agent.config import EdgeSettings
+from edge_agent.gating import HGDaggerGate
+from edge_agent.inference import LocalPolicyRunner, RemotePolicyRunner
+from edge_agent.operators import make_operator
+from edge_agent.spool import Spool
+from edge_agent.uplink import UplinkWorker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AgentOptions:
+    """What differs between robots of one fleet (the rest is settings).
+
+    Attributes:
+        robot_name: the robot's name (hal's ``validate_name`` rules).
+        tasks: Meta-World tasks this robot runs, in turn.
+        run_id: the run the steps belong to.
+        server: cloud gRPC ``host:port``; None runs offline (spool only).
+        token: one-time enrollment token (only needed before the first credential exists).
+        operator: ``none``, ``scripted``, ``keyboard`` or ``gamepad``.
+        max_episode_steps: the driver's episode length.
+        spool_dir: overrides ``edge.spool_dir`` (one directory per robot).
+    """
+
+    robot_name: str
+    tasks: list[str]
+    run_id: str = "default"
+    server: str | None = None
+    token: str | None = None
+    operator: str = "scripted"
+    max_episode_steps: int = 500
+    spool_dir: Path | None = None
+    hidden: int = 64
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BuiltAgent:
+    """An agent and the background services it needs; ``close`` stops them all."""
+
+    agent: EdgeAgent
+    closers: list[Any]
+
+    def close(self) -> None:
+        for c in reversed(self.closers):
+            try:
+                c()
+            except Exception as exc:  # closing must not hide the first error
+                log.warning("closing %s failed: %s", c, exc)
+
+
+def _credential(
+    spool_dir: Path, opts: AgentOptions, comms: Any, spec: dict[str, Any]
+) -> tuple[int, str]:
+    """The stored credential, or enroll with the token once and store it (mode 0600)."""
+    from comms.client import enroll, make_channel
+
+    path = spool_dir / "credential.json"
+    if path.exists():
+        data = json.loads(path.read_text())
+        return int(data["robot_id"]), str(data["credential"])
+    if not opts.token:
+        raise ValueError(f"no credential in {path} and no --token to enroll with")
+    assert opts.server is not None
+    ch = make_channel(opts.server, comms)
+    try:
+        robot_id, credential = enroll(ch, opts.token, opts.robot_name, spec["robot_type"], spec)
+    finally:
+        ch.close()
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"robot_id": robot_id, "credential": credential}, f)
+    return robot_id, credential
+
+
+def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgent:
+    """Build a Meta-World robot's agent (the simulated fleet) from settings and options.
+
+    Raises:
+        ValueError: unknown task/operator, or no credential and no token.
+        grpc.RpcError: enrollment refused (bad token) or the cloud unreachable at enrollment.
+    """
+    from buffer.schema import StepSchema
+    from hal.drivers.metaworld import MetaWorldDriver, expert_policy
+
+    closers: list[Any] = []
+    driver = MetaWorldDriver(
+        opts.robot_name, tasks=opts.tasks, max_episode_steps=opts.max_episode_steps
+    )
+    spool_dir = opts.spool_dir or edge.spool_dir / opts.robot_name
+    spool = Spool(spool_dir, edge.spool_max_bytes, edge.spool_full_policy)
+    schema = StepSchema.from_features(driver.observation_features, driver.action_features)
+    action_dim = driver.spec.action_dim
+
+    client = None
+    robot_id: int | str = opts.robot_name
+    if opts.server is not None:
+        from comms.client import EdgeClient, make_channel
+
+        rid, credential = _credential(spool_dir, opts, comms, driver.spec.to_dict())
+        robot_id = rid
+        client = EdgeClient(make_channel(opts.server, comms), credential, comms)
+        closers.append(client.close)
+
+    uplink = UplinkWorker(
+        spool,
+        schema,
+        batch_max_steps=edge.batch_max_steps,
+        batch_max_delay_s=edge.batch_max_delay_s,
+        robot_id_on_wire="int64" if client is not None else "schema",
+    ).start()
+    closers.append(uplink.close)
+
+    weights = None
+    runner: Any
+    if edge.inference == "remote":
+        if client is None:
+            raise ValueError("remote inference needs --server")
+        from edge_agent.grpc_client import EdgeActClient
+
+        act = EdgeActClient(client, opts.run_id)
+        closers.append(act.close)
+        runner = RemotePolicyRunner(
+            act, action_dim, opts.tasks, edge.remote_deadline_s, edge.hold_keep_dims
+        )
+    else:
+        import torch
+
+        from cloud_learner.policies import MLPPolicy, PolicySpec
+
+        torch.set_num_threads(1)
+        state_dim = int(driver.observation_features["observation.state"]["shape"][0])
+        policy = MLPPolicy(
+            PolicySpec(state_dim, action_dim, num_tasks=len(opts.tasks), hidden=opts.hidden)
+        )
+        runner = LocalPolicyRunner(policy, action_dim)
+        if client is not None:
+            from comms.receiver import WeightReceiver
+            from comms.weight_source import GrpcWeightSource
+
+            receiver = WeightReceiver(as_torch=True)
+            source = GrpcWeightSource(client, opts.run_id, receiver)
+            closers.append(source.close)
+            weights = receiver
+
+    expert = None
+    if opts.operator == "scripted":
+        experts = {t: expert_policy(t) for t in opts.tasks}
+
+        def expert(obs: Any) -> Any:  # the expert of the episode's task
+            return experts[driver.episode.task or opts.tasks[0]](obs)
+
+    gate = HGDaggerGate(
+        edge.gating_threshold, edge.handback_steps, edge.gating_norm, edge.risk_regions
+    )
+    operator = make_operator(opts.operator, action_dim, expert=expert, gate=gate)
+    closers.append(operator.close)
+
+    heartbeat = None
+    if client is not None:
+        from comms.uploader import Uploader
+
+        uploader = Uploader(client, opts.run_id, spool)
+        closers.append(uploader.close)
+        heartbeat = client.heartbeat
+
+    agent = EdgeAgent(
+        driver,
+        runner,
+        uplink,
+        edge,
+        robot_id=str(robot_id),
+        run_id=opts.run_id,
+        tasks=opts.tasks,
+        operator=operator,
+        weights=weights,
+        heartbeat=heartbeat,
+    )
+    closers.insert(0, driver.disconnect)
+    return BuiltAgent(agent, closers)

@@ -1,0 +1,82 @@
+"""``robofleet edge``: run one robot's edge agent (no Ray needed).
+
+Example::
+
+    robofleet edge --config edge.yaml --server cloud:50051 --token T --robot sawyer-1 \\
+        --task reach-v3 --run run-1 --operator scripted
+
+The first start enrolls with ``--token`` and keeps the credential in the spool directory
+(mode 0600); later starts reuse it. ``--report`` prints the control-loop statistics as one JSON
+object on the last stdout line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="robofleet edge", description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=None, help="YAML settings file (edge:, comms: sections)")
+    p.add_argument("--server", default=None, help="cloud gRPC host:port (omit to run offline)")
+    p.add_argument("--token", default=None, help="one-time enrollment token (first start only)")
+    p.add_argument("--robot", default="edge-robot", help="robot name")
+    p.add_argument(
+        "--task", action="append", default=None, help="Meta-World task (repeat for several)"
+    )
+    p.add_argument("--run", default="default", help="run id the steps belong to")
+    p.add_argument(
+        "--operator", default="scripted", choices=["none", "scripted", "keyboard", "gamepad"]
+    )
+    p.add_argument("--episodes", type=int, default=None, help="stop after N episodes")
+    p.add_argument("--max-steps", type=int, default=500, help="episode length")
+    p.add_argument("--spool-dir", type=Path, default=None, help="overrides edge.spool_dir/<robot>")
+    p.add_argument("--report", action="store_true", help="print loop statistics as JSON at exit")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    from robofleet.settings import load_settings
+
+    args = build_parser().parse_args(list(argv))
+    settings = load_settings(args.config)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    from edge_agent.build import AgentOptions, build_agent
+
+    opts = AgentOptions(
+        robot_name=args.robot,
+        tasks=args.task or ["reach-v3"],
+        run_id=args.run,
+        server=args.server,
+        token=args.token,
+        operator=args.operator,
+        max_episode_steps=args.max_steps,
+        spool_dir=args.spool_dir,
+    )
+    try:
+        built = build_agent(settings.edge, settings.comms, opts)
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
+
+    def _stop(_sig: int, _frame: FrameType | None) -> None:
+        built.agent.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        report = built.agent.run(episodes=args.episodes)
+        if settings.edge.inference == "local" and args.server:
+            built.agent.uplink.wait_acked(10.0)
+    finally:
+        built.close()
+    if args.report:
+        print(json.dumps(report))
+    return 0

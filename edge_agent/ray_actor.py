@@ -1,0 +1,58 @@
+"""The edge agent as a Ray actor, for robots that live inside a Ray cluster.
+
+hal's scheduler places one actor per robot on the robot's node (custom resource
+``robot/<name>``)::
+
+    Actor = edge_agent.ray_actor.remote_class()
+    a = Actor.options(resources={f"robot/{name}": 1}).remote(edge, comms, opts)
+    ray.get(a.run.remote(episodes=10))
+
+Ray is imported only here, so ``robofleet edge`` on a robot computer never needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edge_agent.build import AgentOptions, BuiltAgent, build_agent
+from edge_agent.config import EdgeSettings
+
+
+class EdgeAgentWorker:
+    """Plain class behind the actor: build once, run episodes, report, stop, close."""
+
+    def __init__(self, edge: EdgeSettings | dict[str, Any], comms: Any, opts: AgentOptions) -> None:
+        if isinstance(edge, dict):
+            edge = EdgeSettings(**edge)
+        if comms is None or isinstance(comms, dict):
+            from comms.config import CommsSettings
+
+            comms = CommsSettings(**(comms or {}))
+        self._built: BuiltAgent = build_agent(edge, comms, opts)
+
+    def run(self, episodes: int | None = None) -> dict[str, float]:
+        return self._built.agent.run(episodes=episodes)
+
+    def report(self) -> dict[str, float]:
+        return self._built.agent.report()
+
+    def applied_version(self) -> int:
+        return self._built.agent.applied_version
+
+    def stop(self) -> None:
+        self._built.agent.stop()
+
+    def close(self) -> dict[str, float]:
+        """Stop background services; returns the final report."""
+        self._built.agent.uplink.flush()
+        report = self._built.agent.report()
+        self._built.close()
+        return report
+
+
+def remote_class(**actor_options: Any) -> Any:
+    """``ray.remote(EdgeAgentWorker)`` (threaded so ``stop`` reaches a running ``run``)."""
+    import ray
+
+    opts = {"max_concurrency": 4, "num_cpus": 0, **actor_options}
+    return ray.remote(**opts)(EdgeAgentWorker)
