@@ -1,13 +1,241 @@
-"""LeRobotDataset v3 export/import (filled in below)."""
+"""Interchange with LeRobotDataset v3, through the lerobot library.
+
+Export writes any selection of a buffer as a LeRobotDataset v3 directory with
+``LeRobotDataset.create`` / ``add_frame`` / ``save_episode`` / ``finalize``. Each contiguous run
+of one robot's episode becomes one LeRobot episode, renumbered so ``frame_index`` starts at 0
+and ``timestamp == frame_index / fps`` (LeRobot computes both). Extra features carry what
+LeRobot has no field for: ``next.reward`` (float32), ``next.done`` (terminated or truncated),
+``next.truncated``, ``is_intervention`` (bool) and ``policy_version`` (int64), each shape (1,).
+
+Images are stored as PNG (lossless: bit-exact uint8) by default; ``use_videos=True`` encodes
+MP4 video instead, which is lossy (compare with a tolerance). Not representable in the format:
+a done step's real final observation (LeRobot has no frame for it) and the policy/operator
+action proposals; on import a done step's final observation repeats its own observation.
+
+Import reads a local LeRobotDataset (``root``; nothing is downloaded) into a buffer directory
+whose rows can then be mounted as offline data.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from buffer.config import BufferSettings
+from buffer.schema import StepSchema
+
+if TYPE_CHECKING:
+    from buffer.replay_buffer import ReplayBuffer
+
+EXTRA_FEATURES: dict[str, dict[str, Any]] = {
+    "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+    "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+    "next.truncated": {"dtype": "bool", "shape": (1,), "names": None},
+    "is_intervention": {"dtype": "bool", "shape": (1,), "names": None},
+    "policy_version": {"dtype": "int64", "shape": (1,), "names": None},
+}
 
 
-def export_lerobot(*args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError
+def _episode_runs(buf: ReplayBuffer, rows: np.ndarray) -> list[np.ndarray]:
+    """Split rows into runs of consecutive frames of one (run, robot, episode)."""
+    idx = buf.index
+    li = rows - idx.base
+    key = np.stack(
+        [idx.cols["run"][li], idx.cols["robot"][li], idx.cols["episode_index"][li]], axis=1
+    )
+    order = np.lexsort((idx.cols["frame_index"][li], key[:, 2], key[:, 1], key[:, 0]))
+    rows, key, fr = rows[order], key[order], idx.cols["frame_index"][li][order]
+    brk = np.flatnonzero((np.diff(key, axis=0) != 0).any(axis=1) | (np.diff(fr) != 1)) + 1
+    return [r for r in np.split(rows, brk) if len(r)]
 
 
-def import_lerobot(*args: Any, **kwargs: Any) -> Any:
-    raise NotImplementedError
+def export_lerobot(
+    buf: ReplayBuffer,
+    root: str | Path,
+    repo_id: str,
+    fps: int,
+    *,
+    rows: np.ndarray | None = None,
+    use_videos: bool = False,
+    robot_type: str | None = None,
+    **filters: Any,
+) -> Path:
+    """Export steps of ``buf`` to a new LeRobotDataset v3 at ``root``.
+
+    Args:
+        buf: the buffer to read.
+        root: target directory (must not exist yet).
+        repo_id: dataset id written into its metadata (nothing is uploaded).
+        fps: frames per second of the recording (timestamps are ``frame_index / fps``).
+        rows: global rows to export; default all stored steps matching ``filters``
+            (``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``,
+            ``interventions_only``; see :meth:`ReplayBuffer.select`).
+        use_videos: encode cameras as MP4 (lossy) instead of PNG frames (bit-exact).
+
+    Returns:
+        ``root``. Load it with ``LeRobotDataset(repo_id, root=root)``.
+
+    Raises:
+        ValueError: the selection is empty.
+    """
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    root = Path(root)
+    if rows is None:
+        lo, hi = buf.first_row, buf.visible
+        all_rows = np.arange(lo, hi, dtype=np.int64)
+        if filters:
+            keep = _matching(buf, all_rows, filters)
+            all_rows = all_rows[keep]
+        rows = all_rows
+    if len(rows) == 0:
+        raise ValueError("nothing to export: the selection is empty")
+    schema = buf.schema
+    features: dict[str, Any] = {}
+    for name, f in schema.observations.items():
+        spec = f.to_lerobot()
+        if f.is_image and use_videos:
+            spec["dtype"] = "video"
+        features[name] = spec
+    features["action"] = schema.action.to_lerobot()
+    features.update(EXTRA_FEATURES)
+    ds = LeRobotDataset.create(
+        repo_id, fps, features, root=root, robot_type=robot_type, use_videos=use_videos
+    )
+    idx = buf.index
+    tasks = np.asarray(idx.tasks.names, dtype=object)
+    obs_names = list(schema.observations)
+    for run in _episode_runs(buf, np.asarray(rows, dtype=np.int64)):
+        data = buf.storage.gather(run, [*obs_names, "action"], count=False)
+        li = run - idx.base
+        c = idx.cols
+        for i in range(len(run)):
+            j = li[i]
+            frame: dict[str, Any] = {k: data[k][i] for k in (*obs_names, "action")}
+            frame["next.reward"] = np.array([c["reward"][j]], dtype=np.float32)
+            frame["next.done"] = np.array([c["terminated"][j] or c["truncated"][j]])
+            frame["next.truncated"] = np.array([c["truncated"][j]])
+            frame["is_intervention"] = np.array([c["is_intervention"][j]])
+            frame["policy_version"] = np.array([c["policy_version"][j]], dtype=np.int64)
+            frame["task"] = str(tasks[c["task"][j]])
+            ds.add_frame(frame)
+        ds.save_episode()
+    ds.finalize()
+    return root
+
+
+def _matching(buf: ReplayBuffer, rows: np.ndarray, filters: dict[str, Any]) -> np.ndarray:
+    idx = buf.index
+    li = rows - idx.base
+    keep = np.ones(len(rows), dtype=bool)
+    for vocab, col, key in (
+        (idx.tasks, "task", "tasks"),
+        (idx.robots, "robot", "robot_ids"),
+        (idx.runs, "run", "run_ids"),
+    ):
+        wanted = filters.get(key)
+        if wanted is not None:
+            codes = [vocab.codes[w] for w in wanted if w in vocab.codes]
+            keep &= np.isin(idx.cols[col][li], codes)
+    pv = filters.get("policy_versions")
+    if pv is not None:
+        v = idx.cols["policy_version"][li]
+        keep &= (v >= pv[0]) & (v <= pv[1]) if isinstance(pv, tuple) else np.isin(v, list(pv))
+    if filters.get("interventions_only"):
+        keep &= idx.cols["is_intervention"][li]
+    return keep
+
+
+def import_lerobot(
+    root: str | Path,
+    directory: str | Path,
+    *,
+    repo_id: str = "local/imported",
+    robot_id: str = "lerobot",
+    run_id: str | None = None,
+    settings: BufferSettings | None = None,
+    chunk: int = 256,
+) -> Path:
+    """Import a local LeRobotDataset (v3) into a new buffer directory (offline data).
+
+    Rewards and flags come from ``next.reward``, ``next.done``, ``next.truncated`` and
+    ``is_intervention`` when present (else 0 / False); an episode's last frame without a done
+    flag is marked truncated (the recording ended there). ``seq`` is the dataset's global
+    ``index``; ``policy_version`` is read when present, else 0.
+
+    Returns:
+        ``directory``; mount it with :meth:`ReplayBuffer.mount`.
+
+    Raises:
+        ValueError: the dataset has no ``action`` or no ``observation.*`` feature.
+    """
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from buffer.replay_buffer import ReplayBuffer
+
+    ds = LeRobotDataset(repo_id, root=root)
+    feats = ds.meta.features
+    obs = {k: v for k, v in feats.items() if k.startswith("observation.")}
+    if "action" not in feats or not obs:
+        raise ValueError(f"{root}: needs 'action' and observation.* features, has {list(feats)}")
+    schema = StepSchema.from_features(
+        obs, {"action": feats["action"]}, require_final_observation=False
+    )
+    run_id = run_id or f"import:{ds.meta.repo_id}"
+    hf = ds.hf_dataset.with_format("numpy")
+    task_names = {int(r.task_index): str(t) for t, r in ds.meta.tasks.iterrows()}
+    ep = np.asarray(hf["episode_index"]).reshape(-1)
+    last = np.append(ep[1:] != ep[:-1], True)
+    out = ReplayBuffer.open(directory, schema, settings or BufferSettings())
+    try:
+        n = len(hf)
+        for start in range(0, n, chunk):
+            part = hf[start : min(start + chunk, n)]
+            recs = []
+            for i in range(len(part["index"])):
+                g = start + i
+                rec: dict[str, Any] = {k: _image(part[k][i], schema, k) for k in obs}
+                rec["action"] = part["action"][i]
+                done = bool(_scalar(part, "next.done", i, False))
+                trunc = bool(_scalar(part, "next.truncated", i, False))
+                if last[g] and not done:
+                    done, trunc = True, True
+                rec.update(
+                    seq=int(_scalar(part, "index", i, g)),
+                    robot_id=robot_id,
+                    run_id=run_id,
+                    task=task_names.get(int(_scalar(part, "task_index", i, 0)), ""),
+                    episode_index=int(ep[g]),
+                    frame_index=int(_scalar(part, "frame_index", i, 0)),
+                    timestamp=float(_scalar(part, "timestamp", i, 0.0)),
+                    reward=float(_scalar(part, "next.reward", i, 0.0)),
+                    terminated=done and not trunc,
+                    truncated=trunc,
+                    is_intervention=bool(_scalar(part, "is_intervention", i, False)),
+                    policy_version=int(_scalar(part, "policy_version", i, 0)),
+                )
+                recs.append(rec)
+            out.append(recs)
+    finally:
+        out.close()
+    return Path(directory)
+
+
+def _scalar(part: dict[str, Any], key: str, i: int, default: Any) -> Any:
+    if key not in part:
+        return default
+    return np.asarray(part[key][i]).reshape(-1)[0]
+
+
+def _image(value: Any, schema: StepSchema, key: str) -> np.ndarray:
+    f = schema.observations[key]
+    arr = np.asarray(value)
+    if f.is_image and arr.shape != f.shape and arr.shape[::-1] == f.shape[::-1]:
+        return arr
+    if f.is_image and arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
+        arr = np.transpose(arr, (1, 2, 0))  # CHW -> HWC
+    if f.is_image and arr.dtype != np.uint8:
+        arr = np.round(arr * 255).astype(np.uint8) if arr.max() <= 1.0 else arr.astype(np.uint8)
+    return arr
