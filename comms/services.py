@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 
 from comms import steps as S
 from comms import tensors as T
-from comms.auth import AuthError, Authenticator, RobotIdentity, credential_from
+from comms.auth import Authenticator, AuthError, RobotIdentity, credential_from
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
@@ -33,7 +33,7 @@ from comms.publisher import Published, WeightPublisher
 from comms.ratelimit import AsyncByteRate
 from comms.registry import record_heartbeat
 from comms.sink import Backpressure, SinkResolver
-from comms.weight_codec import FULL_BASE, EncodedVersion
+from comms.weight_codec import EncodedVersion
 from robofleet.db.store import EnrollmentError, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class ServerState:
         return ev
 
 
-def guarded(
+def guarded[R](
     fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]],
 ) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
     """Map refusals to status codes; an unexpected error is logged here, never sent as a traceback."""

@@ -1,0 +1,46 @@
+"""TLS with a self-signed certificate made in the test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import pytest
+
+from comms.client import EdgeClient, make_channel
+from comms.server import CloudServer
+from comms.sink import MemorySink
+from robofleet.db.store import MetadataStore
+from tests.comms.helpers import enroll_robot, fast_settings, rpc_code, self_signed_cert
+
+
+def test_tls_server_serves_tls_clients_only(tmp_path: Path, store: MetadataStore) -> None:
+    cert, key = self_signed_cert(tmp_path)
+    settings = fast_settings(tls_cert_file=cert, tls_key_file=key)
+    server = CloudServer(settings, store, MemorySink())
+    server.start()
+    try:
+        assert server.settings.bind_host == "127.0.0.1"
+        robot = enroll_robot(store, server.address, "arm-tls", settings, ca=cert)
+        client = EdgeClient(
+            make_channel(server.address, settings, cert), robot.credential, settings
+        )
+        assert client.heartbeat("running", None, {}) > 0
+        client.close()
+        plain = EdgeClient(
+            make_channel(server.address, settings, tls_on=False), robot.credential, settings
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            plain.heartbeat("running", None, {})
+        assert rpc_code(err.value) == grpc.StatusCode.UNAVAILABLE
+        plain.close()
+        other_cert, _ = self_signed_cert(tmp_path / "..")  # a root the server does not use
+        wrong = EdgeClient(
+            make_channel(server.address, settings, other_cert), robot.credential, settings
+        )
+        with pytest.raises(grpc.RpcError) as err:
+            wrong.heartbeat("running", None, {})
+        assert rpc_code(err.value) == grpc.StatusCode.UNAVAILABLE
+        wrong.close()
+    finally:
+        server.close()

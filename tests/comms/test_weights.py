@@ -1,0 +1,311 @@
+"""Weight distribution: encoding, delta choice, >4 MB versions, corrupted and truncated streams,
+latest-only memory, atomic apply."""
+
+from __future__ import annotations
+
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+
+import grpc
+import grpc.aio
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+
+from comms import weight_codec as W
+from comms.client import make_channel
+from comms.loop_thread import LoopThread
+from comms.proto import robofleet_pb2 as pb
+from comms.proto import robofleet_pb2_grpc as rpc
+from comms.publisher import WeightPublisher
+from comms.receiver import VersionAssembler, WeightReceiver
+from comms.weight_source import GrpcWeightSource
+from tests.comms.helpers import RUN, Cloud
+
+
+def model(seed: int, n: int = 50_000) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "encoder.weight": rng.standard_normal((n // 100, 100)).astype(np.float32),
+        "encoder.bias": rng.standard_normal(100).astype(np.float32),
+        "head.weight": rng.standard_normal((7, 100)).astype(np.float16),
+        "steps": np.array([seed], dtype=np.int64),
+    }
+
+
+def assemble(enc: W.EncodedVersion) -> VersionAssembler:
+    asm = VersionAssembler(enc.manifest)
+    for i in range(enc.num_chunks):
+        assert asm.add(enc.chunk_message(i).chunk)
+    return asm
+
+
+def test_full_payload_is_a_safetensors_file_and_chunks_are_at_most_1mib() -> None:
+    state = model(0, n=600_000)  # 2.4 MB
+    enc = W.encode_full(RUN, W.Snapshot.take(state, 0))
+    loaded = safetensors.numpy.load(bytes(enc.payload))
+    assert loaded.keys() == state.keys()
+    for k in state:
+        np.testing.assert_array_equal(loaded[k], state[k])
+    assert enc.num_chunks == 3
+    assert all(len(enc.chunk(i)) <= 1024 * 1024 for i in range(enc.num_chunks))
+
+
+def test_delta_sends_sparse_elements_or_whole_tensors_by_size() -> None:
+    base = model(1)
+    new = {k: v.copy() for k, v in base.items()}
+    new["encoder.weight"][3, :10] += 1.0  # 10 of 50k elements: sparse
+    new["encoder.bias"][:] -= 1.0  # every element: whole tensor
+    b, n = W.Snapshot.take(base, 0), W.Snapshot.take(new, 1)
+    delta = W.encode_delta(RUN, b, n)
+    assert delta is not None and delta.base_version == 0
+    enc = {e.name: e.encoding for e in delta.manifest.tensors if e.name in delta.manifest.changed}
+    assert enc == {"encoder.weight": pb.TensorEntry.SPARSE, "encoder.bias": pb.TensorEntry.FULL}
+    # 10 changed elements x (int32 index + float32 value) + the 100-float bias, plus the header.
+    data_bytes = 10 * (4 + 4) + 100 * 4
+    assert data_bytes <= len(delta.payload) < data_bytes + 512
+    out = W.apply(delta.manifest, assemble(delta).payload, b.arrays)
+    for k in new:
+        np.testing.assert_array_equal(out[k][1], new[k])
+    assert out["head.weight"][1] is b.arrays["head.weight"][1]  # unchanged: shared, not copied
+
+
+def test_delta_larger_than_full_is_not_used_and_nan_bits_compare_equal() -> None:
+    base = model(2)
+    base["encoder.bias"][0] = np.nan
+    same = {k: v.copy() for k, v in base.items()}
+    d = W.encode_delta(RUN, W.Snapshot.take(base, 0), W.Snapshot.take(same, 1))
+    assert d is not None and list(d.manifest.changed) == []
+    assert W.encode_delta(RUN, W.Snapshot.take(base, 0), W.Snapshot.take(model(3), 1)) is None
+
+
+def test_receiver_refuses_delta_onto_wrong_base_and_manifest_lies() -> None:
+    s0, s1 = W.Snapshot.take(model(4), 0), W.Snapshot.take(model(5), 1)
+    rx = WeightReceiver()
+    assert rx.apply(assemble(W.encode_full(RUN, s0)))
+    changed = {k: v.copy() for k, v in model(5).items()}
+    changed["steps"][0] = 99
+    delta = W.encode_delta(RUN, s1, W.Snapshot.take(changed, 2))
+    assert delta is not None and not rx.wants(delta.manifest)
+    assert not rx.apply(assemble(delta)) and rx.version == 0
+    bad = pb.Manifest()
+    bad.CopyFrom(W.encode_full(RUN, s1).manifest)
+    bad.chunk_bytes = 2 * 1024 * 1024
+    with pytest.raises(W.WeightFormatError, match="chunk_bytes"):
+        VersionAssembler(bad)
+
+
+def test_bfloat16_torch_tensors_round_trip() -> None:
+    state = {"w": torch.randn(33, 7).to(torch.bfloat16), "b": torch.arange(5, dtype=torch.int32)}
+    rx = WeightReceiver(as_torch=True)
+    assert rx.apply(assemble(W.encode_full(RUN, W.Snapshot.take(state, 0))))
+    _, got = rx.current()
+    assert got["w"].dtype == torch.bfloat16 and torch.equal(got["w"], state["w"])
+    assert torch.equal(got["b"], state["b"])
+
+
+def test_version_over_4mb_reaches_a_subscriber_and_deltas_follow(cloud: Cloud) -> None:
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    rx = WeightReceiver()
+    src = GrpcWeightSource(client, RUN, rx)
+    pub = cloud.server.publisher(RUN)
+    state = model(6, n=3_000_000)  # 12 MB of float32
+    pub.publish(state)
+    assert rx.wait_for(0, 20)
+    state["encoder.weight"][0, 0] = 42.0
+    pub.publish(state)
+    assert rx.wait_for(1, 20)
+    version, got = rx.current()
+    assert version == 1
+    for k in state:
+        np.testing.assert_array_equal(got[k], state[k])
+    assert pub.latest().delta is not None  # type: ignore[union-attr]
+    assert src.bytes_received < 13_000_000  # the second version came as a small delta
+    src.close()
+    client.close()
+
+
+def auth_only(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in context.invocation_metadata() or () if k == "authorization")
+
+
+class FaultyWeights(rpc.WeightsServicer):
+    """A gRPC hop in front of the real server that corrupts or truncates its first stream."""
+
+    def __init__(self, upstream: str, mode: str) -> None:
+        self.upstream = upstream
+        self.stub: rpc.WeightsStub | None = None
+        self.mode = mode
+        self.subscribes = 0
+        self.fetches: list[list[int]] = []
+
+    async def Subscribe(self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+        self.subscribes += 1
+        first = self.subscribes == 1
+        assert self.stub is not None
+        async for msg in self.stub.Subscribe(request, metadata=auth_only(context)):
+            if first and msg.HasField("chunk") and msg.chunk.index == 2:
+                if self.mode == "truncate":
+                    return  # the stream ends mid-version
+                data = bytearray(msg.chunk.data)
+                data[100] ^= 0xFF
+                msg.chunk.data = bytes(data)
+            await context.write(msg)
+
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+        self.fetches.append(list(request.indices))
+        if self.mode == "truncate":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "fetch path down too")
+        assert self.stub is not None
+        async for msg in self.stub.Fetch(request, metadata=auth_only(context)):
+            await context.write(msg)
+
+
+def proxy(upstream: str, mode: str) -> Iterator[tuple[str, FaultyWeights]]:
+    loop = LoopThread("proxy")
+    servicer = FaultyWeights(upstream, mode)
+
+    async def start() -> tuple[grpc.aio.Server, int]:
+        servicer.stub = rpc.WeightsStub(grpc.aio.insecure_channel(upstream))  # on this loop
+        server = grpc.aio.server()
+        rpc.add_WeightsServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        return server, port
+
+    server, port = loop.run(start())
+    yield f"127.0.0.1:{port}", servicer
+    loop.run(server.stop(0))
+    loop.stop()
+
+
+def test_corrupted_chunk_is_refused_and_fetched_again(cloud: Cloud) -> None:
+    from comms.client import EdgeClient
+
+    robot = cloud.robot("arm-1")
+    pub = cloud.server.publisher(RUN)
+    state = model(7, n=1_000_000)  # 4 MB: 4 chunks
+    pub.publish(state)
+    assert pub.flush(10)
+    gen = proxy(cloud.address, "corrupt")
+    address, faulty = next(gen)
+    client = EdgeClient(make_channel(address, cloud.settings), robot.credential, cloud.settings)
+    rx = WeightReceiver()
+    src = GrpcWeightSource(client, RUN, rx)
+    try:
+        assert rx.wait_for(0, 20)
+        assert src.chunks_refused == 1 and faulty.fetches == [[2]]
+        np.testing.assert_array_equal(rx.current()[1]["encoder.weight"], state["encoder.weight"])
+    finally:
+        src.close()
+        client.close()
+        next(gen, None)
+
+
+def test_truncated_stream_is_never_applied(cloud: Cloud) -> None:
+    from comms.client import EdgeClient
+
+    robot = cloud.robot("arm-1")
+    pub = cloud.server.publisher(RUN)
+    state = model(8, n=1_000_000)
+    pub.publish(state)
+    assert pub.flush(10)
+    gen = proxy(cloud.address, "truncate")
+    address, faulty = next(gen)
+    client = EdgeClient(make_channel(address, cloud.settings), robot.credential, cloud.settings)
+    applied: list[int] = []
+    rx = WeightReceiver(on_applied=applied.append)
+    src = GrpcWeightSource(client, RUN, rx)
+    try:
+        # The first stream ends after 2 of 4 chunks and Fetch fails: nothing may be applied.
+        deadline = time.monotonic() + 10
+        while faulty.subscribes < 2 and time.monotonic() < deadline:
+            assert rx.version == -1
+            time.sleep(0.01)
+        assert faulty.fetches, "the receiver tried to complete the version"
+        assert rx.wait_for(0, 20)  # the next, whole stream is applied
+        assert applied == [0]
+        np.testing.assert_array_equal(rx.current()[1]["encoder.weight"], state["encoder.weight"])
+    finally:
+        src.close()
+        client.close()
+        next(gen, None)
+
+
+def test_latest_only_memory_is_flat_for_fast_publishing_and_slow_subscriber(cloud: Cloud) -> None:
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    pub = cloud.server.publisher(RUN)
+    rx = WeightReceiver()
+    gate = threading.Event()
+    orig_apply = rx.apply
+
+    def slow_apply(asm: VersionAssembler) -> bool:
+        gate.wait(0.2)  # a slow robot: 0.2 s per version
+        return orig_apply(asm)
+
+    rx.apply = slow_apply  # type: ignore[method-assign]
+    src = GrpcWeightSource(client, RUN, rx)
+    tracemalloc.start()
+    try:
+        state = model(9, n=500_000)  # 2 MB a version
+        version_bytes = sum(a.nbytes for a in state.values())
+        tracemalloc.reset_peak()
+        base, _ = tracemalloc.get_traced_memory()
+        for v in range(300):
+            state["steps"][0] = v
+            state["encoder.weight"][v % 5000, v % 100] += 1
+            pub.publish(state)
+        assert pub.flush(20)
+        assert rx.wait_for(299, 30)
+        _, peak = tracemalloc.get_traced_memory()
+        # Held at once: latest, delta base, a pending snapshot, what streams and the robot hold;
+        # 300 versions were published (600 MB had they been queued).
+        assert peak - base < 10 * version_bytes, f"peak {peak - base} bytes"
+        assert src.versions_applied < 100, "the slow subscriber received skipped versions"
+        np.testing.assert_array_equal(rx.current()[1]["encoder.weight"], state["encoder.weight"])
+    finally:
+        tracemalloc.stop()
+        gate.set()
+        src.close()
+        client.close()
+
+
+def test_reader_polling_during_apply_only_sees_whole_versions() -> None:
+    pub = WeightPublisher(RUN, chunk_bytes=64 * 1024)
+    rx = WeightReceiver()
+    stop = threading.Event()
+    seen: list[tuple[int, bool]] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            version, state = rx.current()
+            if version < 0:
+                continue
+            # Every tensor of version v is filled with v: a mix would mean a half-applied model.
+            whole = all(bool((a == a.flat[0]).all()) and int(a.flat[0]) == version for a in state.values())
+            seen.append((version, whole))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        have = -1
+        for v in range(40):
+            state = {f"layer{i}": np.full((200, 100), v, dtype=np.float32) for i in range(8)}
+            if v % 3 == 0:
+                state["layer0"][:] = v  # every third version changes all, others all too
+            pub.publish(state, version=v)
+            assert pub.flush(10)
+            enc = pub.latest().for_subscriber(have)  # type: ignore[union-attr]
+            assert rx.apply(assemble(enc))
+            have = v
+    finally:
+        stop.set()
+        t.join()
+        pub.close()
+    versions = {v for v, _ in seen}
+    assert len(versions) > 5 and all(whole for _, whole in seen)
