@@ -1,0 +1,176 @@
+"""Experience upload: acks after the sink, resume after a cloud restart without duplicates,
+batches over 4 MB, backpressure, a frozen client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import grpc
+import pytest
+
+from comms.server import CloudServer
+from comms.sink import MemorySink
+from comms.uploader import MemorySpool, Uploader
+from robofleet.db.store import MetadataStore
+from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, rpc_code, steps
+
+
+def test_batches_are_acknowledged_in_order(cloud: Cloud) -> None:
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    for i in range(20):
+        spool.put(steps(robot.robot_id, i * 5, 5))
+    assert up.wait_durable(99, 10)
+    assert cloud.sink.seqs(robot.robot_id) == list(range(100))
+    assert len(spool) == 0
+    up.close()
+    client.close()
+
+
+def test_spool_refuses_seq_going_backwards() -> None:
+    from comms.steps import StepFormatError
+
+    spool = MemorySpool()
+    spool.put(steps(1, 0, 5))
+    with pytest.raises(StepFormatError, match="does not follow"):
+        spool.put(steps(1, 3, 5))
+
+
+def test_batch_over_4mb_is_split_and_reassembled(cloud: Cloud) -> None:
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    big = steps(robot.robot_id, 0, 10, payload_bytes=1_000_000)  # 10 MB in one batch
+    spool.put(big)
+    assert up.wait_durable(9, 20)
+    (rid, got), = cloud.sink.batches
+    assert rid == robot.robot_id and got.equals(big)
+    up.close()
+    client.close()
+
+
+def test_reconnect_after_server_restart_resumes_without_duplicates(store: MetadataStore) -> None:
+    settings = fast_settings()
+    sink = MemorySink()  # outlives the server, like the buffer on disk
+    server = CloudServer(settings, store, sink)
+    port = server.start()
+    robot = enroll_robot(store, server.address, "arm-1", settings)
+    from comms.client import EdgeClient, make_channel
+
+    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    for i in range(10):
+        spool.put(steps(robot.robot_id, i * 10, 10))
+    assert up.wait_durable(99, 10)
+    server.stop()
+    for i in range(10, 20):  # produced while the cloud is down: spooled
+        spool.put(steps(robot.robot_id, i * 10, 10))
+    time.sleep(1.0)
+    assert up.durable_seq == 99 and len(spool) == 10
+    server = CloudServer(settings, store, sink, port=port)
+    server.start()
+    try:
+        assert up.wait_durable(199, 20), up.last_error
+        assert sink.seqs(robot.robot_id) == list(range(200))  # each exactly once
+        assert up.reconnects >= 1
+    finally:
+        up.close()
+        client.close()
+        server.close()
+
+
+def test_backpressure_pauses_and_loses_nothing(store: MetadataStore) -> None:
+    settings = fast_settings(upload_window=4)
+    sink = MemorySink(capacity_rows=30)
+    server = CloudServer(settings, store, sink)
+    server.start()
+    robot = enroll_robot(store, server.address, "arm-1", settings)
+    from comms.client import EdgeClient, make_channel
+
+    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    try:
+        for i in range(10):
+            spool.put(steps(robot.robot_id, i * 10, 10))
+        deadline = time.monotonic() + 10
+        while up.backpressured == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert up.backpressured > 0 and up.durable_seq < 99
+        sink.capacity_rows = None  # the learner caught up
+        assert up.wait_durable(99, 20)
+        assert sink.seqs(robot.robot_id) == list(range(100))
+    finally:
+        up.close()
+        client.close()
+        server.close()
+
+
+FROZEN_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from comms.client import EdgeClient, make_channel
+    from comms.config import CommsSettings
+    from comms.proto import robofleet_pb2 as pb
+    from comms.auth import credential_metadata
+
+    address, credential = sys.argv[1], sys.argv[2]
+    settings = CommsSettings(keepalive_time_s=60, keepalive_timeout_s=60)
+    ch = make_channel(address, settings)
+    stub = EdgeClient(ch, credential, settings).experience
+
+    def requests():
+        yield pb.StepBatch(run_id="run-1")
+        time.sleep(3600)  # hangs mid-stream, never sends another message
+
+    call = stub.Upload(requests(), metadata=credential_metadata(credential))
+    next(call)
+    print("streaming", flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> None:
+    settings = fast_settings(max_concurrent_streams=1, stream_idle_timeout_s=2.0)
+    sink = MemorySink()
+    server = CloudServer(settings, store, sink)
+    server.start()
+    frozen_robot = enroll_robot(store, server.address, "arm-frozen", settings)
+    robot = enroll_robot(store, server.address, "arm-new", settings)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FROZEN_CLIENT, server.address, frozen_robot.credential],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.getcwd(),
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "streaming"
+        os.kill(proc.pid, signal.SIGSTOP)  # frozen: holds its TCP connection, answers nothing
+        assert server.stats()["active_streams"] == 1
+        from comms.client import EdgeClient, make_channel
+
+        client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+        with pytest.raises(grpc.RpcError) as err:  # the only slot is taken
+            client.heartbeat("running", None, {})
+        assert rpc_code(err.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        spool = MemorySpool()
+        up = Uploader(client, RUN, spool)
+        spool.put(steps(robot.robot_id, 0, 10))
+        assert up.wait_durable(9, 20), up.last_error  # the frozen stream was dropped
+        assert sink.seqs(robot.robot_id) == list(range(10))
+        up.close()
+        client.close()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        server.close()
