@@ -1,0 +1,129 @@
+"""Log-in, sessions, API tokens, CSRF, bootstrap admin, user management."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from dashboard.accounts import ensure_bootstrap_admin
+from dashboard.security import hash_password, verify_password
+from robofleet.db.auth_models import ApiToken, Role, User
+from robofleet.db.models import Event
+from robofleet.db.store import MetadataStore, upgrade
+from tests.dashboard.conftest import PASSWORD, login
+
+
+def _kinds(store: MetadataStore) -> list[str]:
+    with store.session() as s:
+        return list(s.scalars(select(Event.kind).order_by(Event.id)))
+
+
+def test_password_hash_is_salted_scrypt() -> None:
+    a, b = hash_password("s3cret-password"), hash_password("s3cret-password")
+    assert a != b and a.startswith("scrypt$") and "s3cret" not in a
+    assert verify_password("s3cret-password", a)
+    assert not verify_password("s3cret-passworD", a)
+    assert not verify_password("x", "garbage")
+
+
+def test_bootstrap_admin_created_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path}/b.db"
+    upgrade(url)
+    store = MetadataStore(url)
+    created = ensure_bootstrap_admin(store)
+    assert created is not None
+    user, password = created
+    assert ensure_bootstrap_admin(store) is None
+    with store.session() as s:
+        admin = s.scalar(select(User).where(User.username == user))
+        assert admin is not None and admin.role == Role.ADMIN
+        assert password not in admin.password_hash
+    assert _kinds(store) == ["user.bootstrapped"]
+    store.close()
+
+
+def test_login_logout_and_wrong_password(app: FastAPI, store: MetadataStore) -> None:
+    with TestClient(app) as c:
+        r = c.post("/api/auth/login", json={"username": "viewer", "password": "wrong-password"})
+        assert r.status_code == 401 and "wrong username or password" in r.json()["detail"]
+        r = c.post("/api/auth/login", json={"username": "nobody", "password": PASSWORD})
+        assert r.status_code == 401
+        assert c.get("/api/auth/me").status_code == 401
+    client = login(app, "operator")
+    me = client.get("/api/auth/me").json()
+    assert me["username"] == "operator" and me["role"] == "operator" and me["csrf_token"]
+    assert client.post("/api/auth/logout").status_code == 200
+    assert client.get("/api/auth/me").status_code == 401
+    kinds = _kinds(store)
+    assert kinds.count("user.login_failed") == 2
+    assert "user.login" in kinds and "session_token.revoked" in kinds
+
+
+def test_logged_out_session_cookie_is_dead_even_if_replayed(app: FastAPI) -> None:
+    client = login(app, "viewer")
+    cookie = client.cookies.get("robofleet_session")
+    client.post("/api/auth/logout")
+    with TestClient(app, cookies={"robofleet_session": cookie}) as replay:
+        assert replay.get("/api/robots").status_code == 401
+
+
+def test_api_token_lifecycle(app: FastAPI, store: MetadataStore) -> None:
+    op = login(app, "operator")
+    r = op.post("/api/tokens", json={"name": "ci"})
+    assert r.status_code == 201
+    token, token_id = r.json()["token"], r.json()["id"]
+    with store.session() as s:
+        stored = s.get(ApiToken, token_id)
+        assert stored is not None and token not in stored.token_hash
+    with TestClient(app) as script:
+        auth = {"Authorization": f"Bearer {token}"}
+        # Bearer tokens need no CSRF header: browsers never attach them by themselves.
+        r = script.post("/api/enrollment-tokens", json={}, headers=auth)
+        assert r.status_code == 201
+        assert script.post("/api/users", json={}, headers=auth).status_code == 403
+        assert script.get("/api/robots", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert script.get("/api/robots", headers={"Authorization": f"Basic {token}"}).status_code == 401
+        assert op.delete(f"/api/tokens/{token_id}").json()["revoked_at"] is not None
+        assert script.get("/api/robots", headers=auth).status_code == 401
+    # Someone else's token id is 404, not a way to revoke it.
+    r = login(app, "viewer").delete(f"/api/tokens/{token_id}")
+    assert r.status_code == 404
+
+
+def test_admin_manages_users_and_last_admin_is_kept(app: FastAPI, store: MetadataStore) -> None:
+    admin = login(app, "admin")
+    r = admin.post("/api/users", json={"username": "ana", "password": "short", "role": "operator"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "password"]
+    r = admin.post("/api/users", json={"username": "ana", "password": PASSWORD, "role": "boss"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "role"]
+    r = admin.post("/api/users", json={"username": "ana", "password": PASSWORD, "role": "operator"})
+    assert r.status_code == 201
+    ana_id = r.json()["id"]
+    r = admin.post("/api/users", json={"username": "ana", "password": PASSWORD, "role": "viewer"})
+    assert r.status_code == 409
+    ana = login(app, "ana")
+    assert admin.patch(f"/api/users/{ana_id}", json={"disabled": True}).status_code == 200
+    assert ana.get("/api/auth/me").status_code == 401  # sessions of a disabled user end
+    with store.session() as s:
+        admin_id = s.scalar(select(User.id).where(User.username == "admin"))
+    r = admin.patch(f"/api/users/{admin_id}", json={"role": "viewer"})
+    assert r.status_code == 409 and "last admin" in r.json()["detail"]
+    assert admin.patch("/api/users/9999", json={"disabled": True}).status_code == 404
+    assert "user.created" in _kinds(store) and "user.updated" in _kinds(store)
+
+
+def test_change_password(app: FastAPI) -> None:
+    viewer = login(app, "viewer")
+    r = viewer.post(
+        "/api/auth/password", json={"current_password": "wrong", "new_password": "x" * 12}
+    )
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "current_password"]
+    r = viewer.post(
+        "/api/auth/password", json={"current_password": PASSWORD, "new_password": "new-pass-123"}
+    )
+    assert r.status_code == 200
+    login(app, "viewer", "new-pass-123")
+    with TestClient(app) as c:
+        r = c.post("/api/auth/login", json={"username": "viewer", "password": PASSWORD})
+        assert r.status_code == 401
