@@ -240,17 +240,20 @@ class EdgeAgent:
         label: str | None = None
         while True:
             start = time.monotonic()
+            if frame == 0:
+                t0 = next_tick = start  # timestamp 0 at the first step, as LeRobot stores it
             if self.settings.weight_apply_at == "chunk_boundary" and self.runner.at_chunk_boundary:
                 self._apply_weights()
             proposed, version = self.runner.act(obs, task_index)
             op = self.operator.step(obs, proposed)
-            intervening = bool(op.is_intervention)
-            if isinstance(self.operator, NoOperator):
-                # Only with no source attached may the robot's own device claim the step.
-                info = getattr(self.driver.episode, "info", None) or {}
-                intervening = bool(info.get("is_intervention", False))
             command = op.action if (op.is_intervention and op.action is not None) else proposed
             sent = np.asarray(self.driver.send_action({"action": command})["action"], np.float32)
+            intervening = bool(op.is_intervention)
+            if isinstance(self.operator, NoOperator):
+                # Only with no source attached may the robot's own device (a leader arm that
+                # overrode this step) claim it; an attached source's flag is never overridden.
+                info = getattr(self.driver.episode, "info", None) or {}
+                intervening = bool(info.get("is_intervention", False))
             if hasattr(self.runner, "last_executed"):
                 self.runner.last_executed = sent
             next_obs = self.driver.get_observation()

@@ -1,0 +1,166 @@
+"""Shared pieces of the edge agent tests: a tiny real policy, a hardware stand-in, builders."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from buffer.schema import StepSchema
+from edge_agent.agent import EdgeAgent, StagedWeights
+from edge_agent.config import EdgeSettings
+from edge_agent.core import InterventionSource
+from edge_agent.inference import LocalPolicyRunner
+from edge_agent.spool import Spool
+from edge_agent.uplink import UplinkWorker
+
+
+class BiasPolicy:
+    """A real (torch) policy whose action reveals its weights: ``base(obs) + bias``.
+
+    ``chunk`` > 1 returns a (chunk, A) action chunk. ``base`` defaults to zeros.
+    """
+
+    def __init__(self, action_dim: int = 4, chunk: int = 1, base: Any = None) -> None:
+        self.bias = torch.zeros(action_dim)
+        self.chunk = chunk
+        self.base = base
+        self.calls = 0
+
+    def act(self, observation: Mapping[str, np.ndarray], task: int) -> np.ndarray:
+        self.calls += 1
+        b = self.bias.numpy().copy()
+        a = b if self.base is None else np.asarray(self.base(observation), np.float32) + b
+        return np.tile(a, (self.chunk, 1)) if self.chunk > 1 else a
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        return {"bias": self.bias.clone()}
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        w = weights["bias"]
+        if tuple(w.shape) != tuple(self.bias.shape):
+            raise ValueError(f"bias shape {tuple(w.shape)} != {tuple(self.bias.shape)}")
+        self.bias.copy_(w)
+
+
+@dataclass
+class FakeEpisode:
+    task: str = ""
+    frame_index: int = 0
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    success: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class FakeRobot:
+    """Hardware stand-in (a point that integrates the action), with hal's driver contract.
+
+    ``env_intervention`` is what the robot's own device claims in ``episode.info``.
+    """
+
+    observation_features = {"observation.state": {"dtype": "float32", "shape": (3,)}}
+    action_features = {"action": {"dtype": "float32", "shape": (4,)}}
+    control_hz = 200.0
+
+    def __init__(self, episode_steps: int = 10, env_intervention: bool = False) -> None:
+        self.episode_steps = episode_steps
+        self.env_intervention = env_intervention
+        self.episode = FakeEpisode()
+        self.pos = np.zeros(3, np.float32)
+        self.connected = False
+        self.estopped = False
+        self.sent: list[np.ndarray] = []
+
+    def connect(self) -> None:
+        self.connected = True
+
+    def disconnect(self) -> None:
+        self.connected = False
+
+    def reset(self, task: str | None = None, seed: int | None = None) -> dict[str, np.ndarray]:
+        self.pos[:] = 0
+        self.episode = FakeEpisode(task=task or "")
+        return self.get_observation()
+
+    def get_observation(self) -> dict[str, np.ndarray]:
+        return {"observation.state": self.pos.copy()}
+
+    def send_action(self, action: Any) -> dict[str, np.ndarray]:
+        vec = np.clip(np.asarray(action["action"], np.float32), -1, 1)
+        self.sent.append(vec)
+        self.pos += 0.01 * vec[:3]
+        ep = self.episode
+        ep.frame_index += 1
+        ep.reward = -float(np.linalg.norm(self.pos))
+        ep.truncated = ep.frame_index >= self.episode_steps
+        ep.info = {"is_intervention": self.env_intervention}
+        return {"action": vec}
+
+    def estop(self) -> None:
+        self.estopped = True
+
+    def is_healthy(self) -> bool:
+        return self.connected and not self.estopped
+
+
+def make_agent(
+    tmp: Path,
+    driver: Any,
+    policy: Any,
+    *,
+    operator: InterventionSource | None = None,
+    settings: EdgeSettings | None = None,
+    weights: StagedWeights | None = None,
+    runner: Any = None,
+    tasks: tuple[str, ...] = ("reach-v3",),
+) -> EdgeAgent:
+    settings = settings or EdgeSettings(control_hz=200.0)
+    schema = StepSchema.from_features(driver.observation_features, driver.action_features)
+    spool = Spool(tmp / "spool", settings.spool_max_bytes, settings.spool_full_policy)
+    up = UplinkWorker(spool, schema, batch_max_steps=settings.batch_max_steps).start()
+    runner = runner or LocalPolicyRunner(policy, 4)
+    return EdgeAgent(
+        driver,
+        runner,
+        up,
+        settings,
+        robot_id="robot-1",
+        run_id="run-1",
+        tasks=list(tasks),
+        operator=operator,
+        weights=weights,
+    )
+
+
+def spooled_rows(spool: Spool) -> pa.Table:
+    """Every row still in the spool, in seq order."""
+    batches = [b for e in spool.pending() if (b := spool.read(e)) is not None]
+    return pa.Table.from_batches(batches)
+
+
+class FixedOperator:
+    """An intervention source with a fixed decision (for precedence tests)."""
+
+    def __init__(self, intervene: bool, action: np.ndarray | None = None) -> None:
+        self.intervene = intervene
+        self.action = action
+
+    def step(self, observation: Any, proposed: np.ndarray) -> Any:
+        from edge_agent.core import OperatorInput
+
+        if self.intervene:
+            return OperatorInput(True, self.action, None, "fixed")
+        return OperatorInput(False, None, None, "")
+
+    def reset(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
