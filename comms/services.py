@@ -32,7 +32,7 @@ from comms.proto import robofleet_pb2_grpc as rpc
 from comms.publisher import Published, WeightPublisher
 from comms.ratelimit import AsyncByteRate
 from comms.registry import record_heartbeat
-from comms.sink import Backpressure, SinkResolver
+from comms.sink import Backpressure, SinkRejected, SinkResolver
 from comms.weight_codec import EncodedVersion
 from robofleet.db.store import EnrollmentError, MetadataStore
 
@@ -231,7 +231,7 @@ class ExperienceServicer(rpc.ExperienceServicer):
                 data = b"".join(parts)
                 parts, size = [], 0
                 try:
-                    batch = await asyncio.to_thread(S.decode_batch, data, ident.robot_id)
+                    batch = await asyncio.to_thread(S.decode_batch, data, ident.robot_id, run_id)
                 except S.StepFormatError as exc:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 except S.ForeignRowsError as exc:
@@ -248,6 +248,8 @@ class ExperienceServicer(rpc.ExperienceServicer):
                         durable = await asyncio.to_thread(sink.append, ident.robot_id, batch)
                         s.uploaded_rows += batch.num_rows
                         ack.durable_seq = durable
+                    except SinkRejected as exc:
+                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                     except Backpressure as bp:
                         ack.backpressure = True
                         ack.retry_after_ms = int(bp.retry_after_s * 1000)

@@ -25,6 +25,10 @@ class Backpressure(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
+class SinkRejected(ValueError):
+    """The sink found the batch invalid (its schema, values or seq order); nothing was stored."""
+
+
 @runtime_checkable
 class StepSink(Protocol):
     """Durable destination of one run's steps."""
@@ -37,6 +41,7 @@ class StepSink(Protocol):
 
         Raises:
             Backpressure: nothing was stored; retry later.
+            SinkRejected: the batch is invalid; nothing was stored.
         """
         ...
 

@@ -1,8 +1,9 @@
 """Step batches on the wire: Arrow IPC stream bytes, validated before they reach a sink.
 
 The buffer owns the full step schema; the transport only needs ``robot_id`` (who produced the
-rows, checked against the caller) and ``seq`` (the robot's monotonically increasing step
-counter, used for acknowledgement and de-duplication).
+rows: the robot's id from enrollment, as the buffer's decimal string or as an integer; checked
+against the caller), ``seq`` (the robot's increasing step counter, used for acknowledgement and
+de-duplication) and, when present, ``run_id`` (checked against the stream's run).
 """
 
 from __future__ import annotations
@@ -32,20 +33,23 @@ def last_seq(batch: pa.RecordBatch) -> int:
     return int(batch.column("seq")[-1].as_py())
 
 
-def decode_batch(data: bytes, robot_id: int | None = None) -> pa.RecordBatch:
+def decode_batch(
+    data: bytes, robot_id: int | None = None, run_id: str | None = None
+) -> pa.RecordBatch:
     """Parse and validate one step batch.
 
     Args:
         data: Arrow IPC stream bytes (one or more record batches of one schema).
-        robot_id: when given, every row's ``robot_id`` must equal it.
+        robot_id: when given, every row's ``robot_id`` must equal it (or ``str(robot_id)``).
+        run_id: when given and the batch has a ``run_id`` column, every row must name it.
 
     Returns:
         One record batch with at least one row.
 
     Raises:
-        StepFormatError: not Arrow IPC, no rows, ``robot_id``/``seq`` missing or not integers,
-            nulls in them, or ``seq`` not strictly increasing.
-        ForeignRowsError: a row belongs to another robot.
+        StepFormatError: not Arrow IPC, no rows, ``robot_id``/``seq`` missing, of the wrong
+            type or null, or ``seq`` not strictly increasing.
+        ForeignRowsError: a row belongs to another robot or another run.
     """
     try:
         table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
@@ -57,7 +61,8 @@ def decode_batch(data: bytes, robot_id: int | None = None) -> pa.RecordBatch:
         if col not in table.column_names:
             raise StepFormatError(f"step batch lacks the {col!r} column")
         t = table.schema.field(col).type
-        if not pa.types.is_integer(t):
+        ok = pa.types.is_integer(t) or (col == "robot_id" and pa.types.is_string(t))
+        if not ok:
             raise StepFormatError(f"column {col!r} must be an integer, got {t}")
         if table.column(col).null_count:
             raise StepFormatError(f"column {col!r} has nulls")
@@ -67,8 +72,12 @@ def decode_batch(data: bytes, robot_id: int | None = None) -> pa.RecordBatch:
         raise StepFormatError("seq must be strictly increasing within a step batch")
     if robot_id is not None:
         rid = batch.column("robot_id")
-        if not pc.all(pc.equal(rid, robot_id)).as_py():
+        want = str(robot_id) if pa.types.is_string(rid.type) else robot_id
+        if not pc.all(pc.equal(rid, want)).as_py():
             raise ForeignRowsError(f"step batch holds rows of another robot than {robot_id}")
+    if run_id is not None and "run_id" in batch.schema.names:
+        if not pc.all(pc.equal(batch.column("run_id"), run_id)).as_py():
+            raise ForeignRowsError(f"step batch holds rows of another run than {run_id!r}")
     return batch
 
 

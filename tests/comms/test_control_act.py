@@ -31,7 +31,11 @@ def test_estop_pause_resume_reach_the_robot(cloud: Cloud) -> None:
         assert cloud.server.push_control(robot.robot_id, "pause", RUN)
         assert cloud.server.push_control(robot.robot_id, "lease_changed", RUN)
         kinds = [got.get(timeout=5).kind for _ in range(3)]
-        assert kinds == [pb.ControlCommand.ESTOP, pb.ControlCommand.PAUSE, pb.ControlCommand.LEASE_CHANGED]
+        assert kinds == [
+            pb.ControlCommand.ESTOP,
+            pb.ControlCommand.PAUSE,
+            pb.ControlCommand.LEASE_CHANGED,
+        ]
         with pytest.raises(ValueError, match="unknown control kind"):
             cloud.server.push_control(robot.robot_id, "explode")
     finally:

@@ -51,7 +51,7 @@ def test_batch_over_4mb_is_split_and_reassembled(cloud: Cloud) -> None:
     big = steps(robot.robot_id, 0, 10, payload_bytes=1_000_000)  # 10 MB in one batch
     spool.put(big)
     assert up.wait_durable(9, 20)
-    (rid, got), = cloud.sink.batches
+    ((rid, got),) = cloud.sink.batches
     assert rid == robot.robot_id and got.equals(big)
     up.close()
     client.close()

@@ -143,7 +143,9 @@ class FaultyWeights(rpc.WeightsServicer):
         self.subscribes = 0
         self.fetches: list[list[int]] = []
 
-    async def Subscribe(self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+    async def Subscribe(
+        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
+    ) -> None:  # type: ignore[override]
         self.subscribes += 1
         first = self.subscribes == 1
         assert self.stub is not None
@@ -287,7 +289,9 @@ def test_reader_polling_during_apply_only_sees_whole_versions() -> None:
             if version < 0:
                 continue
             # Every tensor of version v is filled with v: a mix would mean a half-applied model.
-            whole = all(bool((a == a.flat[0]).all()) and int(a.flat[0]) == version for a in state.values())
+            whole = all(
+                bool((a == a.flat[0]).all()) and int(a.flat[0]) == version for a in state.values()
+            )
             seen.append((version, whole))
 
     t = threading.Thread(target=reader)
