@@ -82,8 +82,13 @@ def test_api_token_lifecycle(app: FastAPI, store: MetadataStore) -> None:
         r = script.post("/api/enrollment-tokens", json={}, headers=auth)
         assert r.status_code == 201
         assert script.post("/api/users", json={}, headers=auth).status_code == 403
-        assert script.get("/api/robots", headers={"Authorization": "Bearer nope"}).status_code == 401
-        assert script.get("/api/robots", headers={"Authorization": f"Basic {token}"}).status_code == 401
+        assert (
+            script.get("/api/robots", headers={"Authorization": "Bearer nope"}).status_code == 401
+        )
+        assert (
+            script.get("/api/robots", headers={"Authorization": f"Basic {token}"}).status_code
+            == 401
+        )
         assert op.delete(f"/api/tokens/{token_id}").json()["revoked_at"] is not None
         assert script.get("/api/robots", headers=auth).status_code == 401
     # Someone else's token id is 404, not a way to revoke it.

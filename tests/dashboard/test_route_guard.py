@@ -59,9 +59,7 @@ def routes(app: FastAPI) -> list[tuple[str, str]]:
 
 def test_enumeration_sees_every_documented_operation(app: FastAPI) -> None:
     documented = {
-        (method.upper(), path)
-        for path, ops in app.openapi()["paths"].items()
-        for method in ops
+        (method.upper(), path) for path, ops in app.openapi()["paths"].items() for method in ops
     }
     assert documented and documented <= set(routes(app))
     assert ("GET", "/runs/{run_id}") in routes(app)  # pages too, though not documented

@@ -1,0 +1,207 @@
+"""End to end in Debian's chromium (headless, driven by Playwright) against a real uvicorn:
+log in, enroll a simulated robot, launch an HG-DAgger run (after a field error), watch the
+success chart update as metrics arrive, stop and resume the run. Screenshots of every page go
+to test-artifacts/dashboard/."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from dashboard.metrics_feed import insert_metrics
+from robofleet.db.models import Event, Robot, RunState
+from tests.dashboard.conftest import PASSWORD, LiveServer
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def page(live_server: LiveServer) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    # In CI chromium must be there (.ci/run installs it); locally too: a missing one fails.
+    assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing (apt-get install chromium)"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        pg = context.new_page()
+        pg.set_default_timeout(15_000)
+        yield pg
+        context.close()
+        browser.close()
+
+
+def _shot(page: object, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # type: ignore[attr-defined]
+
+
+def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignore[no-untyped-def]
+    base, store = live_server.url, live_server.store
+    requested: list[str] = []
+    js_errors: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+    page.on("pageerror", lambda e: js_errors.append(str(e)))
+
+    # -- log in (a protected page sends us to the form first)
+    page.goto(f"{base}/runs")
+    assert page.url.startswith(f"{base}/login")
+    page.fill("#username", "admin")
+    page.fill("#password", "wrong password")
+    page.click("button[type=submit]")
+    page.wait_for_selector("#login-error:has-text('wrong username or password')")
+    _shot(page, "01-login")
+    page.fill("#password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/runs")
+
+    # -- enroll a simulated robot: the page shows the exact command, the robot exchanges it
+    page.goto(f"{base}/enroll")
+    page.fill("input[name=robot_name]", "sim-sawyer-1")
+    page.fill("input[name=robot_type]", "metaworld-sawyer")
+    page.click("#enroll-form button[type=submit]")
+    page.wait_for_selector("#enroll-result", state="visible")
+    command = page.inner_text("#enroll-command").strip()
+    token = command.split("--token ")[1].split()[0]
+    assert command == (
+        f"robofleet edge enroll --cloud 127.0.0.1:50051 --token {token}"
+        " --name sim-sawyer-1 --robot-type metaworld-sawyer"
+    )
+    _shot(page, "02-enroll")
+    robot, _credential = store.consume_enrollment_token(
+        token, robot_name="sim-sawyer-1", robot_type="metaworld-sawyer", spec={"fps": 80}
+    )
+    with store.session() as s:
+        r = s.get(Robot, robot.id)
+        assert r is not None
+        from robofleet.db.models import RobotStatus, utcnow
+
+        r.status, r.last_heartbeat_at = RobotStatus.IDLE, utcnow()
+        r.stats = {"control_loop_p99_ms": 6.1}
+
+    # -- fleet: the robot is listed; e-stop it and clear it again
+    page.goto(f"{base}/")
+    row = page.locator("#robots tbody tr", has_text="sim-sawyer-1")
+    row.wait_for()
+    assert "idle" in row.inner_text() and "6.1 ms" in row.inner_text()
+    row.get_by_role("button", name="E-stop").click()
+    page.wait_for_selector("#robots tbody tr:has-text('estopped')")
+    _shot(page, "03-fleet-estopped")
+    page.locator("#robots tbody tr", has_text="sim-sawyer-1").get_by_role(
+        "button", name="Clear e-stop"
+    ).click()
+    page.wait_for_selector("#robots tbody tr:has-text('idle')")
+
+    # -- launch an HG-DAgger run: first with errors shown next to the fields
+    page.goto(f"{base}/runs")
+    page.fill("input[name=name]", "sawyer dagger")
+    page.select_option("select[name=algorithm]", "hg-dagger")
+    page.fill("input[name=tasks]", "reach-v3, reach-v3")
+    page.fill("input[name='robots.robot_type']", "metaworld-sawyer")
+    page.fill("input[name='robots.count']", "0")
+    page.click("#launch")
+    tasks_err = page.locator(".field-error[data-field='tasks']")
+    count_err = page.locator(".field-error[data-field='robots.count']")
+    tasks_err.filter(has_text="listed twice").wait_for()
+    assert "greater than or equal to 1" in count_err.inner_text()
+    assert page.locator("input[name='robots.count']").get_attribute("class") == "invalid"
+    _shot(page, "04-launch-errors")
+    page.fill("input[name=tasks]", "reach-v3, push-v3")
+    page.fill("input[name='robots.count']", "1")
+    page.click("#launch")
+    page.wait_for_url(f"{base}/runs/run-*")
+    run_id = page.url.rsplit("/", 1)[1]
+    run = store.get_run(run_id)
+    assert run is not None and run.state == RunState.PENDING
+    assert run.spec["tasks"] == ["reach-v3", "push-v3"]
+
+    # -- run detail: the success chart updates as the learner writes metrics
+    page.wait_for_selector("#stream-status:has-text('connected')")
+    chart = page.locator("#chart-success_rate")
+    assert chart.get_attribute("data-points") == "0"
+    with store.session() as s:
+        r = s.get(__import__("robofleet.db.models", fromlist=["Run"]).Run, run_id)
+        r.state = RunState.RUNNING  # what the run manager would do  # type: ignore[union-attr]
+    page.wait_for_selector("#run-state:has-text('running')")
+    for step in range(1, 4):
+        insert_metrics(
+            store,
+            run_id,
+            [
+                {
+                    "name": "success_rate",
+                    "step": step * 100,
+                    "value": 0.2 * step,
+                    "task": "reach-v3",
+                },
+                {
+                    "name": "success_rate",
+                    "step": step * 100,
+                    "value": 0.1 * step,
+                    "task": "push-v3",
+                },
+                {"name": "loss", "step": step * 100, "value": 1.0 / step},
+                {"name": "policy_version", "step": step * 100, "value": step, "robot_id": robot.id},
+            ],
+        )
+        page.wait_for_function(
+            "n => Number(document.querySelector('#chart-success_rate').dataset.points) === n",
+            arg=2 * step,
+        )
+    assert page.locator("#chart-loss").get_attribute("data-points") == "3"
+    time.sleep(0.2)  # let the canvas paint before the screenshot
+    _shot(page, "05-run-live-charts")
+
+    # -- stop, then resume
+    page.click("button[data-action=stop]")
+    page.wait_for_selector("#run-state:has-text('stopped')")
+    assert store.get_run(run_id).state == RunState.STOPPED  # type: ignore[union-attr]
+    _shot(page, "06-run-stopped")
+    page.click("button[data-action=resume]")
+    page.wait_for_selector("#run-state:has-text('resuming')")
+    assert store.get_run(run_id).state == RunState.RESUMING  # type: ignore[union-attr]
+    _shot(page, "07-run-resumed")
+
+    # -- the other pages render, and the audit log shows what happened
+    page.goto(f"{base}/policies?run_id={run_id}")
+    page.wait_for_selector("#versions")
+    _shot(page, "08-policies")
+    page.goto(f"{base}/audit?run_id={run_id}")
+    page.wait_for_selector("#events tbody tr:has-text('run.stopped')")
+    page.wait_for_selector("#events tbody tr:has-text('run.resume_requested')")
+    _shot(page, "09-audit")
+    page.goto(f"{base}/account")
+    page.fill("#token-form input[name=name]", "ci")
+    page.click("#token-form button[type=submit]")
+    page.wait_for_selector("#new-token", state="visible")
+    _shot(page, "10-account")
+    page.goto(f"{base}/users")
+    page.wait_for_selector("#users tbody tr:has-text('operator')")
+    _shot(page, "11-users")
+    page.click("#logout")
+    page.wait_for_url(f"{base}/login")
+
+    with store.session() as s:
+        actors = set(s.scalars(select(Event.actor).where(Event.run_id == run_id)))
+    assert actors == {"user:admin"}
+    assert not js_errors, js_errors
+    assert requested and all(u.startswith(base) for u in requested), [
+        u for u in requested if not u.startswith(base)
+    ]
