@@ -3,10 +3,10 @@
 * :class:`NoOperator` - nobody watches; the policy always acts.
 * :class:`ScriptedOperator` - the simulated operator: a scripted expert (Meta-World's policy for
   the task) behind HG-DAgger gating (:class:`edge_agent.gating.HGDaggerGate`).
-* :class:`KeyboardOperator` - a person at a keyboard (pynput). Keys: ``space`` takes over /
-  hands back; ``w``/``s``, ``a``/``d``, ``q``/``e`` drive action dims 1, 0, 2 (+/-); ``g``
+* :class:`KeyboardOperator` - a person at a keyboard (pynput). Keys: ``space`` (or ``t``)
+  takes over / hands back; ``w``/``s``, ``a``/``d``, ``q``/``e`` drive action dims 1, 0, 2 (+/-); ``g``
   toggles the gripper (dim 3); ``r`` discards and rerecords the episode; ``y`` / ``n`` label it
-  success / failure (and end it); ``esc`` e-stops.
+  success / failure (and end it); ``esc`` (or ``k``) e-stops.
 * :class:`GamepadOperator` - a person with a gamepad (pygame joystick events). Hold the
   deadman button (default 4, left bumper) to take over; axes drive action dims; buttons label
   success (0), failure (1), rerecord (2); button 5 closes the gripper while held.
@@ -144,9 +144,9 @@ class KeyboardOperator:
         """pynput callback (also the test's injection point)."""
         name = self._name(key)
         with self.state.lock:
-            if name == "space":
+            if name in ("space", "t"):
                 self.state.active = not self.state.active
-            elif name == "esc":
+            elif name in ("esc", "k"):
                 self.state.commands.append("estop")
             elif name == "g":
                 self.gripper = -self.gripper
