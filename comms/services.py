@@ -305,6 +305,9 @@ class WeightsServicer(rpc.WeightsServicer):
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> None:
         pub = await self._authorize(context, request.run_id)
         latest = pub.latest()
+        if latest is not None and request.manifest_only and request.version < 0:
+            await write(self.s, context, pb.WeightMessage(manifest=latest.full.manifest))
+            return
         if latest is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"run {request.run_id!r} has no version yet"

@@ -122,16 +122,18 @@ class SubscribeRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., have_version: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("run_id", "version", "base_version", "indices")
+    __slots__ = ("run_id", "version", "base_version", "indices", "manifest_only")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     INDICES_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_ONLY_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     version: int
     base_version: int
     indices: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., base_version: _Optional[int] = ..., indices: _Optional[_Iterable[int]] = ...) -> None: ...
+    manifest_only: bool
+    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., base_version: _Optional[int] = ..., indices: _Optional[_Iterable[int]] = ..., manifest_only: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("state", "applied_policy_version", "stats")

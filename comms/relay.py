@@ -1,0 +1,348 @@
+"""Site relay: one cloud connection for every robot of a site.
+
+- Uploads: each robot's stream is forwarded over the relay's single upstream HTTP/2
+  connection with the robot's own credential, so the cloud still checks identity and leases
+  and acknowledgements stay end to end (an ack still means "fsynced in the cloud").
+- Weights: the relay subscribes to each run once (with the credential of a robot of that run
+  that asked for it), applies versions like a robot, republishes them locally and fans them
+  out over ZeroMQ PUB (manifest, then chunks, plus the latest manifest once a second for late
+  joiners). Robots fetch what they missed (or a full version when a delta does not fit) from
+  the relay's Weights service, which also serves plain gRPC subscribers. Bytes on the cloud
+  link per version: one copy, however many robots are in the site.
+
+The site LAN is trusted for the ZeroMQ fan-out (every chunk is still checked against the
+manifest's sha256; the manifest itself is not signed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+import zmq
+
+from comms import tls
+from comms.auth import AUTH_HEADER
+from comms.client import EdgeClient, channel_options, make_channel
+from comms.config import CommsSettings
+from comms.loop_thread import LoopThread
+from comms.proto import robofleet_pb2 as pb
+from comms.proto import robofleet_pb2_grpc as rpc
+from comms.publisher import Published, WeightPublisher
+from comms.ratelimit import AsyncByteRate
+from comms.receiver import WeightReceiver
+from comms.services import ServerState, WeightsServicer, server_options, write
+from comms.weight_source import GrpcWeightSource
+
+log = logging.getLogger(__name__)
+
+TOPIC_MANIFEST = b"M"
+TOPIC_CHUNK = b"C"
+BEACON_S = 1.0
+
+
+def _auth_only(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
+    md = context.invocation_metadata() or ()
+    return tuple((k, v if isinstance(v, str) else v.decode()) for k, v in md if k == AUTH_HEADER)
+
+
+@dataclass
+class _Run:
+    """One run's weights at the relay."""
+
+    publisher: WeightPublisher
+    receiver: WeightReceiver
+    source: GrpcWeightSource | None = None
+    authorized: dict[str, float] = field(default_factory=dict)  # credential -> checked at
+
+
+class _RelayAuth:
+    """Checks a robot's right to a run's weights upstream (cached), never locally."""
+
+    def __init__(self, relay: SiteRelay) -> None:
+        self.relay = relay
+
+    def identify(self, credential: str | None) -> Any:
+        return credential
+
+    def require_lease(self, credential: str, run_id: str) -> None:
+        self.relay.authorize(credential, run_id)
+
+    def invalidate(self) -> None:  # pragma: no cover - nothing cached beyond runs
+        pass
+
+
+class RelayWeights(WeightsServicer):
+    """The cloud's Weights service, served from the relay's copies."""
+
+
+class RelayExperience(rpc.ExperienceServicer):
+    def __init__(self, relay: SiteRelay) -> None:
+        self.relay = relay
+
+    async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+        md = _auth_only(context)
+        if not md:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing robot credential")
+        assert self.relay.upstream_aio is not None
+        up = rpc.ExperienceStub(self.relay.upstream_aio).Upload(metadata=md)
+        idle = self.relay.settings.stream_idle_timeout_s
+
+        async def pump_up() -> None:
+            while True:
+                msg = await asyncio.wait_for(context.read(), idle)
+                if msg is grpc.aio.EOF:
+                    await up.done_writing()
+                    return
+                self.relay.upload_bytes += len(msg.arrow_ipc)
+                await up.write(msg)
+
+        task = asyncio.create_task(pump_up())
+        try:
+            while True:
+                ack = await up.read()
+                if ack is grpc.aio.EOF:
+                    break
+                await write(self.relay.state, context, ack)
+            code = await up.code()
+            if code != grpc.StatusCode.OK:
+                await context.abort(code, await up.details())
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), exc.details() or "upstream failed")
+        finally:
+            task.cancel()
+            up.cancel()
+
+
+class SiteRelay:
+    """A site relay.
+
+    Args:
+        settings: ``comms`` settings (``relay_port``, ``relay_zmq_port``, ``cloud_address``,
+            TLS files: ``tls_ca_file`` to trust the cloud, cert/key to serve robots over TLS).
+        cloud_address: overrides ``settings.cloud_address``.
+        port / zmq_port: override the settings (0 = any free port).
+
+    Attributes:
+        upstream_weight_bytes: weight bytes received from the cloud (chunks, incl. re-fetches).
+    """
+
+    def __init__(
+        self,
+        settings: CommsSettings,
+        *,
+        cloud_address: str | None = None,
+        port: int | None = None,
+        zmq_port: int | None = None,
+        cloud_ca: Path | None = None,
+    ) -> None:
+        self.settings = settings
+        self.cloud_address = cloud_address or settings.cloud_address
+        self._port = settings.relay_port if port is None else port
+        self._zmq_port = settings.relay_zmq_port if zmq_port is None else zmq_port
+        self._cloud_ca = cloud_ca or settings.tls_ca_file
+        self.runs: dict[str, _Run] = {}
+        self._runs_lock = threading.Lock()
+        self.upstream = make_channel(self.cloud_address, settings, self._cloud_ca)
+        self.upstream_aio: grpc.aio.Channel | None = None
+        self.state = ServerState(
+            settings=settings, store=None, auth=_RelayAuth(self), sinks=lambda _r: None
+        )  # type: ignore[arg-type]
+        self.upload_bytes = 0
+        self._loop: LoopThread | None = None
+        self._server: grpc.aio.Server | None = None
+        self._fanout: queue.Queue[tuple[str, Published] | None] = queue.Queue()
+        self._zmq_ctx = zmq.Context()
+        self._pub_sock: zmq.Socket[bytes] | None = None
+        self._zmq_thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.port = 0
+        self.zmq_port = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.bind_host}:{self.port}"
+
+    @property
+    def zmq_address(self) -> str:
+        return f"tcp://{self.settings.bind_host}:{self.zmq_port}"
+
+    @property
+    def upstream_weight_bytes(self) -> int:
+        return sum(r.source.bytes_received for r in self.runs.values() if r.source is not None)
+
+    def start(self) -> tuple[int, int]:
+        """Serve robots; returns (gRPC port, ZeroMQ port)."""
+        sock = self._zmq_ctx.socket(zmq.PUB)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self._zmq_port:
+            sock.bind(f"tcp://{self.settings.bind_host}:{self._zmq_port}")
+            self.zmq_port = self._zmq_port
+        else:
+            self.zmq_port = sock.bind_to_random_port(f"tcp://{self.settings.bind_host}")
+        self._pub_sock = sock
+        self._zmq_thread = threading.Thread(target=self._fan_out, name="relay-zmq", daemon=True)
+        self._zmq_thread.start()
+        self._loop = LoopThread("comms-relay")
+        self.state.loop = self._loop.loop
+        self.port = self._loop.run(self._start())
+        log.info(
+            "site relay on %s (zmq %s) -> cloud %s",
+            self.address,
+            self.zmq_address,
+            self.cloud_address,
+        )
+        return self.port, self.zmq_port
+
+    async def _start(self) -> int:
+        s = self.settings
+        self.state.rate = AsyncByteRate(0)
+        opts = channel_options(s)
+        if self._cloud_ca is not None:
+            self.upstream_aio = grpc.aio.secure_channel(
+                self.cloud_address, tls.channel_credentials(self._cloud_ca), options=opts
+            )
+        else:
+            self.upstream_aio = grpc.aio.insecure_channel(self.cloud_address, options=opts)
+        server = grpc.aio.server(
+            options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
+        )
+        rpc.add_ExperienceServicer_to_server(RelayExperience(self), server)
+        rpc.add_WeightsServicer_to_server(RelayWeights(self.state), server)
+        target = f"{s.bind_host}:{self._port}"
+        if s.tls_cert_file is not None and s.tls_key_file is not None:
+            port = server.add_secure_port(
+                target, tls.server_credentials(s.tls_cert_file, s.tls_key_file)
+            )
+        else:
+            port = server.add_insecure_port(target)
+        await server.start()
+        self._server = server
+        return port
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._fanout.put(None)
+        for run in list(self.runs.values()):
+            if run.source is not None:
+                run.source.close()
+            run.publisher.close()
+        if self._loop is not None:
+            if self._server is not None:
+                self._loop.run(self._server.stop(0))
+            if self.upstream_aio is not None:
+                self._loop.run(self.upstream_aio.close())
+            self._loop.stop()
+            self._loop = None
+        if self._zmq_thread is not None:
+            self._zmq_thread.join(timeout=5)
+        if self._pub_sock is not None:
+            self._pub_sock.close(0)
+        self._zmq_ctx.term()
+        self.upstream.close()
+
+    # -- weights -----------------------------------------------------------------------------
+
+    def authorize(self, credential: str | None, run_id: str) -> None:
+        """Let ``credential`` read ``run_id``'s weights if the cloud agrees (cached); the first
+        authorized robot's credential starts the relay's single upstream subscription.
+
+        Raises:
+            AuthError: the cloud refused (unknown credential or no lease).
+        """
+        from comms.auth import AuthError, credential_metadata
+
+        if not credential:
+            raise AuthError("missing robot credential", unauthenticated=True)
+        run = self._run(run_id)
+        checked = run.authorized.get(credential)
+        if checked is not None and time.monotonic() - checked < max(
+            self.settings.auth_cache_s, 5.0
+        ):
+            return
+        try:
+            list(
+                rpc.WeightsStub(self.upstream).Fetch(
+                    pb.FetchRequest(run_id=run_id, version=-1, manifest_only=True),
+                    metadata=credential_metadata(credential),
+                    timeout=self.settings.call_timeout_s,
+                )
+            )
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                raise AuthError(
+                    "unknown or revoked robot credential", unauthenticated=True
+                ) from None
+            if code == grpc.StatusCode.PERMISSION_DENIED:
+                raise AuthError(exc.details() or "no lease", unauthenticated=False) from None
+            if code != grpc.StatusCode.NOT_FOUND:  # NOT_FOUND: allowed, no version yet
+                raise
+        run.authorized[credential] = time.monotonic()
+        with self._runs_lock:
+            if run.source is None:
+                client = EdgeClient(self.upstream, credential, self.settings)
+                run.source = GrpcWeightSource(client, run_id, run.receiver)
+
+    def _run(self, run_id: str) -> _Run:
+        with self._runs_lock:
+            run = self.runs.get(run_id)
+            if run is None:
+                pub = WeightPublisher(run_id, self.settings.weight_chunk_bytes)
+                rx = WeightReceiver(on_applied=lambda v, r=run_id: self._republish(r, v))
+                run = self.runs[run_id] = _Run(pub, rx)
+                self.state.attach(pub)
+                pub.add_listener(lambda p, r=run_id: self._fanout.put((r, p)))
+            return run
+
+    def _republish(self, run_id: str, version: int) -> None:
+        run = self.runs[run_id]
+        v, state = run.receiver.current()
+        if v == version:
+            run.publisher.publish(state, version=version)
+
+    def _fan_out(self) -> None:
+        """ZeroMQ sender: the newest version of each run, then a beacon of its manifest."""
+        assert self._pub_sock is not None
+        sock = self._pub_sock
+        last: dict[str, pb.Manifest] = {}
+        while not self._stop.is_set():
+            try:
+                item = self._fanout.get(timeout=BEACON_S)
+            except queue.Empty:
+                for run_id, m in last.items():
+                    sock.send_multipart([run_id.encode(), TOPIC_MANIFEST, m.SerializeToString()])
+                continue
+            if item is None:
+                return
+            latest = {item[0]: item[1]}
+            for x in _drain(self._fanout):  # latest-only here too
+                if x is None:
+                    return
+                latest[x[0]] = x[1]
+            for run_id, published in latest.items():
+                enc = published.delta or published.full
+                topic = run_id.encode()
+                sock.send_multipart([topic, TOPIC_MANIFEST, enc.manifest.SerializeToString()])
+                for i in range(enc.num_chunks):
+                    chunk = enc.chunk_message(i).chunk.SerializeToString()
+                    sock.send_multipart([topic, TOPIC_CHUNK, chunk], copy=False)
+                last[run_id] = enc.manifest
+
+
+def _drain(q: queue.Queue[Any]) -> list[Any]:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out

@@ -1,0 +1,168 @@
+"""Feeds a :class:`~comms.receiver.WeightReceiver` from a site relay's ZeroMQ fan-out.
+
+The robot first asks the relay (gRPC, with its credential) for the run, which also makes the
+relay subscribe upstream; then it listens on the relay's PUB socket. Chunks that fail their
+sha256 check or never arrive, and full versions when a delta does not fit the version held,
+are fetched from the relay's Weights service. Only complete, verified versions are applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import grpc
+import zmq
+
+from comms.backoff import Backoff
+from comms.client import EdgeClient
+from comms.proto import robofleet_pb2 as pb
+from comms.receiver import VersionAssembler, WeightReceiver
+from comms.relay import TOPIC_CHUNK, TOPIC_MANIFEST
+from comms.weight_codec import FULL_BASE, WeightFormatError
+
+log = logging.getLogger(__name__)
+
+STALL_S = 1.0  # an unfinished version with no chunk for this long is repaired by Fetch
+
+
+class ZmqWeightSource:
+    """Keeps ``receiver`` at the latest version of ``run_id`` via the site relay.
+
+    Args:
+        relay_client: an :class:`EdgeClient` connected to the relay's gRPC port.
+        zmq_address: the relay's PUB endpoint (``tcp://host:port``).
+        run_id: the run whose weights to follow.
+        receiver: where versions are applied.
+    """
+
+    def __init__(
+        self, relay_client: EdgeClient, zmq_address: str, run_id: str, receiver: WeightReceiver
+    ) -> None:
+        self._client = relay_client
+        self._address = zmq_address
+        self._run_id = run_id
+        self._rx = receiver
+        self._stop = threading.Event()
+        self.bytes_received = 0
+        self.fetched_bytes = 0
+        self.chunks_refused = 0
+        self._thread = threading.Thread(target=self._run, name=f"zmq-rx-{run_id}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _fetch(self, version: int, base: int, indices: list[int]) -> list[pb.WeightMessage]:
+        msgs = list(
+            self._client.weights.Fetch(
+                pb.FetchRequest(
+                    run_id=self._run_id, version=version, base_version=base, indices=indices
+                ),
+                metadata=self._client.metadata,
+                timeout=self._client.settings.call_timeout_s,
+            )
+        )
+        self.fetched_bytes += sum(len(m.chunk.data) for m in msgs if m.HasField("chunk"))
+        return msgs
+
+    def _register(self) -> None:
+        """Prove our right to the run to the relay (which then subscribes upstream), and catch
+        up at once when the relay already holds a version."""
+        s = self._client.settings
+        backoff = Backoff(s.reconnect_initial_s, s.reconnect_max_s)
+        while not self._stop.is_set():
+            try:
+                msgs = list(
+                    self._client.weights.Fetch(
+                        pb.FetchRequest(run_id=self._run_id, version=-1, manifest_only=True),
+                        metadata=self._client.metadata,
+                        timeout=s.call_timeout_s,
+                    )
+                )
+                if msgs and msgs[0].manifest.version > self._rx.version:
+                    self._full(int(msgs[0].manifest.version))
+                return
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                if code == grpc.StatusCode.NOT_FOUND:
+                    return  # allowed; no version yet
+                log.info("relay refused or unreachable (%s); retrying", code)
+            if backoff.sleep(self._stop):
+                return
+
+    def _finish(self, asm: VersionAssembler) -> None:
+        if not asm.complete:
+            asm.repair(self._fetch)
+        self.chunks_refused += asm.rejected
+        asm.rejected = 0
+        if asm.complete:
+            self._rx.apply(asm)
+
+    def _full(self, version: int) -> None:
+        """Fetch and apply the full ``version`` (late joiner or a delta onto another base)."""
+        try:
+            msgs = self._fetch(version, FULL_BASE, [])
+        except grpc.RpcError as exc:
+            log.info(
+                "full version %d not fetched: %s",
+                version,
+                exc.code() if hasattr(exc, "code") else exc,
+            )
+            return
+        if not msgs or not msgs[0].HasField("manifest"):
+            return
+        asm = VersionAssembler(msgs[0].manifest)
+        for m in msgs[1:]:
+            asm.add(m.chunk)
+        self._finish(asm)
+
+    def _run(self) -> None:
+        ctx = zmq.Context.instance()
+        sock = ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SUBSCRIBE, self._run_id.encode())
+        sock.connect(self._address)
+        try:
+            self._register()
+            asm: VersionAssembler | None = None
+            last_chunk = time.monotonic()
+            while not self._stop.is_set():
+                if not sock.poll(200):
+                    if asm is not None and time.monotonic() - last_chunk > STALL_S:
+                        self._finish(asm)
+                        asm = None
+                    continue
+                _topic, kind, body = sock.recv_multipart()
+                self.bytes_received += len(body)
+                if kind == TOPIC_MANIFEST:
+                    m = pb.Manifest.FromString(body)
+                    if asm is not None and asm.key == (m.version, m.base_version):
+                        if time.monotonic() - last_chunk > STALL_S:  # a beacon: the send is over
+                            self._finish(asm)
+                            asm = None
+                        continue
+                    if asm is not None:
+                        self._finish(asm)
+                        asm = None
+                    if m.version <= self._rx.version:
+                        continue
+                    if not self._rx.wants(m):
+                        self._full(int(m.version))  # a delta onto a version we do not hold
+                        continue
+                    try:
+                        asm = VersionAssembler(m)
+                        last_chunk = time.monotonic()
+                    except WeightFormatError as exc:
+                        log.error("manifest refused: %s", exc)
+                elif kind == TOPIC_CHUNK and asm is not None:
+                    asm.add(pb.Chunk.FromString(body))
+                    last_chunk = time.monotonic()
+                    if asm.complete:
+                        self._finish(asm)
+                        asm = None
+        finally:
+            sock.close(0)

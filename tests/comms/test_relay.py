@@ -1,0 +1,106 @@
+"""Site relay: one copy of each version crosses the cloud link, fanned out to 4 robots over
+ZeroMQ; uploads pass through with end-to-end acks; refusals still come from the cloud."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from comms.client import EdgeClient, make_channel
+from comms.receiver import WeightReceiver
+from comms.relay import SiteRelay
+from comms.uploader import MemorySpool, Uploader
+from comms.zmq_source import ZmqWeightSource
+from tests.comms.helpers import RUN, Cloud, rpc_code, steps
+from tests.comms.netproxy import TcpProxy
+
+
+def test_relay_fans_out_one_copy_per_version_to_four_robots(cloud: Cloud) -> None:
+    link = TcpProxy(cloud.address)  # the "cloud link": counts bytes from the cloud
+    relay = SiteRelay(cloud.settings, cloud_address=link.address, port=0, zmq_port=0)
+    relay.start()
+    robots = [cloud.robot(f"arm-{i}") for i in range(4)]
+    clients = [
+        EdgeClient(make_channel(relay.address, cloud.settings), r.credential, cloud.settings)
+        for r in robots
+    ]
+    rxs = [WeightReceiver() for _ in robots]
+    sources = [
+        ZmqWeightSource(c, relay.zmq_address, RUN, rx) for c, rx in zip(clients, rxs, strict=True)
+    ]
+    pub = cloud.server.publisher(RUN)
+    try:
+        rng = np.random.default_rng(0)
+        state = {
+            "w": rng.standard_normal(2_000_000).astype(np.float32),
+            "b": np.zeros(10, np.float32),
+        }
+        version_bytes = 8_000_040
+        before = link.bytes_down
+        pub.publish(state)
+        assert all(rx.wait_for(0, 30) for rx in rxs)
+        first = link.bytes_down - before
+        # One copy of the version plus protocol overhead, not four copies.
+        assert version_bytes <= first < 1.1 * version_bytes, first
+        state["w"][:100] += 1.0
+        before = link.bytes_down
+        pub.publish(state)
+        assert all(rx.wait_for(1, 30) for rx in rxs)
+        delta = link.bytes_down - before
+        assert delta < 20_000, delta  # 100 changed floats as a sparse delta, once
+        for rx in rxs:
+            np.testing.assert_array_equal(rx.current()[1]["w"], state["w"])
+        # A robot joining later catches up from the relay without touching the cloud link.
+        late = WeightReceiver()
+        before = link.bytes_down
+        late_src = ZmqWeightSource(clients[0], relay.zmq_address, RUN, late)
+        assert late.wait_for(1, 30)
+        assert link.bytes_down - before < 20_000
+        late_src.close()
+    finally:
+        for s in sources:
+            s.close()
+        for c in clients:
+            c.close()
+        relay.stop()
+        link.close()
+
+
+def test_uploads_through_the_relay_are_acked_by_the_cloud(cloud: Cloud) -> None:
+    relay = SiteRelay(cloud.settings, cloud_address=cloud.address, port=0, zmq_port=0)
+    relay.start()
+    robot = cloud.robot("arm-1")
+    outsider = cloud.robot("arm-2", lease=None)
+    client = EdgeClient(
+        make_channel(relay.address, cloud.settings), robot.credential, cloud.settings
+    )
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    try:
+        for i in range(10):
+            spool.put(steps(robot.robot_id, i * 10, 10))
+        assert up.wait_durable(99, 20), up.last_error
+        assert cloud.sink.seqs(robot.robot_id) == list(range(100))
+        # The relay holds no rights of its own: the cloud refuses an unleased robot.
+        bad = EdgeClient(
+            make_channel(relay.address, cloud.settings), outsider.credential, cloud.settings
+        )
+        rx = WeightReceiver()
+        with pytest.raises(grpc.RpcError) as err:
+            list(
+                bad.weights.Fetch(
+                    __import__("comms.proto.robofleet_pb2", fromlist=["x"]).FetchRequest(
+                        run_id=RUN, version=-1, manifest_only=True
+                    ),
+                    metadata=bad.metadata,
+                    timeout=5,
+                )
+            )
+        assert rpc_code(err.value) == grpc.StatusCode.PERMISSION_DENIED
+        assert rx.version == -1
+        bad.close()
+    finally:
+        up.close()
+        client.close()
+        relay.stop()
