@@ -92,7 +92,9 @@ def test_keyboard_operator_in_the_loop_flags_exactly_the_keyed_steps(tmp_path, k
     assert rows.column("is_intervention").to_pylist() == [False, False, True, True, False, False]
     executed = np.stack(rows.column("action").to_numpy(zero_copy_only=False))
     assert np.allclose(executed[2], [0, 0, 1, -1]) and np.allclose(executed[0], 0)
-    assert np.allclose(np.stack(rows.column("action.policy").to_numpy(zero_copy_only=False)[2:4]), 0)
+    assert np.allclose(
+        np.stack(rows.column("action.policy").to_numpy(zero_copy_only=False)[2:4]), 0
+    )
 
 
 def test_keyboard_listener_without_a_display_is_a_clear_error(monkeypatch):
