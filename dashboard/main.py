@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(list(argv))
+    # `robofleet dashboard -- --port 0` passes the separator through; no option takes "--".
+    args = build_parser().parse_args([a for a in argv if a != "--"])
     settings = load_settings(args.config)
     host = args.host or settings.dashboard.bind_host
     port = settings.dashboard.port if args.port is None else args.port

@@ -137,7 +137,7 @@ pages.login = () => {
     });
     if (!r.ok) { document.getElementById("login-error").textContent = errorText(r.data); return; }
     const next = new URLSearchParams(location.search).get("next") || "/";
-    // Only same-site paths: never follow "//host" or "https://..." from the query string.
+    // Only same-site paths: never follow "//host" or an absolute URL from the query string.
     location.href = next.startsWith("/") && !next.startsWith("//") ? next : "/";
   });
 };

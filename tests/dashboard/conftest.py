@@ -13,9 +13,11 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from dashboard.accounts import create_user
 from dashboard.app import create_app
+from dashboard.config import DashboardSettings
 from dashboard.deps import CSRF_HEADER
 from robofleet.db.auth_models import Role
 from robofleet.db.store import MetadataStore, upgrade
@@ -29,8 +31,8 @@ def make_settings(data_dir: Path, db_url: str) -> Settings:
     return Settings(
         data_dir=data_dir,
         database_url=db_url,
-        secret_key="dashboard-test-secret-" + "x" * 20,
-        dashboard={"stream_poll_interval_s": 0.1},
+        secret_key=SecretStr("dashboard-test-secret-" + "x" * 20),
+        dashboard=DashboardSettings(stream_poll_interval_s=0.1),
     )
 
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from dashboard.metrics_feed import insert_metrics
-from robofleet.db.models import Event, Robot, RunState
+from robofleet.db.models import Event, Robot, RobotStatus, Run, RunState, utcnow
 from tests.dashboard.conftest import PASSWORD, LiveServer
 
 CHROMIUM = "/usr/bin/chromium"
@@ -91,8 +91,6 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     with store.session() as s:
         r = s.get(Robot, robot.id)
         assert r is not None
-        from robofleet.db.models import RobotStatus, utcnow
-
         r.status, r.last_heartbeat_at = RobotStatus.IDLE, utcnow()
         r.stats = {"control_loop_p99_ms": 6.1}
 
@@ -137,8 +135,9 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     chart = page.locator("#chart-success_rate")
     assert chart.get_attribute("data-points") == "0"
     with store.session() as s:
-        r = s.get(__import__("robofleet.db.models", fromlist=["Run"]).Run, run_id)
-        r.state = RunState.RUNNING  # what the run manager would do  # type: ignore[union-attr]
+        db_run = s.get(Run, run_id)
+        assert db_run is not None
+        db_run.state = RunState.RUNNING  # what the real run manager would do
     page.wait_for_selector("#run-state:has-text('running')")
     for step in range(1, 4):
         insert_metrics(

@@ -49,7 +49,7 @@ EXPECTED_ROLE: dict[tuple[str, str], Role] = {
 
 def routes(app: FastAPI) -> list[tuple[str, str]]:
     """(method, path) of every HTTP route, including those of included routers."""
-    out = []
+    out: list[tuple[str, str]] = []
     for ctx in iter_route_contexts(app.routes):
         methods, path = ctx.methods, ctx.path
         if methods and path and not path.startswith("/static"):

@@ -6,7 +6,6 @@ import copy
 import re
 from collections.abc import Callable
 
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
