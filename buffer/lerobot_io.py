@@ -234,7 +234,12 @@ def _image(value: Any, schema: StepSchema, key: str) -> np.ndarray:
     arr = np.asarray(value)
     if f.is_image and arr.shape != f.shape and arr.shape[::-1] == f.shape[::-1]:
         return arr
-    if f.is_image and arr.ndim == 3 and arr.shape[0] in (1, 3, 4) and arr.shape[-1] not in (1, 3, 4):
+    if (
+        f.is_image
+        and arr.ndim == 3
+        and arr.shape[0] in (1, 3, 4)
+        and arr.shape[-1] not in (1, 3, 4)
+    ):
         arr = np.transpose(arr, (1, 2, 0))  # CHW -> HWC
     if f.is_image and arr.dtype != np.uint8:
         arr = np.round(arr * 255).astype(np.uint8) if arr.max() <= 1.0 else arr.astype(np.uint8)

@@ -39,7 +39,7 @@ from buffer.rate_limiter import RateLimiter
 from buffer.samplers import Sampler, SamplingView, Source, UniformSampler
 from buffer.schema import FINAL_PREFIX, StepSchema
 from buffer.segments import MappedSegment, list_segments, write_segment
-from buffer.storage import Chunk, TieredStorage
+from buffer.storage import Chunk, TieredStorage, out_arrays
 from buffer.wal import WriteAheadLog, fsync_dir, list_wals, scan_wal
 
 SCHEMA_FILE = "schema.json"
@@ -111,6 +111,7 @@ class ReplayBuffer:
         self._wal: WriteAheadLog | None = None
         self._tail: Chunk | None = None
         self._seal_queue: list[tuple[Chunk, Path]] = []
+        self._spare: dict[str, np.ndarray] | None = None
         self._seal_cond = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
@@ -230,7 +231,7 @@ class ReplayBuffer:
             for rec in scan.records:
                 if rec.first_row < end:
                     continue
-                batch = _decode_ipc(rec.payload)
+                batch = _decode_ipc(rec.payload, self.schema.arrow_schema)
                 if rec.first_row != end:
                     break  # a gap can only follow a torn region; nothing after it was acked
                 if self.index.end == self.index.base and not segs:
@@ -366,7 +367,7 @@ class ReplayBuffer:
                         f"buffer is ahead of sampling; {n_new} records not accepted",
                         self.rate_limiter.retry_after_s(),
                     ) from None
-            payload = _encode_ipc(new) if n_new else b""
+            payload: bytes | memoryview = _encode_ipc(new) if n_new else b""
             with self._lock:
                 if self._closed:
                     raise BufferClosedError(f"{self.directory}: buffer closed")
@@ -427,7 +428,13 @@ class ReplayBuffer:
             self._seal_cond.notify_all()
         else:
             self.storage.remove_chunks([tail])
-        self._tail = self.storage.new_tail(self.index.end, max(self.rows_per_segment, n))
+        cap = max(self.rows_per_segment, n)
+        spare, self._spare = self._spare, None
+        self.storage.spare_bytes = 0
+        if spare is not None and len(spare["action"]) < cap:
+            spare = None
+        self._tail = self.storage.new_tail(self.index.end, cap, spare)
+        self._seal_cond.notify_all()
         return self._tail
 
     def _publish(self, first: int, end: int) -> None:
@@ -446,11 +453,20 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ sealing ------
     def _sealer(self) -> None:
         while True:
+            if self._spare is None and not self._stop.is_set():
+                # Pre-fault the next tail here, so appends never pay its page faults.
+                spare = self.storage.allocate(self.rows_per_segment)
+                with self._lock:
+                    self._spare = spare
+                    self.storage.spare_bytes = self.rows_per_segment * self.storage.row_bytes
+                    self.storage.enforce_budget()
             with self._lock:
-                while not self._seal_queue and not self._stop.is_set():
+                while not self._seal_queue and not self._stop.is_set() and self._spare is not None:
                     self._seal_cond.wait(0.5)
                 if not self._seal_queue:
-                    return
+                    if self._stop.is_set():
+                        return
+                    continue
                 chunk, wal_path = self._seal_queue[0]
                 # Rows of this chunk are durable in the WAL; wait until they are visible.
                 while self.visible < chunk.end and not self._stop.is_set():
@@ -482,9 +498,9 @@ class ReplayBuffer:
             self._seal_cond.notify_all()
 
     def flush(self) -> None:
-        """Wait until every queued seal is written (for tests and clean shutdown)."""
+        """Wait until every queued seal is written and the spare tail is ready (quiescent)."""
         with self._lock:
-            while self._seal_queue:
+            while self._seal_queue or (self._spare is None and not self._stop.is_set()):
                 self._seal_cond.wait(0.05)
 
     def _apply_retention(self) -> None:
@@ -613,8 +629,19 @@ class ReplayBuffer:
         done = cols["terminated"][li] | cols["truncated"][li]
         nxt = np.where(done, rows, nxt_col[li])
         obs_names = list(self.schema.observations)
-        out = self.storage.gather(rows, list(self.schema.payload), snap, count=count)
-        nobs = self.storage.gather(nxt, obs_names, snap, count=False)
+        n = len(rows)
+        specs = {k: ((n, *f.shape), f.dtype) for k, f in self.schema.payload.items()}
+        specs.update(
+            {
+                FINAL_PREFIX + k: ((n, *f.shape), f.dtype)
+                for k, f in self.schema.observations.items()
+            }
+        )
+        block = out_arrays(specs)
+        out = self.storage.gather(rows, list(self.schema.payload), snap, count=count, out=block)
+        nobs = self.storage.gather(
+            nxt, obs_names, snap, count=False, out={k: block[FINAL_PREFIX + k] for k in obs_names}
+        )
         if done.any():
             finals = self.storage.finals_for(rows[done], chunks, starts)
             for pos in np.flatnonzero(done):
@@ -622,8 +649,6 @@ class ReplayBuffer:
                 if f is not None:
                     for k, v in f.items():
                         nobs[k][pos] = v
-        for k in obs_names:
-            out[FINAL_PREFIX + k] = nobs[k]
         for k in _SCALAR_OUT:
             out[k] = cols[k][li]
         out["task"] = np.asarray(idx.tasks.names, dtype=object)[idx.cols["task"][li]]
@@ -876,16 +901,10 @@ def _rng() -> np.random.Generator:
     return g
 
 
-def _encode_ipc(batch: pa.RecordBatch) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+def _encode_ipc(batch: pa.RecordBatch) -> memoryview:
+    """One Arrow IPC record batch message (no schema: the directory's schema is fixed)."""
+    return memoryview(batch.serialize())
 
 
-def _decode_ipc(payload: bytes) -> pa.RecordBatch:
-    with ipc.open_stream(pa.py_buffer(payload)) as r:
-        batches = list(r)
-    if len(batches) != 1:
-        raise ValueError("a WAL record holds exactly one batch")
-    return batches[0]
+def _decode_ipc(payload: bytes, schema: pa.Schema) -> pa.RecordBatch:
+    return ipc.read_record_batch(pa.py_buffer(payload), schema)
