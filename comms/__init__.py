@@ -1,1 +1,40 @@
-"""Edge-to-cloud transport: protobuf schemas, gRPC services, auth, chunked weight distribution, site relay."""
+"""Edge-to-cloud transport: protobuf schemas, gRPC services, auth, chunked weight distribution,
+site relay.
+
+Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
+
+    # cloud (robofleet cloud / learner process)
+    from comms.server import CloudServer          # Enrollment, Experience, Weights, Heartbeat,
+    from comms.buffer_sink import BufferSink      # Control, Act on one port (loopback default)
+    server = CloudServer(settings.comms, store, BufferSink(replay_buffer), act_handler=None)
+    server.start()
+    pub = server.publisher(run_id)                # comms.publisher.WeightPublisher
+    pub.publish(policy.state_dict(), learner_step=step)  # one copy on the caller, returns;
+                                                  # digests/deltas on the publisher thread,
+                                                  # latest-only, bandwidth capped by
+                                                  # comms.weight_max_bytes_per_s
+    server.push_control(robot_id, "estop" | "pause" | "resume" | "lease_changed", run_id)
+
+    # robot (edge agent)
+    from comms.client import make_channel, enroll, EdgeClient, ControlListener
+    from comms.uploader import MemorySpool, Uploader      # or the edge agent's disk Spool
+    from comms.receiver import WeightReceiver
+    from comms.weight_source import GrpcWeightSource      # from the cloud or a relay (gRPC)
+    from comms.zmq_source import ZmqWeightSource          # from a site relay (ZeroMQ fan-out)
+    robot_id, credential = enroll(make_channel(addr, s), token, name, robot_type, spec)
+    client = EdgeClient(make_channel(addr, s), credential, s)
+    spool = MemorySpool(); Uploader(client, run_id, spool); spool.put(step_batch)  # Arrow
+    rx = WeightReceiver(as_torch=True, on_applied=report)
+    GrpcWeightSource(client, run_id, rx)
+    version, state = rx.current()                 # whole versions only, (-1, {}) before any
+    client.heartbeat("running", rx.version, {"loop_hz": 10.0})
+    action_chunk, policy_version = client.act(run_id, observation, task)   # remote inference
+
+    # site
+    from comms.relay import SiteRelay             # ``robofleet relay`` (comms.relay_main)
+
+Step batches need ``robot_id`` (the robot's id, int or its decimal string) and ``seq``
+columns; the sink (``comms.sink.StepSink``) acknowledges the highest durable ``seq``.
+Weights travel as safetensors-layout bytes with a manifest (names, shapes, dtypes, sha256 per
+chunk of <= 1 MiB, base version of a delta); nothing from the network is ever unpickled.
+"""

@@ -17,6 +17,7 @@ manifest's sha256; the manifest itself is not signed).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
@@ -153,9 +154,13 @@ class SiteRelay:
         self._runs_lock = threading.Lock()
         self.upstream = make_channel(self.cloud_address, settings, self._cloud_ca)
         self.upstream_aio: grpc.aio.Channel | None = None
+        # The relay serves weights only; auth is asked of the cloud, nothing is stored here.
         self.state = ServerState(
-            settings=settings, store=None, auth=_RelayAuth(self), sinks=lambda _r: None
-        )  # type: ignore[arg-type]
+            settings=settings,
+            store=None,  # type: ignore[arg-type]
+            auth=_RelayAuth(self),  # type: ignore[arg-type]
+            sinks=_no_sink,
+        )
         self.upload_bytes = 0
         self._loop: LoopThread | None = None
         self._server: grpc.aio.Server | None = None
@@ -298,11 +303,14 @@ class SiteRelay:
             run = self.runs.get(run_id)
             if run is None:
                 pub = WeightPublisher(run_id, self.settings.weight_chunk_bytes)
-                rx = WeightReceiver(on_applied=lambda v, r=run_id: self._republish(r, v))
+                rx = WeightReceiver(on_applied=functools.partial(self._republish, run_id))
                 run = self.runs[run_id] = _Run(pub, rx)
                 self.state.attach(pub)
-                pub.add_listener(lambda p, r=run_id: self._fanout.put((r, p)))
+                pub.add_listener(functools.partial(self._queue_fanout, run_id))
             return run
+
+    def _queue_fanout(self, run_id: str, published: Published) -> None:
+        self._fanout.put((run_id, published))
 
     def _republish(self, run_id: str, version: int) -> None:
         run = self.runs[run_id]
@@ -337,6 +345,10 @@ class SiteRelay:
                     chunk = enc.chunk_message(i).chunk.SerializeToString()
                     sock.send_multipart([topic, TOPIC_CHUNK, chunk], copy=False)
                 last[run_id] = enc.manifest
+
+
+def _no_sink(_run_id: str) -> None:
+    return None
 
 
 def _drain(q: queue.Queue[Any]) -> list[Any]:

@@ -72,7 +72,8 @@ class ServerState:
     def attach(self, pub: WeightPublisher) -> None:
         """Serve ``pub``'s versions to subscribers of its run."""
         self.publishers[pub.run_id] = pub
-        pub.add_listener(lambda _p, run_id=pub.run_id: self._wake(run_id))
+        run_id = pub.run_id
+        pub.add_listener(lambda _p: self._wake(run_id))
 
     def _wake(self, run_id: str) -> None:
         if self.loop is not None and not self.loop.is_closed():
@@ -209,12 +210,12 @@ class ExperienceServicer(rpc.ExperienceServicer):
                     sink = s.sinks(run_id)
                     if sink is None:
                         await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}")
+                    assert sink is not None
                     durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
                 elif msg.run_id != run_id:
                     await context.abort(
                         grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
                     )
-                assert sink is not None
                 if not msg.arrow_ipc and not msg.more and not parts:
                     resync = False  # hello / sync: the client resends from ``durable``
                     await write(s, context, pb.UploadAck(durable_seq=durable))
@@ -243,7 +244,7 @@ class ExperienceServicer(rpc.ExperienceServicer):
                     # so nothing is stored out of order around the refused batch.
                     ack.backpressure = True
                     ack.reason = "resync after backpressure"
-                elif batch.num_rows:
+                elif batch.num_rows and sink is not None:
                     try:
                         durable = await asyncio.to_thread(sink.append, ident.robot_id, batch)
                         s.uploaded_rows += batch.num_rows
@@ -312,6 +313,7 @@ class WeightsServicer(rpc.WeightsServicer):
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"run {request.run_id!r} has no version yet"
             )
+        assert latest is not None
         want = latest.version if request.version < 0 else int(request.version)
         enc = latest.get(int(request.base_version)) if latest.version == want else None
         if enc is None:
@@ -319,6 +321,7 @@ class WeightsServicer(rpc.WeightsServicer):
                 grpc.StatusCode.NOT_FOUND,
                 f"version {want} (base {request.base_version}) is no longer held; latest is {latest.version}",
             )
+        assert enc is not None
         bad = [i for i in request.indices if i >= enc.num_chunks]
         if bad:
             await context.abort(
@@ -381,6 +384,7 @@ class ActServicer(rpc.ActServicer):
         handler = self.s.act_handler
         if handler is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this server runs no remote policy")
+        assert handler is not None
         try:
             obs = {k: tensor_from_proto(v) for k, v in request.observation.items()}
         except (T.TensorFormatError, KeyError) as exc:
@@ -436,7 +440,7 @@ def server_options(settings: CommsSettings) -> list[tuple[str, Any]]:
 
 
 def control_command(
-    state: ServerState, kind: int, run_id: str = "", reason: str = ""
+    state: ServerState, kind: Any, run_id: str = "", reason: str = ""
 ) -> pb.ControlCommand:
     state.control_seq += 1
     return pb.ControlCommand(kind=kind, run_id=run_id, reason=reason, seq=state.control_seq)

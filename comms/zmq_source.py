@@ -120,7 +120,7 @@ class ZmqWeightSource:
         self._finish(asm)
 
     def _run(self) -> None:
-        ctx = zmq.Context.instance()
+        ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         sock = ctx.socket(zmq.SUB)
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.LINGER, 0)

@@ -1,0 +1,319 @@
+"""``robofleet bench weights``: push a new policy version to 1/4/16 subscribers on loopback,
+side by side with LeRobot's path (``torch.save`` bytes in the 2 MB chunks of
+``lerobot.transport.utils`` over gRPC, ``torch.load(weights_only=True)`` on the robot).
+
+Measures, per (model size, subscribers): time from publish until every subscriber has applied
+the version. Also: our serialization vs a raw copy of the tensors, delta bytes vs changed
+elements x (index + value), and the learner's step time with a push every second vs none.
+Prints a table, then one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent import futures
+from typing import Any
+
+import numpy as np
+
+
+def _state(n_params: int, seed: int = 0) -> dict[str, Any]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    width = 1024
+    layers = max(1, n_params // (width * width))
+    state = {f"layers.{i}.weight": torch.randn(width, width, generator=g) for i in range(layers)}
+    state.update({f"layers.{i}.bias": torch.randn(width, generator=g) for i in range(layers)})
+    return state
+
+
+def _ours(state: dict[str, Any], n_subs: int) -> float:
+    from comms.bench_common import RUN, start_cloud
+    from comms.receiver import WeightReceiver
+    from comms.weight_source import GrpcWeightSource
+
+    cloud = start_cloud()
+    robots = cloud.robots(n_subs)
+    clients = [cloud.client(c) for _, c in robots]
+    rxs = [WeightReceiver(as_torch=True) for _ in robots]
+    srcs = [GrpcWeightSource(c, RUN, rx) for c, rx in zip(clients, rxs, strict=True)]
+    pub = cloud.server.publisher(RUN)
+    time.sleep(0.5)  # subscriptions open
+    t0 = time.perf_counter()
+    pub.publish(state)
+    ok = all(rx.wait_for(0, 600) for rx in rxs)
+    dt = time.perf_counter() - t0
+    assert ok, "a subscriber never applied the version"
+    for s in srcs:
+        s.close()
+    for c in clients:
+        c.close()
+    cloud.close()
+    del rxs, srcs
+    gc.collect()
+    return dt
+
+
+def _lerobot(state: dict[str, Any], n_subs: int) -> float:
+    """LeRobot's learner->actor parameter path, with its own messages and helpers."""
+    import grpc
+    import torch
+    from lerobot.transport import services_pb2, services_pb2_grpc
+    from lerobot.transport.utils import (
+        bytes_to_state_dict,
+        grpc_channel_options,
+        receive_bytes_in_chunks,
+        send_bytes_in_chunks,
+        state_to_bytes,
+    )
+
+    ready = threading.Event()
+    payload: dict[str, bytes] = {}
+
+    class Learner(services_pb2_grpc.LearnerServiceServicer):
+        def StreamParameters(self, request: Any, context: Any) -> Any:
+            ready.wait()
+            yield from send_bytes_in_chunks(payload["b"], services_pb2.Parameters)
+
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=n_subs + 2), options=grpc_channel_options()
+    )
+    services_pb2_grpc.add_LearnerServiceServicer_to_server(Learner(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    done: list[dict[str, torch.Tensor]] = []
+    lock = threading.Lock()
+    shutdown = threading.Event()
+
+    def actor() -> None:
+        ch = grpc.insecure_channel(f"127.0.0.1:{port}", options=grpc_channel_options())
+        stub = services_pb2_grpc.LearnerServiceStub(ch)
+        data = receive_bytes_in_chunks(stub.StreamParameters(services_pb2.Empty()), None, shutdown)
+        sd = bytes_to_state_dict(data)
+        with lock:
+            done.append(sd)
+        ch.close()
+
+    threads = [threading.Thread(target=actor) for _ in range(n_subs)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    payload["b"] = state_to_bytes(state)
+    ready.set()
+    for t in threads:
+        t.join()
+    dt = time.perf_counter() - t0
+    assert len(done) == n_subs
+    server.stop(0)
+    done.clear()
+    payload.clear()
+    gc.collect()
+    return dt
+
+
+def _serialize_ratio(state: dict[str, Any], repeats: int = 3) -> tuple[float, float]:
+    import torch
+
+    from comms.weight_codec import Snapshot
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+            del out
+        return min(times)
+
+    t_copy = best(lambda: {k: torch.empty_like(v).copy_(v) for k, v in state.items()})
+    t_ours = best(lambda: Snapshot.take(state, 0))
+    return t_ours, t_copy
+
+
+def _delta_ratio(state: dict[str, Any], fraction: float = 0.01) -> tuple[int, int, float]:
+    from comms.weight_codec import Snapshot, encode_delta
+
+    base = Snapshot.take(state, 0)
+    rng = np.random.default_rng(1)
+    changed = 0
+    new = {}
+    for k, v in state.items():
+        a = v.numpy().copy()
+        idx = rng.choice(a.size, size=max(1, int(a.size * fraction)), replace=False)
+        a.reshape(-1)[idx] += 1.0
+        changed += idx.size
+        new[k] = a
+    delta = encode_delta("bench", base, Snapshot.take(new, 1))
+    assert delta is not None
+    ideal = changed * (4 + 4)  # int32 index + float32 value
+    return len(delta.payload), ideal, len(delta.payload) / ideal
+
+
+_SUBSCRIBERS = """
+import sys, time
+from comms.bench_common import RUN
+from comms.client import EdgeClient, make_channel
+from comms.config import CommsSettings
+from comms.receiver import WeightReceiver
+from comms.weight_source import GrpcWeightSource
+address, creds = sys.argv[1], sys.argv[2:]
+s = CommsSettings()
+srcs = [GrpcWeightSource(EdgeClient(make_channel(address, s), c, s), RUN, WeightReceiver()) for c in creds]
+print("ready", flush=True)
+sys.stdin.read()
+print(sum(x.versions_applied for x in srcs), flush=True)
+"""
+
+
+def _learner_ratio(n_params: int, seconds: float, n_subs: int = 4) -> tuple[float, float, int]:
+    """Mean step time of a training loop without pushes / with a push every second."""
+    import torch
+
+    from comms.bench_common import start_cloud
+
+    torch.set_num_threads(1)
+    width = 1024
+    layers = max(1, n_params // (width * width))
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(32, width)
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    cloud = start_cloud()
+    robots = cloud.robots(n_subs)
+    subs = subprocess.Popen(
+        [sys.executable, "-c", _SUBSCRIBERS, cloud.server.address, *[c for _, c in robots]],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert subs.stdout is not None and subs.stdout.readline().strip() == "ready"
+    pub = cloud.server.publisher("bench")
+
+    def run(push: bool) -> float:
+        times = []
+        end = time.perf_counter() + seconds
+        next_push = time.perf_counter()
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            step()
+            if push and t0 >= next_push:
+                with torch.no_grad():
+                    pub.publish(model.state_dict())
+                next_push += 1.0
+            times.append(time.perf_counter() - t0)
+        return float(np.mean(times[1:]))
+
+    for _ in range(3):
+        step()
+    without = run(False)
+    with_push = run(True)
+    pub.flush(60)
+    time.sleep(1.0)
+    assert subs.stdin is not None
+    out, _ = subs.communicate("", timeout=60)
+    applied = int(out.strip().splitlines()[-1])
+    cloud.close()
+    return without, with_push, applied
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="robofleet bench weights", description=__doc__)
+    parser.add_argument("--config", default=None)
+    parser.add_argument(
+        "--quick", action="store_true", help="10M parameters only, short learner run"
+    )
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    args = parser.parse_args(list(argv))
+    import logging
+
+    logging.disable(logging.WARNING)
+    import torch
+
+    torch.set_num_threads(2)
+    cases: list[tuple[int, list[int]]] = [(10_000_000, [1, 4, 16])]
+    if not args.quick:
+        # 16 robots x (payload + tensors) of 100M float32 on each side would not fit next to
+        # other work in 24 GiB; 100M runs to 1 and 4 subscribers.
+        cases.append((100_000_000, [1, 4]))
+    rows = []
+    ratios = []
+    for n_params, subs in cases:
+        state = _state(n_params)
+        real = sum(v.numel() for v in state.values())
+        for n in subs:
+            ours = _ours(state, n)
+            base = _lerobot(state, n)
+            ratios.append(ours / base)
+            rows.append((f"{real / 1e6:.0f}M", n, ours, base, ours / base))
+        del state
+        gc.collect()
+    state = _state(10_000_000)
+    t_ours, t_copy = _serialize_ratio(state)
+    delta_bytes, ideal_bytes, delta_ratio = _delta_ratio(state)
+    del state
+    gc.collect()
+    without, with_push, applied = _learner_ratio(10_000_000, 5.0 if args.quick else 15.0)
+    result = {
+        "push_ratio_vs_lerobot": round(max(ratios), 3),
+        "serialize_ratio_vs_memcpy": round(t_ours / t_copy, 3),
+        "delta_bytes_ratio_vs_changed_elements": round(delta_ratio, 3),
+        "learner_step_ratio_with_push": round(without / with_push, 3),
+        "push_ratio_vs_lerobot_per_case": {f"{p}x{n}": round(r, 3) for p, n, _, _, r in rows},
+        "versions_applied_by_subscribers_during_learner_run": applied,
+    }
+    if not args.json:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title="weight push: publish -> applied by every subscriber (loopback)")
+        for col in ("params", "subscribers", "robofleet s", "lerobot s", "ratio (target <= 0.5)"):
+            t.add_column(col, justify="right")
+        for p, n, o, b, r in rows:
+            t.add_row(p, str(n), f"{o:.3f}", f"{b:.3f}", f"{r:.3f}")
+        c = Console()
+        c.print(t)
+        t2 = Table(title="serialization, delta, learner")
+        t2.add_column("measure")
+        t2.add_column("robofleet", justify="right")
+        t2.add_column("reference", justify="right")
+        t2.add_column("ratio", justify="right")
+        t2.add_row(
+            "serialize 10M (s) vs torch copy",
+            f"{t_ours:.4f}",
+            f"{t_copy:.4f}",
+            f"{t_ours / t_copy:.3f} (<= 1.5)",
+        )
+        t2.add_row(
+            "delta bytes (1% changed) vs idx+val",
+            str(delta_bytes),
+            str(ideal_bytes),
+            f"{delta_ratio:.3f}",
+        )
+        t2.add_row(
+            "learner step s: none / push 1 Hz",
+            f"{without:.4f}",
+            f"{with_push:.4f}",
+            f"{without / with_push:.3f} (>= 0.9)",
+        )
+        c.print(t2)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
