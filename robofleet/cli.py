@@ -143,41 +143,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_component(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split ``[global options] COMMAND rest`` for component commands and benchmarks.
+
+    Component subcommands parse their own options, so everything after the command name is
+    passed through untouched (argparse's REMAINDER would not keep leading ``--options``).
+    """
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--config":
+            i += 2
+            continue
+        if arg.startswith("--config="):
+            i += 1
+            continue
+        if arg.startswith("-"):
+            return argv, None, []
+        break
+    if i < len(argv) and (argv[i] in COMPONENT_COMMANDS or argv[i] == "bench"):
+        return argv[:i], argv[i], argv[i + 1 :]
+    return argv, None, []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from robofleet.settings import SettingsError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    head, command, rest = _split_component(argv)
+    if command is not None and not (command == "bench" and (not rest or rest[0].startswith("-"))):
+        args = parser.parse_args(head)
+        config_args = ["--config", args.config] if args.config is not None else []
+        if command == "bench":
+            name, rest = rest[0], rest[1:]
+            if name not in BENCHMARKS:
+                parser.error(
+                    f"bench: unknown benchmark {name!r} (choose from {', '.join(sorted(BENCHMARKS))})"
+                )
+            module, issue = BENCHMARKS[name]
+            what = f"bench {name}"
+        else:
+            module, issue, _ = COMPONENT_COMMANDS[command]
+            what = command
+        entry = _load_main(module)
+        if entry is None:
+            return _not_built(what, issue)
+        try:
+            return entry([*config_args, *rest])
+        except SettingsError as err:
+            print(f"robofleet: {err}", file=sys.stderr)
+            return EXIT_BAD_SETTINGS
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
     try:
-        if args.command in COMPONENT_COMMANDS:
-            module, issue, _ = COMPONENT_COMMANDS[args.command]
-            entry = _load_main(module)
-            if entry is None:
-                return _not_built(args.command, issue)
-            return entry(_with_config(args))
-        if args.command == "bench":
-            module, issue = BENCHMARKS[args.name]
-            entry = _load_main(module)
-            if entry is None:
-                return _not_built(f"bench {args.name}", issue)
-            return entry(_with_config(args))
         result: int = args.func(args)
         return result
     except SettingsError as err:
         print(f"robofleet: {err}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-
-
-def _with_config(args: argparse.Namespace) -> list[str]:
-    """Pass ``--config`` through to component subcommands, which load settings themselves."""
-    rest = list(args.args)
-    if args.config is not None:
-        rest = ["--config", args.config, *rest]
-    return rest
 
 
 if __name__ == "__main__":

@@ -208,3 +208,8 @@ class Event(Base):
     run_id: Mapped[str | None] = mapped_column(String(64), index=True)
     robot_id: Mapped[int | None] = mapped_column(Integer)
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+# Tables of migration 0003 (people, API tokens, metrics) live beside these; import them so
+# Base.metadata (and Alembic's comparison) sees every table.
+from robofleet.db import auth_models as _auth_models  # noqa: E402,F401

@@ -160,6 +160,7 @@ class MetadataStore:
         *,
         robot_name: str | None = None,
         robot_type: str | None = None,
+        site_id: int | None = None,
         actor: str = "system",
     ) -> str:
         """Create a one-time token valid for ``ttl``; returns the token (only its hash is stored)."""
@@ -170,6 +171,7 @@ class MetadataStore:
                     token_hash=hash_secret(token),
                     robot_name=robot_name,
                     robot_type=robot_type,
+                    site_id=site_id,
                     expires_at=utcnow() + ttl,
                 )
             )

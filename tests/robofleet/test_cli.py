@@ -57,10 +57,10 @@ def test_bad_setting_exits_2_without_traceback(tmp_path: Path) -> None:
 def test_db_upgrade_creates_sqlite_store(tmp_path: Path) -> None:
     r = run_cli("db", "upgrade", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "(empty) -> 0002" in r.stdout
+    assert "(empty) -> 0003" in r.stdout
     assert (tmp_path / "robofleet-data" / "robofleet.db").exists()
     again = run_cli("db", "current", cwd=tmp_path)
-    assert again.stdout.strip() == "0002"
+    assert again.stdout.strip() == "0003"
 
 
 def test_unbuilt_subcommand_says_so(
@@ -85,3 +85,20 @@ def test_missing_dependency_is_not_reported_as_unbuilt(
     monkeypatch.setitem(COMPONENT_COMMANDS, "demo", ("fakepkg_rf.broken", 11, "x"))
     with pytest.raises(ModuleNotFoundError, match="definitely_missing_dependency_xyz"):
         main(["demo"])
+
+
+def test_component_options_pass_through(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pkg = tmp_path / "fakepkg_pass"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "entry.py").write_text(
+        "import json\nSEEN = []\ndef main(argv):\n    SEEN.append(list(argv))\n    return 7\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMPONENT_COMMANDS, "dashboard", ("fakepkg_pass.entry", 9, "x"))
+    monkeypatch.setitem(BENCHMARKS, "buffer", ("fakepkg_pass.entry", 3))
+    import fakepkg_pass.entry as entry  # type: ignore[import-not-found]
+
+    assert main(["--config", "c.yaml", "dashboard", "--port", "0"]) == 7
+    assert main(["bench", "buffer", "--quick", "--json"]) == 7
+    assert entry.SEEN == [["--config", "c.yaml", "--port", "0"], ["--quick", "--json"]]
