@@ -72,9 +72,10 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        report = built.agent.run(episodes=args.episodes)
-        if settings.edge.inference == "local" and args.server:
+        built.agent.run(episodes=args.episodes)
+        if args.server:  # give the cloud a moment to take what is spooled; the rest waits
             built.agent.uplink.wait_acked(10.0)
+        report = built.agent.report()
     finally:
         built.close()
     if args.report:

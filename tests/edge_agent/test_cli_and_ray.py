@@ -1,0 +1,109 @@
+"""`robofleet edge` as a real process against a real cloud, and the same agent as a Ray actor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from comms.server import CloudServer
+from comms.sink import MemorySink
+from tests.comms.helpers import fast_settings
+from tests.edge_agent.conftest import RUN
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def robofleet(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "robofleet.cli", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_robofleet_edge_enrolls_runs_and_uploads(tmp_path, db):
+    _url, store = db
+    sink = MemorySink()
+    server = CloudServer(fast_settings(), store, sink, port=0)
+    server.start()
+    try:
+        token = store.create_enrollment_token(timedelta(minutes=5))
+        config = tmp_path / "edge.yaml"
+        config.write_text(
+            "edge:\n  control_hz: 50\n  batch_max_steps: 5\n"
+            "comms:\n  reconnect_initial_s: 0.05\n  reconnect_max_s: 0.3\n"
+        )
+        spool = tmp_path / "spool"
+        proc = robofleet(
+            "--config", str(config), "edge",
+            "--server", server.address, "--token", token, "--robot", "cli-robot",
+            "--run", RUN, "--episodes", "1", "--max-steps", "20",
+            "--spool-dir", str(spool), "--report",
+        )  # fmt: skip
+        cred = spool / "credential.json"
+        end = time.monotonic() + 60
+        while not cred.exists() and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.05)
+        store.lease_robots(RUN, [json.loads(cred.read_text())["robot_id"]])
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        report = json.loads(out.strip().splitlines()[-1])
+        assert report["steps"] == 20 and report["episodes"] == 1
+        assert report["acked_seq"] == 19
+        seqs = [s for _rid, b in sink.batches for s in b.column("seq").to_pylist()]
+        assert seqs == list(range(20))
+        # a second start reuses the stored credential (the token is spent)
+        proc = robofleet(
+            "--config", str(config), "edge", "--server", server.address, "--robot", "cli-robot",
+            "--run", RUN, "--episodes", "1", "--max-steps", "5", "--spool-dir", str(spool),
+        )  # fmt: skip
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        seqs = [s for _rid, b in sink.batches for s in b.column("seq").to_pylist()]
+        assert seqs == list(range(25))
+    finally:
+        server.close()
+
+
+def test_robofleet_edge_without_credential_or_token_says_so(tmp_path):
+    proc = robofleet(
+        "edge", "--server", "127.0.0.1:9", "--robot", "nobody", "--spool-dir", str(tmp_path),
+    )  # fmt: skip
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "no credential" in err and "--token" in err
+
+
+@pytest.mark.slow
+def test_the_same_agent_runs_as_a_ray_actor(tmp_path):
+    import ray
+
+    from edge_agent.build import AgentOptions
+    from edge_agent.ray_actor import remote_class
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        actor_cls = remote_class()
+        opts = AgentOptions(
+            robot_name="ray-robot",
+            tasks=["reach-v3"],
+            operator="scripted",
+            max_episode_steps=10,
+            spool_dir=tmp_path / "spool",
+        )
+        actor = actor_cls.remote({"control_hz": 100.0}, None, opts)
+        report = ray.get(actor.run.remote(episodes=2), timeout=180)
+        assert report["steps"] == 20 and report["episodes"] == 2
+        final = ray.get(actor.close.remote(), timeout=60)
+        assert final["next_seq"] == 20
+    finally:
+        ray.shutdown()
