@@ -116,6 +116,9 @@ class TorchPolicy(nn.Module):
     def __init__(self, spec: PolicySpec, text_embeddings: torch.Tensor | None = None) -> None:
         super().__init__()
         self.spec = spec
+        # Observation normalisation (LeRobot's MEAN_STD): buffers, so they ship with the weights.
+        self.register_buffer("state_mean", torch.zeros(spec.state_dim))
+        self.register_buffer("state_std", torch.ones(spec.state_dim))
         feat = spec.state_dim
         self.image_encoder: ConvEncoder | None = None
         if spec.image_keys:
@@ -156,7 +159,11 @@ class TorchPolicy(nn.Module):
     ) -> torch.Tensor:
         """(B, feature_dim) float32 features of a batch; ``indicator`` is (B,) int64 or None."""
         state = batch["observation.state"]
-        parts = [state.float()]
+        if state.ndim != 2 or state.shape[1] != self.spec.state_dim:
+            raise ValueError(
+                f"observation.state must be (B, {self.spec.state_dim}), got {tuple(state.shape)}"
+            )
+        parts = [(state.float() - self.state_mean) / self.state_std]
         if self.image_encoder is not None:
             for key in self.spec.image_keys:
                 if key not in batch:
@@ -185,6 +192,16 @@ class TorchPolicy(nn.Module):
                 )
             parts.append(self.indicator_embedding(indicator.long()))
         return torch.cat(parts, dim=-1)
+
+    def set_state_normalization(
+        self, states: torch.Tensor | np.ndarray, min_std: float = 1e-2
+    ) -> None:
+        """Standardise ``observation.state`` with the mean and std of ``states`` (N, D);
+        stds below ``min_std`` (constant or barely-seen features) are raised to it."""
+        x = torch.as_tensor(np.asarray(states), dtype=torch.float32)
+        with torch.no_grad():
+            self.state_mean.copy_(x.mean(0))  # type: ignore[operator]
+            self.state_std.copy_(x.std(0, unbiased=False).clamp_min(min_std))  # type: ignore[operator]
 
     # -- the head (subclasses) ------------------------------------------------------------
 

@@ -8,8 +8,9 @@ import torch
 from cloud_learner.policies import MLPPolicy, PolicySpec
 
 
-def columns(n: int = 400, state_dim: int = 5, action_dim: int = 2, seed: int = 0,
-            num_tasks: int = 1) -> dict[str, np.ndarray]:
+def columns(
+    n: int = 400, state_dim: int = 5, action_dim: int = 2, seed: int = 0, num_tasks: int = 1
+) -> dict[str, np.ndarray]:
     """Random transitions with every LeRobot key the learner reads."""
     rng = np.random.default_rng(seed)
     return {

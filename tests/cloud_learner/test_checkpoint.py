@@ -28,8 +28,13 @@ CPU = torch.device("cpu")
 
 def _settings(algorithm: str, **kw: object) -> LearnerSettings:
     base: dict[str, object] = dict(
-        algorithm=algorithm, min_transitions=10, batch_size=16, log_every_updates=1,
-        publish_every_updates=5, checkpoint_every_updates=10, keep_checkpoints=2,
+        algorithm=algorithm,
+        min_transitions=10,
+        batch_size=16,
+        log_every_updates=1,
+        publish_every_updates=5,
+        checkpoint_every_updates=10,
+        keep_checkpoints=2,
         policy={"state_dim": 5, "action_dim": 2, "hidden": 32, "num_tasks": 2},
     )
     if algorithm == "recap":
@@ -39,9 +44,14 @@ def _settings(algorithm: str, **kw: object) -> LearnerSettings:
 
 
 def _learner(run_dir: Path, settings: LearnerSettings) -> Learner:
-    return Learner(run_dir, build_algorithm(settings, CPU),
-                   InMemorySource(columns(num_tasks=2), seed=1), InMemoryWeightPublisher(),
-                   settings, model_config(settings))
+    return Learner(
+        run_dir,
+        build_algorithm(settings, CPU),
+        InMemorySource(columns(num_tasks=2), seed=1),
+        InMemoryWeightPublisher(),
+        settings,
+        model_config(settings),
+    )
 
 
 def _flat(state: object, prefix: str = "") -> dict[str, object]:
@@ -84,8 +94,9 @@ def test_round_trip_is_bit_exact_and_training_continues_identically(
     b.run()
     b.close()
     # Same RNG, sampler and optimizer state -> the continued run matches the uninterrupted one.
-    for (k, x), (_, y) in zip(a.algorithm.get_weights().items(),
-                              b.algorithm.get_weights().items(), strict=True):
+    for (k, x), (_, y) in zip(
+        a.algorithm.get_weights().items(), b.algorithm.get_weights().items(), strict=True
+    ):
         assert torch.equal(x, y), k
 
 
@@ -137,7 +148,8 @@ def test_incompatible_config_names_the_keys(tmp_path: Path) -> None:
     learner.run()
     learner.close()
     changed = _settings(
-        "hg_dagger", policy={"state_dim": 5, "action_dim": 2, "hidden": 64, "num_tasks": 2},
+        "hg_dagger",
+        policy={"state_dim": 5, "action_dim": 2, "hidden": 64, "num_tasks": 2},
         algorithm_config={"lr": 0.1},
     )
     with pytest.raises(IncompatibleCheckpoint) as err:
@@ -154,10 +166,14 @@ def test_mismatching_tensors_are_named(tmp_path: Path) -> None:
     learner.close()
     state = CheckpointManager(tmp_path).load()
     other = build_algorithm(
-        _settings("hg_dagger", policy={"state_dim": 5, "action_dim": 3, "hidden": 32,
-                                       "num_tasks": 2}), CPU
+        _settings(
+            "hg_dagger", policy={"state_dim": 5, "action_dim": 3, "hidden": 32, "num_tasks": 2}
+        ),
+        CPU,
     )
-    with pytest.raises(ValueError, match=r"head\.4\.weight: expected shape \(3, 32\), got \(2, 32\)"):
+    with pytest.raises(
+        ValueError, match=r"head\.4\.weight: expected shape \(3, 32\), got \(2, 32\)"
+    ):
         other.load_state_dict(state.algorithm)
 
 

@@ -98,8 +98,14 @@ def test_recap_value_loss_and_policy_loss_by_hand() -> None:
     policy = constant_policy([0.0], indicator=True)
     algo = RECAP(
         policy,
-        RECAPConfig(failure_penalty=10.0, return_scale=0.1, indicator_dropout=0.0, lr=0.0,
-                    value_lr=0.0, positive_fraction=0.5),
+        RECAPConfig(
+            failure_penalty=10.0,
+            return_scale=0.1,
+            indicator_dropout=0.0,
+            lr=0.0,
+            value_lr=0.0,
+            positive_fraction=0.5,
+        ),
     )
     for net in (algo.value, algo.value_target):
         with torch.no_grad():
@@ -186,5 +192,7 @@ def test_sac_update_reduces_critic_error_on_a_fixed_batch() -> None:
 
 def test_sac_rejects_a_subset_larger_than_the_ensemble() -> None:
     with pytest.raises(ValueError, match="critic_subset"):
-        SACRLPD(GaussianPolicy(PolicySpec(state_dim=2, action_dim=1)),
-                SACConfig(num_critics=2, critic_subset=3))
+        SACRLPD(
+            GaussianPolicy(PolicySpec(state_dim=2, action_dim=1)),
+            SACConfig(num_critics=2, critic_subset=3),
+        )

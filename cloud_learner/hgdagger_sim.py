@@ -1,0 +1,284 @@
+"""HG-DAgger on a simulated Meta-World robot with a simulated operator, end to end.
+
+Start: behaviour cloning on a few expert demonstrations (a weak policy). Then rounds of:
+the robot runs the novice (weights as published by the learner), the simulated operator
+takes over when the novice strays (:mod:`cloud_learner.sim_operator`), the labelled steps
+join the learner's data, and the learner trains and publishes the next version. Evaluation
+runs held-out seeded episodes where the operator never acts.
+
+Also trains the baseline: plain BC on expert demonstrations with the same number of operator
+labels and the same number of updates.
+
+``python -m cloud_learner.hgdagger_sim`` prints the table used in the closing note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cloud_learner.algorithms import HGDAgger, HGDAggerConfig
+from cloud_learner.config import LearnerSettings
+from cloud_learner.evaluation import evaluate_metaworld, make_metaworld_env, scripted_expert
+from cloud_learner.loop import Learner
+from cloud_learner.policies import MLPPolicy, PolicySpec
+from cloud_learner.publisher import InMemoryWeightPublisher
+from cloud_learner.sim_operator import SimulatedOperator
+from cloud_learner.sources import InMemorySource
+
+
+@dataclass
+class SimConfig:
+    env_name: str = "reach-v3"
+    max_episode_steps: int = 150
+    initial_demos: int = 2
+    initial_updates: int = 300
+    episodes_per_round: int = 10
+    updates_per_round: int = 300
+    max_rounds: int = 8
+    eval_seeds: list[int] = field(default_factory=lambda: list(range(10_000, 10_040)))
+    target_success: float = 0.9
+    batch_size: int = 128
+    hidden: int = 128
+    lr: float = 1e-3
+    seed: int = 0
+    min_state_std: float = 0.05
+
+
+Rows = dict[str, list[Any]]
+
+
+def _empty_rows() -> Rows:
+    keys = [
+        "observation.state",
+        "next.observation.state",
+        "action",
+        "task_index",
+        "is_intervention",
+        "is_demonstration",
+        "reward",
+        "terminated",
+        "truncated",
+        "episode_index",
+        "frame_index",
+    ]
+    return {k: [] for k in keys}
+
+
+def run_episode(
+    env: Any,
+    expert: Any,
+    seed: int,
+    episode_index: int,
+    rows: Rows,
+    novice: MLPPolicy | None,
+    operator: SimulatedOperator | None,
+    max_steps: int,
+) -> tuple[int, int, bool]:
+    """One episode; novice None = pure expert demonstration. Returns (steps, labels, success)."""
+    obs, _ = env.reset(seed=seed)
+    if operator is not None:
+        operator.reset()
+    labels = 0
+    success = False
+    for t in range(max_steps):
+        expert_action = np.clip(expert.get_action(obs), -1, 1).astype(np.float32)
+        if novice is None or operator is None:
+            action, inter = expert_action, True
+        else:
+            proposal = np.clip(novice.act({"observation.state": obs.astype(np.float32)}, 0), -1, 1)
+            decision = operator.step(proposal, expert_action)
+            action, inter = decision.action, decision.is_intervention
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        success = info.get("success", 0.0) >= 1.0
+        rows["observation.state"].append(obs.astype(np.float32))
+        rows["next.observation.state"].append(next_obs.astype(np.float32))
+        rows["action"].append(action)
+        rows["task_index"].append(0)
+        rows["is_intervention"].append(inter)
+        rows["is_demonstration"].append(novice is None)
+        rows["reward"].append(float(success))
+        rows["terminated"].append(bool(success or terminated))
+        rows["truncated"].append(bool(truncated and not success))
+        rows["episode_index"].append(episode_index)
+        rows["frame_index"].append(t)
+        labels += int(inter)
+        obs = next_obs
+        if success or terminated or truncated:
+            break
+    return t + 1, labels, success
+
+
+def _to_columns(rows: Rows) -> dict[str, np.ndarray]:
+    out = {k: np.asarray(v) for k, v in rows.items()}
+    out["task_index"] = out["task_index"].astype(np.int64)
+    return out
+
+
+def _settings(cfg: SimConfig) -> LearnerSettings:
+    return LearnerSettings.model_validate(
+        dict(
+            algorithm="hg_dagger",
+            device="cpu",
+            seed=cfg.seed,
+            batch_size=cfg.batch_size,
+            min_transitions=1,
+            publish_every_updates=10**9,
+            publish_every_seconds=1e9,
+            checkpoint_every_updates=10**9,
+            log_every_updates=50,
+            algorithm_config={"lr": cfg.lr},
+            policy={"state_dim": 39, "action_dim": 4, "hidden": cfg.hidden, "depth": 2},
+        )
+    )
+
+
+def _make_learner(cfg: SimConfig, run_dir: Path, columns: dict[str, np.ndarray]) -> Learner:
+    settings = _settings(cfg)
+    torch.manual_seed(cfg.seed)
+    spec = PolicySpec(state_dim=39, action_dim=4, hidden=cfg.hidden, depth=2)
+    policy = MLPPolicy(spec)
+    policy.set_state_normalization(columns["observation.state"], min_std=cfg.min_state_std)
+    algo = HGDAgger(policy, HGDAggerConfig(lr=cfg.lr))
+    learner = Learner(
+        run_dir,
+        algo,
+        InMemorySource(columns, seed=cfg.seed),
+        InMemoryWeightPublisher(),
+        settings,
+        {"algorithm": "hg_dagger"},
+    )
+    learner.start(resume=False)
+    return learner
+
+
+def _train(learner: Learner, updates: int) -> None:
+    learner.settings = learner.settings.model_copy(update={"max_updates": learner.step + updates})
+    learner.run()
+    learner._publish()  # a new version for the robot after every round
+
+
+def _success(policy: MLPPolicy, cfg: SimConfig) -> float:
+    return evaluate_metaworld(policy, [cfg.env_name], cfg.eval_seeds, cfg.max_episode_steps)[
+        0
+    ].success_rate
+
+
+def run(cfg: SimConfig, run_dir: Path) -> dict[str, Any]:
+    """The whole experiment; returns a JSON-able summary (rounds, env steps, minutes, baseline)."""
+    t0 = time.monotonic()
+    env = make_metaworld_env(cfg.env_name, cfg.seed, cfg.max_episode_steps)
+    expert = scripted_expert(cfg.env_name)
+    rows = _empty_rows()
+    env_steps = labels = episodes = 0
+    for i in range(cfg.initial_demos):
+        n, lab, _ = run_episode(
+            env, expert, 1000 + i, episodes, rows, None, None, cfg.max_episode_steps
+        )
+        env_steps, labels, episodes = env_steps + n, labels + lab, episodes + 1
+    learner = _make_learner(cfg, run_dir / "hg_dagger", _to_columns(rows))
+    _train(learner, cfg.initial_updates)
+    robot_policy = MLPPolicy(PolicySpec(state_dim=39, action_dim=4, hidden=cfg.hidden, depth=2))
+    publisher = learner.publisher
+    assert isinstance(publisher, InMemoryWeightPublisher)
+    robot_policy.set_weights(publisher.versions[publisher.latest_version()])
+    history = [
+        {
+            "round": 0,
+            "env_steps": env_steps,
+            "labels": labels,
+            "success": _success(robot_policy, cfg),
+            "policy_version": learner.version,
+        }
+    ]
+    operator = SimulatedOperator(takeover_threshold=0.3, handback_steps=5)
+    source = learner.source
+    assert isinstance(source, InMemorySource)
+    for r in range(1, cfg.max_rounds + 1):
+        if history[-1]["success"] >= cfg.target_success:
+            break
+        new = _empty_rows()
+        for _ in range(cfg.episodes_per_round):
+            n, lab, _ = run_episode(
+                env,
+                expert,
+                2000 + episodes,
+                episodes,
+                new,
+                robot_policy,
+                operator,
+                cfg.max_episode_steps,
+            )
+            env_steps, labels, episodes = env_steps + n, labels + lab, episodes + 1
+        source.extend(_to_columns(new))
+        _train(learner, cfg.updates_per_round)
+        robot_policy.set_weights(publisher.versions[publisher.latest_version()])
+        history.append(
+            {
+                "round": r,
+                "env_steps": env_steps,
+                "labels": labels,
+                "success": _success(robot_policy, cfg),
+                "policy_version": learner.version,
+            }
+        )
+    minutes = (time.monotonic() - t0) / 60
+    total_updates = learner.step
+    learner.close()
+
+    # Baseline: expert demonstrations only, same number of labels, same number of updates.
+    demo_rows = _empty_rows()
+    bc_labels = bc_eps = 0
+    while bc_labels < labels:
+        _, lab, _ = run_episode(
+            env, expert, 5000 + bc_eps, bc_eps, demo_rows, None, None, cfg.max_episode_steps
+        )
+        bc_labels, bc_eps = bc_labels + lab, bc_eps + 1
+    cols = {k: v[:labels] for k, v in _to_columns(demo_rows).items()}
+    bc = _make_learner(cfg, run_dir / "bc", cols)
+    _train(bc, total_updates)
+    bc_policy = bc.algorithm.policy
+    assert isinstance(bc_policy, MLPPolicy)
+    bc_success = _success(bc_policy, cfg)
+    bc.close()
+    env.close()
+    return {
+        "history": history,
+        "final_success": history[-1]["success"],
+        "env_steps": env_steps,
+        "operator_labels": labels,
+        "updates": total_updates,
+        "minutes": minutes,
+        "bc_same_labels_success": bc_success,
+        "bc_episodes": bc_eps,
+        "config": asdict(cfg),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--max-rounds", type=int, default=SimConfig.max_rounds)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as d:
+        result = run(SimConfig(max_rounds=args.max_rounds), Path(d))
+    for h in result["history"]:
+        print(
+            f"round {h['round']}: env steps {h['env_steps']}, labels {h['labels']}, "
+            f"success {h['success']:.0%}"
+        )
+    print(json.dumps({k: v for k, v in result.items() if k != "history"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
