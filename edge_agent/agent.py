@@ -215,6 +215,7 @@ class EdgeAgent:
             beat_stop.set()
             if beat_thread is not None:
                 beat_thread.join(5)
+                self._beat()  # the final numbers of this run
         return self.report()
 
     # -- the loop ----------------------------------------------------------------------------
@@ -366,12 +367,15 @@ class EdgeAgent:
             f.write(json.dumps(line) + "\n")
 
     def _beat_loop(self, stop: threading.Event) -> None:
-        assert self.heartbeat is not None
         while not stop.wait(self.settings.heartbeat_interval_s):
-            try:
-                self.heartbeat(self.state, self.applied_version, self.report())
-            except Exception as exc:  # a cloud outage must not stop the robot
-                log.debug("heartbeat failed: %s", exc)
+            self._beat()
+
+    def _beat(self) -> None:
+        assert self.heartbeat is not None
+        try:
+            self.heartbeat(self.state, self.applied_version, self.report())
+        except Exception as exc:  # a cloud outage must not stop the robot
+            log.info("heartbeat failed: %s", exc)
 
 
 def _final(next_obs: Observation) -> dict[str, Any]:

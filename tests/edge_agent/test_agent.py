@@ -263,3 +263,42 @@ def test_weights_that_do_not_fit_keep_the_running_version(tmp_path):
     assert agent.stats.weight_errors == 1
     assert rows.column("policy_version").to_pylist()[-3:] == [1, 1, 1]
     assert torch.allclose(policy.bias, torch.full((4,), 0.5))
+
+
+def test_a_step_the_buffer_would_refuse_is_dropped_counted_and_leaves_no_seq_gap(tmp_path):
+    class GlitchyRobot(FakeRobot):
+        """A sensor glitch: NaN in the observation at one step."""
+
+        def get_observation(self):
+            obs = super().get_observation()
+            if self.episode.frame_index == 3:
+                obs["observation.state"][1] = np.nan
+            return obs
+
+    agent = make_agent(tmp_path, GlitchyRobot(episode_steps=6), BiasPolicy())
+    rows = run_and_rows(agent)
+    assert agent.uplink.stats.invalid == 1
+    assert agent.report()["invalid_steps"] == 1.0
+    assert rows.column("frame_index").to_pylist() == [0, 1, 2, 4, 5]
+    assert rows.column("seq").to_pylist() == list(range(5))
+
+
+def test_heartbeats_carry_loop_statistics_and_the_applied_version(tmp_path):
+    beats = []
+    staged = StagedWeights()
+    staged.offer(3, {"bias": torch.zeros(4)})
+    agent = make_agent(
+        tmp_path,
+        FakeRobot(episode_steps=30),
+        BiasPolicy(),
+        weights=staged,
+        settings=EdgeSettings(control_hz=100.0, heartbeat_interval_s=0.05),
+    )
+    agent.heartbeat = lambda state, version, stats: beats.append((state, version, dict(stats)))
+    agent.run(episodes=1)
+    assert len(beats) >= 3
+    assert any(state == "running" for state, _, _ in beats)
+    state, version, stats = beats[-1]
+    assert state == "stopped" and version == 3
+    assert stats["steps"] == 30.0 and stats["latency_p99_ms"] >= stats["latency_p50_ms"] > 0
+    assert stats["overruns"] >= 0 and 0 < stats["loop_hz"] <= 110
