@@ -669,7 +669,9 @@ class ReplayBuffer:
         """Sample sequences for action chunks, n-step returns and frame stacks.
 
         Each sequence starts at a sampled step ``t`` and covers steps ``t - history`` ..
-        ``t + length - 1`` of the SAME episode, following true successor/predecessor links.
+        ``t + length - 1`` of the SAME episode, following true successor/predecessor links
+        (forward only through transitions whose successor is stored, so the newest step of a
+        still-running episode never ends a sequence).
         Positions past either end of the episode repeat the nearest valid step and are marked
         ``False`` in ``mask`` (like LeRobot's ``action_is_pad``); nothing crosses an episode
         boundary.
@@ -712,6 +714,7 @@ class ReplayBuffer:
         with self._lock:
             nxt_col, prv_col = idx.cols["next_row"], idx.cols["prev_row"]
             term, trunc = idx.cols["terminated"], idx.cols["truncated"]
+            elig = idx.cols["eligible"]
             visible = self.visible
         B, T = len(starts), history + length
         grid = np.empty((B, T), dtype=np.int64)
@@ -731,6 +734,8 @@ class ReplayBuffer:
             li = cur - b
             n = nxt_col[li]
             ok &= ~(term[li] | trunc[li]) & (n >= 0) & (n < visible)
+            # Only steps whose own successor is known, so the last one can bootstrap.
+            ok &= elig[np.where(ok, n, cur) - b]
             cur = np.where(ok, n, cur)
             grid[:, j] = cur
             mask[:, j] = ok
@@ -742,6 +747,8 @@ class ReplayBuffer:
         for k in _SCALAR_OUT:
             res[k] = idx.cols[k][li].reshape(B, T)
         res["task"] = np.asarray(idx.tasks.names, dtype=object)[idx.cols["task"][li]].reshape(B, T)
+        robots = np.asarray(idx.robots.names, dtype=object)
+        res["robot_id"] = robots[idx.cols["robot"][li]].reshape(B, T)
         res["mask"] = mask
         last = grid[np.arange(B), history + mask[:, history:].sum(axis=1) - 1]
         # A step past the episode end never came; the last valid one bootstraps.

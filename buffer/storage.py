@@ -398,6 +398,8 @@ class TieredStorage:
         for c_i, sel in groups:
             chunk, arrs = chunks[c_i], arrays[c_i]
             local = rows - chunk.first_row if sel is None else rows[sel] - chunk.first_row
+            if local.min() < 0 or local.max() >= chunk.capacity:
+                raise IndexError(f"rows outside chunk [{chunk.first_row}, +{chunk.capacity})")
             contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
             for k in names:
                 if sel is None:
