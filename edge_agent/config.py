@@ -43,12 +43,6 @@ class EdgeSettings(BaseModel):
     batch_max_delay_s: float = Field(
         default=0.5, gt=0, description="A partial batch is spooled after this long."
     )
-    upload_window_batches: int = Field(
-        default=8, ge=1, description="Batches in flight before waiting for an ack."
-    )
-    reconnect_backoff_s: float = Field(
-        default=0.2, gt=0, description="First reconnect delay; doubles up to 5 s."
-    )
     heartbeat_interval_s: float = Field(default=1.0, gt=0, description="Heartbeat period.")
 
     # --- HG-DAgger gating (simulated operator)
