@@ -1,1 +1,14 @@
-"""Edge agent: control loop, intervention sources, episode recording, uplink spool, weight apply."""
+"""Edge agent: control loop, intervention sources, episode recording, uplink spool, weight apply.
+
+Start with :mod:`edge_agent.core` (every seam and the step, in one file). Then:
+
+* :mod:`edge_agent.agent` - :class:`~edge_agent.agent.EdgeAgent`, the control loop.
+* :mod:`edge_agent.gating` - HG-DAgger takeover / handback rule.
+* :mod:`edge_agent.operators` - scripted expert, keyboard (pynput), gamepad (pygame).
+* :mod:`edge_agent.inference` - local and remote (deadline + safe hold) policy runners.
+* :mod:`edge_agent.spool` / :mod:`edge_agent.uplink` - durable bounded spool owning ``seq``;
+  comms' ``Uploader`` streams it.
+* :mod:`edge_agent.build` - one builder for ``robofleet edge`` (:mod:`edge_agent.main`) and the
+  Ray actor (:mod:`edge_agent.ray_actor`).
+* :mod:`edge_agent.latency_report` - control-loop p50/p99 of N agents on one machine.
+"""
