@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 
 
-def _spawn_server(directory: Path, sock: Path) -> tuple[subprocess.Popen[str], dict[str, Any], float]:
+def _spawn_server(
+    directory: Path, sock: Path
+) -> tuple[subprocess.Popen[str], dict[str, Any], float]:
     t0 = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "buffer.crash_worker", "server", str(directory), str(sock)],
@@ -161,7 +163,11 @@ def main(argv: Sequence[str]) -> int:
         t.add_row("stored steps after last restart", f"{result['stored_steps']:,}", ">= acked")
         t.add_row("acknowledged but lost", str(result["acked_lost"]), "0")
         t.add_row("stored twice", str(result["duplicates"]), "0")
-        t.add_row("recovery (open) p50 / max, s", f"{result['recovery_seconds_p50']:.3f} / {result['recovery_seconds_max']:.3f}", "")
+        t.add_row(
+            "recovery (open) p50 / max, s",
+            f"{result['recovery_seconds_p50']:.3f} / {result['recovery_seconds_max']:.3f}",
+            "",
+        )
         t.add_row("restart incl. process start p50, s", f"{result['restart_seconds_p50']:.3f}", "")
         Console().print(t)
     sys.stdout.flush()

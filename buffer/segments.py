@@ -76,6 +76,8 @@ class MappedSegment:
     def __init__(self, path: Path, expected_rows: int | None = None) -> None:
         self.path = path
         self.file_bytes = path.stat().st_size
+        self._offsets: dict[str, int] = {}
+        self._fd = -1
         with open(path, "rb") as f:
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
@@ -102,6 +104,42 @@ class MappedSegment:
         if arr.dtype != dtype:
             raise CorruptDataError(f"{self.path}: column {name} has dtype {arr.dtype}")
         return arr.reshape((len(col), *shape))
+
+    def column_offset(self, name: str) -> int:
+        """Byte offset in the file of the values of fixed-size-list column ``name``."""
+        off = self._offsets.get(name)
+        if off is None:
+            col = self.batch.column(name)
+            values = col.values
+            width = values.type.byte_width
+            buf = values.buffers()[1]
+            base = pa.py_buffer(self._mm).address
+            off = (
+                int(buf.address - base) + (values.offset + col.offset * col.type.list_size) * width
+            )
+            self._offsets[name] = off
+        return off
+
+    def read_rows(self, name: str, rows: np.ndarray, out: np.ndarray) -> None:
+        """Copy rows of a fixed-size-list column into ``out`` with pread, not through the map.
+
+        Touching the mapping would fault whole page-cache folios into this process (hundreds
+        of KiB per row on kernels with large folios), which the memory budget cannot afford;
+        pread copies exactly the row.
+        """
+        base = self.column_offset(name)
+        flat = out.reshape(len(rows), -1).view(np.uint8)
+        nbytes = flat.shape[1]
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        for i, r in enumerate(rows.tolist()):
+            got = os.preadv(self._fd, [flat[i]], base + r * nbytes)
+            if got != nbytes:
+                raise CorruptDataError(f"{self.path}: short read of {name} row {r}")
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
 
     def release_pages(self) -> None:
         self._mm.madvise(mmap.MADV_DONTNEED)

@@ -33,6 +33,7 @@ from buffer.schema import FINAL_PREFIX, StepSchema
 from buffer.segments import MappedSegment
 
 _PAGE = mmap.PAGESIZE
+_FAULT_WINDOW = 64 * 1024  # the kernel's default fault-around: cached pages mapped per fault
 
 
 def anon_array(shape: tuple[int, ...], dtype: np.dtype[Any], populate: bool = False) -> np.ndarray:
@@ -87,6 +88,7 @@ class Chunk:
     heat: float = 0.0
     touched_bytes: int = 0
     row_bytes: int = 0
+    small_row_bytes: int = 0
 
     @property
     def end(self) -> int:
@@ -95,9 +97,17 @@ class Chunk:
     @property
     def resident_bytes(self) -> int:
         if not self.hot:
-            return 0
+            return self.n * self.small_row_bytes
         # An open tail is pre-faulted at full capacity; a sealed chunk holds n rows.
         return (self.n if self.sealed else self.capacity) * self.row_bytes
+
+
+class ColdArrays(dict[str, np.ndarray]):
+    """The arrays of a cold chunk; ``seg`` reads its large columns with pread (see gather)."""
+
+    def __init__(self, seg: MappedSegment) -> None:
+        super().__init__()
+        self.seg = seg
 
 
 def decode_finals(
@@ -134,6 +144,7 @@ class TieredStorage:
         self.schema = schema
         self.specs = schema.payload
         self.row_bytes = sum(f.nbytes for f in self.specs.values())
+        self.small_row_bytes = sum(f.nbytes for f in self.specs.values() if f.nbytes < _PAGE)
         self.budget = budget_bytes
         self.hot_limit = int(budget_bytes * hot_fraction)
         self.lock = lock
@@ -149,6 +160,7 @@ class TieredStorage:
         self.promotions = 0
         self.evictions = 0
         self.spare_bytes = 0
+        self.file_rss_base = _rss_file() or 0
 
     # -- construction -------------------------------------------------------------------
     def allocate(self, capacity: int, populate: bool = True) -> dict[str, np.ndarray]:
@@ -162,12 +174,38 @@ class TieredStorage:
     ) -> Chunk:
         if arrays is None:
             arrays = self.allocate(capacity)
-        chunk = Chunk(first_row, capacity, arrays, row_bytes=self.row_bytes)
+        chunk = Chunk(
+            first_row,
+            capacity,
+            arrays,
+            row_bytes=self.row_bytes,
+            small_row_bytes=self.small_row_bytes,
+        )
         self._add_chunk(chunk)
         return chunk
 
+    def _cold_arrays(
+        self, seg: MappedSegment, hot: dict[str, np.ndarray] | None
+    ) -> dict[str, np.ndarray]:
+        """Large columns as mmap views; small ones (< 1 page per row) copied into RAM.
+
+        Small columns stay resident because one touch of a cold row would otherwise map a
+        whole fault-around window (64 KiB) per column; they are tiny next to camera frames.
+        """
+        out = ColdArrays(seg)
+        for k, f in self.specs.items():
+            if f.nbytes >= _PAGE:
+                out[k] = seg.column_view(k, f.shape, f.dtype)
+            elif hot is not None:
+                out[k] = hot[k][: seg.num_rows].copy()
+            else:
+                out[k] = seg.column_view(k, f.shape, f.dtype).copy()
+        if hot is None:
+            seg.release_pages()
+        return out
+
     def add_cold(self, seg: MappedSegment, first_row: int) -> Chunk:
-        arrays = {k: seg.column_view(k, f.shape, f.dtype) for k, f in self.specs.items()}
+        arrays = self._cold_arrays(seg, None)
         chunk = Chunk(
             first_row,
             seg.num_rows,
@@ -179,6 +217,7 @@ class TieredStorage:
             mapped=seg,
             finals=decode_finals(self.schema, seg.batch, first_row),
             row_bytes=self.row_bytes,
+            small_row_bytes=self.small_row_bytes,
         )
         self._add_chunk(chunk)
         return chunk
@@ -254,8 +293,7 @@ class TieredStorage:
         assert chunk.sealed and chunk.path is not None
         if chunk.mapped is None:
             chunk.mapped = MappedSegment(chunk.path, chunk.n)
-        seg = chunk.mapped
-        chunk.arrays = {k: seg.column_view(k, f.shape, f.dtype) for k, f in self.specs.items()}
+        chunk.arrays = self._cold_arrays(chunk.mapped, chunk.arrays)
         chunk.hot = False
         chunk.touched_bytes = 0
         self.evictions += 1
@@ -299,8 +337,11 @@ class TieredStorage:
         with open(seg.path, "rb") as f:
             for name, spec in self.specs.items():
                 view = chunk.arrays[name]
+                if spec.nbytes < _PAGE:  # small columns of cold chunks are in RAM already
+                    arrays[name] = view
+                    continue
                 dst = anon_array(view.shape, spec.dtype)
-                offset = _file_offset(seg, name)
+                offset = seg.column_offset(name)
                 f.seek(offset)
                 f.readinto(memoryview(dst.reshape(-1)).cast("B"))
                 arrays[name] = dst
@@ -394,6 +435,17 @@ class TieredStorage:
                     np.concatenate([[0], bounds]), np.concatenate([bounds, [n]]), strict=True
                 )
             ]
+        big = [k for k in names if self.specs[k].nbytes >= _PAGE]
+        cold_rows = sum(
+            len(rows) if sel is None else len(sel)
+            for c_i, sel in groups
+            if not isinstance(arrays[c_i], ColdArrays)
+            and (not chunks[c_i].hot or chunks[c_i].arrays is not arrays[c_i])
+        )
+        if cold_rows and big:
+            # Make room BEFORE faulting pages in, so the peak stays inside the budget.
+            per_row = sum(_FAULT_WINDOW * (self.specs[k].nbytes // _FAULT_WINDOW + 2) for k in big)
+            self._account_cold(0, upcoming=cold_rows * per_row)
         touched = 0
         for c_i, sel in groups:
             chunk, arrs = chunks[c_i], arrays[c_i]
@@ -401,8 +453,18 @@ class TieredStorage:
             if local.min() < 0 or local.max() >= chunk.capacity:
                 raise IndexError(f"rows outside chunk [{chunk.first_row}, +{chunk.capacity})")
             contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
+            mapped = arrs.seg if isinstance(arrs, ColdArrays) else None
             for k in names:
-                if sel is None:
+                if mapped is not None and self.specs[k].nbytes >= _PAGE:
+                    if sel is None:
+                        mapped.read_rows(k, local, out[k])
+                    elif contiguous:
+                        mapped.read_rows(k, local, out[k][sel[0] : sel[-1] + 1])
+                    else:
+                        tmp = np.empty((len(local), *self.specs[k].shape), self.specs[k].dtype)
+                        mapped.read_rows(k, local, tmp)
+                        out[k][sel] = tmp
+                elif sel is None:
                     np.take(arrs[k], local, axis=0, out=out[k], mode="clip")
                 elif contiguous:
                     np.take(arrs[k], local, axis=0, out=out[k][sel[0] : sel[-1] + 1], mode="clip")
@@ -415,28 +477,36 @@ class TieredStorage:
                     self.hits += len(local)
                 else:
                     self.misses += len(local)
-            if not hot and chunk.mapped is not None:
-                per_row = sum(_pages(self.specs[k].nbytes) for k in names)
+            if mapped is None and not hot and chunk.mapped is not None and big:
+                per_row = sum(_pages(self.specs[k].nbytes) for k in big)
                 chunk.touched_bytes += per_row * len(local)
                 touched += per_row * len(local)
         if touched:
             self._account_cold(touched)
         return out
 
-    def _account_cold(self, touched: int) -> None:
+    def _account_cold(self, touched: int, upcoming: int = 0) -> None:
+        """Keep resident cold pages inside ``budget - hot bytes``.
+
+        The kernel maps more than the rows touched (fault-around maps up to 64 KiB of cached
+        file pages around each fault), so the real figure comes from the process's file-backed
+        RSS (``RssFile`` in /proc/self/status) above its level when the buffer opened.
+        """
         with self.lock:
             self.cold_touched += touched
             allowance = max(self.budget - self.hot_bytes(), 0)
-            if self.cold_touched <= allowance:
+            measured = _rss_file() - self.file_rss_base
+            resident = max(measured, self.cold_touched if self.file_rss_base == 0 else 0)
+            if resident + upcoming <= allowance:
                 return
-            for c in sorted(self.chunks, key=lambda c: -c.touched_bytes):
-                if c.touched_bytes == 0 or self.cold_touched <= allowance // 2:
-                    break
-                if c.mapped is not None and not c.hot:
+            for c in self.chunks:
+                if c.mapped is not None and not c.hot and c.touched_bytes:
                     c.mapped.release_pages()
                     self.page_releases += 1
-                self.cold_touched -= c.touched_bytes
-                c.touched_bytes = 0
+                    c.touched_bytes = 0
+            self.cold_touched = 0
+            # What stays file-resident now is not ours (libraries loaded meanwhile): rebase.
+            self.file_rss_base = max(self.file_rss_base, _rss_file())
 
     def finals_for(
         self, rows: np.ndarray, chunks: list[Chunk], starts: np.ndarray
@@ -450,6 +520,18 @@ class TieredStorage:
             if f is not None:
                 out[r] = f
         return out
+
+
+def _rss_file() -> int:
+    """File-backed resident bytes of this process (Linux), or 0 where unknown."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"RssFile:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _increasing(sel: np.ndarray) -> bool:
@@ -468,11 +550,3 @@ def _fixed_to_numpy(col: pa.Array, f: Any, fill: np.ndarray | None = None) -> np
         valid = ~col.is_null().to_numpy(zero_copy_only=False)
         arr = np.where(valid.reshape((-1,) + (1,) * len(f.shape)), arr, fill)
     return arr
-
-
-def _file_offset(seg: MappedSegment, name: str) -> int:
-    col = seg.batch.column(name)
-    buf = col.values.buffers()[1]
-    base = pa.py_buffer(seg._mm).address  # noqa: SLF001 - same module family
-    start = col.offset * col.type.list_size * col.values.type.byte_width
-    return int(buf.address - base + col.values.offset * col.values.type.byte_width + start)

@@ -11,11 +11,11 @@ from buffer import BufferSettings, ReplayBuffer, StepSchema
 IMAGE = (6, 5, 3)
 
 
-def small_schema(**kw: Any) -> StepSchema:
+def small_schema(image: tuple[int, int, int] = IMAGE, **kw: Any) -> StepSchema:
     return StepSchema.from_features(
         {
             "observation.state": {"dtype": "float32", "shape": (3,), "names": ["x", "y", "z"]},
-            "observation.images.front": {"dtype": "image", "shape": IMAGE},
+            "observation.images.front": {"dtype": "image", "shape": image},
         },
         {"action": {"dtype": "float32", "shape": (2,)}},
         **kw,
@@ -37,6 +37,7 @@ def step(
     episode: int,
     frame: int,
     *,
+    image: tuple[int, int, int] = IMAGE,
     terminated: bool = False,
     truncated: bool = False,
     intervention: bool = False,
@@ -59,12 +60,12 @@ def step(
         "is_intervention": intervention,
         "policy_version": policy_version,
         "observation.state": np.full(3, v, dtype=np.float32),
-        "observation.images.front": np.full(IMAGE, seq % 251, dtype=np.uint8),
+        "observation.images.front": np.full(image, seq % 251, dtype=np.uint8),
         "action": np.full(2, v, dtype=np.float32),
     }
     if terminated or truncated:
         rec["next.observation.state"] = np.full(3, final_value(robot, seq), dtype=np.float32)
-        rec["next.observation.images.front"] = np.full(IMAGE, 255, dtype=np.uint8)
+        rec["next.observation.images.front"] = np.full(image, 255, dtype=np.uint8)
     return rec
 
 
