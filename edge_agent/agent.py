@@ -194,6 +194,8 @@ class EdgeAgent:
         if task is not None and task not in self.tasks:
             raise ValueError(f"task {task!r} is not one of {self.tasks}")
         self._stop.clear()
+        if self.settings.realtime_priority is not None:
+            _set_realtime(self.settings.realtime_priority)
         self.driver.connect()
         beat_stop = threading.Event()
         beat_thread = None
@@ -376,6 +378,16 @@ class EdgeAgent:
             self.heartbeat(self.state, self.applied_version, self.report())
         except Exception as exc:  # a cloud outage must not stop the robot
             log.info("heartbeat failed: %s", exc)
+
+
+def _set_realtime(priority: int) -> None:
+    """SCHED_FIFO for the calling thread (pid 0 = this thread on Linux); warn when refused."""
+    import os
+
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except (AttributeError, PermissionError, OSError) as exc:
+        log.warning("control thread keeps the default scheduler (SCHED_FIFO refused: %s)", exc)
 
 
 def _final(next_obs: Observation) -> dict[str, Any]:

@@ -90,6 +90,15 @@ class EdgeSettings(BaseModel):
             "the robot until it ends, so an operator's rerecord discards it completely."
         ),
     )
+    realtime_priority: int | None = Field(
+        default=None,
+        ge=1,
+        le=99,
+        description=(
+            "Run the control thread under SCHED_FIFO at this priority (Linux, needs "
+            "CAP_SYS_NICE), as real-time robot stacks do; None keeps the default scheduler."
+        ),
+    )
     max_episode_steps: int | None = Field(
         default=None, gt=0, description="Override the driver's episode length."
     )
