@@ -166,7 +166,7 @@ def bench_ingest(
 def _time_calls(fn: Any, seconds: float, min_calls: int = 5) -> float:
     """Median seconds per call over about ``seconds`` of calls."""
     fn()
-    times = []
+    times: list[float] = []
     t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end or len(times) < min_calls:
         t = time.perf_counter()

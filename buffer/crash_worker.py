@@ -121,7 +121,7 @@ def serve(directory: str, socket_path: str) -> int:
                 try:
                     batch = ipc.read_record_batch(pa.py_buffer(payload), schema.arrow_schema)
                     res = buf.append(batch)
-                    reply = {"acked": res.acked}
+                    reply: dict[str, object] = {"acked": res.acked}
                 except Exception as exc:  # noqa: BLE001 - reported to the writer
                     reply = {"error": f"{type(exc).__name__}: {exc}"}
                 conn.send_bytes(json.dumps(reply).encode())

@@ -314,7 +314,18 @@ class StepSchema:
             cols.append(col)
         out = pa.RecordBatch.from_arrays(cols, schema=self.arrow_schema)
         self._check_values(out)
-        return out
+        return self._fill_optional_actions(out)
+
+    def _fill_optional_actions(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        """An absent ``action.policy``/``action.operator`` equals the executed ``action``."""
+        action = b.column("action")
+        for name in OPTIONAL_ACTIONS:
+            col = b.column(name)
+            if col.null_count:
+                i = b.schema.get_field_index(name)
+                filled = pa.compute.if_else(col.is_null(), action, col)
+                b = b.set_column(i, b.schema.field(i), filled.cast(col.type))
+        return b
 
     # -- helpers ------------------------------------------------------------------------
     def _row_err(self, batch: pa.RecordBatch, row: int, field: str, what: str) -> Exception:

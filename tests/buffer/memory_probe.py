@@ -29,9 +29,18 @@ def make(schema: StepSchema, seq0: int, n: int, robot: str) -> list[dict]:
         f = seq % 100
         done = f == 99
         r = {
-            "seq": seq, "robot_id": robot, "run_id": "mem", "task": "t", "episode_index": seq // 100,
-            "frame_index": f, "timestamp": f / 10, "reward": 0.0, "terminated": done,
-            "truncated": False, "is_intervention": False, "policy_version": 0,
+            "seq": seq,
+            "robot_id": robot,
+            "run_id": "mem",
+            "task": "t",
+            "episode_index": seq // 100,
+            "frame_index": f,
+            "timestamp": f / 10,
+            "reward": 0.0,
+            "terminated": done,
+            "truncated": False,
+            "is_intervention": False,
+            "policy_version": 0,
             "observation.state": np.full(32, seq, np.float32),
             "observation.images.front": np.full((84, 84, 3), seq % 256, np.uint8),
             "action": np.zeros(7, np.float32),
@@ -46,8 +55,10 @@ def make(schema: StepSchema, seq0: int, n: int, robot: str) -> list[dict]:
 def main() -> None:
     budget = int(sys.argv[1])
     schema = StepSchema.from_features(
-        {"observation.state": {"dtype": "float32", "shape": (32,)},
-         "observation.images.front": {"dtype": "image", "shape": (84, 84, 3)}},
+        {
+            "observation.state": {"dtype": "float32", "shape": (32,)},
+            "observation.images.front": {"dtype": "image", "shape": (84, 84, 3)},
+        },
         {"action": {"dtype": "float32", "shape": (7,)}},
     )
     # Warm up lazy imports and allocator pools before the baseline.
@@ -55,8 +66,12 @@ def main() -> None:
     target = 2 * budget
     with tempfile.TemporaryDirectory() as d:
         base = rss("VmRSS")
-        settings = BufferSettings(memory_budget_bytes=budget, segment_target_bytes=budget // 8,
-                                  prefetch=len(sys.argv) < 3, prefetch_interval_s=0.01)
+        settings = BufferSettings(
+            memory_budget_bytes=budget,
+            segment_target_bytes=budget // 8,
+            prefetch=len(sys.argv) < 3,
+            prefetch_interval_s=0.01,
+        )
         buf = ReplayBuffer.open(d, schema, settings)
         seq = 0
         while seq * schema.fixed_row_bytes < target:
@@ -70,12 +85,22 @@ def main() -> None:
             b = buf.sample(32, sampler, rng=rng)
             assert (b["observation.state"][:, 0] == b["index"]).all()  # right rows, cold or hot
         stats = buf.stats()
-        print(json.dumps({
-            "budget": budget, "data": seq * schema.fixed_row_bytes, "base": base,
-            "peak": rss("VmHWM"), "peak_fill": peak_fill, "final": rss("VmRSS"), "hit_rate": stats["cache_hit_rate"],
-            "page_releases": buf.storage.page_releases, "promotions": buf.storage.promotions,
-            "bytes_in_cache": stats["bytes_in_cache"],
-        }))
+        print(
+            json.dumps(
+                {
+                    "budget": budget,
+                    "data": seq * schema.fixed_row_bytes,
+                    "base": base,
+                    "peak": rss("VmHWM"),
+                    "peak_fill": peak_fill,
+                    "final": rss("VmRSS"),
+                    "hit_rate": stats["cache_hit_rate"],
+                    "page_releases": buf.storage.page_releases,
+                    "promotions": buf.storage.promotions,
+                    "bytes_in_cache": stats["bytes_in_cache"],
+                }
+            )
+        )
         buf.close()
 
 

@@ -18,7 +18,10 @@ PROBE = Path(__file__).with_name("memory_probe.py")
 def test_resident_memory_within_budget_with_twice_the_data() -> None:
     budget = 64 * 1024 * 1024
     out = subprocess.run(
-        [sys.executable, str(PROBE), str(budget)], capture_output=True, text=True, timeout=300,
+        [sys.executable, str(PROBE), str(budget)],
+        capture_output=True,
+        text=True,
+        timeout=300,
         check=True,
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -33,8 +36,12 @@ def test_cold_reads_are_correct_and_prefetch_promotes(tmp_path) -> None:
     img = (48, 48, 3)  # over a page per row: cold rows are read from the segment file
     budget = 400_000
     with open_buffer(
-        tmp_path / "b", small_schema(image=img), segment_target_bytes=70_000,
-        memory_budget_bytes=budget, prefetch=True, prefetch_interval_s=0.01,
+        tmp_path / "b",
+        small_schema(image=img),
+        segment_target_bytes=70_000,
+        memory_budget_bytes=budget,
+        prefetch=True,
+        prefetch_interval_s=0.01,
     ) as buf:
         for e in range(40):
             buf.append(episodes(0, [10], seq0=10 * e, ep0=e, image=img))
@@ -58,8 +65,15 @@ def test_cold_reads_are_correct_and_prefetch_promotes(tmp_path) -> None:
         b2 = buf.read_transitions(rows)
         np.testing.assert_array_equal(b2["observation.images.front"], b["observation.images.front"])
         st = buf.stats()
-        for key in ("size_transitions", "bytes_on_disk", "bytes_in_cache", "cache_hit_rate",
-                    "prefetch_lag_s", "ack_latency_p50_s", "ack_latency_p99_s"):
+        for key in (
+            "size_transitions",
+            "bytes_on_disk",
+            "bytes_in_cache",
+            "cache_hit_rate",
+            "prefetch_lag_s",
+            "ack_latency_p50_s",
+            "ack_latency_p99_s",
+        ):
             assert key in st
         assert st["bytes_in_cache"] <= budget
         assert 0 < st["cache_hit_rate"] < 1

@@ -104,8 +104,15 @@ def test_index_rebuilds_from_segments_alone(tmp_path) -> None:
         p.unlink()
     with ReplayBuffer.open(tmp_path / "b") as again:
         rebuilt = again.index_summary()
-    for key in ("rows", "transitions", "episodes", "robots", "tasks", "policy_versions",
-                "interventions"):
+    for key in (
+        "rows",
+        "transitions",
+        "episodes",
+        "robots",
+        "tasks",
+        "policy_versions",
+        "interventions",
+    ):
         assert rebuilt[key] == summary[key], key
     assert [s["num_rows"] for s in rebuilt["segments"]] == [15]
     assert summary["episodes"] == 3
@@ -140,8 +147,8 @@ def test_tmp_files_of_interrupted_seal_are_removed(tmp_path) -> None:
 
 
 def test_second_writer_is_refused_and_schema_mismatch(tmp_path) -> None:
-    from tests.buffer.helpers import small_schema
     from buffer import StepSchema
+    from tests.buffer.helpers import small_schema
 
     with open_buffer(tmp_path / "b"):
         with pytest.raises(BlockingIOError):
@@ -174,7 +181,9 @@ def test_sigkill_real_buffer_process_loses_no_acked_step(tmp_path: Path) -> None
         return p, json.loads(p.stdout.readline())
 
     server, _ = start()
-    writers = [_spawn(["writer", str(sock), f"robot-{i}", str(acks / f"robot-{i}.acks")]) for i in range(2)]
+    writers = [
+        _spawn(["writer", str(sock), f"robot-{i}", str(acks / f"robot-{i}.acks")]) for i in range(2)
+    ]
 
     def acked() -> dict[str, int]:
         out = {}
@@ -204,10 +213,13 @@ def test_sigkill_real_buffer_process_loses_no_acked_step(tmp_path: Path) -> None
         server.wait()
     with ReplayBuffer.open(data) as buf:
         final = acked()
-        lost, dups = check(final, {
-            name: {"runs": [[0, int(buf.index.last_seq(name) or -1)]], "duplicates": 0}
-            for name in buf.index.robots.names
-        })
+        lost, dups = check(
+            final,
+            {
+                name: {"runs": [[0, int(buf.index.last_seq(name) or -1)]], "duplicates": 0}
+                for name in buf.index.robots.names
+            },
+        )
         assert lost == 0
         seqs = buf.index.view("seq")
         robots = buf.index.view("robot")

@@ -12,8 +12,9 @@ from tests.buffer.helpers import episodes, open_buffer
 
 
 def test_rule_min_size_and_ratio() -> None:
-    rl = RateLimiter(samples_per_insert=2.0, min_size_to_sample=10, error_buffer=20,
-                     max_insert=5, max_sample=10)
+    rl = RateLimiter(
+        samples_per_insert=2.0, min_size_to_sample=10, error_buffer=20, max_insert=5, max_sample=10
+    )
     assert not rl.can_sample(1)  # below min size (counted in transitions)
     rl.await_insert(10, timeout=0)
     assert rl.can_sample(10)
@@ -85,8 +86,9 @@ def test_close_wakes_waiters() -> None:
 
 
 def test_buffer_backpressure_and_learner_side(tmp_path) -> None:
-    rl = RateLimiter(samples_per_insert=1.0, min_size_to_sample=8, error_buffer=8,
-                     max_insert=8, max_sample=8)
+    rl = RateLimiter(
+        samples_per_insert=1.0, min_size_to_sample=8, error_buffer=8, max_insert=8, max_sample=8
+    )
     recs = episodes(0, [8] * 6)
     with open_buffer(tmp_path / "b", rate_limiter=None) as _:
         pass

@@ -43,11 +43,15 @@ def _check_transitions(b: dict[str, np.ndarray]) -> None:
     np.testing.assert_array_equal(b["next.observation.state"][:, 0], want_next.astype(np.float32))
     # The payload of every column belongs to the same step.
     np.testing.assert_array_equal(b["action"][:, 0], b["observation.state"][:, 0])
-    np.testing.assert_array_equal(b["observation.images.front"][:, 0, 0, 0], (seq % 251).astype(np.uint8))
+    np.testing.assert_array_equal(
+        b["observation.images.front"][:, 0, 0, 0], (seq % 251).astype(np.uint8)
+    )
     assert (b["truncated"] & b["terminated"]).sum() == 0
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     lengths=st.lists(st.lists(st.integers(1, 9), min_size=1, max_size=5), min_size=1, max_size=3),
     chunk=st.integers(1, 7),
@@ -203,9 +207,13 @@ def test_cache_aware_and_hot_only(tmp_path) -> None:
 def test_mix_sampler_fixed_and_adaptive(tmp_path) -> None:
     rng = np.random.default_rng(3)
     with open_buffer(tmp_path / "old") as old:
-        old.append(episodes(0, [10] * 5, task="reach") + episodes(0, [10] * 5, seq0=50, ep0=5, task="push"))
+        old.append(
+            episodes(0, [10] * 5, task="reach") + episodes(0, [10] * 5, seq0=50, ep0=5, task="push")
+        )
     with open_buffer(tmp_path / "new") as buf:
-        buf.append(episodes(1, [10] * 5, task="reach") + episodes(1, [10] * 5, seq0=50, ep0=5, task="push"))
+        buf.append(
+            episodes(1, [10] * 5, task="reach") + episodes(1, [10] * 5, seq0=50, ep0=5, task="push")
+        )
         view = buf.mount(tmp_path / "old")
         assert len(view) == 100
         b = buf.sample(2000, MixSampler(0.5), rng=rng)

@@ -15,10 +15,26 @@ from tests.buffer.helpers import episodes, open_buffer, small_schema, step
 def test_from_features_builds_columns() -> None:
     s = small_schema()
     names = s.arrow_schema.names
-    for col in ("seq", "robot_id", "task", "reward", "terminated", "truncated", "is_intervention",
-                "policy_version", "episode_index", "frame_index", "timestamp", "run_id",
-                "observation.state", "observation.images.front", "action", "action.policy",
-                "action.operator", "next.observation.state"):
+    for col in (
+        "seq",
+        "robot_id",
+        "task",
+        "reward",
+        "terminated",
+        "truncated",
+        "is_intervention",
+        "policy_version",
+        "episode_index",
+        "frame_index",
+        "timestamp",
+        "run_id",
+        "observation.state",
+        "observation.images.front",
+        "action",
+        "action.policy",
+        "action.operator",
+        "next.observation.state",
+    ):
         assert col in names
     assert s.observations["observation.images.front"].is_image
     assert s.observations["observation.images.front"].dtype == np.uint8
@@ -31,17 +47,36 @@ def test_prefix_added_and_bad_features_rejected() -> None:
     )
     assert "observation.state" in s.observations
     with pytest.raises(ValueError, match="shape"):
-        StepSchema.from_features({"s": {"dtype": "float32", "shape": (0,)}}, {"a": {"dtype": "float32", "shape": (1,)}})
+        StepSchema.from_features(
+            {"s": {"dtype": "float32", "shape": (0,)}}, {"a": {"dtype": "float32", "shape": (1,)}}
+        )
     with pytest.raises(ValueError, match="dtype"):
-        StepSchema.from_features({"s": {"dtype": "complex", "shape": (1,)}}, {"a": {"dtype": "float32", "shape": (1,)}})
+        StepSchema.from_features(
+            {"s": {"dtype": "complex", "shape": (1,)}}, {"a": {"dtype": "float32", "shape": (1,)}}
+        )
     with pytest.raises(ValueError, match="HWC"):
-        StepSchema.from_features({"images.x": {"dtype": "image", "shape": (3, 4)}}, {"a": {"dtype": "float32", "shape": (1,)}})
+        StepSchema.from_features(
+            {"images.x": {"dtype": "image", "shape": (3, 4)}},
+            {"a": {"dtype": "float32", "shape": (1,)}},
+        )
 
 
 BAD_CASES = [
-    ("observation.state", lambda r: r.update({"observation.state": np.zeros(4, np.float32)}), "shape"),
-    ("observation.images.front", lambda r: r.update({"observation.images.front": np.zeros((6, 5, 3), np.float32)}), "dtype"),
-    ("observation.state", lambda r: r.update({"observation.state": np.array([0, np.nan, 0], np.float32)}), "NaN"),
+    (
+        "observation.state",
+        lambda r: r.update({"observation.state": np.zeros(4, np.float32)}),
+        "shape",
+    ),
+    (
+        "observation.images.front",
+        lambda r: r.update({"observation.images.front": np.zeros((6, 5, 3), np.float32)}),
+        "dtype",
+    ),
+    (
+        "observation.state",
+        lambda r: r.update({"observation.state": np.array([0, np.nan, 0], np.float32)}),
+        "NaN",
+    ),
     ("action", lambda r: r.update({"action": np.array([np.inf, 0], np.float32)}), "NaN or Inf"),
     ("reward", lambda r: r.update({"reward": float("nan")}), "finite"),
     ("task", lambda r: r.pop("task"), "missing"),
@@ -99,10 +134,14 @@ def test_unknown_and_wrong_type_columns_in_record_batch(tmp_path) -> None:
             buf.append(wrong)
         # Variable-length lists of the right length are accepted (wire encodings differ).
         state = pa.array([[1.0, 2.0, 3.0]] * 4, type=pa.list_(pa.float32()))
-        ok = batch.set_column(batch.schema.get_field_index("observation.state"), "observation.state", state)
+        ok = batch.set_column(
+            batch.schema.get_field_index("observation.state"), "observation.state", state
+        )
         assert buf.append(ok).stored == 4
         short = pa.array([[1.0, 2.0, 3.0]] * 3 + [[1.0]], type=pa.list_(pa.float32()))
-        bad = batch.set_column(batch.schema.get_field_index("observation.state"), "observation.state", short)
+        bad = batch.set_column(
+            batch.schema.get_field_index("observation.state"), "observation.state", short
+        )
         with pytest.raises(StepValidationError, match="record 3") as err:
             buf.append(bad)
         assert err.value.field == "observation.state"
@@ -141,7 +180,9 @@ def test_duplicates_are_acked_not_stored_twice(tmp_path) -> None:
 finite = st.floats(-1e6, 1e6, allow_nan=False, width=32)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     n=st.integers(1, 12),
     states=st.lists(st.lists(finite, min_size=3, max_size=3), min_size=12, max_size=12),

@@ -1,0 +1,49 @@
+"""Capacity (online window in transitions and bytes) and retention on disk."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from buffer import ReplayBuffer
+from tests.buffer.helpers import episodes, open_buffer
+
+
+def test_window_in_transitions_keeps_disk(tmp_path) -> None:
+    with open_buffer(tmp_path / "b", capacity_transitions=30) as buf:
+        buf.append(episodes(0, [10] * 10))
+        lo, hi = buf.window()
+        assert (lo, hi) == (70, 100)
+        assert len(buf) == 30
+        b = buf.sample(200, rng=np.random.default_rng(0))
+        assert b["index"].min() >= 70
+        assert buf.num_steps == 100  # leaving the window deletes nothing
+    with ReplayBuffer.open(tmp_path / "b") as again:
+        assert again.num_steps == 100
+
+
+def test_window_in_bytes(tmp_path) -> None:
+    with open_buffer(tmp_path / "b") as buf:
+        row = buf.storage.row_bytes
+    with open_buffer(tmp_path / "c", capacity_bytes=row * 25) as buf:
+        buf.append(episodes(0, [10] * 10))
+        lo, hi = buf.window()
+        assert hi - lo == 25
+
+
+def test_retention_deletes_oldest_segments_and_reports_disk(tmp_path) -> None:
+    with open_buffer(tmp_path / "b", segment_target_bytes=1300, retention_max_bytes=6000) as buf:
+        for e in range(30):
+            buf.append(episodes(0, [10], seq0=10 * e, ep0=e))
+        buf.flush()
+        segs = sorted((tmp_path / "b").glob("seg-*.arrow"))
+        on_disk = sum(p.stat().st_size for p in segs)
+        assert on_disk <= 6000 + max(p.stat().st_size for p in segs)
+        assert buf.first_row > 0
+        st = buf.stats()
+        assert st["bytes_on_disk"] >= on_disk
+        b = buf.sample(100, rng=np.random.default_rng(1))
+        assert b["index"].min() >= buf.first_row
+    with ReplayBuffer.open(tmp_path / "b") as again:
+        assert again.first_row > 0
+        assert again.visible == 300
+        assert again.num_steps == 300 - again.first_row
