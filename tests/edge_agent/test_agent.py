@@ -74,11 +74,12 @@ def test_source_flag_reaches_the_row_whatever_the_env_says(tmp_path, source, env
     executed = np.stack(rows.column("action").to_numpy(zero_copy_only=False))
     expected = op_action if source else np.zeros(4, np.float32)
     assert np.allclose(executed, expected)
-    if source:  # the novice's proposal differs from what ran: both are stored
-        proposed = np.stack(rows.column("action.policy").to_numpy(zero_copy_only=False))
-        assert np.allclose(proposed, 0.0)
-    else:
-        assert rows.column("action.policy").null_count == 6
+    # The novice's proposal (zeros) and the operator's action are both kept; the buffer
+    # stores an absent one as the executed action.
+    proposed = np.stack(rows.column("action.policy").to_numpy(zero_copy_only=False))
+    assert np.allclose(proposed, 0.0)
+    operator = np.stack(rows.column("action.operator").to_numpy(zero_copy_only=False))
+    assert np.allclose(operator, expected)
 
 
 def test_without_a_source_the_robots_own_device_may_claim_the_step(tmp_path):
