@@ -48,4 +48,14 @@ class LearnerSettings(BaseModel):
     checkpoint_every_updates: int = Field(default=500, ge=1)
     log_every_updates: int = Field(default=10, ge=1)
     max_updates: int = Field(default=0, ge=0, description="Stop after this many; 0 = never.")
+    tasks: list[str] = Field(
+        default_factory=list, description="Task names in task_index order (buffer's 'task')."
+    )
+    sampler: Literal["uniform", "intervention", "mix"] = Field(
+        default="uniform", description="Buffer sampler: mix = per-task online/offline (RLPD)."
+    )
+    online_fraction: float = Field(default=0.5, ge=0, le=1, description="For sampler=mix.")
+    samples_per_insert: float | None = Field(
+        default=None, gt=0, description="Rate limiter: bound on the update-to-data ratio."
+    )
     torch_threads: int = Field(default=2, ge=1, description="CPU threads for torch.")

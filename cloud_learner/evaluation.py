@@ -49,8 +49,13 @@ def evaluate_metaworld(
     env_names: Sequence[str],
     seeds: Sequence[int],
     max_episode_steps: int = 150,
+    state_indices: Sequence[int] | None = None,
 ) -> list[EvalResult]:
-    """Run ``len(seeds)`` episodes per task with the policy alone; task index = position."""
+    """Run ``len(seeds)`` episodes per task with the policy alone; task index = position.
+
+    ``state_indices`` selects what the robot observes from Meta-World's 39-d vector (all when
+    None); an episode succeeds when ``info["success"]`` is reached within the step limit.
+    """
     results = []
     for task_index, env_name in enumerate(env_names):
         env = make_metaworld_env(env_name, seed=int(seeds[0]), max_episode_steps=max_episode_steps)
@@ -61,7 +66,8 @@ def evaluate_metaworld(
                 steps = 0
                 while steps < max_episode_steps:
                     steps += 1
-                    action = policy.act({"observation.state": obs.astype(np.float32)}, task_index)
+                    state = obs if state_indices is None else obs[list(state_indices)]
+                    action = policy.act({"observation.state": state.astype(np.float32)}, task_index)
                     obs, _r, terminated, truncated, info = env.step(np.clip(action, -1, 1))
                     if info.get("success", 0.0) >= 1.0:
                         successes += 1

@@ -45,13 +45,20 @@ class SimConfig:
     episodes_per_round: int = 10
     updates_per_round: int = 300
     max_rounds: int = 8
-    eval_seeds: list[int] = field(default_factory=lambda: list(range(10_000, 10_040)))
+    eval_seeds: list[int] = field(default_factory=lambda: list(range(10_000, 10_050)))
     target_success: float = 0.9
     batch_size: int = 128
     hidden: int = 128
     lr: float = 1e-3
     seed: int = 0
     min_state_std: float = 0.05
+    hold_steps: int = 10
+    # What the reach robot observes: hand xyz + gripper, the same one frame earlier, and the
+    # goal. Meta-World's 39-d vector also carries the position of an object that reach never
+    # touches; a handful of demonstrations is too few to learn to ignore it.
+    state_indices: list[int] = field(
+        default_factory=lambda: [0, 1, 2, 3, 18, 19, 20, 21, 36, 37, 38]
+    )
 
 
 Rows = dict[str, list[Any]]
@@ -83,45 +90,67 @@ def run_episode(
     novice: MLPPolicy | None,
     operator: SimulatedOperator | None,
     max_steps: int,
+    hold_steps: int = 0,
+    state_indices: Sequence[int] | None = None,
 ) -> tuple[int, int, bool]:
-    """One episode; novice None = pure expert demonstration. Returns (steps, labels, success)."""
+    """One episode; novice None = pure expert demonstration. Returns (steps, labels, success).
+
+    The episode goes on for ``hold_steps`` after the first success (the robot must stay at the
+    goal), so that the data also covers the goal region, not only the approach.
+    """
+    idx = (
+        list(range(env.observation_space.shape[0]))
+        if state_indices is None
+        else list(state_indices)
+    )
     obs, _ = env.reset(seed=seed)
     if operator is not None:
         operator.reset()
     labels = 0
     success = False
+    succeeded_at: int | None = None
     for t in range(max_steps):
         expert_action = np.clip(expert.get_action(obs), -1, 1).astype(np.float32)
         if novice is None or operator is None:
             action, inter = expert_action, True
         else:
-            proposal = np.clip(novice.act({"observation.state": obs.astype(np.float32)}, 0), -1, 1)
+            proposal = np.clip(
+                novice.act({"observation.state": obs[idx].astype(np.float32)}, 0), -1, 1
+            )
             decision = operator.step(proposal, expert_action)
             action, inter = decision.action, decision.is_intervention
         next_obs, reward, terminated, truncated, info = env.step(action)
         success = info.get("success", 0.0) >= 1.0
-        rows["observation.state"].append(obs.astype(np.float32))
-        rows["next.observation.state"].append(next_obs.astype(np.float32))
+        if success and succeeded_at is None:
+            succeeded_at = t
+        rows["observation.state"].append(obs[idx].astype(np.float32))
+        rows["next.observation.state"].append(next_obs[idx].astype(np.float32))
         rows["action"].append(action)
         rows["task_index"].append(0)
         rows["is_intervention"].append(inter)
         rows["is_demonstration"].append(novice is None)
         rows["reward"].append(float(success))
-        rows["terminated"].append(bool(success or terminated))
-        rows["truncated"].append(bool(truncated and not success))
+        rows["terminated"].append(bool(terminated))
+        rows["truncated"].append(bool(truncated or t == max_steps - 1))
         rows["episode_index"].append(episode_index)
         rows["frame_index"].append(t)
         labels += int(inter)
         obs = next_obs
-        if success or terminated or truncated:
+        if terminated or truncated:
             break
-    return t + 1, labels, success
+        if succeeded_at is not None and t - succeeded_at >= hold_steps:
+            break
+    return t + 1, labels, succeeded_at is not None
 
 
 def _to_columns(rows: Rows) -> dict[str, np.ndarray]:
     out = {k: np.asarray(v) for k, v in rows.items()}
     out["task_index"] = out["task_index"].astype(np.int64)
     return out
+
+
+def _episode_args(cfg: SimConfig) -> tuple[int, int, list[int]]:
+    return cfg.max_episode_steps, cfg.hold_steps, cfg.state_indices
 
 
 def _settings(cfg: SimConfig) -> LearnerSettings:
@@ -137,7 +166,12 @@ def _settings(cfg: SimConfig) -> LearnerSettings:
             checkpoint_every_updates=10**9,
             log_every_updates=50,
             algorithm_config={"lr": cfg.lr},
-            policy={"state_dim": 39, "action_dim": 4, "hidden": cfg.hidden, "depth": 2},
+            policy={
+                "state_dim": len(cfg.state_indices),
+                "action_dim": 4,
+                "hidden": cfg.hidden,
+                "depth": 2,
+            },
         )
     )
 
@@ -145,7 +179,7 @@ def _settings(cfg: SimConfig) -> LearnerSettings:
 def _make_learner(cfg: SimConfig, run_dir: Path, columns: dict[str, np.ndarray]) -> Learner:
     settings = _settings(cfg)
     torch.manual_seed(cfg.seed)
-    spec = PolicySpec(state_dim=39, action_dim=4, hidden=cfg.hidden, depth=2)
+    spec = PolicySpec(state_dim=len(cfg.state_indices), action_dim=4, hidden=cfg.hidden, depth=2)
     policy = MLPPolicy(spec)
     policy.set_state_normalization(columns["observation.state"], min_std=cfg.min_state_std)
     algo = HGDAgger(policy, HGDAggerConfig(lr=cfg.lr))
@@ -168,9 +202,10 @@ def _train(learner: Learner, updates: int) -> None:
 
 
 def _success(policy: MLPPolicy, cfg: SimConfig) -> float:
-    return evaluate_metaworld(policy, [cfg.env_name], cfg.eval_seeds, cfg.max_episode_steps)[
-        0
-    ].success_rate
+    results = evaluate_metaworld(
+        policy, [cfg.env_name], cfg.eval_seeds, cfg.max_episode_steps, cfg.state_indices
+    )
+    return results[0].success_rate
 
 
 def run(cfg: SimConfig, run_dir: Path) -> dict[str, Any]:
@@ -182,12 +217,14 @@ def run(cfg: SimConfig, run_dir: Path) -> dict[str, Any]:
     env_steps = labels = episodes = 0
     for i in range(cfg.initial_demos):
         n, lab, _ = run_episode(
-            env, expert, 1000 + i, episodes, rows, None, None, cfg.max_episode_steps
+            env, expert, 1000 + i, episodes, rows, None, None, *_episode_args(cfg)
         )
         env_steps, labels, episodes = env_steps + n, labels + lab, episodes + 1
     learner = _make_learner(cfg, run_dir / "hg_dagger", _to_columns(rows))
     _train(learner, cfg.initial_updates)
-    robot_policy = MLPPolicy(PolicySpec(state_dim=39, action_dim=4, hidden=cfg.hidden, depth=2))
+    robot_policy = MLPPolicy(
+        PolicySpec(state_dim=len(cfg.state_indices), action_dim=4, hidden=cfg.hidden, depth=2)
+    )
     publisher = learner.publisher
     assert isinstance(publisher, InMemoryWeightPublisher)
     robot_policy.set_weights(publisher.versions[publisher.latest_version()])
@@ -216,7 +253,7 @@ def run(cfg: SimConfig, run_dir: Path) -> dict[str, Any]:
                 new,
                 robot_policy,
                 operator,
-                cfg.max_episode_steps,
+                *_episode_args(cfg),
             )
             env_steps, labels, episodes = env_steps + n, labels + lab, episodes + 1
         source.extend(_to_columns(new))
@@ -240,7 +277,7 @@ def run(cfg: SimConfig, run_dir: Path) -> dict[str, Any]:
     bc_labels = bc_eps = 0
     while bc_labels < labels:
         _, lab, _ = run_episode(
-            env, expert, 5000 + bc_eps, bc_eps, demo_rows, None, None, cfg.max_episode_steps
+            env, expert, 5000 + bc_eps, bc_eps, demo_rows, None, None, *_episode_args(cfg)
         )
         bc_labels, bc_eps = bc_labels + lab, bc_eps + 1
     cols = {k: v[:labels] for k, v in _to_columns(demo_rows).items()}

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from cloud_learner.checkpoint import CheckpointError
+from cloud_learner.config import LearnerSettings
 from cloud_learner.core import BatchSource
 from cloud_learner.factory import build_algorithm, model_config, resolve_device
 from cloud_learner.loop import Learner, set_torch_threads
@@ -33,21 +34,30 @@ EXIT_REFUSED = 4
 log = logging.getLogger("robofleet.learner")
 
 
-def open_source(spec: str, seed: int, device: Any) -> BatchSource:
+def open_source(spec: str, settings: LearnerSettings, device: Any) -> BatchSource:
     """Parse ``npz:PATH`` or ``buffer:DIR`` into a batch source."""
     kind, _, where = spec.partition(":")
     if kind == "npz":
         with np.load(where, allow_pickle=False) as data:
             columns = {k: data[k] for k in data.files}
-        return InMemorySource(columns, seed=seed, device=device)
+        return InMemorySource(columns, seed=settings.seed, device=device)
     if kind == "buffer":
-        try:
-            from buffer import ReplayBuffer  # type: ignore[attr-defined]
-        except ImportError as exc:
-            raise SystemExit(
-                f"--source buffer: buffer.ReplayBuffer is not available ({exc})"
-            ) from None
-        return BufferSource(ReplayBuffer(where), device=device)
+        from buffer import InterventionSampler, MixSampler, RateLimiter, ReplayBuffer
+
+        limiter = None
+        if settings.samples_per_insert:
+            limiter = RateLimiter(
+                samples_per_insert=settings.samples_per_insert,
+                min_size_to_sample=max(1, settings.min_transitions),
+                max_sample=settings.batch_size,
+            )
+        sampler: Any = None
+        if settings.sampler == "intervention":
+            sampler = InterventionSampler()
+        elif settings.sampler == "mix":
+            sampler = MixSampler(online_fraction=settings.online_fraction)
+        buf = ReplayBuffer.open(where, rate_limiter=limiter)
+        return BufferSource(buf, tasks=settings.tasks, sampler=sampler, device=device)
     raise SystemExit(f"--source must be npz:PATH or buffer:DIR, got {spec!r}")
 
 
@@ -128,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_torch_threads(learner_settings.torch_threads)
     device = resolve_device(learner_settings.device)
     algorithm = build_algorithm(learner_settings, device)
-    source = open_source(args.source, learner_settings.seed, device)
+    source = open_source(args.source, learner_settings, device)
     publisher = FileWeightPublisher(args.publish_dir or args.run_dir / "weights")
     hook = metadata_hook(settings.database_url, args.run_id) if args.run_id else None
     learner = Learner(

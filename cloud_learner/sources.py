@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from cloud_learner.batch import to_torch_batch
+from cloud_learner.batch import BatchError, to_torch_batch
 from cloud_learner.core import Batch
 
 
@@ -109,45 +109,58 @@ class SymmetricSource:
 
 
 class BufferSource:
-    """The replay buffer as a :class:`~cloud_learner.core.BatchSource`.
+    """The replay buffer (``buffer.ReplayBuffer``) as a :class:`~cloud_learner.core.BatchSource`.
 
-    Duck-typed on the buffer engineer's ``ReplayBuffer``: ``sample(batch_size, sampler=...)
-    -> dict[str, np.ndarray]``, ``num_transitions`` (method or ``len``), optional
-    ``can_sample(batch_size)`` (the samples-per-insert limiter) and ``sampler_state`` /
-    ``load_sampler_state``. Missing optional parts degrade to "always ready" / "no state".
+    ``sample`` forwards to ``buffer.sample(batch_size, sampler=...)`` and converts with
+    :func:`cloud_learner.batch.to_torch_batch`. The buffer names tasks (``task``: str); the
+    learner needs ``task_index``: position in ``tasks`` (the run's task list). ``can_sample``
+    asks the buffer's samples-per-insert rate limiter, when it has one. ``sampler_state`` is the
+    sampler's own ``state_dict`` (opaque; stored in checkpoints).
+
+    Raises (from ``sample``):
+        BatchError: a sampled task is not in ``tasks``, or the batch is malformed.
     """
 
     def __init__(
-        self, buffer: Any, sampler: Any = None, device: torch.device | str = "cpu"
+        self,
+        buffer: Any,
+        tasks: Sequence[str] = (),
+        sampler: Any = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.buffer = buffer
+        self.tasks = {name: i for i, name in enumerate(tasks)}
         self.sampler = sampler
         self.device = device
 
     def num_transitions(self) -> int:
-        n = getattr(self.buffer, "num_transitions", None)
-        if callable(n):
-            return int(n())
-        if n is not None:
-            return int(n)
         return len(self.buffer)
 
     def can_sample(self, batch_size: int) -> bool:
-        check = getattr(self.buffer, "can_sample", None)
-        return bool(check(batch_size)) if callable(check) else self.num_transitions() > 0
+        limiter = getattr(self.buffer, "rate_limiter", None)
+        if limiter is not None:
+            return bool(limiter.can_sample(batch_size))
+        return self.num_transitions() > 0
 
     def sample(self, batch_size: int) -> Batch:
-        if self.sampler is None:
-            arrays = self.buffer.sample(batch_size)
-        else:
-            arrays = self.buffer.sample(batch_size, sampler=self.sampler)
+        arrays = dict(self.buffer.sample(batch_size, sampler=self.sampler, timeout=1.0))
+        if "task_index" not in arrays:
+            names = arrays.pop("task", None)
+            if names is None:
+                names = np.array([""] * batch_size)
+            unknown = sorted({str(n) for n in names} - set(self.tasks))
+            if unknown and not (len(self.tasks) <= 1 and set(map(str, names)) <= {""}):
+                raise BatchError(
+                    f"sampled tasks {unknown} are not in the run's task list {sorted(self.tasks)}"
+                )
+            arrays["task_index"] = np.array([self.tasks.get(str(n), 0) for n in names], np.int64)
         return to_torch_batch(arrays, self.device)
 
     def sampler_state(self) -> dict[str, Any]:
-        get = getattr(self.buffer, "sampler_state", None)
-        return dict(get()) if callable(get) else {}
+        get = getattr(self.sampler, "state_dict", None)
+        return {"sampler": dict(get())} if callable(get) else {}
 
     def load_sampler_state(self, state: Mapping[str, Any]) -> None:
-        load = getattr(self.buffer, "load_sampler_state", None)
-        if callable(load) and state:
-            load(dict(state))
+        load = getattr(self.sampler, "load_state_dict", None)
+        if callable(load) and state.get("sampler"):
+            load(dict(state["sampler"]))

@@ -80,12 +80,14 @@ class ConvEncoder(nn.Module):
 
     def __init__(self, image_shape: tuple[int, int], out_dim: int = 64) -> None:
         super().__init__()
+        if min(image_shape) < 8:
+            raise ValueError(f"camera frames must be at least 8x8, got {image_shape}")
         self.net = nn.Sequential(
-            nn.Conv2d(3, 16, 5, stride=2),
+            nn.Conv2d(3, 16, 5, stride=2, padding=2),
             nn.ReLU(),
-            nn.Conv2d(16, 32, 3, stride=2),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1),
             nn.ReLU(),
-            nn.Conv2d(32, 32, 3, stride=2),
+            nn.Conv2d(32, 32, 3, stride=2, padding=1),
             nn.ReLU(),
             nn.AdaptiveAvgPool2d(4),
             nn.Flatten(),
@@ -163,7 +165,9 @@ class TorchPolicy(nn.Module):
             raise ValueError(
                 f"observation.state must be (B, {self.spec.state_dim}), got {tuple(state.shape)}"
             )
-        parts = [(state.float() - self.state_mean) / self.state_std]
+        mean: torch.Tensor = self.state_mean  # type: ignore[assignment]
+        std: torch.Tensor = self.state_std  # type: ignore[assignment]
+        parts = [(state.float() - mean) / std]
         if self.image_encoder is not None:
             for key in self.spec.image_keys:
                 if key not in batch:
