@@ -29,6 +29,12 @@ class BufferSettings(BaseModel):
     group_commit_max_delay_s: float = Field(
         default=0.002, ge=0, description="Longest an append waits for others to share one fsync."
     )
+    wal_stripes: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="WAL files written in parallel (concurrent fdatasyncs); rows stay ordered.",
+    )
     max_record_bytes: int = Field(
         default=16 * 1024**2, gt=0, description="A single step larger than this is rejected."
     )

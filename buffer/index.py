@@ -102,6 +102,7 @@ class RowIndex:
         # (run, robot, episode) -> (row, frame_index) of the latest step of an open episode.
         self._open: dict[tuple[int, int, int], tuple[int, int]] = {}
         self.intervention_rows: list[int] = []
+        self.robot_last_row: dict[int, int] = {}
 
     def __len__(self) -> int:
         return self.end - self.base
@@ -204,7 +205,9 @@ class RowIndex:
                 self.intervention_rows.append(row)
         for code in np.unique(robot):
             rs = self.robot_seqs.setdefault(int(code), _RobotSeqs())
-            rs.extend(seqs[robot == code])
+            mine = robot == code
+            rs.extend(seqs[mine])
+            self.robot_last_row[int(code)] = first + int(np.flatnonzero(mine)[-1])
         self.end += n
         return first, self.end
 

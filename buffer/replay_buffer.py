@@ -18,6 +18,7 @@ import fcntl
 import os
 import threading
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ from buffer.samplers import Sampler, SamplingView, Source, UniformSampler
 from buffer.schema import FINAL_PREFIX, StepSchema
 from buffer.segments import MappedSegment, list_segments, write_segment
 from buffer.storage import Chunk, TieredStorage, out_arrays
-from buffer.wal import WriteAheadLog, fsync_dir, list_wals, scan_wal
+from buffer.wal import StripedWal, fsync_dir, list_wals, scan_wal
 
 SCHEMA_FILE = "schema.json"
 
@@ -108,9 +109,12 @@ class ReplayBuffer:
         self.transitions_inserted = 0
         self.offline: list[OfflineView] = []
         self._lock_fd = -1
-        self._wal: WriteAheadLog | None = None
+        self._wal: StripedWal | None = None
+        self._watermark = 0  # every row below it is durable
+        self._durable: dict[int, int] = {}  # synced appends above the watermark: first -> end
+        self._failed: BaseException | None = None
         self._tail: Chunk | None = None
-        self._seal_queue: list[tuple[Chunk, Path]] = []
+        self._seal_queue: list[tuple[Chunk, list[Path]]] = []
         self._spare: dict[str, np.ndarray] | None = None
         self._seal_cond = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -217,29 +221,24 @@ class ReplayBuffer:
         end = self.index.end
         pending: list[pa.RecordBatch] = []
         wal_paths: list[Path] = []
-        for first, path in list_wals(d):
-            if first < end and pending == []:
-                # Fully covered by a sealed segment: the crash came after the seal.
-                scan = scan_wal(path)
-                covered = all(r.first_row < end for r in scan.records)
-                if covered:
-                    if not self.read_only:
-                        path.unlink()
-                    continue
+        records: dict[int, bytes] = {}
+        for _first, path in list_wals(d):
             scan = scan_wal(path)
             self.torn_bytes_dropped += scan.file_bytes - scan.good_bytes
             for rec in scan.records:
-                if rec.first_row < end:
-                    continue
-                batch = _decode_ipc(rec.payload, self.schema.arrow_schema)
-                if rec.first_row != end:
-                    break  # a gap can only follow a torn region; nothing after it was acked
-                if self.index.end == self.index.base and not segs:
-                    self.index = RowIndex(base=rec.first_row)
-                pending.append(batch)
-                self._index_batch(batch)
-                end += batch.num_rows
+                if rec.first_row >= end:  # rows below ``end`` are sealed already
+                    records[rec.first_row] = rec.payload
             wal_paths.append(path)
+        # Merge the stripes by row id and keep the contiguous prefix. A gap means a record
+        # that never became durable; nothing after it was acknowledged (watermark rule).
+        if records and not segs:
+            self.index = RowIndex(base=min(records))
+            end = self.index.base
+        while end in records:
+            batch = _decode_ipc(records.pop(end), self.schema.arrow_schema)
+            pending.append(batch)
+            self._index_batch(batch)
+            end += batch.num_rows
         if pending and not self.read_only:
             table = pa.Table.from_batches(pending).combine_chunks()
             batch = table.to_batches()[0]
@@ -269,7 +268,10 @@ class ReplayBuffer:
         self.visible = self.index.end
         self.transitions_inserted = int(self.index.publish(self.index.base, self.index.end))
         if not self.read_only:
-            self._wal = WriteAheadLog(d, self.visible, self.settings.group_commit_max_delay_s)
+            self._wal = StripedWal(
+                d, self.visible, self.settings.group_commit_max_delay_s, self.settings.wal_stripes
+            )
+            self._watermark = self.visible
             self._tail = self.storage.new_tail(self.visible, self.rows_per_segment)
         with self._lock:
             self._apply_retention()
@@ -340,7 +342,7 @@ class ReplayBuffer:
         robots = np.asarray(batch.column("robot_id").to_numpy(zero_copy_only=False), dtype=object)
         seqs = batch.column("seq").to_numpy()
         limited = 0
-        wal = self._wal
+        wal = self._wal.logs[zlib.crc32(str(robots[0]).encode()) % len(self._wal.logs)]
         wal.begin()
         try:
             with self._lock:
@@ -392,18 +394,27 @@ class ReplayBuffer:
                     lsn = wal.write(first, payload)
                     self.storage.write_rows(tail, new, first - tail.first_row)
                     first, end = self.index.add(new, self._row_bytes(new))
-                else:
-                    lsn = wal._written  # noqa: SLF001 - a retry waits for the original's fsync
             limited = 0
-            wal.sync(lsn)
+            if n_new:
+                try:
+                    wal.sync(lsn)
+                except BaseException as exc:
+                    with self._lock:
+                        self._failed = exc
+                        self._seal_cond.notify_all()
+                    raise
             with self._lock:
                 if n_new:
-                    self._publish(first, end)
-                acked = {}
-                for rid in np.unique(robots):
-                    last = self.index.last_seq(str(rid))
-                    if last is not None:
-                        acked[str(rid)] = last
+                    self._durable[first] = end
+                    self._advance_watermark()
+                # Acknowledge only when every row before ours is durable too, so recovery
+                # (which keeps the contiguous prefix of the WAL stripes) has all of them.
+                # A pure retry waits for the rows it duplicates (all below ``end``).
+                while self.visible < end:
+                    if self._failed is not None:
+                        raise OSError(f"write-ahead log failed: {self._failed}")
+                    self._seal_cond.wait(0.5)
+                acked = self._acked(robots, seqs)
             self._ack_latencies.append(time.perf_counter() - t0)
             if len(self._ack_latencies) > 100_000:
                 del self._ack_latencies[:50_000]
@@ -412,6 +423,27 @@ class ReplayBuffer:
             wal.end()
             if limited and self.rate_limiter is not None:
                 self.rate_limiter.undo_insert(limited)
+
+    def _advance_watermark(self) -> None:
+        """Move the durable watermark over contiguous synced appends and publish (locked)."""
+        start = self._watermark
+        while self._watermark in self._durable:
+            self._watermark = self._durable.pop(self._watermark)
+        if self._watermark > start:
+            self._publish(start, self._watermark)
+            self._seal_cond.notify_all()
+
+    def _acked(self, robots: np.ndarray, seqs: np.ndarray) -> dict[str, int]:
+        """Per robot of this call: its highest seq among durable (visible) rows."""
+        out = {}
+        for rid in np.unique(robots):
+            code = self.index.robots.codes.get(str(rid))
+            last_row = self.index.robot_last_row.get(code) if code is not None else None
+            if last_row is not None and last_row < self.visible:
+                out[str(rid)] = int(self.index.cols["seq"][last_row - self.index.base])
+            else:  # a newer row of this robot is still in flight: ours are durable
+                out[str(rid)] = int(seqs[robots == rid].max())
+        return out
 
     def _tail_for(self, n: int) -> Chunk:
         """The open tail with room for ``n`` rows, sealing the current one when full."""
@@ -438,12 +470,10 @@ class ReplayBuffer:
         return self._tail
 
     def _publish(self, first: int, end: int) -> None:
-        # Rows become visible in log order; sync order guarantees earlier rows are durable.
+        # Called with the durable watermark only: every row below ``end`` is on disk.
         if end <= self.visible:
             return
-        start = max(first, self.visible)
-        # Rows in [visible, first) belong to appends whose sync also completed (ordered LSNs).
-        start = min(start, self.visible)
+        start = min(first, self.visible)
         tail = self._tail
         if tail is not None and tail.first_row <= end <= tail.first_row + tail.capacity:
             tail.n = max(tail.n, end - tail.first_row)
@@ -467,7 +497,7 @@ class ReplayBuffer:
                     if self._stop.is_set():
                         return
                     continue
-                chunk, wal_path = self._seal_queue[0]
+                chunk, wal_paths = self._seal_queue[0]
                 # Rows of this chunk are durable in the WAL; wait until they are visible.
                 while self.visible < chunk.end and not self._stop.is_set():
                     self._seal_cond.wait(0.01)
@@ -477,15 +507,16 @@ class ReplayBuffer:
                 cols["run_id"] = self.index.cols["run"][lo:hi].copy()
                 cols["task"] = self.index.cols["task"][lo:hi].copy()
                 vocab = (self.index.robots, self.index.runs, self.index.tasks)
-            self._seal_one(chunk, wal_path, cols, vocab)
+            self._seal_one(chunk, wal_paths, cols, vocab)
 
     def _seal_one(
-        self, chunk: Chunk, wal_path: Path, cols: dict[str, np.ndarray], vocab: Any
+        self, chunk: Chunk, wal_paths: list[Path], cols: dict[str, np.ndarray], vocab: Any
     ) -> None:
         batch = self.storage.seal_batch(chunk, cols, vocab)
         path = write_segment(self.directory, chunk.first_row, batch)
         del batch
-        wal_path.unlink()
+        for p in wal_paths:
+            p.unlink()
         fsync_dir(self.directory)
         with self._lock:
             chunk.sealed = True

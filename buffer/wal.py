@@ -36,8 +36,8 @@ _REC_HEADER = struct.Struct("<IIQQ")
 REC_MAGIC = 0x5246574C  # "RFWL"
 
 
-def wal_name(first_row: int) -> str:
-    return f"wal-{first_row:016d}.log"
+def wal_name(first_row: int, stripe: int = 0) -> str:
+    return f"wal-{first_row:016d}-{stripe:02d}.log"
 
 
 def fsync_dir(path: Path) -> None:
@@ -116,8 +116,11 @@ class WriteAheadLog:
     a position returned by :meth:`write` stays comparable after :meth:`rotate`.
     """
 
-    def __init__(self, directory: Path, first_row: int, max_delay_s: float) -> None:
+    def __init__(
+        self, directory: Path, first_row: int, max_delay_s: float, stripe: int = 0
+    ) -> None:
         self.directory = directory
+        self.stripe = stripe
         self.max_delay_s = max_delay_s
         self._lock = threading.Lock()  # fd, written
         self._sync_lock = threading.Lock()  # one fdatasync at a time; rotation excludes it
@@ -128,7 +131,7 @@ class WriteAheadLog:
         self._inflight = 0
         self._fsyncs = 0
         self._failed: BaseException | None = None
-        self.path = directory / wal_name(first_row)
+        self.path = directory / wal_name(first_row, stripe)
         self._fd = self._create(self.path, first_row)
 
     def _create(self, path: Path, first_row: int) -> int:
@@ -213,7 +216,7 @@ class WriteAheadLog:
                 self._fsyncs += 1
                 os.close(self._fd)
                 old = self.path
-                self.path = self.directory / wal_name(first_row)
+                self.path = self.directory / wal_name(first_row, self.stripe)
                 self._fd = self._create(self.path, first_row)
                 target = self._written
         with self._cond:
@@ -230,3 +233,32 @@ class WriteAheadLog:
         with self._cond:
             self._synced = self._written
             self._cond.notify_all()
+
+
+class StripedWal:
+    """Several WAL files written in parallel, so concurrent appends share the disk's
+    ability to run several fdatasyncs at once (one file allows only one at a time).
+
+    Rows get global ids under the buffer's lock and every record carries its first row, so
+    recovery merges the stripes by row id and keeps the contiguous prefix. The buffer
+    acknowledges an append only when every row before it is durable too (a watermark), so a
+    gap at recovery only ever drops rows that were never acknowledged.
+    """
+
+    def __init__(self, directory: Path, first_row: int, max_delay_s: float, stripes: int) -> None:
+        self.logs = [WriteAheadLog(directory, first_row, max_delay_s, i) for i in range(stripes)]
+
+    @property
+    def fsync_count(self) -> int:
+        return sum(w.fsync_count for w in self.logs)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [w.path for w in self.logs]
+
+    def rotate(self, first_row: int) -> list[Path]:
+        return [w.rotate(first_row) for w in self.logs]
+
+    def close(self) -> None:
+        for w in self.logs:
+            w.close()
