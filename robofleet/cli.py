@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, tuple[str, int]] = {
     "weights": ("comms.bench_weights", 4),
     "transport": ("comms.bench_transport", 4),
     "efficiency": ("cloud_learner.bench_efficiency", 11),
+    "edge": ("edge_agent.latency_report", 6),
 }
 
 
