@@ -1,0 +1,194 @@
+"""Batches from the buffer's process to a learner in another process, over ZeroMQ.
+
+The replay buffer is opened for writing by exactly one process (the cloud, where uploads land).
+The learner runs in its own supervised process so it can crash and restart without touching
+acknowledged data; it asks the cloud for batches here.
+
+Wire (REQ/REP on loopback): the request is one JSON frame
+``{"op": "sample" | "size" | "sampler_state" | "load_sampler_state", ...}``; the reply is a JSON
+frame and, for ``sample``, a second frame with the batch in the safetensors layout (raw
+tensors plus a JSON header, never pickle). A ``sample`` request also carries the learner's
+latest statistics (``stats``), which the run driver shows and stores as metrics.
+
+Batch keys (B = batch size): ``observation.state`` (B, 39) float32, ``next.observation.state``
+(B, 39) float32, ``action`` (B, 4) float32, ``task_index`` (B,) int64, ``is_intervention`` (B,)
+bool, ``reward`` (B,) float32, ``terminated`` / ``truncated`` (B,) bool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import zmq
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from cloud_learner.batch import to_torch_batch
+from cloud_learner.core import Batch
+
+log = logging.getLogger(__name__)
+
+KEYS = (
+    "observation.state",
+    "next.observation.state",
+    "action",
+    "is_intervention",
+    "reward",
+    "terminated",
+    "truncated",
+)
+
+
+class BatchServer:
+    """Serves samples of one run's buffer to its learner (a daemon thread in the cloud).
+
+    Args:
+        buffer: the run's open ``buffer.ReplayBuffer``.
+        tasks: the run's task list (``task_index`` = position).
+        sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform.
+    """
+
+    def __init__(self, buffer: Any, tasks: Sequence[str], sampler: Any = None) -> None:
+        self.buffer = buffer
+        self.tasks = {t: i for i, t in enumerate(tasks)}
+        self.sampler = sampler
+        self.learner_stats: dict[str, float] = {}
+        self.samples = 0
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
+        self.address = f"tcp://127.0.0.1:{port}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="batch-server", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close(0)
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(100):
+                continue
+            request = self._sock.recv()
+            try:
+                header, payload = self._handle(json.loads(request))
+            except Exception as exc:  # the learner gets the reason; the server keeps serving
+                header, payload = {"error": f"{type(exc).__name__}: {exc}"}, None
+            frames = [json.dumps(header).encode()]
+            if payload is not None:
+                frames.append(payload)
+            self._sock.send_multipart(frames)
+
+    def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        op = req.get("op")
+        if op == "size":
+            return {"size": len(self.buffer)}, None
+        if op == "sampler_state":
+            get = getattr(self.sampler, "state_dict", None)
+            return {"state": dict(get()) if callable(get) else {}}, None
+        if op == "load_sampler_state":
+            load = getattr(self.sampler, "load_state_dict", None)
+            if callable(load) and req.get("state"):
+                load(dict(req["state"]))
+            return {}, None
+        if op == "sample":
+            stats = req.get("stats")
+            if isinstance(stats, dict):
+                self.learner_stats = {str(k): float(v) for k, v in stats.items()}
+            n = int(req["batch_size"])
+            if len(self.buffer) == 0:
+                return {"empty": True, "size": 0}, None
+            arrays = self.buffer.sample(n, sampler=self.sampler, timeout=1.0)
+            out = {k: np.ascontiguousarray(arrays[k]) for k in KEYS if k in arrays}
+            unknown = sorted({str(t) for t in arrays["task"]} - set(self.tasks))
+            if unknown:
+                raise ValueError(f"sampled tasks {unknown} are not in the run's tasks")
+            out["task_index"] = np.array([self.tasks[str(t)] for t in arrays["task"]], np.int64)
+            self.samples += n
+            return {"size": len(self.buffer)}, st_save(out)
+        raise ValueError(f"unknown op {op!r}")
+
+
+class RemoteBufferSource:
+    """A :class:`cloud_learner.core.BatchSource` that asks a :class:`BatchServer`.
+
+    Raises (from ``sample``): ``RuntimeError`` with the server's reason, or ``TimeoutError``
+    when the server does not answer within ``timeout_s`` (the cloud is gone).
+    """
+
+    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+        self.address = address
+        self.timeout_ms = int(timeout_s * 1000)
+        self.stats: dict[str, float] = {}
+        self._size = 0
+        self._size_at = float("-inf")
+        self._ctx = zmq.Context.instance()
+        self._sock = self._connect()
+
+    def _connect(self) -> zmq.Socket[bytes]:
+        sock = self._ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
+        sock.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+        sock.connect(self.address)
+        return sock
+
+    def _call(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        try:
+            self._sock.send(json.dumps(req).encode())
+            frames = self._sock.recv_multipart()
+        except zmq.Again:
+            self._sock.close(0)
+            self._sock = self._connect()  # a REQ socket that missed a reply is unusable
+            raise TimeoutError(f"batch server {self.address} did not answer") from None
+        header = json.loads(frames[0])
+        if "error" in header:
+            raise RuntimeError(f"batch server: {header['error']}")
+        return header, (frames[1] if len(frames) > 1 else None)
+
+    def num_transitions(self) -> int:
+        # Refreshed by every sample; ask explicitly only when the figure is stale.
+        if time.monotonic() - self._size_at > 1.0:
+            header, _ = self._call({"op": "size"})
+            self._size = int(header["size"])
+            self._size_at = time.monotonic()
+        return self._size
+
+    def can_sample(self, batch_size: int) -> bool:
+        return self._size > 0 or self.num_transitions() > 0
+
+    def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
+        while True:
+            header, payload = self._call(
+                {"op": "sample", "batch_size": batch_size, "stats": self.stats}
+            )
+            self._size = int(header.get("size", 0))
+            self._size_at = time.monotonic()
+            if payload is not None:
+                return dict(st_load(payload))
+            time.sleep(0.1)
+
+    def sample(self, batch_size: int) -> Batch:
+        return to_torch_batch(self.sample_numpy(batch_size), torch.device("cpu"))
+
+    def sampler_state(self) -> dict[str, Any]:
+        header, _ = self._call({"op": "sampler_state"})
+        return {"sampler": header["state"]}
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        self._call({"op": "load_sampler_state", "state": state.get("sampler") or {}})
+
+    def close(self) -> None:
+        self._sock.close(0)

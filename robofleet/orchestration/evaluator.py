@@ -1,0 +1,80 @@
+"""Evaluation episodes: the policy alone (the operator never acts), fixed seeds per task.
+
+An episode succeeds when Meta-World reports success within ``max_steps``; an episode an
+operator rescued cannot count, because no operator is attached. Seeds ``10_000 + i`` (goal
+variation ``seed % 50`` of hal's Meta-World driver) are the fixed evaluation configurations;
+training robots start their seeds at 100_000 * (robot number + 1), demonstrations at 20_000.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+EVAL_SEED = 10_000
+
+
+def build_policy(num_tasks: int, hidden: int, depth: int = 2) -> Any:
+    """The edge agents' policy shape (``edge_agent.build``): MLP on state + task one-hot."""
+    from cloud_learner.policies import MLPPolicy, PolicySpec
+
+    from robofleet.orchestration.params import ACTION_DIM, STATE_DIM
+
+    return MLPPolicy(PolicySpec(STATE_DIM, ACTION_DIM, num_tasks=num_tasks, hidden=hidden, depth=depth))
+
+
+def evaluate(
+    policy: Any, tasks: Sequence[str], episodes: int, max_steps: int
+) -> dict[str, float]:
+    """Success rate (0..1) per task over ``episodes`` seeded episodes each."""
+    from hal.drivers.metaworld import MetaWorldDriver
+
+    driver = MetaWorldDriver("eval", tasks=list(tasks), max_episode_steps=max_steps)
+    driver.connect()
+    out: dict[str, float] = {}
+    try:
+        for task_index, task in enumerate(tasks):
+            wins = 0
+            for i in range(episodes):
+                obs = driver.reset(task=task, seed=EVAL_SEED + i)
+                for _ in range(max_steps):
+                    action = np.clip(policy.act(obs, task_index), -1.0, 1.0)
+                    driver.send_action({"action": action})
+                    if driver.episode.success:
+                        wins += 1
+                        break
+                    if driver.episode.terminated or driver.episode.truncated:
+                        break
+                    obs = driver.get_observation()
+            out[task] = wins / episodes
+    finally:
+        driver.disconnect()
+    return out
+
+
+class Evaluator:
+    """Plain class behind the evaluation Ray actor (one per run, its own process)."""
+
+    def __init__(self, tasks: Sequence[str], hidden: int, episodes: int, max_steps: int) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        self.tasks = list(tasks)
+        self.policy = build_policy(len(self.tasks), hidden)
+        self.episodes = episodes
+        self.max_steps = max_steps
+
+    def evaluate(self, weights: bytes) -> dict[str, float]:
+        """``weights``: a safetensors file's bytes (what the learner published)."""
+        from safetensors.torch import load
+
+        self.policy.set_weights(load(weights))
+        return evaluate(self.policy, self.tasks, self.episodes, self.max_steps)
+
+
+def remote_evaluator(**actor_options: Any) -> Any:
+    import ray
+
+    return ray.remote(**{"num_cpus": 0, **actor_options})(Evaluator)

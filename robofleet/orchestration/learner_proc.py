@@ -1,0 +1,158 @@
+"""The learner process of a run: ``python -m robofleet.orchestration.learner_proc ...``.
+
+Started (and restarted after a crash) by the run's :class:`~robofleet.orchestration.supervisor.
+ProcessSupervisor`. It resumes from the run directory's latest checkpoint; on a fresh run it
+first fits the state normalisation and trains the weak initial policy by behaviour cloning on
+the demonstrations already in the buffer, publishes it as a version and checkpoints. Then it
+trains online (``cloud_learner.loop.Learner``) on batches from the cloud's
+:class:`~robofleet.orchestration.batches.BatchServer`.
+
+Weights are written with ``cloud_learner.publisher.FileWeightPublisher`` under
+``<run-dir>/weights``; the cloud process hands each new file to comms' weight publisher, so
+encoding and streaming never slow the updates here. Signals: SIGTERM = final checkpoint and
+exit 0; SIGUSR1 = checkpoint at the next update boundary. The process also exits when its
+parent (the cloud) is gone. Exit codes: 0 stopped, 4 refused (incompatible checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+EXIT_REFUSED = 4
+log = logging.getLogger("robofleet.learner")
+
+
+def _lock(run_dir: Path, timeout_s: float = 30.0) -> int:
+    """One learner per run directory: wait for a dying predecessor to let go of the lock."""
+    fd = os.open(run_dir / "learner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"learner: {run_dir} is held by another learner") from None
+            time.sleep(0.2)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="robofleet.orchestration.learner_proc")
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--batches", required=True, help="BatchServer address (tcp://...)")
+    parser.add_argument("--database-url", default=None, help="record versions/checkpoints")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s learner %(message)s")
+
+    import torch
+
+    from cloud_learner.checkpoint import CheckpointError
+    from cloud_learner.factory import build_algorithm, model_config
+    from cloud_learner.learner_main import metadata_hook
+    from cloud_learner.loop import Learner
+    from cloud_learner.publisher import FileWeightPublisher
+    from robofleet.orchestration.batches import RemoteBufferSource
+    from robofleet.orchestration.params import RunParams, learner_settings
+    from robofleet.runspec import parse_run_spec
+
+    torch.set_num_threads(1)
+    parent = os.getppid()
+    lock_fd = _lock(args.run_dir)
+    spec = parse_run_spec(json.loads((args.run_dir / "spec.json").read_text()))
+    params = RunParams.from_spec(spec)
+    settings = learner_settings(spec, params)
+    algorithm = build_algorithm(settings, torch.device("cpu"))
+    source = RemoteBufferSource(args.batches)
+    publisher = FileWeightPublisher(args.run_dir / "weights", keep=5)
+    hook = metadata_hook(args.database_url, args.run_id) if args.database_url else None
+    learner = Learner(
+        args.run_dir,
+        algorithm,
+        source,
+        publisher,
+        settings,
+        model_config(settings),
+        hook=hook,
+    )
+    try:
+        resumed = learner.start(resume=True)
+    except (CheckpointError, ValueError) as exc:
+        print(f"learner: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+
+    flags = {"stop": False, "checkpoint": False}
+    signal.signal(signal.SIGTERM, lambda *_: flags.__setitem__("stop", True))
+    signal.signal(signal.SIGUSR1, lambda *_: flags.__setitem__("checkpoint", True))
+
+    if not resumed:
+        _initial_policy(learner, source, params)
+
+    period = 1.0 / params.updates_per_s if params.updates_per_s > 0 else 0.0
+    window: list[float] = []
+    last_loss = float("nan")
+    try:
+        while not flags["stop"]:
+            if os.getppid() != parent:
+                log.warning("the cloud process is gone; stopping")
+                break
+            if flags["checkpoint"]:
+                flags["checkpoint"] = False
+                learner.save_checkpoint()
+            t0 = time.monotonic()
+            metrics = learner.train_step()
+            last_loss = metrics.get("loss", last_loss)
+            window.append(t0)
+            window = [t for t in window if t0 - t < 5.0]
+            source.stats = {
+                "learner_step": float(learner.step),
+                "policy_version": float(learner.version),
+                "loss": float(last_loss),
+                "updates_per_s": len(window) / 5.0,
+            }
+            spare = period - (time.monotonic() - t0)
+            if spare > 0:
+                time.sleep(spare)
+        learner.save_checkpoint()
+    except TimeoutError as exc:
+        log.warning("%s; exiting without a final checkpoint", exc)
+    finally:
+        learner.close()
+        source.close()
+        os.close(lock_fd)
+    log.info("stopped at learner step %d, policy version %d", learner.step, learner.version)
+    return 0
+
+
+def _initial_policy(learner: object, source: object, params: object) -> None:
+    """Normalisation from the demonstrations, BC updates, publish v1 and checkpoint."""
+    from cloud_learner.loop import Learner
+    from robofleet.orchestration.batches import RemoteBufferSource
+    from robofleet.orchestration.params import RunParams
+
+    assert isinstance(learner, Learner)
+    assert isinstance(source, RemoteBufferSource)
+    assert isinstance(params, RunParams)
+    learner.version = max(learner.version, int(learner.publisher.latest_version()))  # type: ignore[attr-defined]
+    states = source.sample_numpy(4096)["observation.state"]
+    policy = learner.algorithm.policy
+    policy.set_state_normalization(states, min_std=params.min_state_std)  # type: ignore[attr-defined]
+    for _ in range(params.bc_updates):
+        learner.algorithm.update(source.sample(params.batch_size))
+        learner.step += 1
+    log.info("initial policy: %d BC updates on the demonstrations", params.bc_updates)
+    learner._publish()  # the weak initial policy is version 1 of the run
+    learner.save_checkpoint()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""The run manager: launch, stop, pause, resume and checkpoint runs; pick runs up after a restart.
+
+The metadata store is the source of truth. ``robofleet run launch`` (another process) writes a
+``pending`` run; ``robofleet run stop`` marks it ``stopping``; ``robofleet resume`` marks it
+``resuming``. :meth:`RunManager.poll`, called every second by the cloud, turns those requests
+into :class:`~robofleet.orchestration.run.RunDriver` threads. The dashboard calls the same
+methods directly (``dashboard.run_manager.RunManager`` protocol).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from dashboard.run_manager import RunNotFound, RunStateError, new_run_id
+from robofleet.db.models import Robot, RobotStatus, Run, RunState
+from robofleet.db.store import MetadataStore
+from robofleet.orchestration.params import RunParams
+from robofleet.orchestration.run import ACTIVE_STATES, CloudContext, RunDriver, set_state
+from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
+
+log = logging.getLogger(__name__)
+
+
+def as_run_spec(spec: Any) -> RunSpec:
+    """A :class:`RunSpec` from itself or from any pydantic spec with the same fields."""
+    if isinstance(spec, RunSpec):
+        return spec
+    dump = getattr(spec, "model_dump", None)
+    return parse_run_spec(dump(mode="json") if callable(dump) else spec)
+
+
+def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
+    """Refuse a spec the fleet cannot serve; nothing is written.
+
+    Raises:
+        RunSpecError: an unknown task, an unsupported knob, or fewer robots in the fleet
+            (of any status but retired) than the spec's minimum, each named by field.
+    """
+    from metaworld.policies import ENV_POLICY_MAP
+
+    errors: dict[str, str] = {}
+    try:
+        RunParams.from_spec(spec)
+    except RunSpecError as exc:
+        errors.update(exc.errors)
+    unknown = [t for t in spec.tasks if t not in ENV_POLICY_MAP]
+    if unknown:
+        errors["tasks"] = f"no simulated operator (scripted expert) for {unknown}"
+    demand = spec.robots
+    with store.session() as s:
+        q = select(Robot).where(Robot.status != RobotStatus.RETIRED)
+        if demand.robot_type is not None:
+            q = q.where(Robot.robot_type == demand.robot_type)
+        robots = [r for r in s.scalars(q) if all(r.tags.get(k) == v for k, v in demand.tags.items())]
+    if len(robots) < demand.minimum:
+        what = ", ".join(
+            [f"robot_type={demand.robot_type}"] * (demand.robot_type is not None)
+            + [f"{k}={v}" for k, v in demand.tags.items()]
+        )
+        errors["robots"] = (
+            f"asks for at least {demand.minimum} robot(s) matching {what}; "
+            f"the fleet has {len(robots)}"
+        )
+    if errors:
+        raise RunSpecError(errors)
+
+
+def submit_run(store: MetadataStore, spec: RunSpec, runs_dir: Path, *, actor: str) -> str:
+    """Validate and record a ``pending`` run (a running cloud starts it); returns its id."""
+    validate_launch(store, spec)
+    run_id = new_run_id()
+    with store.session() as s:
+        s.add(
+            Run(
+                id=run_id,
+                name=spec.name,
+                algorithm=spec.algorithm,
+                state=RunState.PENDING,
+                spec=spec.model_dump(mode="json"),
+                run_dir=str(runs_dir / run_id),
+            )
+        )
+        s.flush()
+        store.record_event("run.launched", actor=actor, run_id=run_id, session=s, name=spec.name)
+    return run_id
+
+
+def request(store: MetadataStore, run_id: str, action: str, *, actor: str) -> RunState:
+    """Record a stop / resume request for a cloud to act on; returns the new state.
+
+    Raises:
+        RunNotFound / RunStateError: unknown run, or a state that forbids the action.
+    """
+    allowed = {
+        "stop": (ACTIVE_STATES | {RunState.PAUSED}, RunState.STOPPING),
+        "resume": ({RunState.PAUSED, RunState.STOPPED, RunState.CRASHED}, RunState.RESUMING),
+        "pause": (ACTIVE_STATES, RunState.PAUSED),
+    }
+    sources, target = allowed[action]
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        if run.state not in sources:
+            raise RunStateError(
+                f"cannot {action} run {run_id} while it is {run.state.value} "
+                f"(allowed from: {', '.join(sorted(x.value for x in sources))})"
+            )
+    set_state(store, run_id, target, f"{action} requested by {actor}")
+    return target
+
+
+class RunManager:
+    """Runs of one cloud (implements ``dashboard.run_manager.RunManager``).
+
+    Args:
+        ctx: the cloud's shared services.
+        runs_dir: where run directories go.
+        auto_resume: on start, resume runs the previous cloud left running; otherwise mark
+            them ``crashed`` ("cloud restarted") for a one-click resume.
+    """
+
+    def __init__(self, ctx: CloudContext, runs_dir: Path, auto_resume: bool = True) -> None:
+        self.ctx = ctx
+        self.store = ctx.store
+        self.runs_dir = runs_dir
+        self.auto_resume = auto_resume
+        self.drivers: dict[str, RunDriver] = {}
+        self._lock = threading.RLock()
+
+    # -- dashboard protocol ----------------------------------------------------------------
+
+    def launch(self, spec: Any, *, actor: str) -> str:
+        run_id = submit_run(self.store, as_run_spec(spec), self.runs_dir, actor=actor)
+        self._start(run_id)
+        return run_id
+
+    def stop(self, run_id: str, *, actor: str) -> None:
+        with self._lock:
+            driver = self.drivers.get(run_id)
+        request(self.store, run_id, "stop", actor=actor)
+        if driver is not None:
+            driver.request_stop(f"stopped by {actor}")
+        else:
+            self._finish_without_driver(run_id, RunState.STOPPED)
+
+    def pause(self, run_id: str, *, actor: str) -> None:
+        """Pausing ends the run's processes and frees its robots; ``resume`` continues it."""
+        with self._lock:
+            driver = self.drivers.get(run_id)
+        request(self.store, run_id, "pause", actor=actor)
+        if driver is not None:
+            driver.detach = True
+
+    def resume(self, run_id: str, *, actor: str) -> None:
+        request(self.store, run_id, "resume", actor=actor)
+        self._start(run_id)
+
+    def checkpoint_now(self, run_id: str, *, actor: str) -> None:
+        with self._lock:
+            driver = self.drivers.get(run_id)
+        if driver is None:
+            if self.store.get_run(run_id) is None:
+                raise RunNotFound(run_id)
+            raise RunStateError(f"run {run_id} has no running learner")
+        driver.request_checkpoint()
+        self.store.record_event("run.checkpoint_requested", actor=actor, run_id=run_id)
+
+    # -- cloud side ------------------------------------------------------------------------
+
+    def _start(self, run_id: str) -> RunDriver | None:
+        with self._lock:
+            if run_id in self.drivers:
+                return self.drivers[run_id]
+            run = self.store.get_run(run_id)
+            if run is None:
+                raise RunNotFound(run_id)
+            spec = parse_run_spec(run.spec)
+            driver = RunDriver(self.ctx, run_id, spec, Path(run.run_dir), on_end=self._ended)
+            self.drivers[run_id] = driver
+        return driver.start()
+
+    def _ended(self, driver: RunDriver) -> None:
+        with self._lock:
+            if self.drivers.get(driver.run_id) is driver:
+                del self.drivers[driver.run_id]
+
+    def _finish_without_driver(self, run_id: str, state: RunState) -> None:
+        self.store.release_leases(run_id, actor="run-manager")
+        set_state(self.store, run_id, state, "no cloud process was running it")
+
+    def resume_interrupted(self) -> list[str]:
+        """At cloud start: runs left active by a cloud that died; resumed or marked crashed."""
+        with self.store.session() as s:
+            runs = list(
+                s.scalars(
+                    select(Run.id).where(
+                        Run.state.in_([*ACTIVE_STATES - {RunState.PENDING}, RunState.STOPPING])
+                    )
+                )
+            )
+        for run_id in runs:
+            if self.auto_resume:
+                set_state(self.store, run_id, RunState.RESUMING, "cloud restarted")
+                self._start(run_id)
+            else:
+                self.store.release_leases(run_id, actor="run-manager")
+                set_state(self.store, run_id, RunState.CRASHED, "cloud restarted")
+        return runs
+
+    def poll(self) -> None:
+        """Act on requests other processes wrote into the store (module docstring)."""
+        with self.store.session() as s:
+            rows = list(s.execute(select(Run.id, Run.state)))
+        for run_id, state in rows:
+            with self._lock:
+                driver = self.drivers.get(run_id)
+            if driver is None and state in (RunState.PENDING, RunState.RESUMING):
+                self._start(run_id)
+            elif driver is not None and state == RunState.STOPPING and driver.stop_reason is None:
+                driver.request_stop("stop requested")
+            elif driver is not None and state == RunState.PAUSED and not driver.detach:
+                driver.detach = True
+
+    def shutdown(self, timeout_s: float = 120.0) -> None:
+        """Cloud going down: every run checkpoints and lets go, to be resumed at next start."""
+        with self._lock:
+            drivers = list(self.drivers.values())
+        for d in drivers:
+            d.detach = True
+        for d in drivers:
+            d.join(timeout_s)

@@ -1,0 +1,103 @@
+"""The end-of-run report: ``report.json`` plus PNG plots in the run directory.
+
+Plots: success rate (mean over tasks and per task, from evaluation episodes) and the operator's
+intervention rate, each against wall time (minutes) and against robot-hours.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from robofleet.runspec import RunSpec
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def write_report(
+    run_dir: Path,
+    run_id: str,
+    spec: RunSpec,
+    *,
+    learner_restarts: int,
+    acked_lost: int,
+    elapsed_s: float,
+) -> dict[str, Any]:
+    """Write ``report.json`` and the plots; returns the report's summary keys."""
+    evals = _read_jsonl(run_dir / "evals.jsonl")
+    progress = _read_jsonl(run_dir / "progress.jsonl")
+    versions = json.loads((run_dir / "weights" / "latest.json").read_text())["version"] if (
+        run_dir / "weights" / "latest.json"
+    ).exists() else 0
+    last = progress[-1] if progress else {}
+    summary: dict[str, Any] = {
+        "initial_success": evals[0]["success_mean"] if evals else None,
+        "final_success": evals[-1]["success_mean"] if evals else None,
+        "minutes": round(elapsed_s / 60, 3),
+        "env_steps": int(last.get("env_steps", 0)),
+        "interventions": int(last.get("interventions", 0)),
+        "versions_published": int(versions),
+        "acked_lost": acked_lost,
+        "learner_restarts": learner_restarts,
+    }
+    plots = _plots(run_dir, evals, progress, spec)
+    report = {
+        "run_id": run_id,
+        **summary,
+        "robot_hours": last.get("robot_hours", 0.0),
+        "initial_success_per_task": evals[0]["success"] if evals else {},
+        "final_success_per_task": evals[-1]["success"] if evals else {},
+        "evaluations": evals,
+        "plots": plots,
+        "spec": spec.model_dump(mode="json"),
+    }
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    return {**summary, "report": str(run_dir / "report.json"), "plots": plots}
+
+
+def _plots(
+    run_dir: Path, evals: list[dict[str, Any]], progress: list[dict[str, Any]], spec: RunSpec
+) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for xkey, xlabel, scale, name in (
+        ("wall_s", "wall time (min)", 1 / 60, "vs_wall_time"),
+        ("robot_hours", "robot-hours", 1.0, "vs_robot_hours"),
+    ):
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        if evals:
+            xs = [e[xkey] * scale for e in evals]
+            ax1.plot(xs, [e["success_mean"] for e in evals], "k-o", lw=2, label="mean")
+            for task in spec.tasks:
+                ax1.plot(xs, [e["success"].get(task, 0.0) for e in evals], "--", alpha=0.6, label=task)
+        ax1.set_xlabel(xlabel)
+        ax1.set_ylabel("success rate (policy alone)")
+        ax1.set_ylim(-0.05, 1.05)
+        ax1.legend(fontsize=7)
+        ax1.grid(alpha=0.3)
+        if progress:
+            ax2.plot(
+                [p[xkey] * scale for p in progress],
+                [p["intervention_rate"] for p in progress],
+                "r-",
+            )
+        ax2.set_xlabel(xlabel)
+        ax2.set_ylabel("intervention rate (share of steps)")
+        ax2.set_ylim(-0.05, 1.05)
+        ax2.grid(alpha=0.3)
+        fig.suptitle(f"{spec.name or 'run'}: {spec.algorithm} on {len(spec.tasks)} tasks")
+        fig.tight_layout()
+        path = run_dir / f"report_{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out.append(str(path))
+    return out

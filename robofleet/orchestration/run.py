@@ -1,0 +1,641 @@
+"""One run from lease to report: :class:`RunDriver` (a thread in the cloud process).
+
+Life of a run (every state change is an event in the metadata store)::
+
+    pending/resuming -> lease robots (hal scheduler) -> open the buffer (+ demonstrations on a
+    fresh run) -> learner process (supervised) -> first version -> edge agents (Ray actors
+    placed on the robots' bundles) -> running/degraded
+        loop: supervise learner and agents, hand new weight files to comms, evaluate, metrics,
+              reconcile robots, stop conditions
+    -> stopping: agents stop and drain their spools, learner's final checkpoint, final
+       evaluation, report -> leases released -> finished / stopped (or crashed with a reason)
+
+Durable state of a run lives in its directory: ``spec.json``, ``buffer/`` (every acknowledged
+step), ``checkpoints/``, ``weights/``, ``robots/<name>/`` (edge spools), ``evals.jsonl`` and
+``progress.jsonl`` (the curves), ``progress.json`` (elapsed time and robot-hours), and the
+final ``report.json`` with its plots. A resumed run picks all of these up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+
+from robofleet.db.models import Robot, Run, RunState, utcnow
+from robofleet.db.store import MetadataStore
+from robofleet.orchestration.params import RunParams
+from robofleet.orchestration.simfleet import (
+    DEMO_ROBOT,
+    SimFleetHost,
+    SimRobotWorker,
+    demonstration_records,
+)
+from robofleet.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
+from robofleet.runspec import RunSpec
+
+log = logging.getLogger(__name__)
+
+ACTIVE_STATES = {RunState.PENDING, RunState.RUNNING, RunState.DEGRADED, RunState.RESUMING}
+
+
+@dataclass
+class CloudContext:
+    """What every run of one cloud shares."""
+
+    settings: Any
+    store: MetadataStore
+    server: Any  # comms.server.CloudServer
+    server_address: str
+    sinks: dict[str, Any]
+    host: SimFleetHost | None
+    python: str
+    learner_backoff: Backoff = field(default_factory=Backoff)
+    eval_every_s: float | None = None
+
+
+def set_state(
+    store: MetadataStore, run_id: str, state: RunState, reason: str = "", **data: Any
+) -> None:
+    """Move the run to ``state`` and record ``run.<state>`` with the previous state."""
+    with store.session() as s:
+        run = s.get(Run, run_id, with_for_update=True)
+        if run is None:
+            raise LookupError(run_id)
+        before = run.state
+        run.state = state
+        run.reason = reason
+        run.updated_at = utcnow()
+        store.record_event(
+            f"run.{state.value}",
+            run_id=run_id,
+            session=s,
+            before=before.value,
+            after=state.value,
+            reason=reason,
+            **data,
+        )
+
+
+class RunDriver:
+    """Drives one run; :meth:`start` runs it on a thread until it ends or is asked to stop.
+
+    Args:
+        ctx: the cloud's shared services.
+        run_id / spec / run_dir: the run.
+        on_end: called with the driver when its thread ends.
+    """
+
+    def __init__(
+        self,
+        ctx: CloudContext,
+        run_id: str,
+        spec: RunSpec,
+        run_dir: Path,
+        on_end: Callable[[RunDriver], None] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.run_id = run_id
+        self.spec = spec
+        self.run_dir = run_dir
+        self.params = RunParams.from_spec(spec)
+        self.on_end = on_end
+        self.stop_reason: str | None = None  # set: end the run (requested or condition)
+        self.detach = False  # set: cloud shutting down, leave the run to be resumed
+        self.final_state = RunState.FINISHED
+        self.result: dict[str, Any] = {}
+        self.progress: dict[str, Any] = {"state": "pending"}
+        self._thread = threading.Thread(target=self._main, name=f"run-{run_id}", daemon=True)
+        self._agents: dict[str, Any] = {}  # robot name -> (actor, run ref)
+        self._agent_restarts: dict[str, list[float]] = {}
+        self._checkpoint_requested = False
+        self.allocation: Any = None
+        self.buffer: Any = None
+        self.learner: ProcessSupervisor | None = None
+        self.batch_server: Any = None
+        self.evaluator: Any = None
+        self._eval_pending: tuple[Any, int, float] | None = None
+        self._published_version = 0
+        self._last_eval_at = -1e9
+        self._demo_rows = 0
+        self._elapsed_base = 0.0
+        self._robot_s_base = 0.0
+        self.learner_restarts_base = 0
+
+    # -- control from the run manager ----------------------------------------------------------
+
+    def start(self) -> RunDriver:
+        self._thread.start()
+        return self
+
+    def request_stop(self, reason: str = "stopped by request", final: RunState = RunState.STOPPED) -> None:
+        self.final_state = final
+        self.stop_reason = reason
+
+    def request_checkpoint(self) -> None:
+        self._checkpoint_requested = True
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # -- the run ---------------------------------------------------------------------------
+
+    def _event(self, kind: str, **data: Any) -> None:
+        self.ctx.store.record_event(kind, run_id=self.run_id, **data)
+
+    def _main(self) -> None:
+        store = self.ctx.store
+        resumed = (self.run_dir / "progress.json").exists()
+        try:
+            self._setup(resumed)
+            self._loop()
+            if self.detach:
+                self._teardown(final=False)
+                return
+            self._teardown(final=True)
+            set_state(store, self.run_id, self.final_state, self.stop_reason or "", **self._summary())
+        except CrashLoop as exc:
+            log.error("run %s crashed: %s", self.run_id, exc)
+            self._teardown(final=False)
+            set_state(store, self.run_id, RunState.CRASHED, str(exc))
+        except Exception as exc:
+            log.exception("run %s failed", self.run_id)
+            self._teardown(final=False)
+            set_state(store, self.run_id, RunState.CRASHED, f"{type(exc).__name__}: {exc}")
+        finally:
+            if self.on_end is not None:
+                self.on_end(self)
+
+    def _summary(self) -> dict[str, Any]:
+        return {k: v for k, v in self.result.items() if isinstance(v, int | float | str)}
+
+    # -- setup -----------------------------------------------------------------------------
+
+    def _setup(self, resumed: bool) -> None:
+        from buffer import InterventionSampler, ReplayBuffer, StepSchema
+        from comms.buffer_sink import BufferSink
+        from hal.drivers.metaworld import MetaWorldDriver
+        from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest
+        from robofleet.orchestration.batches import BatchServer
+        from robofleet.orchestration.evaluator import remote_evaluator
+
+        ctx, spec = self.ctx, self.spec
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
+        if resumed:
+            p = json.loads((self.run_dir / "progress.json").read_text())
+            self._elapsed_base = float(p.get("elapsed_s", 0.0))
+            self._robot_s_base = float(p.get("robot_seconds", 0.0))
+            self.learner_restarts_base = int(p.get("learner_restarts", 0))
+        # Leases left by a cloud that died are stale: give them back, then lease afresh.
+        ctx.store.release_leases(self.run_id, actor="run-manager")
+        request = RobotRequest(
+            count=spec.robots.count,
+            robot_type=spec.robots.robot_type,
+            tags=dict(spec.robots.tags),
+            min_count=spec.robots.min_count,
+        )
+        self.allocation = RobotAllocation(
+            ctx.store,
+            self.run_id,
+            request,
+            LearnerRequest(spec.learner.num_cpus, spec.learner.num_gpus),
+            edge_cpus=ctx.settings.hal.edge_cpus,
+            actor="run-manager",
+        )
+        self._acquire(patient=resumed)
+        ctx.server.invalidate_auth()
+
+        driver = MetaWorldDriver("schema", tasks=list(spec.tasks))
+        schema = StepSchema.from_features(driver.observation_features, driver.action_features)
+        self.buffer = ReplayBuffer.open(self.run_dir / "buffer", schema, ctx.settings.buffer)
+        self._demo_rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
+        if self._demo_rows == 0:
+            records = demonstration_records(
+                spec.tasks, self.params.demos_per_task, self.params.max_episode_steps, self.run_id
+            )
+            self.buffer.append(schema.batch_from_records(records))
+            self._demo_rows = len(records)
+            self._event("run.demonstrations", steps=len(records))
+        ctx.sinks[self.run_id] = BufferSink(self.buffer)
+        self.batch_server = BatchServer(self.buffer, spec.tasks, InterventionSampler())
+        self.learner = ProcessSupervisor(
+            "learner",
+            [
+                ctx.python,
+                "-m",
+                "robofleet.orchestration.learner_proc",
+                "--run-dir",
+                str(self.run_dir),
+                "--run-id",
+                self.run_id,
+                "--batches",
+                self.batch_server.address,
+                "--database-url",
+                ctx.settings.database_url,
+            ],
+            self.run_dir / "learner.log",
+            ctx.learner_backoff,
+            on_event=lambda kind, data: self._event(kind, **data),
+        )
+        self.learner.start()
+        self.evaluator = remote_evaluator().remote(
+            list(spec.tasks),
+            spec.policy.hidden_sizes[0],
+            spec.evaluation.episodes_per_task,
+            self.params.eval_max_steps,
+        )
+        self._t0 = time.monotonic()
+        self._wait_first_version()
+        if not (self.run_dir / "evals.jsonl").exists():
+            self._evaluate_now(blocking=True)  # the initial policy's success
+        for i, name in enumerate(sorted(self.allocation.members)):
+            self._start_agent(name, i)
+        state = RunState.DEGRADED if len(self.allocation.active) < spec.robots.count else RunState.RUNNING
+        set_state(ctx.store, self.run_id, state, robots=sorted(self.allocation.members))
+
+    def _acquire(self, patient: bool) -> None:
+        from hal.scheduler import SchedulingError
+
+        # After a cloud restart robots may be offline until their next heartbeat.
+        deadline = time.monotonic() + (3 * self.ctx.settings.hal.offline_after_s if patient else 0)
+        while True:
+            try:
+                self.allocation.acquire(timeout_s=self.ctx.settings.hal.placement_timeout_s)
+                return
+            except SchedulingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+
+    def _wait_first_version(self, timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._publish_new_weights():
+            assert self.learner is not None
+            self.learner.poll()
+            if self.stop_reason is not None or self.detach:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no policy version within {timeout_s:.0f}s; see learner.log")
+            time.sleep(0.2)
+
+    def _agent_seed(self, index: int, spool: Path) -> int:
+        state = spool / "agent_state.json"
+        episode = json.loads(state.read_text())["next_episode_index"] if state.exists() else 0
+        return 100_000 * (index + 1) + int(episode)
+
+    def _start_agent(self, name: str, index: int) -> None:
+        import ray
+
+        from edge_agent.build import AgentOptions
+        from robofleet.orchestration.simfleet import spool_dir
+
+        ctx = self.ctx
+        spool = self.run_dir / "robots" / name
+        spool.mkdir(parents=True, exist_ok=True)
+        cred = spool_dir(ctx.settings.data_dir, name) / "credential.json"
+        if not (spool / "credential.json").exists():
+            shutil.copy2(cred, spool / "credential.json")
+        edge = ctx.settings.edge.model_copy(
+            update={
+                "control_hz": self.params.control_hz,
+                "heartbeat_interval_s": ctx.settings.hal.heartbeat_interval_s,
+            }
+        ).model_dump(mode="json")
+        opts = AgentOptions(
+            robot_name=name,
+            tasks=list(self.spec.tasks),
+            run_id=self.run_id,
+            server=ctx.server_address,
+            operator="scripted",
+            max_episode_steps=self.params.max_episode_steps,
+            spool_dir=spool,
+            hidden=self.spec.policy.hidden_sizes[0],
+        )
+        Worker = ray.remote(max_concurrency=4, num_cpus=0)(SimRobotWorker)
+        actor = Worker.options(scheduling_strategy=self.allocation.edge_strategy(name)).remote(
+            edge, ctx.settings.comms.model_dump(mode="json"), opts, self._agent_seed(index, spool)
+        )
+        self._agents[name] = (actor, actor.run.remote(None), index)
+        if ctx.host is not None:
+            ctx.host.busy.add(name)
+        self._event("edge_agent.started", robot=name)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        spec = self.spec
+        assert self.learner is not None
+        last_metrics = 0.0
+        last_reconcile = time.monotonic()
+        last_tick = time.monotonic()
+        self._rate_prev: tuple[float, int, int] | None = None
+        while self.stop_reason is None and not self.detach:
+            now = time.monotonic()
+            self._robot_s_base += len(self._agents) * (now - last_tick)
+            last_tick = now
+            self.learner.poll()  # CrashLoop ends the run as crashed
+            if self._checkpoint_requested:
+                self._checkpoint_requested = False
+                self.learner.signal(__import__("signal").SIGUSR1)
+            self._publish_new_weights()
+            self._supervise_agents()
+            self._collect_eval()
+            every = self.ctx.eval_every_s or spec.evaluation.every_seconds
+            if now - self._last_eval_at >= every and self._eval_pending is None:
+                self._evaluate_now(blocking=False)
+            if now - last_metrics >= 2.0:
+                last_metrics = now
+                self._record_progress()
+            if now - last_reconcile >= self.ctx.settings.hal.heartbeat_interval_s * 5:
+                last_reconcile = now
+                self._reconcile()
+            self._check_stop_conditions()
+            time.sleep(0.25)
+
+    def _elapsed(self) -> float:
+        return self._elapsed_base + (time.monotonic() - self._t0)
+
+    def _check_stop_conditions(self) -> None:
+        stop = self.spec.stop
+        if stop.minutes is not None and self._elapsed() >= stop.minutes * 60:
+            self.request_stop(f"reached {stop.minutes} minutes", RunState.FINISHED)
+        elif stop.env_steps is not None and self.progress.get("env_steps", 0) >= stop.env_steps:
+            self.request_stop(f"reached {stop.env_steps} env steps", RunState.FINISHED)
+        elif (
+            stop.target_success is not None
+            and self.progress.get("success_mean", 0.0) >= stop.target_success
+        ):
+            self.request_stop(f"reached success {stop.target_success}", RunState.FINISHED)
+
+    def _reconcile(self) -> None:
+        result = self.allocation.reconcile(timeout_s=5.0)
+        for name in result.added:
+            self._start_agent(name, len(self._agents) + len(result.added))
+        state = RunState.DEGRADED if result.degraded else RunState.RUNNING
+        if state.value != self.progress.get("state"):
+            set_state(self.ctx.store, self.run_id, state, lost=result.lost)
+            self.progress["state"] = state.value
+
+    def _supervise_agents(self) -> None:
+        import ray
+
+        for name, (actor, ref, index) in list(self._agents.items()):
+            done, _ = ray.wait([ref], timeout=0)
+            if not done:
+                continue
+            try:
+                ray.get(ref)
+                why = "returned"
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {str(exc)[:200]}"
+            now = time.monotonic()
+            recent = [t for t in self._agent_restarts.get(name, []) if now - t < 300]
+            self._agent_restarts[name] = [*recent, now]
+            self._event("edge_agent.died", robot=name, why=why)
+            del self._agents[name]
+            try:
+                ray.kill(actor)
+            except Exception:
+                pass
+            if len(recent) >= 5:
+                raise CrashLoop(f"edge agent of {name} crashed {len(recent) + 1} times: {why}")
+            time.sleep(min(0.5 * 2 ** len(recent), 10.0))
+            self._start_agent(name, index)
+            self._event("edge_agent.restarted", robot=name)
+
+    # -- weights and evaluation ------------------------------------------------------------
+
+    def _latest_weights(self) -> tuple[int, bytes] | None:
+        path = self.run_dir / "weights" / "latest.json"
+        try:
+            meta = json.loads(path.read_text())
+            data = (self.run_dir / "weights" / meta["file"]).read_bytes()
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return int(meta["version"]), data
+
+    def _publish_new_weights(self) -> bool:
+        """Hand a newer weight file to comms' publisher; True when one was published."""
+        from safetensors.torch import load
+
+        got = self._latest_weights()
+        if got is None or got[0] <= self._published_version:
+            return False
+        version, data = got
+        pub = self.ctx.server.publisher(self.run_id)
+        if version > pub._last_version:  # a publisher kept across restarts may be ahead
+            pub.publish(load(data), version=version)
+        self._published_version = version
+        self._latest_bytes = data
+        return True
+
+    def _evaluate_now(self, blocking: bool) -> None:
+        import ray
+
+        if self._published_version == 0:
+            return
+        ref = self.evaluator.evaluate.remote(self._latest_bytes)
+        self._eval_pending = (ref, self._published_version, self._elapsed())
+        self._last_eval_at = time.monotonic()
+        if blocking:
+            ray.get(ref)
+            self._collect_eval(wait=True)
+
+    def _collect_eval(self, wait: bool = False) -> None:
+        import ray
+
+        if self._eval_pending is None:
+            return
+        ref, version, started = self._eval_pending
+        done, _ = ray.wait([ref], timeout=None if wait else 0)
+        if not done:
+            return
+        self._eval_pending = None
+        success: dict[str, float] = ray.get(ref)
+        mean = float(np.mean(list(success.values())))
+        counts = self._counts()
+        row = {
+            "wall_s": started,
+            "robot_hours": self._robot_s_base / 3600,
+            "env_steps": counts[0],
+            "interventions": counts[1],
+            "policy_version": version,
+            "success": success,
+            "success_mean": mean,
+        }
+        with open(self.run_dir / "evals.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.progress.update(success=success, success_mean=mean, eval_version=version)
+        from dashboard.metrics_feed import insert_metrics
+
+        insert_metrics(
+            self.ctx.store,
+            self.run_id,
+            [{"name": "success_rate", "step": version, "value": v, "task": t} for t, v in success.items()],
+        )
+        self._event("run.evaluated", policy_version=version, success_mean=mean)
+
+    # -- progress --------------------------------------------------------------------------
+
+    def _counts(self) -> tuple[int, int]:
+        """(env steps, operator interventions) stored in the buffer from robots (not demos)."""
+        total = len(self.buffer)
+        interventions = len(self.buffer.select(interventions_only=True))
+        return total - self._demo_rows, interventions - self._demo_rows
+
+    def _record_progress(self) -> None:
+        from dashboard.metrics_feed import insert_metrics
+
+        steps, interventions = self._counts()
+        now, elapsed = time.monotonic(), self._elapsed()
+        rate = steps_per_s = 0.0
+        if self._rate_prev is not None:
+            t, s, i = self._rate_prev
+            if steps > s:
+                rate = (interventions - i) / (steps - s)
+            steps_per_s = (steps - s) / max(now - t, 1e-6)
+        self._rate_prev = (now, steps, interventions)
+        lstats = self.batch_server.learner_stats
+        assert self.learner is not None
+        restarts = self.learner_restarts_base + self.learner.restarts
+        self.progress.update(
+            elapsed_s=elapsed,
+            env_steps=steps,
+            interventions=interventions,
+            intervention_rate=rate,
+            env_steps_per_s=steps_per_s,
+            learner_updates_per_s=lstats.get("updates_per_s", 0.0),
+            learner_step=int(lstats.get("learner_step", 0)),
+            loss=lstats.get("loss", float("nan")),
+            policy_version=self._published_version,
+            learner_restarts=restarts,
+            robots=len(self._agents),
+            robot_hours=self._robot_s_base / 3600,
+        )
+        row = {
+            "wall_s": elapsed,
+            "robot_hours": self._robot_s_base / 3600,
+            "env_steps": steps,
+            "interventions": interventions,
+            "intervention_rate": rate,
+            "policy_version": self._published_version,
+        }
+        with open(self.run_dir / "progress.jsonl", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        _write_json(
+            self.run_dir / "progress.json",
+            {
+                "elapsed_s": elapsed,
+                "robot_seconds": self._robot_s_base,
+                "learner_restarts": restarts,
+            },
+        )
+        step = int(lstats.get("learner_step", 0))
+        points: list[dict[str, Any]] = [
+            {"name": "intervention_rate", "step": steps, "value": rate},
+            {"name": "env_steps_per_s", "step": steps, "value": steps_per_s},
+            {"name": "learner_updates_per_s", "step": step, "value": lstats.get("updates_per_s", 0.0)},
+            {"name": "buffer_size", "step": steps, "value": float(len(self.buffer))},
+        ]
+        if np.isfinite(lstats.get("loss", float("nan"))):
+            points.append({"name": "loss", "step": step, "value": lstats["loss"]})
+        with self.ctx.store.session() as s:
+            for robot in s.scalars(select(Robot).where(Robot.name.in_(list(self._agents)))):
+                if robot.applied_policy_version is not None:
+                    points.append(
+                        {
+                            "name": "policy_version",
+                            "step": steps,
+                            "value": float(robot.applied_policy_version),
+                            "robot_id": robot.id,
+                        }
+                    )
+        insert_metrics(self.ctx.store, self.run_id, points)
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _stop_agents(self) -> None:
+        import ray
+
+        refs = []
+        for _name, (actor, ref, _i) in self._agents.items():
+            actor.stop.remote()
+            refs.append(ref)
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=30)
+        for name, (actor, _ref, _i) in list(self._agents.items()):
+            try:
+                ray.get(actor.drain.remote(30.0), timeout=40)
+                ray.get(actor.close.remote(), timeout=30)
+            except Exception as exc:
+                log.warning("closing the edge agent of %s: %s", name, exc)
+            ray.kill(actor)
+            if self.ctx.host is not None:
+                self.ctx.host.busy.discard(name)
+        self._agents.clear()
+
+    def _teardown(self, final: bool) -> None:
+        """Stop everything; with ``final`` also the final evaluation, report and accounting."""
+        import ray
+
+        set_state_safe = self.progress.get("state") not in (None,)
+        if final and set_state_safe:
+            try:
+                set_state(self.ctx.store, self.run_id, RunState.STOPPING, self.stop_reason or "")
+            except Exception:
+                pass
+        try:
+            self._stop_agents()
+        except Exception:
+            log.exception("stopping edge agents")
+        if self.learner is not None:
+            self.learner.stop()
+        if final and self.buffer is not None:
+            self._publish_new_weights()
+            self._record_progress()
+            if self._published_version:
+                self._evaluate_now(blocking=True)
+            from robofleet.orchestration.accounting import acked_lost
+            from robofleet.orchestration.report import write_report
+
+            self.result = write_report(
+                self.run_dir,
+                self.run_id,
+                self.spec,
+                learner_restarts=self.learner_restarts_base
+                + (self.learner.restarts if self.learner else 0),
+                acked_lost=acked_lost(self.buffer, self.run_dir / "robots"),
+                elapsed_s=self._elapsed(),
+            )
+        if self.batch_server is not None:
+            self.batch_server.close()
+        self.ctx.sinks.pop(self.run_id, None)
+        if self.buffer is not None:
+            self.buffer.close()
+            self.buffer = None
+        if self.evaluator is not None:
+            ray.kill(self.evaluator)
+            self.evaluator = None
+        if self.allocation is not None:
+            self.allocation.release()
+        self.ctx.server.invalidate_auth()
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)

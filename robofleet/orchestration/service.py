@@ -1,0 +1,234 @@
+"""The cloud side in one process tree: Ray, comms' gRPC services, buffers, learners, run
+manager, dashboard API, fleet liveness. ``robofleet cloud`` and ``robofleet demo`` run this.
+
+Embedded default: a local Ray on loopback (``ray.init`` with a CPU count sized for the
+machine), SQLite and run data in ``settings.data_dir``. With ``ray_address`` the same code joins
+an existing Ray cluster (``ray.init(address=...)``); robots then run their edge agents on the
+nodes that offer their ``robot/<name>`` resources.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from robofleet.db.store import MetadataStore, upgrade
+from robofleet.orchestration.manager import RunManager
+from robofleet.orchestration.run import CloudContext
+from robofleet.orchestration.simfleet import SIM_TAG, SimFleetHost, enroll_sim_robots
+
+log = logging.getLogger(__name__)
+
+
+def sim_robot_names(n: int) -> list[str]:
+    return [f"sim-{i:02d}" for i in range(n)]
+
+
+class CloudService:
+    """Start with :meth:`start`, end with :meth:`close` (runs are left to resume next time).
+
+    Args:
+        settings: robofleet settings (``data_dir``, ``database_url``, sections).
+        ray_address: join this Ray cluster; None starts a local one.
+        num_cpus: logical CPUs of the local Ray (default: 2 per core, at least 4; bundles of
+            learners and edge agents reserve them, the OS shares the real cores).
+        sim_robots: make sure this many simulated Meta-World robots are enrolled.
+        dashboard_port: serve the dashboard/API here (None: no dashboard; 0: any port).
+        grpc_port: comms port (default ``comms.grpc_port``; 0 = any).
+        auto_resume: resume runs left running by a cloud that died.
+    """
+
+    def __init__(
+        self,
+        settings: Any,
+        *,
+        ray_address: str | None = None,
+        num_cpus: int | None = None,
+        sim_robots: int = 0,
+        dashboard_port: int | None = None,
+        grpc_port: int | None = None,
+        auto_resume: bool = True,
+        eval_every_s: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ray_address = ray_address or settings.ray_address
+        self.num_cpus = num_cpus or max(4, 2 * (os.cpu_count() or 2))
+        self.sim_robots = sim_robots
+        self.dashboard_port = dashboard_port
+        self.grpc_port = grpc_port
+        self.auto_resume = auto_resume
+        self.eval_every_s = eval_every_s
+        self.data_dir = Path(settings.data_dir)
+        self.store: MetadataStore | None = None
+        self.server: Any = None
+        self.host: SimFleetHost | None = None
+        self.manager: RunManager | None = None
+        self.dashboard_url: str | None = None
+        self.admin_login: tuple[str, str] | None = None
+        self._uvicorn: Any = None
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._started_ray = False
+
+    # -- start -----------------------------------------------------------------------------
+
+    def start(self) -> CloudService:
+        import ray
+
+        from comms.server import CloudServer
+        from sqlalchemy import select
+
+        from robofleet.db.models import Robot
+
+        s = self.settings
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        upgrade(s.database_url)
+        self.store = store = MetadataStore(s.database_url)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        if not ray.is_initialized():
+            if self.ray_address:
+                ray.init(address=self.ray_address, log_to_driver=False)
+            else:
+                ray.init(
+                    num_cpus=self.num_cpus,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    _node_ip_address="127.0.0.1",
+                )
+                self._started_ray = True
+        node_ip = s.hal.node_ip or ray.util.get_node_ip_address()
+        self.sinks: dict[str, Any] = {}
+        self.server = CloudServer(s.comms, store, sinks=self.sinks.get, port=self.grpc_port)
+        port = self.server.start()
+        address = f"{s.comms.bind_host}:{port}"
+        if self.sim_robots:
+            enroll_sim_robots(
+                store, s.comms, address, sim_robot_names(self.sim_robots), self.data_dir, node_ip
+            )
+        self.host = SimFleetHost(s.comms, address, self.data_dir, s.hal.heartbeat_interval_s)
+        with store.session() as sess:
+            for robot in sess.scalars(select(Robot)):
+                if robot.tags.get(SIM_TAG) == "true":
+                    self.host.robots.add(robot.name)
+                    if robot.tags.get("node_ip") != node_ip:  # a new node after a restart
+                        robot.tags = {**robot.tags, "node_ip": node_ip}
+        self.host.start()
+        ctx = CloudContext(
+            settings=s,
+            store=store,
+            server=self.server,
+            server_address=address,
+            sinks=self.sinks,
+            host=self.host,
+            python=sys.executable,
+            eval_every_s=self.eval_every_s,
+        )
+        self.manager = RunManager(ctx, self.data_dir / "runs", auto_resume=self.auto_resume)
+        if self.dashboard_port is not None:
+            self._start_dashboard()
+        self._write_pidfile(address)
+        self.manager.resume_interrupted()
+        self._spawn(self._liveness, "fleet-liveness")
+        self._spawn(self._poll_runs, "run-requests")
+        return self
+
+    def _spawn(self, fn: Any, name: str) -> None:
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _liveness(self) -> None:
+        """Robots that stopped heartbeating are marked offline (hal.fleet.mark_offline)."""
+        from hal.fleet import mark_offline
+
+        assert self.store is not None
+        hal = self.settings.hal
+        while not self._stop.wait(hal.heartbeat_interval_s):
+            try:
+                marked = mark_offline(self.store, hal.offline_after_s)
+                if marked:
+                    log.warning("robots offline (no heartbeat for %ss): %s", hal.offline_after_s, marked)
+            except Exception as exc:
+                log.warning("mark_offline failed: %s", exc)
+
+    def _poll_runs(self) -> None:
+        assert self.manager is not None
+        while not self._stop.wait(1.0):
+            try:
+                self.manager.poll()
+            except Exception:
+                log.exception("run manager poll failed")
+
+    def _start_dashboard(self) -> None:
+        import uvicorn
+
+        from dashboard.accounts import ensure_bootstrap_admin
+        from dashboard.app import create_app
+
+        assert self.store is not None and self.dashboard_port is not None
+        self.admin_login = ensure_bootstrap_admin(self.store)
+        app = create_app(self.settings, self.store, run_manager=self.manager)
+        host = self.settings.dashboard.bind_host
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, self.dashboard_port))
+        self.dashboard_url = f"http://{host}:{sock.getsockname()[1]}/"
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        self._uvicorn = uvicorn.Server(config)
+        self._spawn(lambda: self._uvicorn.run(sockets=[sock]), "dashboard")
+
+    def _write_pidfile(self, address: str) -> None:
+        data = {"pid": os.getpid(), "grpc": address, "dashboard": self.dashboard_url}
+        (self.data_dir / "cloud.json").write_text(json.dumps(data))
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def close(self, timeout_s: float = 120.0) -> None:
+        """Let runs checkpoint and go (they resume at the next start), then stop everything."""
+        import ray
+
+        self._stop.set()
+        if self.manager is not None:
+            self.manager.shutdown(timeout_s)
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+        for t in self._threads:
+            t.join(5)
+        if self.host is not None:
+            self.host.close()
+        if self.server is not None:
+            self.server.close()
+        if self._started_ray:
+            ray.shutdown()
+        if self.store is not None:
+            self.store.close()
+        (self.data_dir / "cloud.json").unlink(missing_ok=True)
+
+
+def cloud_running(data_dir: Path) -> dict[str, Any] | None:
+    """The pid file of a live cloud using ``data_dir``, or None."""
+    path = data_dir / "cloud.json"
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    try:
+        os.kill(int(data["pid"]), 0)
+    except (ProcessLookupError, PermissionError):
+        return None
+    return data
+
+
+def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())

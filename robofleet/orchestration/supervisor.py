@@ -1,0 +1,154 @@
+"""Restart a crashed child with exponential backoff; give up on a crash loop.
+
+A run's learner is a child process. :meth:`ProcessSupervisor.poll`, called periodically by the
+run driver, notices an unexpected exit (any exit while the run wants it alive: a SIGKILL, an
+exception, an OOM kill), waits ``backoff`` (doubling from ``backoff_initial_s`` to
+``backoff_max_s``, reset after ``stable_after_s`` of healthy running) and starts it again; the
+child resumes from its own durable state (the learner from its last checkpoint).
+``max_restarts`` restarts within ``window_s`` seconds is a crash loop: the supervisor stops
+trying and reports why (the run is then marked ``crashed`` with that reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class CrashLoop(RuntimeError):
+    """The child crashed ``max_restarts`` times within ``window_s``; ``str`` says how."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Restart policy: delays in seconds, crash loop = ``max_restarts`` in ``window_s``."""
+
+    initial_s: float = 0.5
+    max_s: float = 10.0
+    stable_after_s: float = 60.0
+    max_restarts: int = 5
+    window_s: float = 300.0
+
+
+class ProcessSupervisor:
+    """Keeps one child process alive.
+
+    Args:
+        name: for logs and events (``learner``).
+        argv: the child's command line.
+        log_path: the child's stdout and stderr are appended here.
+        backoff: restart policy.
+        on_event: ``(kind, data)`` for every start, exit and restart (the run's audit log).
+        env: environment of the child (default: ours).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        backoff: Backoff | None = None,
+        on_event: Callable[[str, dict[str, object]], None] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.backoff = backoff or Backoff()
+        self.on_event = on_event or (lambda _k, _d: None)
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self._crashes: deque[float] = deque()
+        self._delay = self.backoff.initial_s
+        self._restart_at: float | None = None
+        self._started_at = 0.0
+        self._wanted = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def start(self) -> None:
+        self._wanted = True
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
+        self._started_at = time.monotonic()
+        self._restart_at = None
+        self.on_event(f"{self.name}.started", {"pid": self.proc.pid, "restarts": self.restarts})
+
+    def poll(self) -> str:
+        """Check the child; restart it when due. Returns ``running``, ``waiting`` or ``exited``.
+
+        Raises:
+            CrashLoop: too many crashes in the window; the child is left dead.
+        """
+        if self.proc is None:
+            return "exited"
+        code = self.proc.poll()
+        if code is None:
+            if time.monotonic() - self._started_at > self.backoff.stable_after_s:
+                self._delay = self.backoff.initial_s
+            return "running"
+        if not self._wanted:
+            return "exited"
+        now = time.monotonic()
+        if self._restart_at is None:
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            self._crashes.append(now)
+            while self._crashes and now - self._crashes[0] > self.backoff.window_s:
+                self._crashes.popleft()
+            self.on_event(f"{self.name}.died", {"how": how, "pid": self.proc.pid})
+            if len(self._crashes) > self.backoff.max_restarts:
+                self._wanted = False
+                raise CrashLoop(
+                    f"{self.name} crashed {len(self._crashes)} times in "
+                    f"{self.backoff.window_s:.0f}s (last: {how}); see {self.log_path}"
+                )
+            self._restart_at = now + self._delay
+            log.warning("%s died (%s); restarting in %.1fs", self.name, how, self._delay)
+            self._delay = min(self._delay * 2, self.backoff.max_s)
+            return "waiting"
+        if now < self._restart_at:
+            return "waiting"
+        self.restarts += 1
+        self._spawn()
+        self.on_event(f"{self.name}.restarted", {"restarts": self.restarts})
+        return "running"
+
+    def signal(self, sig: int) -> bool:
+        """Send ``sig`` to the running child; False when none runs."""
+        pid = self.pid
+        if pid is None:
+            return False
+        os.kill(pid, sig)
+        return True
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """Ask the child to finish (SIGTERM), wait, SIGKILL when late; returns its exit code."""
+        self._wanted = False
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
