@@ -101,7 +101,6 @@ class RowIndex:
         self.robot_seqs: dict[int, _RobotSeqs] = {}
         # (run, robot, episode) -> (row, frame_index) of the latest step of an open episode.
         self._open: dict[tuple[int, int, int], tuple[int, int]] = {}
-        self.intervention_rows: list[int] = []
         self.robot_last_row: dict[int, int] = {}
 
     def __len__(self) -> int:
@@ -119,12 +118,13 @@ class RowIndex:
         is stored, otherwise it is out of order.
         """
         dup = np.zeros(len(seqs), dtype=bool)
-        for rid in np.unique(robot_ids):
-            rows = np.flatnonzero(robot_ids == rid)
+        single = len(robot_ids) and (robot_ids == robot_ids[0]).all()
+        for rid in [robot_ids[0]] if single else np.unique(robot_ids):
             code = self.robots.codes.get(str(rid))
             if code is None or code not in self.robot_seqs:
                 continue
             rs = self.robot_seqs[code]
+            rows = np.arange(len(seqs)) if single else np.flatnonzero(robot_ids == rid)
             s = seqs[rows]
             old = s <= rs.last
             if not old.any():
@@ -190,20 +190,31 @@ class RowIndex:
         c["row_bytes"][lo:hi] = row_bytes
         seqs = c["seq"][lo:hi]
         first = self.end
-        for i in range(n):
-            row = first + i
-            key = (int(run[i]), int(robot[i]), int(ep[i]))
+        done = term | trunc
+        rows = np.arange(first, first + n, dtype=np.int64)
+        # Inside a run of rows with the same (run, robot, episode), link consecutive frames
+        # vectorized; only each run's first row looks up the episode left open before it.
+        same = np.zeros(n, dtype=bool)
+        same[1:] = (run[1:] == run[:-1]) & (robot[1:] == robot[:-1]) & (ep[1:] == ep[:-1])
+        inner = same.copy()
+        inner[1:] &= (fr[1:] == fr[:-1] + 1) & ~done[:-1]
+        linked = np.flatnonzero(inner)
+        c["next_row"][linked - 1 + lo] = rows[linked]
+        c["prev_row"][linked + lo] = rows[linked - 1]
+        starts = np.flatnonzero(~same)
+        ends = np.append(starts[1:], n) - 1
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            key = (int(run[s]), int(robot[s]), int(ep[s]))
             prev = self._open.get(key)
-            if prev is not None and prev[1] == fr[i] - 1:
-                c["next_row"][prev[0] - self.base] = row
-                c["prev_row"][lo + i] = prev[0]
-            if term[i] or trunc[i]:
+            if prev is not None and prev[1] == fr[s] - 1:
+                c["next_row"][prev[0] - self.base] = rows[s]
+                c["prev_row"][lo + s] = prev[0]
+            if done[e]:
                 self._open.pop(key, None)
             else:
-                self._open[key] = (row, int(fr[i]))
-            if interv[i]:
-                self.intervention_rows.append(row)
-        for code in np.unique(robot):
+                self._open[key] = (int(rows[e]), int(fr[e]))
+        codes = [int(robot[0])] if (robot == robot[0]).all() else np.unique(robot).tolist()
+        for code in codes:
             rs = self.robot_seqs.setdefault(int(code), _RobotSeqs())
             mine = robot == code
             rs.extend(seqs[mine])

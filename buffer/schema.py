@@ -22,6 +22,9 @@ action.operator        same as action, nullable    the operator's action when it
 next.observation.*     large_binary, nullable      real final observation, on done steps only
 =====================  ==========================  =============================================
 
+An absent ``action.policy`` / ``action.operator`` means "same as ``action``" and is stored
+as a copy of ``action`` (so every stored row has all three).
+
 The final observation of an episode (the observation returned together with
 ``terminated``/``truncated``) is not the observation of any later step, so a done step carries
 it in ``next.observation.*`` as raw C-order bytes of the feature's dtype and shape.
@@ -467,6 +470,16 @@ class StepSchema:
             )
         robots = b.column("robot_id").to_numpy(zero_copy_only=False)
         seqs = b.column("seq").to_numpy()
+        if (robots == robots[0]).all():  # the usual batch: one robot's steps
+            back = np.flatnonzero(np.diff(seqs) <= 0)
+            if back.size:
+                raise self._row_err(
+                    b,
+                    int(back[0]) + 1,
+                    "seq",
+                    "is not strictly increasing for its robot within the batch",
+                )
+            return
         order = np.lexsort((np.arange(n), robots))
         same = robots[order][1:] == robots[order][:-1]
         back = np.flatnonzero(same & (np.diff(seqs[order]) <= 0))

@@ -3,10 +3,13 @@
 A *chunk* holds the payload columns (``observation.*``, ``action``, ``action.policy``,
 ``action.operator``) of a contiguous row range. The open *tail* receives new rows; when it
 is sealed into a segment file it stays in RAM as a *hot* chunk. When the hot tier exceeds its
-byte budget the least-heated hot chunk turns *cold*: its arrays become zero-copy views of the
-segment's mmap. Reads of cold rows fault file pages into this process; the tier drops them
-with ``MADV_DONTNEED`` once they pass the cold allowance (budget minus hot bytes), so resident
-payload memory stays inside ``memory_budget_bytes``.
+byte budget the least-heated hot chunk turns *cold*: its segment is memory-mapped (Arrow reads
+the schema, footer and column offsets from the map), its small columns (under a page per row:
+states, actions) are copied into RAM, and its large columns (camera frames) are read row by
+row with ``pread`` at the offsets the map gives. Touching the map directly would fault whole
+page-cache folios into this process (measured: ~350 KiB per 21 KB row on this kernel), which
+no byte budget survives; ``pread`` copies exactly the row, so resident payload memory stays
+inside ``memory_budget_bytes`` (hot chunks + open tail + spare tail + small cold columns).
 
 Hot arrays live in anonymous mmaps (not the malloc heap) so an evicted chunk's memory goes back
 to the OS at once instead of lingering in allocator arenas.
