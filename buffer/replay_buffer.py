@@ -223,7 +223,10 @@ class ReplayBuffer:
         wal_paths: list[Path] = []
         records: dict[int, bytes] = {}
         for _first, path in list_wals(d):
-            scan = scan_wal(path)
+            try:
+                scan = scan_wal(path)
+            except FileNotFoundError:  # read-only mount of a live directory: just sealed
+                continue
             self.torn_bytes_dropped += scan.file_bytes - scan.good_bytes
             for rec in scan.records:
                 if rec.first_row >= end:  # rows below ``end`` are sealed already
