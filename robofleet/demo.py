@@ -32,8 +32,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", default="hg-dagger", choices=["hg-dagger", "recap", "sac"])
     p.add_argument("--control-hz", type=float, default=20.0, help="robots' control rate")
     p.add_argument("--kill-learner-at", type=float, default=None, metavar="SECONDS")
-    p.add_argument("--eval-every", type=float, default=None, metavar="SECONDS",
-                   help="evaluation cadence (default: minutes * 6 s, at least 15 s)")
+    p.add_argument(
+        "--eval-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="evaluation cadence (default: minutes * 6 s, at least 15 s)",
+    )
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes per task")
     p.add_argument("--port", type=int, default=8000, help="dashboard port (0 = any)")
     p.add_argument("--no-dashboard", action="store_true")
@@ -125,7 +130,9 @@ def main(argv: Sequence[str] = ()) -> int:
                     f"login: username {cloud.admin_login[0]}  password {cloud.admin_login[1]}"
                 )
             else:
-                console.print("login: the admin account created by the first start of this data_dir")
+                console.print(
+                    "login: the admin account created by the first start of this data_dir"
+                )
         assert cloud.manager is not None
         try:
             run_id = cloud.manager.launch(spec, actor="demo")
@@ -136,7 +143,9 @@ def main(argv: Sequence[str] = ()) -> int:
         console.print(f"run {run_id}: {driver.run_dir}")
         killed = False
         started = time.monotonic()
-        with Live(_table(driver.progress, spec.tasks), console=console, refresh_per_second=2) as live:
+        with Live(
+            _table(driver.progress, spec.tasks), console=console, refresh_per_second=2
+        ) as live:
             while driver.alive:
                 time.sleep(0.5)
                 live.update(_table(driver.progress, spec.tasks))

@@ -19,15 +19,14 @@ EVAL_SEED = 10_000
 def build_policy(num_tasks: int, hidden: int, depth: int = 2) -> Any:
     """The edge agents' policy shape (``edge_agent.build``): MLP on state + task one-hot."""
     from cloud_learner.policies import MLPPolicy, PolicySpec
-
     from robofleet.orchestration.params import ACTION_DIM, STATE_DIM
 
-    return MLPPolicy(PolicySpec(STATE_DIM, ACTION_DIM, num_tasks=num_tasks, hidden=hidden, depth=depth))
+    return MLPPolicy(
+        PolicySpec(STATE_DIM, ACTION_DIM, num_tasks=num_tasks, hidden=hidden, depth=depth)
+    )
 
 
-def evaluate(
-    policy: Any, tasks: Sequence[str], episodes: int, max_steps: int
-) -> dict[str, float]:
+def evaluate(policy: Any, tasks: Sequence[str], episodes: int, max_steps: int) -> dict[str, float]:
     """Success rate (0..1) per task over ``episodes`` seeded episodes each."""
     from hal.drivers.metaworld import MetaWorldDriver
 

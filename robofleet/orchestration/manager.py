@@ -56,7 +56,9 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
         q = select(Robot).where(Robot.status != RobotStatus.RETIRED)
         if demand.robot_type is not None:
             q = q.where(Robot.robot_type == demand.robot_type)
-        robots = [r for r in s.scalars(q) if all(r.tags.get(k) == v for k, v in demand.tags.items())]
+        robots = [
+            r for r in s.scalars(q) if all(r.tags.get(k) == v for k, v in demand.tags.items())
+        ]
     if len(robots) < demand.minimum:
         what = ", ".join(
             [f"robot_type={demand.robot_type}"] * (demand.robot_type is not None)

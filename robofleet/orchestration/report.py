@@ -31,9 +31,11 @@ def write_report(
     """Write ``report.json`` and the plots; returns the report's summary keys."""
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
-    versions = json.loads((run_dir / "weights" / "latest.json").read_text())["version"] if (
-        run_dir / "weights" / "latest.json"
-    ).exists() else 0
+    versions = (
+        json.loads((run_dir / "weights" / "latest.json").read_text())["version"]
+        if (run_dir / "weights" / "latest.json").exists()
+        else 0
+    )
     last = progress[-1] if progress else {}
     summary: dict[str, Any] = {
         "initial_success": evals[0]["success_mean"] if evals else None,
@@ -78,7 +80,9 @@ def _plots(
             xs = [e[xkey] * scale for e in evals]
             ax1.plot(xs, [e["success_mean"] for e in evals], "k-o", lw=2, label="mean")
             for task in spec.tasks:
-                ax1.plot(xs, [e["success"].get(task, 0.0) for e in evals], "--", alpha=0.6, label=task)
+                ax1.plot(
+                    xs, [e["success"].get(task, 0.0) for e in evals], "--", alpha=0.6, label=task
+                )
         ax1.set_xlabel(xlabel)
         ax1.set_ylabel("success rate (policy alone)")
         ax1.set_ylim(-0.05, 1.05)

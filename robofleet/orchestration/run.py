@@ -128,6 +128,9 @@ class RunDriver:
         self._last_eval_at = -1e9
         self._demo_rows = 0
         self._elapsed_base = 0.0
+        self._t0 = time.monotonic()
+        self._rate_prev: tuple[float, int, int] | None = None
+        self._latest_bytes = b""
         self._robot_s_base = 0.0
         self.learner_restarts_base = 0
 
@@ -137,7 +140,9 @@ class RunDriver:
         self._thread.start()
         return self
 
-    def request_stop(self, reason: str = "stopped by request", final: RunState = RunState.STOPPED) -> None:
+    def request_stop(
+        self, reason: str = "stopped by request", final: RunState = RunState.STOPPED
+    ) -> None:
         self.final_state = final
         self.stop_reason = reason
 
@@ -166,7 +171,9 @@ class RunDriver:
                 self._teardown(final=False)
                 return
             self._teardown(final=True)
-            set_state(store, self.run_id, self.final_state, self.stop_reason or "", **self._summary())
+            set_state(
+                store, self.run_id, self.final_state, self.stop_reason or "", **self._summary()
+            )
         except CrashLoop as exc:
             log.error("run %s crashed: %s", self.run_id, exc)
             self._teardown(final=False)
@@ -261,11 +268,16 @@ class RunDriver:
         self._t0 = time.monotonic()
         self._wait_first_version()
         if not (self.run_dir / "evals.jsonl").exists():
-            self._evaluate_now(blocking=True)  # the initial policy's success
+            self._evaluate_now(blocking=False)  # the initial policy's success (version 1)
         for i, name in enumerate(sorted(self.allocation.members)):
             self._start_agent(name, i)
-        state = RunState.DEGRADED if len(self.allocation.active) < spec.robots.count else RunState.RUNNING
+        state = (
+            RunState.DEGRADED
+            if len(self.allocation.active) < spec.robots.count
+            else RunState.RUNNING
+        )
         set_state(ctx.store, self.run_id, state, robots=sorted(self.allocation.members))
+        self.progress["state"] = state.value
 
     def _acquire(self, patient: bool) -> None:
         from hal.scheduler import SchedulingError
@@ -331,7 +343,7 @@ class RunDriver:
         )
         self._agents[name] = (actor, actor.run.remote(None), index)
         if ctx.host is not None:
-            ctx.host.busy.add(name)
+            ctx.host.busy[name] = time.monotonic() + 60.0
         self._event("edge_agent.started", robot=name)
 
     # -- the loop --------------------------------------------------------------------------
@@ -342,7 +354,6 @@ class RunDriver:
         last_metrics = 0.0
         last_reconcile = time.monotonic()
         last_tick = time.monotonic()
-        self._rate_prev: tuple[float, int, int] | None = None
         while self.stop_reason is None and not self.detach:
             now = time.monotonic()
             self._robot_s_base += len(self._agents) * (now - last_tick)
@@ -382,6 +393,7 @@ class RunDriver:
             self.request_stop(f"reached success {stop.target_success}", RunState.FINISHED)
 
     def _reconcile(self) -> None:
+        _relabel_leased(self.ctx.store, self.run_id)
         result = self.allocation.reconcile(timeout_s=5.0)
         for name in result.added:
             self._start_agent(name, len(self._agents) + len(result.added))
@@ -485,7 +497,10 @@ class RunDriver:
         insert_metrics(
             self.ctx.store,
             self.run_id,
-            [{"name": "success_rate", "step": version, "value": v, "task": t} for t, v in success.items()],
+            [
+                {"name": "success_rate", "step": version, "value": v, "task": t}
+                for t, v in success.items()
+            ],
         )
         self._event("run.evaluated", policy_version=version, success_mean=mean)
 
@@ -548,7 +563,11 @@ class RunDriver:
         points: list[dict[str, Any]] = [
             {"name": "intervention_rate", "step": steps, "value": rate},
             {"name": "env_steps_per_s", "step": steps, "value": steps_per_s},
-            {"name": "learner_updates_per_s", "step": step, "value": lstats.get("updates_per_s", 0.0)},
+            {
+                "name": "learner_updates_per_s",
+                "step": step,
+                "value": lstats.get("updates_per_s", 0.0),
+            },
             {"name": "buffer_size", "step": steps, "value": float(len(self.buffer))},
         ]
         if np.isfinite(lstats.get("loss", float("nan"))):
@@ -585,7 +604,7 @@ class RunDriver:
                 log.warning("closing the edge agent of %s: %s", name, exc)
             ray.kill(actor)
             if self.ctx.host is not None:
-                self.ctx.host.busy.discard(name)
+                self.ctx.host.busy.pop(name, None)
         self._agents.clear()
 
     def _teardown(self, final: bool) -> None:
@@ -593,6 +612,7 @@ class RunDriver:
         import ray
 
         set_state_safe = self.progress.get("state") not in (None,)
+        self.progress["state"] = "stopping"
         if final and set_state_safe:
             try:
                 set_state(self.ctx.store, self.run_id, RunState.STOPPING, self.stop_reason or "")
@@ -639,3 +659,31 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(path)
+
+
+def _relabel_leased(store: MetadataStore, run_id: str) -> None:
+    """A leased robot whose heartbeat came back after an offline spell reads ``idle`` (comms'
+    heartbeat registry does not look at leases); it still holds our lease, so it is leased."""
+    from robofleet.db.models import Lease, RobotStatus
+
+    with store.session() as s:
+        rows = s.scalars(
+            select(Robot)
+            .join(Lease, Lease.robot_id == Robot.id)
+            .where(
+                Lease.run_id == run_id,
+                Lease.released_at.is_(None),
+                Robot.status == RobotStatus.IDLE,
+            )
+        )
+        for robot in rows:
+            robot.status = RobotStatus.LEASED
+            store.record_event(
+                "robot.status",
+                run_id=run_id,
+                robot_id=robot.id,
+                session=s,
+                robot=robot.name,
+                to="leased",
+                reason="heartbeat back while leased",
+            )

@@ -81,10 +81,9 @@ class CloudService:
 
     def start(self) -> CloudService:
         import ray
-
-        from comms.server import CloudServer
         from sqlalchemy import select
 
+        from comms.server import CloudServer
         from robofleet.db.models import Robot
 
         s = self.settings
@@ -154,7 +153,9 @@ class CloudService:
             try:
                 marked = mark_offline(self.store, hal.offline_after_s)
                 if marked:
-                    log.warning("robots offline (no heartbeat for %ss): %s", hal.offline_after_s, marked)
+                    log.warning(
+                        "robots offline (no heartbeat for %ss): %s", hal.offline_after_s, marked
+                    )
             except Exception as exc:
                 log.warning("mark_offline failed: %s", exc)
 

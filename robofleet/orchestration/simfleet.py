@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -100,7 +101,12 @@ def enroll_sim_robots(
 
 
 class SimFleetHost:
-    """Heartbeats idle simulated robots over gRPC; robots in :attr:`busy` beat for themselves."""
+    """Heartbeats idle simulated robots over gRPC; robots in :attr:`busy` beat for themselves.
+
+    ``busy`` maps a robot to the end of its agent's start-up grace (``time.monotonic()``): an
+    edge agent process takes seconds to import and connect before its first heartbeat, and the
+    robot must not look offline meanwhile. After the grace only the agent speaks for it.
+    """
 
     def __init__(
         self, comms: CommsSettings, server: str, data_dir: Path, interval_s: float
@@ -109,7 +115,7 @@ class SimFleetHost:
         self.server = server
         self.data_dir = data_dir
         self.interval_s = interval_s
-        self.busy: set[str] = set()
+        self.busy: dict[str, float] = {}
         self.robots: set[str] = set()
         self._clients: dict[str, Any] = {}
         self._stop = threading.Event()
@@ -131,7 +137,9 @@ class SimFleetHost:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            for name in sorted(self.robots - self.busy):
+            now = time.monotonic()
+            quiet = {n for n, grace_end in self.busy.items() if grace_end <= now}
+            for name in sorted(self.robots - quiet):
                 try:
                     self._client(name).heartbeat("idle", -1, {})
                 except Exception as exc:  # the next beat tries again
@@ -208,4 +216,3 @@ def demonstration_records(
     finally:
         driver.disconnect()
     return records
-

@@ -1,0 +1,104 @@
+"""``robofleet run launch SPEC | list | stop RUN``: runs through the metadata store.
+
+``launch`` validates the spec (every bad field named; a spec asking for robots the fleet does
+not have is refused, nothing recorded) and records a ``pending`` run that the running
+``robofleet cloud`` starts within a second. ``stop`` asks the cloud to end a run (final
+checkpoint, evaluation and report); with no cloud running the run is marked stopped at once.
+Exit codes: 0 done, 2 invalid spec or request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from sqlalchemy import select
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="robofleet run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default=None, help="YAML settings file")
+    sub = p.add_subparsers(dest="action", required=True)
+    launch = sub.add_parser("launch", help="launch a run from a YAML/JSON spec")
+    launch.add_argument("spec")
+    launch.add_argument("--json", action="store_true")
+    ls = sub.add_parser("list", help="list runs")
+    ls.add_argument("--json", action="store_true")
+    stop = sub.add_parser("stop", help="stop a run")
+    stop.add_argument("run_id")
+    return p
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    args = build_parser().parse_args(list(argv))
+    from dashboard.run_manager import RunNotFound, RunStateError
+    from robofleet.db.models import Run
+    from robofleet.db.store import MetadataStore, upgrade
+    from robofleet.orchestration.manager import request, submit_run
+    from robofleet.orchestration.run import set_state
+    from robofleet.orchestration.service import cloud_running
+    from robofleet.runspec import RunSpecError, load_run_spec
+    from robofleet.settings import load_settings
+
+    settings = load_settings(args.config)
+    upgrade(settings.database_url)
+    store = MetadataStore(settings.database_url)
+    try:
+        if args.action == "launch":
+            try:
+                spec = load_run_spec(args.spec)
+                run_id = submit_run(store, spec, settings.data_dir / "runs", actor="cli")
+            except RunSpecError as exc:
+                print(f"robofleet run launch: {exc}", file=sys.stderr)
+                return 2
+            if args.json:
+                print(json.dumps({"run_id": run_id}))
+            else:
+                print(f"launched {run_id}")
+                if cloud_running(settings.data_dir) is None:
+                    print("no cloud is running: the run starts with `robofleet cloud`")
+            return 0
+        if args.action == "list":
+            with store.session() as s:
+                runs = list(s.scalars(select(Run).order_by(Run.created_at)))
+            rows = [
+                {
+                    "run_id": r.id,
+                    "name": r.name,
+                    "state": r.state.value,
+                    "reason": r.reason,
+                    "created_at": r.created_at.isoformat(),
+                }
+                for r in runs
+            ]
+            if args.json:
+                print(json.dumps(rows))
+            else:
+                from rich.console import Console
+                from rich.table import Table
+
+                t = Table("run", "name", "state", "reason", "created")
+                for row in rows:
+                    t.add_row(
+                        row["run_id"], row["name"], row["state"], row["reason"], row["created_at"]
+                    )
+                Console().print(t)
+            return 0
+        try:
+            request(store, args.run_id, "stop", actor="cli")
+        except (RunNotFound, RunStateError) as exc:
+            print(f"robofleet run stop: {exc}", file=sys.stderr)
+            return 2
+        if cloud_running(settings.data_dir) is None:
+            from robofleet.db.models import RunState
+
+            store.release_leases(args.run_id, actor="cli")
+            set_state(store, args.run_id, RunState.STOPPED, "stopped with no cloud running")
+            print(f"stopped {args.run_id}")
+        else:
+            print(f"stopping {args.run_id} (the cloud writes the final checkpoint and report)")
+        return 0
+    finally:
+        store.close()
