@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -249,9 +250,11 @@ def bench_lerobot(
         use_drq=False,
         optimize_memory=True,
     )
-    state_t = torch.from_numpy(arrays["observation.state"][: n + 1])
-    img_t = torch.from_numpy(arrays["observation.images.front"][: n + 1])
-    act_t = torch.from_numpy(arrays["action"][:n])
+    with warnings.catch_warnings():  # read-only Arrow-backed arrays; torch only reads them
+        warnings.simplefilter("ignore", UserWarning)
+        state_t = torch.from_numpy(arrays["observation.state"][: n + 1])
+        img_t = torch.from_numpy(arrays["observation.images.front"][: n + 1])
+        act_t = torch.from_numpy(arrays["action"][:n])
     for i in range(n):
         rb.add(
             state={
