@@ -1,0 +1,122 @@
+"""Runs on a real ``robofleet cloud`` process tree with simulated robots (real Ray, gRPC,
+Meta-World, buffer, learner process); crashes are SIGKILLs of real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from robofleet.db.models import RunState
+from robofleet.orchestration.accounting import acked_total
+from tests.orchestration.cloudproc import (
+    Cloud,
+    active_lease_robots,
+    cli,
+    events,
+    progress,
+    run_dir,
+    run_state,
+    spec_file,
+    store_for,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+LIVE = (RunState.RUNNING, RunState.DEGRADED)
+ENDED = (RunState.FINISHED, RunState.STOPPED)
+
+
+def _launch(data_dir: Path, spec: Path) -> str:
+    out = cli(data_dir, "run", "launch", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
+
+
+def _stop_and_report(data_dir: Path, run_id: str, cloud: Cloud) -> dict[str, object]:
+    store = store_for(data_dir)
+    out = cli(data_dir, "run", "stop", run_id)
+    assert out.returncode == 0, out.stderr
+    wait_until(lambda: run_state(store, run_id) in ENDED, 120, cloud.fail_text)
+    assert active_lease_robots(store, run_id) == set()
+    report = json.loads((run_dir(store, run_id) / "report.json").read_text())
+    assert acked_total(run_dir(store, run_id) / "robots") > 0
+    return report
+
+
+def test_learner_sigkill_is_restarted_from_checkpoint_and_nothing_acked_is_lost(
+    tmp_path: Path,
+) -> None:
+    cloud = Cloud(tmp_path, sim_robots=2)
+    store = store_for(tmp_path)
+    try:
+        run_id = _launch(tmp_path, spec_file(tmp_path / "spec.yaml", "kill-learner", 2))
+        wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
+        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 60, 60, cloud.fail_text)
+        pid = int(events(store, run_id, "learner.started")[-1]["pid"])
+        versions_before = len(events(store, run_id, "learner.published"))
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: events(store, run_id, "learner.restarted"), 60, cloud.fail_text)
+        died = events(store, run_id, "learner.died")
+        assert died and died[-1]["how"] == "signal 9"
+        # The restarted learner resumed and publishes new versions; robots keep uploading.
+        wait_until(
+            lambda: len(events(store, run_id, "learner.published")) > versions_before + 2,
+            60,
+            cloud.fail_text,
+        )
+        steps = progress(store, run_id)["env_steps"]
+        wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 40, 60)
+        assert run_state(store, run_id) in LIVE
+        report = _stop_and_report(tmp_path, run_id, cloud)
+        assert report["acked_lost"] == 0
+        assert report["learner_restarts"] == 1
+        assert report["initial_success"] is not None
+    finally:
+        cloud.stop()
+
+
+def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) -> None:
+    cloud = Cloud(tmp_path, sim_robots=1)
+    store = store_for(tmp_path)
+    try:
+        run_id = _launch(tmp_path, spec_file(tmp_path / "spec.yaml", "kill-cloud", 1))
+        wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
+        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 40, 60, cloud.fail_text)
+        killed = cloud.kill_tree()
+        assert len(killed) > 3  # the cloud, Ray's processes, the learner, the edge agent
+        steps = progress(store, run_id)["env_steps"]
+        assert run_state(store, run_id) in LIVE  # nobody marked it: the cloud just vanished
+        cloud = Cloud(tmp_path, sim_robots=1)
+        wait_until(lambda: events(store, run_id, "run.resuming"), 60, cloud.fail_text)
+        wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
+        wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 40, 90, cloud.fail_text)
+        report = _stop_and_report(tmp_path, run_id, cloud)
+        assert report["acked_lost"] == 0
+        # One run, one curve: the elapsed time carried over the restart.
+        assert report["env_steps"] > steps
+    finally:
+        cloud.stop()
+
+
+def test_two_runs_at_once_on_disjoint_robots(tmp_path: Path) -> None:
+    cloud = Cloud(tmp_path, sim_robots=2)
+    store = store_for(tmp_path)
+    try:
+        a = _launch(tmp_path, spec_file(tmp_path / "a.yaml", "a", 1))
+        b = _launch(tmp_path, spec_file(tmp_path / "b.yaml", "b", 1))
+        for run_id in (a, b):
+            wait_until(lambda r=run_id: run_state(store, r) in LIVE, 150, cloud.fail_text)
+        robots_a, robots_b = active_lease_robots(store, a), active_lease_robots(store, b)
+        assert len(robots_a) == len(robots_b) == 1
+        assert robots_a.isdisjoint(robots_b)
+        for run_id in (a, b):
+            wait_until(lambda r=run_id: progress(store, r).get("env_steps", 0) > 30, 90)
+        for run_id in (a, b):
+            assert _stop_and_report(tmp_path, run_id, cloud)["acked_lost"] == 0
+    finally:
+        cloud.stop()

@@ -1,0 +1,81 @@
+"""A spec the fleet cannot serve is refused with a clear error and nothing is recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from robofleet.db.models import Lease, Robot, RobotStatus, Run
+from robofleet.db.store import upgrade
+from robofleet.orchestration.manager import submit_run
+from robofleet.runspec import RunSpecError, parse_run_spec
+from tests.orchestration.cloudproc import cli, spec_file, store_for
+
+
+def _fleet(data_dir: Path, n: int) -> None:
+    url = f"sqlite:///{(data_dir / 'robofleet.db').as_posix()}"
+    upgrade(url)
+    store = store_for(data_dir)
+    with store.session() as s:
+        for i in range(n):
+            s.add(
+                Robot(
+                    name=f"sim-{i:02d}",
+                    robot_type="metaworld-sawyer",
+                    status=RobotStatus.IDLE,
+                    tags={"simulated": "true"},
+                )
+            )
+    store.close()
+
+
+def _counts(data_dir: Path) -> tuple[int, int]:
+    store = store_for(data_dir)
+    with store.session() as s:
+        runs = s.scalar(select(func.count()).select_from(Run)) or 0
+        leases = s.scalar(select(func.count()).select_from(Lease)) or 0
+    store.close()
+    return runs, leases
+
+
+def test_cli_refuses_more_robots_than_the_fleet_has(tmp_path: Path) -> None:
+    _fleet(tmp_path, 2)
+    out = cli(tmp_path, "run", "launch", str(spec_file(tmp_path / "s.yaml", "big", 5)))
+    assert out.returncode == 2
+    assert "robots: asks for at least 5 robot(s)" in out.stderr
+    assert "the fleet has 2" in out.stderr
+    assert _counts(tmp_path) == (0, 0)
+
+
+def test_refuses_robots_with_tags_nobody_has(tmp_path: Path) -> None:
+    _fleet(tmp_path, 2)
+    spec = parse_run_spec(
+        {
+            "algorithm": "hg-dagger",
+            "tasks": ["reach-v3", "no-such-task-v3"],
+            "robots": {"tags": {"site": "mars"}, "count": 1},
+            "policy": {"hidden_sizes": [64, 32]},
+            "hyperparameters": {"lr": -1, "colour": 3},
+        }
+    )
+    store = store_for(tmp_path)
+    with pytest.raises(RunSpecError) as err:
+        submit_run(store, spec, tmp_path / "runs", actor="test")
+    errors = err.value.errors
+    assert "site=mars" in errors["robots"] and "the fleet has 0" in errors["robots"]
+    assert "no-such-task-v3" in errors["tasks"]
+    assert "policy.hidden_sizes" in errors
+    assert "hyperparameters.lr" in errors and "hyperparameters.colour" in errors
+    store.close()
+    assert _counts(tmp_path) == (0, 0)
+
+
+def test_a_servable_spec_is_recorded_pending(tmp_path: Path) -> None:
+    _fleet(tmp_path, 2)
+    out = cli(tmp_path, "run", "launch", str(spec_file(tmp_path / "s.yaml", "ok", 2)), "--json")
+    assert out.returncode == 0, out.stderr
+    assert _counts(tmp_path) == (1, 0)  # pending; a cloud leases when it starts the run
+    listed = cli(tmp_path, "run", "list", "--json")
+    assert '"state": "pending"' in listed.stdout
