@@ -487,12 +487,14 @@ class ReplayBuffer:
     def _sealer(self) -> None:
         while True:
             if self._spare is None and not self._stop.is_set():
-                # Pre-fault the next tail here, so appends never pay its page faults.
+                # Pre-fault the next tail here, so appends never pay its page faults. Make
+                # room for it in the budget first, so the peak stays inside the budget.
+                with self._lock:
+                    self.storage.spare_bytes = self.rows_per_segment * self.storage.row_bytes
+                    self.storage.enforce_budget()
                 spare = self.storage.allocate(self.rows_per_segment)
                 with self._lock:
                     self._spare = spare
-                    self.storage.spare_bytes = self.rows_per_segment * self.storage.row_bytes
-                    self.storage.enforce_budget()
             with self._lock:
                 while not self._seal_queue and not self._stop.is_set() and self._spare is not None:
                     self._seal_cond.wait(0.5)
