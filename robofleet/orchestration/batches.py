@@ -61,7 +61,7 @@ class BatchServer:
         self.sampler = sampler
         self.learner_stats: dict[str, float] = {}
         self.samples = 0
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[Any] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
         port = self._sock.bind_to_random_port("tcp://127.0.0.1")
@@ -134,7 +134,7 @@ class RemoteBufferSource:
         self.stats: dict[str, float] = {}
         self._size = 0
         self._size_at = float("-inf")
-        self._ctx = zmq.Context.instance()
+        self._ctx: zmq.Context[Any] = zmq.Context.instance()
         self._sock = self._connect()
 
     def _connect(self) -> zmq.Socket[bytes]:

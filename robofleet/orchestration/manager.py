@@ -31,7 +31,42 @@ def as_run_spec(spec: Any) -> RunSpec:
     if isinstance(spec, RunSpec):
         return spec
     dump = getattr(spec, "model_dump", None)
-    return parse_run_spec(dump(mode="json") if callable(dump) else spec)
+    data = dump(mode="json") if callable(dump) else spec
+    if isinstance(data, dict) and isinstance(data.get("policy", {}).get("hidden"), int):
+        data = _from_dashboard_spec(data)
+    return parse_run_spec(data)
+
+
+def _from_dashboard_spec(d: dict[str, Any]) -> dict[str, Any]:
+    """The dashboard's launch form (``dashboard.run_spec.RunSpec``) in run-spec terms, until
+    the dashboard adopts :class:`robofleet.runspec.RunSpec` itself."""
+    policy, hp = d.get("policy", {}), d.get("hyperparameters", {})
+    robots = d.get("robots", {})
+    return {
+        "version": 1,
+        "name": d.get("name", ""),
+        "algorithm": d["algorithm"],
+        "tasks": d["tasks"],
+        "robots": {
+            "robot_type": robots.get("robot_type"),
+            "tags": robots.get("tags", {}),
+            "count": robots.get("count", 1),
+        },
+        "policy": {
+            "kind": policy.get("kind", "mlp"),
+            "hidden_sizes": [policy["hidden"]] * int(policy.get("depth", 2)),
+        },
+        "hyperparameters": {
+            "lr": hp.get("learning_rate", 1e-3),
+            "batch_size": hp.get("batch_size", 128),
+            "checkpoint_every_updates": hp.get("checkpoint_every", 200),
+        },
+        "publish": {"every_updates": hp.get("publish_every", 100)},
+        "buffer": {
+            "online_fraction": hp.get("online_fraction", 0.5),
+            "samples_per_insert": hp.get("samples_per_insert"),
+        },
+    }
 
 
 def validate_launch(store: MetadataStore, spec: RunSpec) -> None:

@@ -337,7 +337,8 @@ class RunDriver:
             spool_dir=spool,
             hidden=self.spec.policy.hidden_sizes[0],
         )
-        Worker = ray.remote(max_concurrency=4, num_cpus=0)(SimRobotWorker)
+        actor_options: dict[str, Any] = {"max_concurrency": 4, "num_cpus": 0}
+        Worker: Any = ray.remote(**actor_options)(SimRobotWorker)
         actor = Worker.options(scheduling_strategy=self.allocation.edge_strategy(name)).remote(
             edge, ctx.settings.comms.model_dump(mode="json"), opts, self._agent_seed(index, spool)
         )
@@ -572,8 +573,8 @@ class RunDriver:
         ]
         if np.isfinite(lstats.get("loss", float("nan"))):
             points.append({"name": "loss", "step": step, "value": lstats["loss"]})
-        with self.ctx.store.session() as s:
-            for robot in s.scalars(select(Robot).where(Robot.name.in_(list(self._agents)))):
+        with self.ctx.store.session() as sess:
+            for robot in sess.scalars(select(Robot).where(Robot.name.in_(list(self._agents)))):
                 if robot.applied_policy_version is not None:
                     points.append(
                         {

@@ -31,7 +31,9 @@ FAST = {
 }
 
 
-def spec_file(path: Path, name: str, count: int, tags: dict[str, str] | None = None, **extra: Any) -> Path:
+def spec_file(
+    path: Path, name: str, count: int, tags: dict[str, str] | None = None, **extra: Any
+) -> Path:
     spec = {
         "version": 1,
         "name": name,
@@ -39,7 +41,11 @@ def spec_file(path: Path, name: str, count: int, tags: dict[str, str] | None = N
         "tasks": ["reach-v3"],
         "hyperparameters": FAST,
         "policy": {"hidden_sizes": [64, 64]},
-        "robots": {"robot_type": "metaworld-sawyer", "tags": tags or {"simulated": "true"}, "count": count},
+        "robots": {
+            "robot_type": "metaworld-sawyer",
+            "tags": tags or {"simulated": "true"},
+            "count": count,
+        },
         "learner": {"num_cpus": 0.5},
         "publish": {"every_updates": 20},
         "evaluation": {"every_seconds": 15, "episodes_per_task": 2},
@@ -70,13 +76,25 @@ class Cloud:
         self.log = open(data_dir / f"cloud-{time.time_ns()}.log", "wb")
         data_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [*ROBOFLEET, "cloud", "--sim-robots", str(sim_robots), "--no-dashboard", "--num-cpus", "4"],
+            [
+                *ROBOFLEET,
+                "cloud",
+                "--sim-robots",
+                str(sim_robots),
+                "--no-dashboard",
+                "--num-cpus",
+                "4",
+            ],
             env=env_for(data_dir),
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        wait_until(lambda: b"robofleet cloud: ready" in Path(self.log.name).read_bytes(), 120, self.fail_text)
+        wait_until(
+            lambda: b"robofleet cloud: ready" in Path(self.log.name).read_bytes(),
+            120,
+            self.fail_text,
+        )
 
     def fail_text(self) -> str:
         return Path(self.log.name).read_text(errors="replace")[-4000:]
@@ -90,8 +108,7 @@ class Cloud:
             except ProcessLookupError:
                 pass
         self.proc.wait(30)
-        for pid in pids:  # wait until every one is gone
-            wait_until(lambda p=pid: not _alive(p), 30)
+        wait_until(lambda: not any(_alive(p) for p in pids), 30)  # every one is gone
         return pids
 
     def stop(self) -> None:
@@ -131,7 +148,9 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def wait_until(pred: Callable[[], bool], timeout_s: float, why: Callable[[], str] | None = None) -> None:
+def wait_until(
+    pred: Callable[[], object], timeout_s: float, why: Callable[[], str] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if pred():
@@ -158,13 +177,19 @@ def run_state(store: MetadataStore, run_id: str) -> RunState:
 
 def events(store: MetadataStore, run_id: str, kind: str) -> list[dict[str, Any]]:
     with store.session() as s:
-        rows = s.scalars(select(Event).where(Event.run_id == run_id, Event.kind == kind).order_by(Event.id))
+        rows = s.scalars(
+            select(Event).where(Event.run_id == run_id, Event.kind == kind).order_by(Event.id)
+        )
         return [dict(e.data) for e in rows]
 
 
 def active_lease_robots(store: MetadataStore, run_id: str) -> set[int]:
     with store.session() as s:
-        return set(s.scalars(select(Lease.robot_id).where(Lease.run_id == run_id, Lease.released_at.is_(None))))
+        return set(
+            s.scalars(
+                select(Lease.robot_id).where(Lease.run_id == run_id, Lease.released_at.is_(None))
+            )
+        )
 
 
 def run_dir(store: MetadataStore, run_id: str) -> Path:

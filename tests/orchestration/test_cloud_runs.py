@@ -60,7 +60,7 @@ def test_learner_sigkill_is_restarted_from_checkpoint_and_nothing_acked_is_lost(
         pid = int(events(store, run_id, "learner.started")[-1]["pid"])
         versions_before = len(events(store, run_id, "learner.published"))
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: events(store, run_id, "learner.restarted"), 60, cloud.fail_text)
+        wait_until(lambda: bool(events(store, run_id, "learner.restarted")), 60, cloud.fail_text)
         died = events(store, run_id, "learner.died")
         assert died and died[-1]["how"] == "signal 9"
         # The restarted learner resumed and publishes new versions; robots keep uploading.
@@ -92,7 +92,7 @@ def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) ->
         steps = progress(store, run_id)["env_steps"]
         assert run_state(store, run_id) in LIVE  # nobody marked it: the cloud just vanished
         cloud = Cloud(tmp_path, sim_robots=1)
-        wait_until(lambda: events(store, run_id, "run.resuming"), 60, cloud.fail_text)
+        wait_until(lambda: bool(events(store, run_id, "run.resuming")), 60, cloud.fail_text)
         wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
         wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 40, 90, cloud.fail_text)
         report = _stop_and_report(tmp_path, run_id, cloud)
@@ -109,13 +109,11 @@ def test_two_runs_at_once_on_disjoint_robots(tmp_path: Path) -> None:
     try:
         a = _launch(tmp_path, spec_file(tmp_path / "a.yaml", "a", 1))
         b = _launch(tmp_path, spec_file(tmp_path / "b.yaml", "b", 1))
-        for run_id in (a, b):
-            wait_until(lambda r=run_id: run_state(store, r) in LIVE, 150, cloud.fail_text)
+        wait_until(lambda: all(run_state(store, r) in LIVE for r in (a, b)), 150, cloud.fail_text)
         robots_a, robots_b = active_lease_robots(store, a), active_lease_robots(store, b)
         assert len(robots_a) == len(robots_b) == 1
         assert robots_a.isdisjoint(robots_b)
-        for run_id in (a, b):
-            wait_until(lambda r=run_id: progress(store, r).get("env_steps", 0) > 30, 90)
+        wait_until(lambda: all(progress(store, r).get("env_steps", 0) > 30 for r in (a, b)), 90)
         for run_id in (a, b):
             assert _stop_and_report(tmp_path, run_id, cloud)["acked_lost"] == 0
     finally:

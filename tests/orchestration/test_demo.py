@@ -1,0 +1,59 @@
+"""A short ``robofleet demo``: success of the policy alone rises, nothing acknowledged is lost,
+and a SIGKILLed learner comes back by itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.orchestration.cloudproc import ROBOFLEET, env_for
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_short_demo_improves_and_loses_nothing(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            *ROBOFLEET,
+            "demo",
+            "--minutes",
+            "2",
+            "--robots",
+            "2",
+            "--kill-learner-at",
+            "60",
+            "--no-dashboard",
+            "--json",
+        ],
+        env=env_for(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(summary) == {
+        "initial_success",
+        "final_success",
+        "minutes",
+        "env_steps",
+        "interventions",
+        "versions_published",
+        "acked_lost",
+        "learner_restarts",
+    }
+    assert summary["acked_lost"] == 0
+    assert summary["learner_restarts"] == 1
+    assert summary["initial_success"] <= 0.5
+    assert summary["final_success"] > summary["initial_success"]
+    assert summary["env_steps"] > 1000 and summary["interventions"] > 0
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1
+    report = json.loads((runs[0] / "report.json").read_text())
+    assert report["final_success"] == summary["final_success"]
+    for plot in report["plots"]:
+        assert Path(plot).stat().st_size > 1000
