@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -176,15 +177,22 @@ class RunDriver:
             )
         except CrashLoop as exc:
             log.error("run %s crashed: %s", self.run_id, exc)
-            self._teardown(final=False)
+            self._quiet_teardown()
             set_state(store, self.run_id, RunState.CRASHED, str(exc))
         except Exception as exc:
             log.exception("run %s failed", self.run_id)
-            self._teardown(final=False)
+            self._quiet_teardown()
             set_state(store, self.run_id, RunState.CRASHED, f"{type(exc).__name__}: {exc}")
         finally:
             if self.on_end is not None:
                 self.on_end(self)
+
+    def _quiet_teardown(self) -> None:
+        """Teardown on the way to ``crashed``: a second failure must not hide the first."""
+        try:
+            self._teardown(final=False)
+        except Exception:
+            log.exception("run %s: teardown after a failure failed too", self.run_id)
 
     def _summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.result.items() if isinstance(v, int | float | str)}
@@ -362,7 +370,7 @@ class RunDriver:
             self.learner.poll()  # CrashLoop ends the run as crashed
             if self._checkpoint_requested:
                 self._checkpoint_requested = False
-                self.learner.signal(__import__("signal").SIGUSR1)
+                self.learner.signal(signal.SIGUSR1)
             self._publish_new_weights()
             self._supervise_agents()
             self._collect_eval()
@@ -612,13 +620,9 @@ class RunDriver:
         """Stop everything; with ``final`` also the final evaluation, report and accounting."""
         import ray
 
-        set_state_safe = self.progress.get("state") not in (None,)
         self.progress["state"] = "stopping"
-        if final and set_state_safe:
-            try:
-                set_state(self.ctx.store, self.run_id, RunState.STOPPING, self.stop_reason or "")
-            except Exception:
-                pass
+        if final:
+            set_state(self.ctx.store, self.run_id, RunState.STOPPING, self.stop_reason or "")
         try:
             self._stop_agents()
         except Exception:
