@@ -124,7 +124,8 @@ class RunDriver:
         self.learner: ProcessSupervisor | None = None
         self.batch_server: Any = None
         self.evaluator: Any = None
-        self._eval_pending: tuple[Any, int, float] | None = None
+        # (result ref, policy version, wall s, robot-hours, env steps, interventions) at submit
+        self._eval_pending: tuple[Any, int, float, float, int, int] | None = None
         self._published_version = 0
         self._last_eval_at = -1e9
         self._demo_rows = 0
@@ -470,7 +471,15 @@ class RunDriver:
         if self._published_version == 0:
             return
         ref = self.evaluator.evaluate.remote(self._latest_bytes)
-        self._eval_pending = (ref, self._published_version, self._elapsed())
+        steps, interventions = self._counts()
+        self._eval_pending = (
+            ref,
+            self._published_version,
+            self._elapsed(),
+            self._robot_s_base / 3600,
+            steps,
+            interventions,
+        )
         self._last_eval_at = time.monotonic()
         if blocking:
             ray.get(ref)
@@ -481,19 +490,18 @@ class RunDriver:
 
         if self._eval_pending is None:
             return
-        ref, version, started = self._eval_pending
+        ref, version, started, robot_hours, steps, interventions = self._eval_pending
         done, _ = ray.wait([ref], timeout=None if wait else 0)
         if not done:
             return
         self._eval_pending = None
         success: dict[str, float] = ray.get(ref)
         mean = float(np.mean(list(success.values())))
-        counts = self._counts()
         row = {
             "wall_s": started,
-            "robot_hours": self._robot_s_base / 3600,
-            "env_steps": counts[0],
-            "interventions": counts[1],
+            "robot_hours": robot_hours,
+            "env_steps": steps,
+            "interventions": interventions,
             "policy_version": version,
             "success": success,
             "success_mean": mean,

@@ -48,34 +48,42 @@ def _stop_and_report(data_dir: Path, run_id: str, cloud: Cloud) -> dict[str, obj
     return report
 
 
-def test_learner_sigkill_is_restarted_from_checkpoint_and_nothing_acked_is_lost(
+def test_two_runs_on_disjoint_robots_and_a_sigkilled_learner_resumes_by_itself(
     tmp_path: Path,
 ) -> None:
     cloud = Cloud(tmp_path, sim_robots=2)
     store = store_for(tmp_path)
     try:
-        run_id = _launch(tmp_path, spec_file(tmp_path / "spec.yaml", "kill-learner", 2))
-        wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
-        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 60, 60, cloud.fail_text)
-        pid = int(events(store, run_id, "learner.started")[-1]["pid"])
-        versions_before = len(events(store, run_id, "learner.published"))
+        a = _launch(tmp_path, spec_file(tmp_path / "a.yaml", "a", 1))
+        b = _launch(tmp_path, spec_file(tmp_path / "b.yaml", "b", 1))
+        wait_until(lambda: all(run_state(store, r) in LIVE for r in (a, b)), 150, cloud.fail_text)
+        robots_a, robots_b = active_lease_robots(store, a), active_lease_robots(store, b)
+        assert len(robots_a) == len(robots_b) == 1
+        assert robots_a.isdisjoint(robots_b)
+        wait_until(lambda: all(progress(store, r).get("env_steps", 0) > 30 for r in (a, b)), 90)
+
+        # SIGKILL run a's learner: its supervisor restarts it from the last checkpoint.
+        pid = int(events(store, a, "learner.started")[-1]["pid"])
+        versions_before = len(events(store, a, "learner.published"))
         os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: bool(events(store, run_id, "learner.restarted")), 60, cloud.fail_text)
-        died = events(store, run_id, "learner.died")
+        wait_until(lambda: bool(events(store, a, "learner.restarted")), 60, cloud.fail_text)
+        died = events(store, a, "learner.died")
         assert died and died[-1]["how"] == "signal 9"
-        # The restarted learner resumed and publishes new versions; robots keep uploading.
         wait_until(
-            lambda: len(events(store, run_id, "learner.published")) > versions_before + 2,
+            lambda: len(events(store, a, "learner.published")) > versions_before + 2,
             60,
             cloud.fail_text,
         )
-        steps = progress(store, run_id)["env_steps"]
-        wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 40, 60)
-        assert run_state(store, run_id) in LIVE
-        report = _stop_and_report(tmp_path, run_id, cloud)
-        assert report["acked_lost"] == 0
-        assert report["learner_restarts"] == 1
-        assert report["initial_success"] is not None
+        steps = progress(store, a)["env_steps"]
+        wait_until(lambda: progress(store, a)["env_steps"] > steps + 30, 60)
+        assert run_state(store, a) in LIVE and run_state(store, b) in LIVE
+        assert events(store, b, "learner.died") == []  # the other run never noticed
+
+        report_a = _stop_and_report(tmp_path, a, cloud)
+        report_b = _stop_and_report(tmp_path, b, cloud)
+        assert report_a["acked_lost"] == report_b["acked_lost"] == 0
+        assert report_a["learner_restarts"] == 1 and report_b["learner_restarts"] == 0
+        assert report_a["initial_success"] is not None
     finally:
         cloud.stop()
 
@@ -99,22 +107,5 @@ def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) ->
         assert report["acked_lost"] == 0
         # One run, one curve: the elapsed time carried over the restart.
         assert report["env_steps"] > steps
-    finally:
-        cloud.stop()
-
-
-def test_two_runs_at_once_on_disjoint_robots(tmp_path: Path) -> None:
-    cloud = Cloud(tmp_path, sim_robots=2)
-    store = store_for(tmp_path)
-    try:
-        a = _launch(tmp_path, spec_file(tmp_path / "a.yaml", "a", 1))
-        b = _launch(tmp_path, spec_file(tmp_path / "b.yaml", "b", 1))
-        wait_until(lambda: all(run_state(store, r) in LIVE for r in (a, b)), 150, cloud.fail_text)
-        robots_a, robots_b = active_lease_robots(store, a), active_lease_robots(store, b)
-        assert len(robots_a) == len(robots_b) == 1
-        assert robots_a.isdisjoint(robots_b)
-        wait_until(lambda: all(progress(store, r).get("env_steps", 0) > 30 for r in (a, b)), 90)
-        for run_id in (a, b):
-            assert _stop_and_report(tmp_path, run_id, cloud)["acked_lost"] == 0
     finally:
         cloud.stop()
