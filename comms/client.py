@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from comms import tls
+from comms import tls, wire
 from comms.auth import credential_metadata
 from comms.backoff import Backoff
 from comms.config import CommsSettings
@@ -105,6 +105,12 @@ class EdgeClient:
         self.settings = settings
         self.metadata = credential_metadata(credential)
         self.experience = rpc.ExperienceStub(channel)
+        # Upload with requests pre-serialized by comms.wire (one copy per part, see there).
+        self.upload_stream = channel.stream_stream(
+            "/robofleet.comms.v1.Experience/Upload",
+            request_serializer=wire.passthrough,
+            response_deserializer=pb.UploadAck.FromString,
+        )
         self.weights = rpc.WeightsStub(channel)
         self._heartbeat = rpc.HeartbeatStub(channel)
         self._control = rpc.ControlStub(channel)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from comms import tensors as T
 from comms import weight_codec as W
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,30 @@ class WeightPublisher:
             ValueError: ``version`` is not above the last published one.
             TypeError: a value is not a tensor or has an unsupported dtype.
         """
+        v = self._next_version(version)
+        self._enqueue(W.Snapshot.take(state, v, learner_step))
+        return v
+
+    def publish_safetensors(
+        self, blob: bytearray, version: int | None = None, learner_step: int = 0
+    ) -> int:
+        """Publish a safetensors blob as it is (no copy), e.g. a file the learner wrote.
+
+        ``blob`` is owned by the publisher afterwards and must not be modified.
+
+        Returns:
+            The version number.
+
+        Raises:
+            ValueError: ``version`` is not above the last published one.
+            TensorFormatError: ``blob`` is not a valid safetensors blob.
+        """
+        arrays = T.decode(blob)
+        v = self._next_version(version)
+        self._enqueue(W.Snapshot(v, blob, arrays, learner_step))
+        return v
+
+    def _next_version(self, version: int | None) -> int:
         with self._cond:
             v = self._last_version + 1 if version is None else int(version)
             if v <= self._last_version:
@@ -103,13 +128,14 @@ class WeightPublisher:
                     f"version {v} is not above the last published {self._last_version}"
                 )
             self._last_version = v
-        snap = W.Snapshot.take(state, v, learner_step)
+            return v
+
+    def _enqueue(self, snap: W.Snapshot) -> None:
         with self._cond:
             if self._pending is not None:
                 self.skipped += 1
             self._pending = snap  # latest-only: an older pending snapshot is dropped
             self._cond.notify_all()
-        return v
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every published version is encoded; returns whether it was in time."""

@@ -131,6 +131,11 @@ class WeightReceiver:
         """(version, {name: tensor}) of the applied version; never a half-applied one."""
         return self._current
 
+    def current_arrays(self) -> tuple[int, dict[str, tuple[str, np.ndarray]]]:
+        """(version, {name: (safetensors dtype name, read-only numpy array)}); BF16 as uint16."""
+        with self._lock:
+            return self._current[0], dict(self._arrays or {})
+
     def wait_for(self, version: int, timeout: float | None = None) -> bool:
         """Block until a version >= ``version`` is applied; returns whether it was in time."""
         with self._applied:

@@ -30,7 +30,7 @@ import grpc
 import grpc.aio
 import zmq
 
-from comms import tls
+from comms import tls, wire
 from comms.auth import AUTH_HEADER
 from comms.client import EdgeClient, channel_options, make_channel
 from comms.config import CommsSettings
@@ -40,7 +40,13 @@ from comms.proto import robofleet_pb2_grpc as rpc
 from comms.publisher import Published, WeightPublisher
 from comms.ratelimit import AsyncByteRate
 from comms.receiver import WeightReceiver
-from comms.services import ServerState, WeightsServicer, server_options, write
+from comms.services import (
+    ServerState,
+    WeightsServicer,
+    add_weights_servicer,
+    server_options,
+    write,
+)
 from comms.weight_source import GrpcWeightSource
 
 log = logging.getLogger(__name__)
@@ -222,7 +228,7 @@ class SiteRelay:
             options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
         )
         rpc.add_ExperienceServicer_to_server(RelayExperience(self), server)
-        rpc.add_WeightsServicer_to_server(RelayWeights(self.state), server)
+        add_weights_servicer(server, RelayWeights(self.state))
         target = f"{s.bind_host}:{self._port}"
         if s.tls_cert_file is not None and s.tls_key_file is not None:
             port = server.add_secure_port(
@@ -314,7 +320,7 @@ class SiteRelay:
 
     def _republish(self, run_id: str, version: int) -> None:
         run = self.runs[run_id]
-        v, state = run.receiver.current()
+        v, state = run.receiver.current_arrays()  # typed, so BF16 stays BF16
         if v == version:
             run.publisher.publish(state, version=version)
 
@@ -342,7 +348,7 @@ class SiteRelay:
                 topic = run_id.encode()
                 sock.send_multipart([topic, TOPIC_MANIFEST, enc.manifest.SerializeToString()])
                 for i in range(enc.num_chunks):
-                    chunk = enc.chunk_message(i).chunk.SerializeToString()
+                    chunk = wire.chunk(enc.version, enc.base_version, i, enc.chunk_view(i))
                     sock.send_multipart([topic, TOPIC_CHUNK, chunk], copy=False)
                 last[run_id] = enc.manifest
 

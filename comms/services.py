@@ -25,6 +25,7 @@ from sqlalchemy.exc import IntegrityError
 
 from comms import steps as S
 from comms import tensors as T
+from comms import wire
 from comms.auth import Authenticator, AuthError, RobotIdentity, credential_from
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
@@ -32,7 +33,7 @@ from comms.proto import robofleet_pb2_grpc as rpc
 from comms.publisher import Published, WeightPublisher
 from comms.ratelimit import AsyncByteRate
 from comms.registry import record_heartbeat
-from comms.sink import Backpressure, SinkRejected, SinkResolver
+from comms.sink import Backpressure, SinkRejected, SinkResolver, StepSink
 from comms.weight_codec import EncodedVersion
 from robofleet.db.store import EnrollmentError, MetadataStore
 
@@ -229,34 +230,50 @@ class ExperienceServicer(rpc.ExperienceServicer):
                 parts.append(msg.arrow_ipc)
                 if msg.more:
                     continue
-                data = b"".join(parts)
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
                 parts, size = [], 0
+                ack = pb.UploadAck(durable_seq=durable)
                 try:
-                    batch = await asyncio.to_thread(S.decode_batch, data, ident.robot_id, run_id)
+                    # Parse, check and append in one worker-thread hop.
+                    rows, durable = await asyncio.to_thread(
+                        _ingest, data, ident.robot_id, run_id, durable, None if resync else sink
+                    )
+                    s.uploaded_rows += rows
+                    ack.durable_seq = durable
+                    if resync:
+                        # After a refusal later batches are refused too, until the client
+                        # re-syncs, so nothing is stored out of order around the refused batch.
+                        ack.backpressure = True
+                        ack.reason = "resync after backpressure"
                 except S.StepFormatError as exc:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 except S.ForeignRowsError as exc:
                     await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
-                batch = S.drop_acknowledged(batch, durable)
-                ack = pb.UploadAck(durable_seq=durable)
-                if resync:
-                    # After a refusal later batches are refused too, until the client re-syncs,
-                    # so nothing is stored out of order around the refused batch.
+                except SinkRejected as exc:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                except Backpressure as bp:
                     ack.backpressure = True
-                    ack.reason = "resync after backpressure"
-                elif batch.num_rows and sink is not None:
-                    try:
-                        durable = await asyncio.to_thread(sink.append, ident.robot_id, batch)
-                        s.uploaded_rows += batch.num_rows
-                        ack.durable_seq = durable
-                    except SinkRejected as exc:
-                        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                    except Backpressure as bp:
-                        ack.backpressure = True
-                        ack.retry_after_ms = int(bp.retry_after_s * 1000)
-                        ack.reason = str(bp)
-                        resync = True
+                    ack.retry_after_ms = int(bp.retry_after_s * 1000)
+                    ack.reason = str(bp)
+                    resync = True
                 await write(s, context, ack)
+
+
+def _ingest(
+    data: bytes, robot_id: int, run_id: str, durable: int, sink: StepSink | None
+) -> tuple[int, int]:
+    """Validate a step batch and append its new rows to ``sink`` (None: validate only).
+
+    Returns:
+        (rows appended, durable seq afterwards).
+
+    Raises:
+        StepFormatError, ForeignRowsError, SinkRejected, Backpressure.
+    """
+    batch = S.drop_acknowledged(S.decode_batch(data, robot_id, run_id), durable)
+    if sink is None or not batch.num_rows:
+        return 0, durable
+    return batch.num_rows, sink.append(robot_id, batch)
 
 
 class WeightsServicer(rpc.WeightsServicer):
@@ -269,10 +286,10 @@ class WeightsServicer(rpc.WeightsServicer):
         s = self.s
         await write(s, context, pb.WeightMessage(manifest=enc.manifest))
         for i in range(enc.num_chunks) if indices is None else indices:
-            msg = enc.chunk_message(i)
-            n = len(msg.chunk.data)
+            n = len(enc.chunk_view(i))
             await s.rate.take(n)
-            await write(s, context, msg)
+            # Pre-serialized (see comms.wire): one copy per chunk and subscriber.
+            await write(s, context, enc.chunk_wire(i))
             s.weight_bytes_sent += n
 
     async def _authorize(self, context: grpc.aio.ServicerContext, run_id: str) -> WeightPublisher:
@@ -418,10 +435,25 @@ def tensor_from_proto(t: pb.Tensor) -> np.ndarray:
 def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
     rpc.add_EnrollmentServicer_to_server(EnrollmentServicer(state), server)
     rpc.add_ExperienceServicer_to_server(ExperienceServicer(state), server)
-    rpc.add_WeightsServicer_to_server(WeightsServicer(state), server)
+    add_weights_servicer(server, WeightsServicer(state))
     rpc.add_HeartbeatServicer_to_server(HeartbeatServicer(state), server)
     rpc.add_ControlServicer_to_server(ControlServicer(state), server)
     rpc.add_ActServicer_to_server(ActServicer(state), server)
+
+
+def add_weights_servicer(server: grpc.aio.Server, servicer: rpc.WeightsServicer) -> None:
+    """Register the Weights service with a serializer that passes pre-serialized chunks on."""
+    handlers = {
+        name: grpc.unary_stream_rpc_method_handler(
+            getattr(servicer, name),
+            request_deserializer=request.FromString,
+            response_serializer=wire.passthrough,
+        )
+        for name, request in (("Subscribe", pb.SubscribeRequest), ("Fetch", pb.FetchRequest))
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("robofleet.comms.v1.Weights", handlers),)
+    )
 
 
 def server_options(settings: CommsSettings) -> list[tuple[str, Any]]:

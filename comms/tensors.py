@@ -38,9 +38,17 @@ class TensorFormatError(ValueError):
 def as_array(value: Any) -> tuple[np.ndarray, str]:
     """A C-contiguous little-endian numpy view of a numpy array or torch tensor, and its dtype name.
 
+    ``value`` may also be a ``(dtype name, array)`` pair as :func:`decode` returns it.
+
     Raises:
         TypeError: ``value`` is neither, or its dtype has no safetensors name.
     """
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], np.ndarray):
+        # (dtype name, array) as :func:`decode` returns it; keeps BF16 (held as uint16) BF16.
+        name, arr = value
+        if name not in DTYPES or np.dtype(arr.dtype) != DTYPES[name].newbyteorder("="):
+            raise TypeError(f"array of dtype {arr.dtype} cannot travel as {name!r}")
+        return np.ascontiguousarray(arr), name
     if isinstance(value, np.ndarray):
         arr = value
     elif hasattr(value, "detach") and hasattr(value, "numpy"):

@@ -20,6 +20,7 @@ import grpc
 import pyarrow as pa
 
 from comms import steps as S
+from comms import wire
 from comms.backoff import Backoff
 from comms.client import FATAL_CODES, EdgeClient
 from comms.proto import robofleet_pb2 as pb
@@ -177,7 +178,7 @@ class Uploader:
     def _stream_once(self) -> bool:
         """One stream's life. Returns whether it got any acknowledgement."""
         st = _StreamState()
-        call = self._client.experience.Upload(self._requests(st), metadata=self._client.metadata)
+        call = self._client.upload_stream(self._requests(st), metadata=self._client.metadata)
         self._call = call
         got_ack = False
         try:
@@ -278,12 +279,9 @@ class _StreamState:
 
 
 def _parts(run_id: str, e: SpoolEntry, part_bytes: int) -> Any:
-    """A batch as messages under gRPC's 4 MB limit (``more`` on all but the last)."""
+    """A batch as serialized ``StepBatch`` messages under gRPC's 4 MB limit (``more`` on all
+    but the last)."""
     n = len(e.data)
+    mv = memoryview(e.data)
     for off in range(0, n, part_bytes):
-        yield pb.StepBatch(
-            run_id=run_id,
-            last_seq=e.last_seq,
-            arrow_ipc=e.data[off : off + part_bytes],
-            more=off + part_bytes < n,
-        )
+        yield wire.step_batch(run_id, e.last_seq, mv[off : off + part_bytes], off + part_bytes < n)
