@@ -28,6 +28,7 @@ import torch
 
 from cloud_learner.core import Batch, Metrics, Weights
 from cloud_learner.policies.base import TorchPolicy, load_weights_strict
+from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter
 
 
 @dataclass
@@ -57,7 +58,9 @@ class HGDAgger:
 
     name = "hg_dagger"
 
-    def __init__(self, policy: TorchPolicy, config: HGDAggerConfig | None = None) -> None:
+    def __init__(
+        self, policy: TorchPolicy | LeRobotPolicyAdapter, config: HGDAggerConfig | None = None
+    ) -> None:
         self.policy = policy
         self.config = config or HGDAggerConfig()
         self.optimizer = torch.optim.AdamW(
@@ -66,10 +69,18 @@ class HGDAgger:
         self.updates = 0
 
     def loss(self, batch: Batch) -> tuple[torch.Tensor, Metrics]:
-        """Weighted BC loss (scalar) and metrics, without stepping the optimizer."""
-        per_row = self.policy.bc_loss(batch)
+        """Weighted BC loss (scalar) and metrics, without stepping the optimizer.
+
+        A policy whose loss is only a batch mean (``per_row_loss = False``, e.g. LeRobot's ACT)
+        is trained on the rows with non-zero weight; the weights' sizes are then ignored.
+        """
         w = hg_dagger_weights(batch, self.config)
-        loss = (w * per_row).sum() / w.sum().clamp_min(1e-8)
+        if getattr(self.policy, "per_row_loss", True):
+            per_row = self.policy.bc_loss(batch)
+            loss = (w * per_row).sum() / w.sum().clamp_min(1e-8)
+        else:
+            keep = w > 0
+            loss = self.policy.bc_loss({k: v[keep] for k, v in batch.items()})
         labelled = float((w > 0).float().mean())
         return loss, {"loss": float(loss.detach()), "labelled_fraction": labelled}
 

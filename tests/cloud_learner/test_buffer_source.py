@@ -20,8 +20,10 @@ from cloud_learner.sources import BufferSource
 
 def _schema() -> StepSchema:
     return StepSchema.from_features(
-        {"observation.state": {"dtype": "float32", "shape": (3,), "names": ["x", "y", "z"]},
-         "observation.images.front": {"dtype": "image", "shape": (16, 16, 3)}},
+        {
+            "observation.state": {"dtype": "float32", "shape": (3,), "names": ["x", "y", "z"]},
+            "observation.images.front": {"dtype": "image", "shape": (16, 16, 3)},
+        },
         {"action": {"dtype": "float32", "shape": (2,)}},
     )
 
@@ -32,10 +34,18 @@ def _steps(n: int, task: str, robot: str = "robot-0") -> list[dict[str, Any]]:
     for i in range(n):
         end = i % 20 == 19
         rec: dict[str, Any] = {
-            "seq": i, "robot_id": robot, "run_id": "run-a", "task": task,
-            "episode_index": i // 20, "frame_index": i % 20, "timestamp": i / 10.0,
-            "reward": float(end), "terminated": end, "truncated": False,
-            "is_intervention": bool(i % 3 == 0), "policy_version": 0,
+            "seq": i,
+            "robot_id": robot,
+            "run_id": "run-a",
+            "task": task,
+            "episode_index": i // 20,
+            "frame_index": i % 20,
+            "timestamp": i / 10.0,
+            "reward": float(end),
+            "terminated": end,
+            "truncated": False,
+            "is_intervention": bool(i % 3 == 0),
+            "policy_version": 0,
             "observation.state": rng.normal(size=3).astype(np.float32),
             "observation.images.front": rng.integers(0, 255, (16, 16, 3), dtype=np.uint8),
             "action": rng.uniform(-1, 1, 2).astype(np.float32),
@@ -50,22 +60,38 @@ def _steps(n: int, task: str, robot: str = "robot-0") -> list[dict[str, Any]]:
 @pytest.mark.parametrize("algorithm", ["hg_dagger", "recap", "sac_rlpd"])
 def test_learner_trains_from_the_replay_buffer(tmp_path: Path, algorithm: str) -> None:
     schema = _schema()
-    limiter = RateLimiter(samples_per_insert=4.0, min_size_to_sample=40, max_sample=16,
-                          max_insert=64)
+    limiter = RateLimiter(
+        samples_per_insert=4.0, min_size_to_sample=40, max_sample=16, max_insert=64
+    )
     buf = ReplayBuffer.open(tmp_path / "buffer", schema, rate_limiter=limiter)
     try:
         buf.append(schema.batch_from_records(_steps(60, "reach-v3")))
-        settings = LearnerSettings.model_validate(dict(
-            algorithm=algorithm, min_transitions=40, batch_size=16, log_every_updates=1,
-            tasks=["reach-v3", "push-v3"], checkpoint_every_updates=5,
-            policy={"state_dim": 3, "action_dim": 2, "hidden": 16, "num_tasks": 2,
-                    "image_keys": ["observation.images.front"], "image_shape": [16, 16]},
-        ))
+        settings = LearnerSettings.model_validate(
+            dict(
+                algorithm=algorithm,
+                min_transitions=40,
+                batch_size=16,
+                log_every_updates=1,
+                tasks=["reach-v3", "push-v3"],
+                checkpoint_every_updates=5,
+                policy={
+                    "state_dim": 3,
+                    "action_dim": 2,
+                    "hidden": 16,
+                    "num_tasks": 2,
+                    "image_keys": ["observation.images.front"],
+                    "image_shape": [16, 16],
+                },
+            )
+        )
         sampler = InterventionSampler()
         learner = Learner(
-            tmp_path / "run", build_algorithm(settings, torch.device("cpu")),
-            BufferSource(buf, settings.tasks, sampler=sampler), InMemoryWeightPublisher(),
-            settings, model_config(settings),
+            tmp_path / "run",
+            build_algorithm(settings, torch.device("cpu")),
+            BufferSource(buf, settings.tasks, sampler=sampler),
+            InMemoryWeightPublisher(),
+            settings,
+            model_config(settings),
         )
         learner.start(resume=False)
         polls = iter(range(100))
