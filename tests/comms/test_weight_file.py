@@ -61,6 +61,16 @@ def test_feed_publishes_the_newest_file_once_and_refuses_a_broken_one(tmp_path: 
         pub.close()
 
 
+def _version(pub: WeightPublisher) -> int:
+    latest = pub.latest()
+    return -1 if latest is None else latest.version
+
+
+def _version(pub: WeightPublisher) -> int:
+    latest = pub.latest()
+    return -1 if latest is None else latest.version
+
+
 def test_feed_thread_follows_new_files(tmp_path: Path) -> None:
     pub = WeightPublisher("run-1")
     feed = WeightFileFeed(pub, tmp_path, poll_s=0.01)
@@ -68,11 +78,9 @@ def test_feed_thread_follows_new_files(tmp_path: Path) -> None:
         for v in (1, 2):
             write_weights(tmp_path / weight_file_name(v), _state(v))
             deadline = time.monotonic() + 10
-            while (
-                pub.latest() is None or pub.latest().version < v
-            ) and time.monotonic() < deadline:  # type: ignore[union-attr]
+            while _version(pub) < v and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert pub.latest() is not None and pub.latest().version == v  # type: ignore[union-attr]
+            assert _version(pub) == v
         assert feed.published == 2
     finally:
         feed.close()

@@ -9,6 +9,7 @@ Timestamps are ``time.monotonic()``, one clock for every process of the machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
@@ -37,13 +38,13 @@ def _cloud(host: str, db_url: str, n: int, version_floats: int) -> None:
     store = MetadataStore(db_url)
     with store.session() as s:
         s.add(Run(id=RUN, algorithm="wan-test"))
-    robots = []
+    robots: list[tuple[int, str]] = []
     for i in range(n):
         token = store.create_enrollment_token(timedelta(minutes=10))
         robot, cred = store.consume_enrollment_token(
             token, robot_name=f"wan-arm-{i}", robot_type="sim_arm", spec={}
         )
-        robots.append([robot.id, cred])
+        robots.append((robot.id, cred))
     store.lease_robots(RUN, [r for r, _ in robots])
     settings = CommsSettings(
         bind_host=host,
@@ -112,7 +113,7 @@ def _site(cloud: str, robots: list[list[Any]], latency_s: float) -> None:
     clients, sources, spools, uploaders = [], [], [], []
     for i, (_rid, cred) in enumerate(robots):
         c = EdgeClient(make_channel(relay.address, settings), cred, settings)
-        rx = WeightReceiver(on_applied=lambda v, i=i: on_applied(i, v))
+        rx = WeightReceiver(on_applied=functools.partial(on_applied, i))
         sources.append(ZmqWeightSource(c, relay.zmq_address, RUN, rx))
         spool = MemorySpool()
         uploaders.append(Uploader(c, RUN, spool))
