@@ -66,11 +66,6 @@ def _version(pub: WeightPublisher) -> int:
     return -1 if latest is None else latest.version
 
 
-def _version(pub: WeightPublisher) -> int:
-    latest = pub.latest()
-    return -1 if latest is None else latest.version
-
-
 def test_feed_thread_follows_new_files(tmp_path: Path) -> None:
     pub = WeightPublisher("run-1")
     feed = WeightFileFeed(pub, tmp_path, poll_s=0.01)
