@@ -58,4 +58,12 @@ class LearnerSettings(BaseModel):
     samples_per_insert: float | None = Field(
         default=None, gt=0, description="Rate limiter: bound on the update-to-data ratio."
     )
+    eval_every_updates: int = Field(
+        default=0, ge=0, description="Evaluation episodes on simulated robots every N updates."
+    )
+    eval_episodes: int = Field(default=10, ge=1, description="Seeded episodes per task.")
+    eval_max_steps: int = Field(default=150, ge=1)
+    eval_state_indices: list[int] | None = Field(
+        default=None, description="What the simulated robot observes of Meta-World's 39-d state."
+    )
     torch_threads: int = Field(default=2, ge=1, description="CPU threads for torch.")

@@ -61,6 +61,25 @@ def open_source(spec: str, settings: LearnerSettings, device: Any) -> BatchSourc
     raise SystemExit(f"--source must be npz:PATH or buffer:DIR, got {spec!r}")
 
 
+def make_evaluate(settings: LearnerSettings, policy: Any) -> Any:
+    """Success rate per task on Meta-World (tasks named in ``settings.tasks``), or None."""
+    if not settings.eval_every_updates or not settings.tasks:
+        return None
+    from cloud_learner.evaluation import evaluate_metaworld
+
+    def evaluate(step: int) -> dict[str, float]:
+        seeds = list(range(100_000, 100_000 + settings.eval_episodes))  # held out, fixed
+        results = evaluate_metaworld(
+            policy, settings.tasks, seeds, settings.eval_max_steps, settings.eval_state_indices
+        )
+        metrics = {f"success/{r.task}": r.success_rate for r in results}
+        metrics["success/mean"] = float(np.mean([r.success_rate for r in results]))
+        log.info("evaluation at step %d: %s", step, metrics)
+        return metrics
+
+    return evaluate
+
+
 def metadata_hook(database_url: str, run_id: str) -> Any:
     """Records published versions and checkpoints in the metadata store (for the dashboard)."""
     from robofleet.db.models import Checkpoint, PolicyVersion
@@ -129,8 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise SettingsError(f"--set needs KEY=VALUE, got {item!r}")
             overrides[key] = json.loads(value)
         settings = load_settings(args.config)
-        learner_settings = settings.learner.model_copy(update=overrides)
-        learner_settings = type(learner_settings).model_validate(learner_settings.model_dump())
+        unknown = sorted(set(overrides) - set(LearnerSettings.model_fields))
+        if unknown:
+            raise SettingsError(f"--set: unknown learner settings {unknown}")
+        merged = {**settings.learner.model_dump(), **overrides}
+        learner_settings = LearnerSettings.model_validate(merged)
     except (SettingsError, ValueError) as exc:
         print(f"learner: {exc}", file=sys.stderr)
         return 2
@@ -141,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = open_source(args.source, learner_settings, device)
     publisher = FileWeightPublisher(args.publish_dir or args.run_dir / "weights")
     hook = metadata_hook(settings.database_url, args.run_id) if args.run_id else None
+    evaluate = make_evaluate(learner_settings, algorithm.policy)
     learner = Learner(
         args.run_dir,
         algorithm,
@@ -149,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         learner_settings,
         model_config(learner_settings),
         hook=hook,
+        evaluate=evaluate,
+        eval_every_updates=learner_settings.eval_every_updates,
     )
     try:
         learner.start(resume=args.resume)
