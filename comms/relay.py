@@ -10,16 +10,22 @@
   the relay's Weights service, which also serves plain gRPC subscribers. Bytes on the cloud
   link per version: one copy, however many robots are in the site.
 
-The site LAN is trusted for the ZeroMQ fan-out (every chunk is still checked against the
-manifest's sha256; the manifest itself is not signed).
+ZeroMQ has no authentication, so every manifest on the fan-out carries an HMAC-SHA256 keyed
+by a per-relay, per-run key (:meth:`SiteRelay.fanout_key`, random at relay start). A robot gets
+that key only over the relay's authenticated gRPC (in the initial metadata of a Weights.Fetch
+that the cloud authorized) and drops manifests without a valid tag; chunks are bound to the
+manifest by their sha256, so a host on the site LAN cannot make a robot apply weights.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
+import hmac
 import logging
 import queue
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +58,7 @@ from comms.weight_source import GrpcWeightSource
 log = logging.getLogger(__name__)
 
 TOPIC_MANIFEST = b"M"
+FANOUT_KEY_HEADER = "x-robofleet-fanout-key"  # hex HMAC key in Weights.Fetch initial metadata
 TOPIC_CHUNK = b"C"
 BEACON_S = 1.0
 
@@ -87,8 +94,28 @@ class _RelayAuth:
         pass
 
 
+def manifest_tag(key: bytes, manifest_bytes: bytes) -> bytes:
+    """HMAC-SHA256 of a serialized manifest (the fan-out's fourth frame)."""
+    return hmac.new(key, manifest_bytes, hashlib.sha256).digest()
+
+
 class RelayWeights(WeightsServicer):
-    """The cloud's Weights service, served from the relay's copies."""
+    """The cloud's Weights service, served from the relay's copies. A Fetch the cloud
+    authorized also hands the robot the run's fan-out key (initial metadata)."""
+
+    def __init__(self, state: ServerState, relay: SiteRelay) -> None:
+        super().__init__(state)
+        self.relay = relay
+
+    async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> None:
+        try:
+            await self._authorize(context, request.run_id)
+        except Exception:
+            pass  # refused (or failed) below by the service itself, with the right status
+        else:
+            key = self.relay.fanout_key(request.run_id)
+            await context.send_initial_metadata(((FANOUT_KEY_HEADER, key.hex()),))
+        await super().Fetch(request, context)
 
 
 class RelayExperience(rpc.ExperienceServicer):
@@ -168,6 +195,7 @@ class SiteRelay:
             sinks=_no_sink,
         )
         self.upload_bytes = 0
+        self._fanout_secret = secrets.token_bytes(32)
         self._loop: LoopThread | None = None
         self._server: grpc.aio.Server | None = None
         self._fanout: queue.Queue[tuple[str, Published] | None] = queue.Queue()
@@ -228,7 +256,7 @@ class SiteRelay:
             options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
         )
         rpc.add_ExperienceServicer_to_server(RelayExperience(self), server)
-        add_weights_servicer(server, RelayWeights(self.state))
+        add_weights_servicer(server, RelayWeights(self.state, self))
         target = f"{s.bind_host}:{self._port}"
         if s.tls_cert_file is not None and s.tls_key_file is not None:
             port = server.add_secure_port(
@@ -324,6 +352,15 @@ class SiteRelay:
         if v == version:
             run.publisher.publish(state, version=version)
 
+    def fanout_key(self, run_id: str) -> bytes:
+        """The HMAC key of ``run_id``'s manifests on the fan-out (this relay process only)."""
+        return hmac.new(self._fanout_secret, run_id.encode(), hashlib.sha256).digest()
+
+    def _send_manifest(self, sock: zmq.Socket[bytes], run_id: str, m: pb.Manifest) -> None:
+        body = m.SerializeToString()
+        tag = manifest_tag(self.fanout_key(run_id), body)
+        sock.send_multipart([run_id.encode(), TOPIC_MANIFEST, body, tag])
+
     def _fan_out(self) -> None:
         """ZeroMQ sender: the newest version of each run, then a beacon of its manifest."""
         assert self._pub_sock is not None
@@ -334,7 +371,7 @@ class SiteRelay:
                 item = self._fanout.get(timeout=BEACON_S)
             except queue.Empty:
                 for run_id, m in last.items():
-                    sock.send_multipart([run_id.encode(), TOPIC_MANIFEST, m.SerializeToString()])
+                    self._send_manifest(sock, run_id, m)
                 continue
             if item is None:
                 return
@@ -346,7 +383,7 @@ class SiteRelay:
             for run_id, published in latest.items():
                 enc = published.delta or published.full
                 topic = run_id.encode()
-                sock.send_multipart([topic, TOPIC_MANIFEST, enc.manifest.SerializeToString()])
+                self._send_manifest(sock, run_id, enc.manifest)
                 for i in range(enc.num_chunks):
                     chunk = wire.chunk(enc.version, enc.base_version, i, enc.chunk_view(i))
                     sock.send_multipart([topic, TOPIC_CHUNK, chunk], copy=False)

@@ -4,22 +4,28 @@ The robot first asks the relay (gRPC, with its credential) for the run, which al
 relay subscribe upstream; then it listens on the relay's PUB socket. Chunks that fail their
 sha256 check or never arrive, and full versions when a delta does not fit the version held,
 are fetched from the relay's Weights service. Only complete, verified versions are applied.
+
+Manifests on the fan-out must carry the HMAC tag of the relay's run key, which the robot got
+over authenticated gRPC (see :mod:`comms.relay`); untagged or mistagged ones are dropped, so
+nothing injected on the site LAN is ever applied.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import threading
 import time
 
 import grpc
 import zmq
+from google.protobuf.message import DecodeError
 
 from comms.backoff import Backoff
 from comms.client import EdgeClient
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
-from comms.relay import TOPIC_CHUNK, TOPIC_MANIFEST
+from comms.relay import FANOUT_KEY_HEADER, TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
 from comms.weight_codec import FULL_BASE, WeightFormatError
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,8 @@ class ZmqWeightSource:
         self.bytes_received = 0
         self.fetched_bytes = 0
         self.chunks_refused = 0
+        self.manifests_refused = 0  # fan-out manifests without a valid HMAC tag
+        self._key: bytes | None = None
         self._thread = threading.Thread(target=self._run, name=f"zmq-rx-{run_id}", daemon=True)
         self._thread.start()
 
@@ -74,24 +82,46 @@ class ZmqWeightSource:
         s = self._client.settings
         backoff = Backoff(s.reconnect_initial_s, s.reconnect_max_s)
         while not self._stop.is_set():
+            call = self._client.weights.Fetch(
+                pb.FetchRequest(run_id=self._run_id, version=-1, manifest_only=True),
+                metadata=self._client.metadata,
+                timeout=s.call_timeout_s,
+            )
             try:
-                msgs = list(
-                    self._client.weights.Fetch(
-                        pb.FetchRequest(run_id=self._run_id, version=-1, manifest_only=True),
-                        metadata=self._client.metadata,
-                        timeout=s.call_timeout_s,
-                    )
-                )
+                msgs = list(call)
+                self._take_key(call)
                 if msgs and msgs[0].manifest.version > self._rx.version:
                     self._full(int(msgs[0].manifest.version))
                 return
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
-                if code == grpc.StatusCode.NOT_FOUND:
+                if code == grpc.StatusCode.NOT_FOUND and self._take_key(call):
                     return  # allowed; no version yet
                 log.info("relay refused or unreachable (%s); retrying", code)
             if backoff.sleep(self._stop):
                 return
+
+    def _take_key(self, call: grpc.Call) -> bool:
+        """Keep the fan-out key from the call's initial metadata; returns whether it had one."""
+        for k, v in call.initial_metadata() or ():
+            if k == FANOUT_KEY_HEADER:
+                try:
+                    self._key = bytes.fromhex(v if isinstance(v, str) else v.decode())
+                    return True
+                except ValueError:
+                    break
+        log.warning("the relay sent no valid fan-out key; fan-out manifests will be dropped")
+        return False
+
+    def _authentic(self, frames: list[bytes], body: bytes) -> bool:
+        ok = (
+            self._key is not None
+            and len(frames) == 4
+            and hmac.compare_digest(frames[3], manifest_tag(self._key, body))
+        )
+        if not ok:
+            self.manifests_refused += 1
+        return ok
 
     def _finish(self, asm: VersionAssembler) -> None:
         if not asm.complete:
@@ -136,9 +166,14 @@ class ZmqWeightSource:
                         self._finish(asm)
                         asm = None
                     continue
-                _topic, kind, body = sock.recv_multipart()
+                frames = sock.recv_multipart()
+                if len(frames) < 3:
+                    continue
+                kind, body = frames[1], frames[2]
                 self.bytes_received += len(body)
                 if kind == TOPIC_MANIFEST:
+                    if not self._authentic(frames, body):
+                        continue
                     m = pb.Manifest.FromString(body)
                     if asm is not None and asm.key == (m.version, m.base_version):
                         if time.monotonic() - last_chunk > STALL_S:  # a beacon: the send is over
@@ -159,7 +194,12 @@ class ZmqWeightSource:
                     except WeightFormatError as exc:
                         log.error("manifest refused: %s", exc)
                 elif kind == TOPIC_CHUNK and asm is not None:
-                    asm.add(pb.Chunk.FromString(body))
+                    try:
+                        chunk = pb.Chunk.FromString(body)
+                    except DecodeError:
+                        self.chunks_refused += 1
+                        continue
+                    asm.add(chunk)
                     last_chunk = time.monotonic()
                     if asm.complete:
                         self._finish(asm)

@@ -3,6 +3,8 @@ ZeroMQ; uploads pass through with end-to-end acks; refusals still come from the 
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import numpy as np
 import pytest
@@ -103,4 +105,48 @@ def test_uploads_through_the_relay_are_acked_by_the_cloud(cloud: Cloud) -> None:
     finally:
         up.close()
         client.close()
+        relay.stop()
+
+
+def test_fanout_manifests_without_the_relays_hmac_are_never_applied(cloud: Cloud) -> None:
+    """A host on the site LAN publishing its own 'version' (valid chunk digests, no key) is
+    ignored; the key comes only over the relay's authenticated gRPC."""
+    import zmq
+
+    from comms import wire
+    from comms.relay import TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
+    from comms.weight_codec import Snapshot, encode_full
+
+    relay = SiteRelay(cloud.settings, cloud_address=cloud.address, port=0, zmq_port=0)
+    relay.start()
+    robot = cloud.robot("arm-1")
+    client = EdgeClient(
+        make_channel(relay.address, cloud.settings), robot.credential, cloud.settings
+    )
+    ctx = zmq.Context()
+    rogue = ctx.socket(zmq.PUB)
+    rogue_port = rogue.bind_to_random_port("tcp://127.0.0.1")
+    rx = WeightReceiver()
+    src = ZmqWeightSource(client, f"tcp://127.0.0.1:{rogue_port}", RUN, rx)
+    try:
+        fake = encode_full(RUN, Snapshot.take({"w": np.ones(1000, np.float32)}, 7))
+        body = fake.manifest.SerializeToString()
+        chunks = [wire.chunk(7, -1, i, fake.chunk_view(i)) for i in range(fake.num_chunks)]
+        for tag in ([], [b"\x00" * 32], [manifest_tag(b"guessed key", body)]):
+            for _ in range(10):  # the SUB socket may join late: repeat
+                rogue.send_multipart([RUN.encode(), TOPIC_MANIFEST, body, *tag])
+                for c in chunks:
+                    rogue.send_multipart([RUN.encode(), TOPIC_CHUNK, c])
+                rogue.send_multipart([RUN.encode(), TOPIC_CHUNK, b"\xff\xfe garbage"])
+                time.sleep(0.05)
+        assert not rx.wait_for(0, 1.0)  # nothing applied
+        assert src.manifests_refused >= 3
+        # The robot does hold the real key (from its authorized Fetch at the relay).
+        assert src._key == relay.fanout_key(RUN)
+        assert relay.fanout_key(RUN) != relay.fanout_key("run-other")
+    finally:
+        src.close()
+        client.close()
+        rogue.close(0)
+        ctx.term()
         relay.stop()
