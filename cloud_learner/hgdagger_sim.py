@@ -41,15 +41,15 @@ class SimConfig:
     env_name: str = "reach-v3"
     max_episode_steps: int = 150
     initial_demos: int = 2
-    initial_updates: int = 300
+    initial_updates: int = 600
     episodes_per_round: int = 10
-    updates_per_round: int = 300
+    updates_per_round: int = 600
     max_rounds: int = 8
     eval_seeds: list[int] = field(default_factory=lambda: list(range(10_000, 10_050)))
     target_success: float = 0.9
     batch_size: int = 128
     hidden: int = 128
-    lr: float = 1e-3
+    lr: float = 3e-4
     seed: int = 0
     min_state_std: float = 0.05
     hold_steps: int = 10

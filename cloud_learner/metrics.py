@@ -25,7 +25,8 @@ class MetricsWriter:
         # purge_step drops TensorBoard events at or beyond it, written before the crash.
         purge = None if resume_step is None else resume_step + 1
         self.tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=purge)
-        self._jsonl = open(self.jsonl_path, "a")  # noqa: SIM115 - closed in close()
+        # Line-buffered: the dashboard and tests see each row at once; fsync at checkpoints.
+        self._jsonl = open(self.jsonl_path, "a", buffering=1)  # noqa: SIM115 - closed in close()
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "learner") -> None:
         for name, value in metrics.items():

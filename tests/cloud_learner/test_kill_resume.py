@@ -93,7 +93,8 @@ def test_sigkill_mid_training_then_resume(tmp_path: Path) -> None:
 
     ckpt = manager.load()
     killed_at = max(m["step"] for m in read_metrics(run_dir))
-    assert killed_at > ckpt.learner_step  # progress after the checkpoint was lost to the kill
+    # Updates logged after the last checkpoint (usually some) are redone after the resume.
+    assert killed_at >= ckpt.learner_step
     pointer = json.loads((run_dir / "weights" / "latest.json").read_text())
     version_before = pointer["version"]
 
@@ -104,7 +105,7 @@ def test_sigkill_mid_training_then_resume(tmp_path: Path) -> None:
     assert "already has checkpoints" in err and "resume" in err
     assert manager.load().learner_step == ckpt.learner_step
 
-    target = ckpt.learner_step + 30
+    target = ckpt.learner_step + 15  # publishes at resume and at +10: both files kept
     resumed = _learner(run_dir, data, "--resume", "--set", f"max_updates={target}")
     out, err = resumed.communicate(timeout=180)
     assert resumed.returncode == 0, err
