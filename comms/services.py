@@ -13,6 +13,7 @@ import asyncio
 import functools
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class ServerState:
     auth: Authenticator
     sinks: SinkResolver
     publishers: dict[str, WeightPublisher] = field(default_factory=dict)
+    publishers_lock: threading.RLock = field(default_factory=threading.RLock)
     act_handler: ActHandler | None = None
     loop: asyncio.AbstractEventLoop | None = None
     rate: AsyncByteRate = field(default_factory=lambda: AsyncByteRate(0))
@@ -64,15 +66,19 @@ class ServerState:
     control_seq: int = 0
 
     def publisher(self, run_id: str) -> WeightPublisher:
-        pub = self.publishers.get(run_id)
-        if pub is None:
-            pub = WeightPublisher(run_id, self.settings.weight_chunk_bytes)
-            self.attach(pub)
-        return pub
+        # Called from the event loop (a subscriber) and from the learner's thread: without
+        # the lock both could create one, and subscribers would wait on the lost one forever.
+        with self.publishers_lock:
+            pub = self.publishers.get(run_id)
+            if pub is None:
+                pub = WeightPublisher(run_id, self.settings.weight_chunk_bytes)
+                self.attach(pub)
+            return pub
 
     def attach(self, pub: WeightPublisher) -> None:
         """Serve ``pub``'s versions to subscribers of its run."""
-        self.publishers[pub.run_id] = pub
+        with self.publishers_lock:
+            self.publishers[pub.run_id] = pub
         run_id = pub.run_id
         pub.add_listener(lambda _p: self._wake(run_id))
 
@@ -305,6 +311,7 @@ class WeightsServicer(rpc.WeightsServicer):
         have = int(request.have_version)
         with _Streams(self.s):
             while True:
+                pub = self.s.publisher(pub.run_id)  # a publisher attached after a restart
                 latest: Published | None = pub.latest()
                 if latest is None or latest.version <= have:
                     ev = self.s.version_event(pub.run_id)

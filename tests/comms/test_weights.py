@@ -313,3 +313,23 @@ def test_reader_polling_during_apply_only_sees_whole_versions() -> None:
         pub.close()
     versions = {v for v, _ in seen}
     assert len(versions) > 5 and all(whole for _, whole in seen)
+
+
+def test_concurrent_first_use_of_a_runs_publisher_creates_one(cloud: Cloud) -> None:
+    """Subscribers (event loop) and the learner (its thread) may ask for a run's publisher at
+    the same moment; a second publisher would leave subscribers waiting on a lost one."""
+    import threading
+
+    barrier = threading.Barrier(16)
+    got: list[object] = []
+
+    def ask() -> None:
+        barrier.wait()
+        got.append(cloud.server.state.publisher("run-race"))
+
+    threads = [threading.Thread(target=ask) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(got) == 16 and len({id(p) for p in got}) == 1
