@@ -196,3 +196,26 @@ def test_sac_rejects_a_subset_larger_than_the_ensemble() -> None:
             GaussianPolicy(PolicySpec(state_dim=2, action_dim=1)),
             SACConfig(num_critics=2, critic_subset=3),
         )
+
+
+def test_recap_trains_a_flow_matching_chunk_policy_with_guidance() -> None:
+    torch.manual_seed(0)
+    spec = PolicySpec(
+        state_dim=2, action_dim=2, chunk_size=3, hidden=16, num_tasks=2, indicator=True
+    )
+    algo = RECAP(FlowMatchingPolicy(spec), RECAPConfig(guidance_weight=1.5))
+    batch = _batch(
+        action_chunk=torch.randn(3, 3, 2),
+        reward=torch.tensor([0.0, 1.0, 0.0]),
+        terminated=torch.tensor([False, True, False]),
+        truncated=torch.tensor([False, False, True]),
+        is_intervention=torch.tensor([False, False, True]),
+        task_index=torch.tensor([0, 1, 1]),
+        **{"next.observation.state": torch.zeros(3, 2)},
+    )
+    metrics = algo.update(batch)
+    assert all(math.isfinite(v) for v in metrics.values())
+    assert algo.policy.guidance_weight == 1.5
+    assert algo.policy.act({"observation.state": torch.zeros(2).numpy()}, 1).shape == (3, 2)
+    with pytest.raises(ValueError, match="indicator=True"):
+        RECAP(FlowMatchingPolicy(PolicySpec(state_dim=2, action_dim=2)))
