@@ -83,7 +83,10 @@ class Learner:
                 f"run dir {self.run_dir} already has checkpoints (latest: {latest.name}); "
                 "resume it (--resume / `robofleet resume`) or choose a new run dir"
             )
+        # Versions robots may already hold (published before a crash) are never reused.
+        last_published = int(getattr(self.publisher, "latest_version", lambda: 0)())
         if latest is None:
+            self.version = last_published
             self.metrics = MetricsWriter(self.run_dir)
             log.info("starting a fresh run in %s", self.run_dir)
             return False
@@ -94,8 +97,6 @@ class Learner:
         restore_rng(state.rng)
         self.step = state.learner_step
         self.training_started = bool(state.counters.get("training_started", False))
-        # Versions published after the checkpoint were seen by robots: never reuse them.
-        last_published = int(getattr(self.publisher, "latest_version", lambda: 0)())
         self.version = max(state.policy_version, last_published)
         self.metrics = MetricsWriter(self.run_dir, resume_step=self.step)
         log.info(

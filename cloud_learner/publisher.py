@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -79,3 +80,31 @@ class FileWeightPublisher:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb+") as f:
         os.fsync(f.fileno())
+
+
+class CommsWeightPublisher:
+    """The fleet's distributor (``comms.publisher.WeightPublisher``) behind our seam.
+
+    ``comms_publisher.publish(state, version=..., learner_step=...)`` snapshots the tensors and
+    streams them (chunked, delta-encoded, checksummed) to edge agents. ``version_floor``
+    returns the highest version robots may already hold (e.g. from the metadata store's
+    ``policy_versions``), so a resumed learner never reuses a version number.
+    """
+
+    def __init__(
+        self,
+        comms_publisher: Any,
+        learner_step: Callable[[], int] = lambda: 0,
+        version_floor: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.comms = comms_publisher
+        self.learner_step = learner_step
+        self.version_floor = version_floor
+        self._last = 0
+
+    def latest_version(self) -> int:
+        return max(self._last, int(self.version_floor()))
+
+    def publish(self, version: int, weights: Mapping[str, torch.Tensor]) -> None:
+        self.comms.publish(dict(weights), version=version, learner_step=self.learner_step())
+        self._last = version

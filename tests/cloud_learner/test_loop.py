@@ -228,3 +228,31 @@ def test_set_weights_names_missing_and_misshaped_tensors() -> None:
         policy.set_weights(weights)
     assert "missing keys ['head.2.bias']" in str(err.value)
     assert "head.0.weight: expected shape (16, 5), got (3, 3)" in str(err.value)
+
+
+def test_learner_publishes_through_the_comms_distributor(tmp_path: Path) -> None:
+    from cloud_learner.publisher import CommsWeightPublisher
+    from comms.publisher import WeightPublisher as CommsPublisher
+
+    comms = CommsPublisher("run-1")
+    try:
+        settings = _settings(max_updates=8, min_transitions=1)
+        learner = Learner(
+            tmp_path,
+            build_algorithm(settings, torch.device("cpu")),
+            InMemorySource(columns()),
+            InMemoryWeightPublisher(),
+            settings,
+            model_config(settings),
+        )
+        learner.publisher = CommsWeightPublisher(
+            comms, learner_step=lambda: learner.step, version_floor=lambda: 5
+        )
+        learner.start(resume=False)
+        learner.run()
+        learner.close()
+        assert comms.flush(timeout=30)
+        latest = comms.latest()
+        assert latest is not None and latest.version == learner.version == 7  # above the floor
+    finally:
+        comms.close()
