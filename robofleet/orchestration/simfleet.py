@@ -40,6 +40,11 @@ ROBOT_TYPE = "metaworld-sawyer"
 DEMO_ROBOT = "demo"
 SIM_TAG = "simulated"
 
+# metaworld.MT1 draws its goal list from numpy's global RNG: two threads building task lists at
+# once interleave draws and Meta-World fails ("Only generated 49 unique goals"). hal's driver
+# builds them lazily, so every driver used on the cloud's threads holds this lock.
+METAWORLD_LOCK = threading.Lock()
+
 
 def spool_dir(data_dir: Path, name: str) -> Path:
     """Where robot ``name`` keeps its spool and credential."""
@@ -178,9 +183,12 @@ def demonstration_records(
     from hal.drivers.metaworld import MetaWorldDriver, expert_policy
 
     driver = MetaWorldDriver(DEMO_ROBOT, tasks=list(tasks), max_episode_steps=max_steps)
-    driver.connect()
     records: list[dict[str, Any]] = []
     seq = 0
+    with METAWORLD_LOCK:
+        driver.connect()
+        for task in tasks:  # build every task list now, under the lock
+            driver.reset(task=task, seed=first_seed)
     try:
         for t_i, task in enumerate(tasks):
             expert = expert_policy(task)

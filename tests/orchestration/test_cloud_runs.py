@@ -37,10 +37,13 @@ def _launch(data_dir: Path, spec: Path) -> str:
     return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
 
 
-def _stop_and_report(data_dir: Path, run_id: str, cloud: Cloud) -> dict[str, object]:
+def _stop_and_report(
+    data_dir: Path, run_id: str, cloud: Cloud, requested: bool = False
+) -> dict[str, object]:
     store = store_for(data_dir)
-    out = cli(data_dir, "run", "stop", run_id)
-    assert out.returncode == 0, out.stderr
+    if not requested:
+        out = cli(data_dir, "run", "stop", run_id)
+        assert out.returncode == 0, out.stderr
     wait_until(lambda: run_state(store, run_id) in ENDED, 120, cloud.fail_text)
     assert active_lease_robots(store, run_id) == set()
     report = json.loads((run_dir(store, run_id) / "report.json").read_text())
@@ -79,8 +82,11 @@ def test_two_runs_on_disjoint_robots_and_a_sigkilled_learner_resumes_by_itself(
         assert run_state(store, a) in LIVE and run_state(store, b) in LIVE
         assert events(store, b, "learner.died") == []  # the other run never noticed
 
-        report_a = _stop_and_report(tmp_path, a, cloud)
-        report_b = _stop_and_report(tmp_path, b, cloud)
+        for r in (a, b):  # both end at once
+            out = cli(tmp_path, "run", "stop", r)
+            assert out.returncode == 0, out.stderr
+        report_a = _stop_and_report(tmp_path, a, cloud, requested=True)
+        report_b = _stop_and_report(tmp_path, b, cloud, requested=True)
         assert report_a["acked_lost"] == report_b["acked_lost"] == 0
         assert report_a["learner_restarts"] == 1 and report_b["learner_restarts"] == 0
         assert report_a["initial_success"] is not None

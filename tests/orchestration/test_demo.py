@@ -20,11 +20,11 @@ def test_short_demo_improves_and_loses_nothing(tmp_path: Path) -> None:
             *ROBOFLEET,
             "demo",
             "--minutes",
-            "2",
+            "1.5",
             "--robots",
             "2",
             "--kill-learner-at",
-            "60",
+            "45",
             "--no-dashboard",
             "--json",
         ],
@@ -50,7 +50,7 @@ def test_short_demo_improves_and_loses_nothing(tmp_path: Path) -> None:
     assert summary["learner_restarts"] == 1
     assert summary["initial_success"] <= 0.5
     assert summary["final_success"] > summary["initial_success"]
-    assert summary["env_steps"] > 1000 and summary["interventions"] > 0
+    assert summary["env_steps"] > 800 and summary["interventions"] > 0
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1
     report = json.loads((runs[0] / "report.json").read_text())
