@@ -9,10 +9,12 @@ only ever returns whole versions. A truncated or corrupted version is never appl
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,14 @@ from comms import weight_codec as W
 from comms.proto import robofleet_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+_VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sha256-verify")
+_MAX_PENDING = 16  # chunks staged but not yet checked, per version
+
+
+def _sha256(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
 
 # refetch(version, base_version, missing chunk indices) -> the messages a Fetch call returned.
 Refetch = Callable[[int, int, list[int]], Iterable[pb.WeightMessage]]
@@ -43,6 +53,8 @@ class VersionAssembler:
         self.manifest = manifest
         self.payload = bytearray(manifest.payload_bytes)
         self._missing = set(range(len(manifest.chunk_sha256)))
+        self._pending: collections.deque[tuple[int, Future[bytes]]] = collections.deque()
+        self._pending_index: set[int] = set()
         self.rejected = 0  # chunks refused for a bad digest or size
 
     @property
@@ -51,16 +63,50 @@ class VersionAssembler:
 
     @property
     def missing(self) -> list[int]:
+        self._settle()
         return sorted(self._missing)
 
     @property
     def complete(self) -> bool:
+        self._settle()
         return not self._missing
+
+    def add_async(self, chunk: pb.Chunk) -> None:
+        """Stage ``chunk`` now and check its sha256 on a worker thread (hashlib releases the
+        GIL), so hashing overlaps with receiving the next chunks. ``complete`` and ``missing``
+        wait for the checks; a chunk that fails is refused as in :meth:`add`."""
+        if (chunk.version, chunk.base_version) != self.key:
+            return
+        i = int(chunk.index)
+        size = self.manifest.chunk_bytes
+        expected_len = min(size, self.manifest.payload_bytes - i * size)
+        if i >= len(self.manifest.chunk_sha256) or len(chunk.data) != expected_len:
+            self.rejected += 1
+            return
+        if i not in self._missing or i in self._pending_index:
+            return  # a duplicate: verified (or being verified) data is never overwritten
+        data = chunk.data
+        self.payload[i * size : i * size + expected_len] = data
+        self._pending.append((i, _VERIFY_POOL.submit(_sha256, data)))
+        self._pending_index.add(i)
+        if len(self._pending) > _MAX_PENDING:  # bounded memory: wait for the oldest checks
+            self._settle(keep=_MAX_PENDING // 2)
+
+    def _settle(self, keep: int = 0) -> None:
+        while len(self._pending) > keep:
+            i, fut = self._pending.popleft()
+            self._pending_index.discard(i)
+            if fut.result() == self.manifest.chunk_sha256[i]:
+                self._missing.discard(i)
+            else:
+                self.rejected += 1
+                log.warning("version %d chunk %d refused: bad sha256", self.key[0], i)
 
     def add(self, chunk: pb.Chunk) -> bool:
         """Stage ``chunk`` if it belongs here and its digest matches; returns whether it did."""
         if (chunk.version, chunk.base_version) != self.key:
             return False
+        self._settle()
         i = int(chunk.index)
         size = self.manifest.chunk_bytes
         if i >= len(self.manifest.chunk_sha256):

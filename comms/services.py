@@ -55,6 +55,7 @@ class ServerState:
     sinks: SinkResolver
     publishers: dict[str, WeightPublisher] = field(default_factory=dict)
     publishers_lock: threading.RLock = field(default_factory=threading.RLock)
+    robot_locks: dict[tuple[str, int], threading.Lock] = field(default_factory=dict)
     act_handler: ActHandler | None = None
     loop: asyncio.AbstractEventLoop | None = None
     rate: AsyncByteRate = field(default_factory=lambda: AsyncByteRate(0))
@@ -64,6 +65,11 @@ class ServerState:
     weight_bytes_sent: int = 0
     uploaded_rows: int = 0
     control_seq: int = 0
+
+    def robot_lock(self, run_id: str, robot_id: int) -> threading.Lock:
+        """Serializes one robot's appends to one run across its streams."""
+        with self.publishers_lock:
+            return self.robot_locks.setdefault((run_id, robot_id), threading.Lock())
 
     def publisher(self, run_id: str) -> WeightPublisher:
         # Called from the event loop (a subscriber) and from the learner's thread: without
@@ -242,7 +248,13 @@ class ExperienceServicer(rpc.ExperienceServicer):
                 try:
                     # Parse, check and append in one worker-thread hop.
                     rows, durable = await asyncio.to_thread(
-                        _ingest, data, ident.robot_id, run_id, durable, None if resync else sink
+                        _ingest,
+                        data,
+                        ident.robot_id,
+                        run_id,
+                        durable,
+                        None if resync else sink,
+                        s.robot_lock(run_id, ident.robot_id),
                     )
                     s.uploaded_rows += rows
                     ack.durable_seq = durable
@@ -266,9 +278,18 @@ class ExperienceServicer(rpc.ExperienceServicer):
 
 
 def _ingest(
-    data: bytes, robot_id: int, run_id: str, durable: int, sink: StepSink | None
+    data: bytes,
+    robot_id: int,
+    run_id: str,
+    durable: int,
+    sink: StepSink | None,
+    lock: threading.Lock,
 ) -> tuple[int, int]:
     """Validate a step batch and append its new rows to ``sink`` (None: validate only).
+
+    The rows already durable are dropped against the sink itself, under the robot's lock: a
+    robot whose old stream is still draining (a reconnect through a relay or a slow link) may
+    have two streams at once, and each stream's own view of ``durable`` would store rows twice.
 
     Returns:
         (rows appended, durable seq afterwards).
@@ -276,10 +297,15 @@ def _ingest(
     Raises:
         StepFormatError, ForeignRowsError, SinkRejected, Backpressure.
     """
-    batch = S.drop_acknowledged(S.decode_batch(data, robot_id, run_id), durable)
-    if sink is None or not batch.num_rows:
+    batch = S.decode_batch(data, robot_id, run_id)
+    if sink is None:
         return 0, durable
-    return batch.num_rows, sink.append(robot_id, batch)
+    with lock:
+        durable = max(durable, sink.durable_seq(robot_id))
+        batch = S.drop_acknowledged(batch, durable)
+        if not batch.num_rows:
+            return 0, durable
+        return batch.num_rows, sink.append(robot_id, batch)
 
 
 class WeightsServicer(rpc.WeightsServicer):

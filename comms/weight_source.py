@@ -104,7 +104,7 @@ class GrpcWeightSource:
                     self.bytes_received += len(msg.chunk.data)
                     if asm is None:
                         continue
-                    asm.add(msg.chunk)
+                    asm.add_async(msg.chunk)
                     if seen == len(asm.manifest.chunk_sha256):
                         backoff.reset()
                         ok = self._finish(asm)

@@ -333,3 +333,22 @@ def test_concurrent_first_use_of_a_runs_publisher_creates_one(cloud: Cloud) -> N
     for t in threads:
         t.join(10)
     assert len(got) == 16 and len({id(p) for p in got}) == 1
+
+
+def test_async_checked_chunks_refuse_corruption_and_never_overwrite_verified_data() -> None:
+    enc = W.encode_full(RUN, W.Snapshot.take(model(0, n=600_000), 0), chunk_bytes=256 * 1024)
+    asm = VersionAssembler(enc.manifest)
+    bad = enc.chunk_message(1).chunk
+    bad.data = b"\x00" + bad.data[1:]
+    for i in range(enc.num_chunks):
+        asm.add_async(bad if i == 1 else enc.chunk_message(i).chunk)
+    assert not asm.complete and asm.missing == [1] and asm.rejected == 1
+    assert asm.add(enc.chunk_message(1).chunk)  # re-fetched
+    asm.add_async(bad)  # a late duplicate of a verified chunk is ignored
+    assert asm.complete and asm.rejected == 1
+    assert bytes(asm.payload) == bytes(enc.payload)
+    wrong_size = enc.chunk_message(0).chunk
+    wrong_size.data = wrong_size.data[:-1]
+    other = VersionAssembler(enc.manifest)
+    other.add_async(wrong_size)
+    assert other.rejected == 1 and 0 in other.missing
