@@ -14,6 +14,11 @@ Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
                                                   # latest-only, bandwidth capped by
                                                   # comms.weight_max_bytes_per_s
     server.push_control(robot_id, "estop" | "pause" | "resume" | "lease_changed", run_id)
+    # learner in its own process (keeps publishing off the learner's CPU and GIL):
+    from comms.weight_file import WeightFileFeed, weight_file_name, write_weights
+    write_weights(shm_dir / weight_file_name(v), policy.state_dict())   # learner: one memcpy
+    WeightFileFeed(server.publisher(run_id), shm_dir)                    # cloud: publishes it
+    pub.publish_safetensors(blob, version=v)      # a safetensors blob as is (no copy)
 
     # robot (edge agent)
     from comms.client import make_channel, enroll, EdgeClient, ControlListener
@@ -37,4 +42,9 @@ Step batches need ``robot_id`` (the robot's id, int or its decimal string) and `
 columns; the sink (``comms.sink.StepSink``) acknowledges the highest durable ``seq``.
 Weights travel as safetensors-layout bytes with a manifest (names, shapes, dtypes, sha256 per
 chunk of <= 1 MiB, base version of a delta); nothing from the network is ever unpickled.
+Large payload messages are assembled around their bytes with one copy (``comms.wire``).
+A site relay signs each manifest it fans out over ZeroMQ with an HMAC-SHA256 whose key robots
+get only over the relay's authenticated gRPC; robots drop unsigned manifests.
+The cloud drops rows already durable against the sink itself (per robot, under a lock), so a
+robot's old and new upload streams overlapping after a reconnect never store a row twice.
 """
