@@ -352,3 +352,27 @@ def test_async_checked_chunks_refuse_corruption_and_never_overwrite_verified_dat
     other = VersionAssembler(enc.manifest)
     other.add_async(wrong_size)
     assert other.rejected == 1 and 0 in other.missing
+
+
+def test_bf16_delta_and_republish_keep_the_dtype() -> None:
+    """A BF16 tensor (held as uint16 bits) travels in deltas as BF16, and a relay-style
+    republish of typed arrays keeps it BF16 (it used to fail: uint16 has no safetensors name)."""
+    import torch
+
+    from comms.receiver import WeightReceiver
+
+    w = torch.randn(50_000).to(torch.bfloat16)
+    base = W.Snapshot.take({"w": w}, 0)
+    w2 = w.clone()
+    w2[:10] += 1
+    new = W.Snapshot.take({"w": w2}, 1)
+    delta = W.encode_delta(RUN, base, new)
+    assert delta is not None and delta.manifest.tensors[0].dtype == "BF16"
+    out = W.apply(delta.manifest, bytearray(delta.payload), base.arrays)
+    assert out["w"][0] == "BF16"
+    assert torch.equal(torch.from_numpy(out["w"][1].copy()).view(torch.bfloat16), w2)
+    rx = WeightReceiver()
+    assert rx.apply(assemble(W.encode_full(RUN, new)))
+    version, arrays = rx.current_arrays()
+    again = W.Snapshot.take(arrays, version)  # what the relay republishes
+    assert again.arrays["w"][0] == "BF16" and bytes(again.payload) == bytes(new.payload)
