@@ -121,7 +121,12 @@ def main(argv: Sequence[str] = ()) -> int:
         dashboard_port=None if args.no_dashboard else args.port,
         auto_resume=False,
     )
-    cloud.start()
+    try:
+        cloud.start()
+    except RuntimeError as exc:
+        print(f"robofleet demo: {exc}", file=sys.stderr)
+        cloud.close()
+        return 1
     try:
         if cloud.dashboard_url:
             console.print(f"dashboard: {cloud.dashboard_url}")

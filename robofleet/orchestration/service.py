@@ -179,7 +179,14 @@ class CloudService:
         host = self.settings.dashboard.bind_host
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, self.dashboard_port))
+        try:
+            sock.bind((host, self.dashboard_port))
+        except OSError as err:
+            sock.close()
+            raise RuntimeError(
+                f"cannot serve the dashboard on {host}:{self.dashboard_port}: {err} "
+                "(choose another with --port, or --no-dashboard)"
+            ) from None
         self.dashboard_url = f"http://{host}:{sock.getsockname()[1]}/"
         config = uvicorn.Config(app, log_level="warning", access_log=False)
         self._uvicorn = uvicorn.Server(config)
