@@ -88,14 +88,11 @@ def _plots(
         ax1.set_ylim(-0.05, 1.05)
         ax1.legend(fontsize=7)
         ax1.grid(alpha=0.3)
-        if progress:
-            ax2.plot(
-                [p[xkey] * scale for p in progress],
-                [p["intervention_rate"] for p in progress],
-                "r-",
-            )
+        xs2, rates = _smoothed_rate(progress, xkey)
+        if xs2:
+            ax2.plot([x * scale for x in xs2], rates, "r-")
         ax2.set_xlabel(xlabel)
-        ax2.set_ylabel("intervention rate (share of steps)")
+        ax2.set_ylabel("intervention rate (share of steps, 30 s window)")
         ax2.set_ylim(-0.05, 1.05)
         ax2.grid(alpha=0.3)
         fig.suptitle(f"{spec.name or 'run'}: {spec.algorithm} on {len(spec.tasks)} tasks")
@@ -105,3 +102,21 @@ def _plots(
         plt.close(fig)
         out.append(str(path))
     return out
+
+
+def _smoothed_rate(
+    progress: list[dict[str, Any]], xkey: str, window_s: float = 30.0
+) -> tuple[list[float], list[float]]:
+    """Interventions / env steps over the trailing ``window_s`` of wall time, from the
+    cumulative counts (points before the robots' first step are left out)."""
+    xs: list[float] = []
+    rates: list[float] = []
+    j = 0
+    for i, p in enumerate(progress):
+        while progress[j]["wall_s"] < p["wall_s"] - window_s:
+            j += 1
+        steps = p["env_steps"] - progress[j]["env_steps"]
+        if steps > 0 and i > j:
+            xs.append(p[xkey])
+            rates.append((p["interventions"] - progress[j]["interventions"]) / steps)
+    return xs, rates
