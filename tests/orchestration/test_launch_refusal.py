@@ -79,3 +79,26 @@ def test_a_servable_spec_is_recorded_pending(tmp_path: Path) -> None:
     assert _counts(tmp_path) == (1, 0)  # pending; a cloud leases when it starts the run
     listed = cli(tmp_path, "run", "list", "--json")
     assert '"state": "pending"' in listed.stdout
+
+
+def test_resume_and_stop_requests_follow_the_run_states(tmp_path: Path) -> None:
+    from robofleet.db.models import RunState
+    from robofleet.orchestration.run import set_state
+
+    _fleet(tmp_path, 1)
+    out = cli(tmp_path, "run", "launch", str(spec_file(tmp_path / "s.yaml", "r", 1)), "--json")
+    run_id = out.stdout.strip().splitlines()[-1].split('"')[3]
+    store = store_for(tmp_path)
+    refused = cli(tmp_path, "resume", run_id)  # pending: nothing to resume
+    assert refused.returncode == 2 and "while it is pending" in refused.stderr
+    set_state(store, run_id, RunState.CRASHED, "test: learner crash loop")
+    ok = cli(tmp_path, "resume", run_id)
+    assert ok.returncode == 0, ok.stderr
+    run = store.get_run(run_id)
+    assert run is not None and run.state == RunState.RESUMING
+    stopped = cli(tmp_path, "run", "stop", run_id)  # no cloud running: stopped at once
+    assert stopped.returncode == 0 and f"stopped {run_id}" in stopped.stdout
+    run = store.get_run(run_id)
+    assert run is not None and run.state == RunState.STOPPED
+    assert cli(tmp_path, "resume", "run-nope").returncode == 2
+    store.close()
