@@ -587,6 +587,9 @@ class RunDriver:
             },
             {"name": "buffer_size", "step": steps, "value": float(len(self.buffer))},
         ]
+        hit = self.buffer.stats().get("cache_hit_rate")
+        if hit is not None:
+            points.append({"name": "cache_hit_rate", "step": steps, "value": float(hit)})
         if np.isfinite(lstats.get("loss", float("nan"))):
             points.append({"name": "loss", "step": step, "value": lstats["loss"]})
         with self.ctx.store.session() as sess:
