@@ -64,6 +64,45 @@ def _ours(state: dict[str, Any], n_subs: int) -> float:
     return dt
 
 
+def _via_relay(state: dict[str, Any], n_subs: int) -> float:
+    """The site path: the relay fetches the version once over gRPC and fans it out to the
+    robots over ZeroMQ (each robot still checks every chunk's sha256 and the manifest's HMAC)."""
+    from comms.bench_common import RUN, start_cloud
+    from comms.client import EdgeClient, make_channel
+    from comms.receiver import WeightReceiver
+    from comms.relay import SiteRelay
+    from comms.zmq_source import ZmqWeightSource
+
+    cloud = start_cloud()
+    robots = cloud.robots(n_subs)
+    relay = SiteRelay(cloud.settings, cloud_address=cloud.server.address, port=0, zmq_port=0)
+    relay.start()
+    clients = [
+        EdgeClient(make_channel(relay.address, cloud.settings), c, cloud.settings)
+        for _, c in robots
+    ]
+    rxs = [WeightReceiver(as_torch=True) for _ in robots]
+    srcs = [
+        ZmqWeightSource(c, relay.zmq_address, RUN, rx) for c, rx in zip(clients, rxs, strict=True)
+    ]
+    pub = cloud.server.publisher(RUN)
+    time.sleep(1.0)  # robots registered, the relay subscribed upstream
+    t0 = time.perf_counter()
+    pub.publish(state)
+    ok = all(rx.wait_for(0, 120) for rx in rxs)
+    dt = time.perf_counter() - t0
+    assert ok, "a robot behind the relay never applied the version"
+    for s in srcs:
+        s.close()
+    for c in clients:
+        c.close()
+    relay.stop()
+    cloud.close()
+    del rxs, srcs
+    gc.collect()
+    return dt
+
+
 def _lerobot(state: dict[str, Any], n_subs: int) -> float:
     """LeRobot's learner->actor parameter path, with its own messages and helpers."""
     import grpc
@@ -315,6 +354,7 @@ def main(argv: Sequence[str]) -> int:
         # other work in 24 GiB; 100M runs to 1 and 4 subscribers.
         cases.append((100_000_000, [1, 4]))
     rows = []
+    relay_rows = []
     ratios = []
     repeats = 2 if args.quick else 3
     for n_params, subs in cases:
@@ -329,6 +369,9 @@ def main(argv: Sequence[str]) -> int:
             ours, base = min(ours_runs), min(base_runs)
             ratios.append(ours / base)
             rows.append((f"{real / 1e6:.0f}M", n, ours, base, ours / base))
+            if n > 1 and n_params <= 10_000_000:
+                relay_t = min(_via_relay(state, n) for _ in range(repeats))
+                relay_rows.append((f"{real / 1e6:.0f}M", n, relay_t, base, relay_t / base))
         del state
         gc.collect()
     state = _state(10_000_000)
@@ -345,6 +388,9 @@ def main(argv: Sequence[str]) -> int:
         "delta_bytes_ratio_vs_changed_elements": round(delta_ratio, 3),
         "learner_step_ratio_with_push": round(without / with_push, 3),
         "push_ratio_vs_lerobot_per_case": {f"{p}x{n}": round(r, 3) for p, n, _, _, r in rows},
+        "push_ratio_vs_lerobot_via_site_relay_per_case": {
+            f"{p}x{n}": round(r, 3) for p, n, _, _, r in relay_rows
+        },
         "versions_written_by_learner": written,
         "versions_applied_by_subscribers_during_learner_run": applied,
         "learner_run_weight_cap_bytes_per_s": args.learner_cap_mb * 1e6,
@@ -361,6 +407,8 @@ def main(argv: Sequence[str]) -> int:
             t.add_column(col, justify="right")
         for p, n, o, b, r in rows:
             t.add_row(p, str(n), f"{o:.3f}", f"{b:.3f}", f"{r:.3f}")
+        for p, n, o, b, r in relay_rows:
+            t.add_row(p, f"{n} via site relay", f"{o:.3f}", f"{b:.3f}", f"{r:.3f}")
         c = Console()
         c.print(t)
         t2 = Table(title="serialization, delta, learner")
