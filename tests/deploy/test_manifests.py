@@ -364,14 +364,19 @@ def test_entrypoint_turns_secret_files_into_settings(tmp_path: Path) -> None:
             entry,
             "sh",
             "-c",
-            'printf "%s|%s" "$ROBOFLEET_SECRET_KEY" "${ROBOFLEET_SECRET_KEY_FROM_FILE-unset}"',
+            'printf "%s|%s|%s" "$ROBOFLEET_SECRET_KEY" "${ROBOFLEET_SECRET_KEY_FROM_FILE-unset}" "${ROBOFLEET_COMMS__TLS_CERT_FILE-}"',
         ],
-        env={"PATH": "/usr/bin:/bin", "ROBOFLEET_SECRET_KEY_FROM_FILE": str(secret)},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "ROBOFLEET_SECRET_KEY_FROM_FILE": str(secret),
+            # A setting that itself ends in _FILE is a path and is left as it is.
+            "ROBOFLEET_COMMS__TLS_CERT_FILE": "/run/secrets/tls/tls.crt",
+        },
         capture_output=True,
         text=True,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout == "s3cr3t-value|unset"
+    assert out.stdout == "s3cr3t-value|unset|/run/secrets/tls/tls.crt"
     bad = subprocess.run(
         ["sh", entry, "true"],
         env={
