@@ -81,8 +81,7 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     command = page.inner_text("#enroll-command").strip()
     token = command.split("--token ")[1].split()[0]
     assert command == (
-        f"robofleet edge enroll --cloud 127.0.0.1:50051 --token {token}"
-        " --name sim-sawyer-1 --robot-type metaworld-sawyer"
+        f"robofleet edge --server 127.0.0.1:50051 --token {token} --robot sim-sawyer-1"
     )
     _shot(page, "02-enroll")
     robot, _credential = store.consume_enrollment_token(
