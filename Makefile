@@ -10,7 +10,9 @@ SHELL := /bin/bash
 PY312 := $(shell for p in $$(command -v python3.12) $$(ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.12.*/bin/python 2>/dev/null | sort -rV); do \
   "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
 STAMP := $(VENV)/.robofleet-installed
-LOCK_HASH := $(shell cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)
+# The stamp covers the lock, the project file and this checkout's path (the editable install
+# must point at the tree being tested, also when CI reuses one virtualenv across clones).
+LOCK_HASH := $(shell { cat requirements.lock pyproject.toml; echo "$(CURDIR)"; } | sha256sum | cut -c1-16)
 
 export HF_HUB_OFFLINE := 1
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
