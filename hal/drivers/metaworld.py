@@ -11,6 +11,7 @@ variations per task, generated with ``benchmark_seed``); ``reset(seed=s)`` picks
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -64,11 +65,29 @@ def expert_policy(task: str) -> Callable[[Mapping[str, Any] | NDArray[Any]], NDA
     return act
 
 
+MT1_LOCK = threading.RLock()
+"""Held while Meta-World builds a goal-variation list.
+
+``metaworld.MT1(task, seed=s)`` seeds numpy's *global* random state, draws 50 goals with
+``np.random.uniform`` and restores the state; it takes no local ``RandomState``. Two builds at
+once interleave their draws and fail ("Only generated 49 unique goals") or yield another list.
+Every build in this module holds this lock; code of yours that builds ``metaworld.MT1`` /
+``ML1`` in threads should hold it too (reentrant, so it may wrap ``driver.connect()``).
+Draws from ``np.random`` by unrelated threads during a build are outside its reach.
+"""
+
+
 @functools.lru_cache(maxsize=64)
-def _mt1(task: str, benchmark_seed: int) -> Any:
+def _build_mt1(task: str, benchmark_seed: int) -> Any:
     import metaworld
 
     return metaworld.MT1(task, seed=benchmark_seed)
+
+
+def _mt1(task: str, benchmark_seed: int) -> Any:
+    """The cached ``metaworld.MT1`` benchmark of ``task``; thread-safe (see ``MT1_LOCK``)."""
+    with MT1_LOCK:  # the cache lookup too: two misses at once would build concurrently
+        return _build_mt1(task, benchmark_seed)
 
 
 class MetaWorldDriver(RobotDriver):

@@ -92,3 +92,44 @@ def test_bad_options_are_named() -> None:
     bad = MetaWorldDriver("x", cameras=["no-such-cam"])
     with pytest.raises(Exception, match="no camera 'no-such-cam'"):
         bad.connect()
+
+
+def test_drivers_build_from_several_threads_at_once() -> None:
+    """Meta-World draws goal lists from numpy's global random state; the driver serialises
+    those builds, so concurrent drivers all connect and get the same goals as a serial build."""
+    import threading
+
+    from hal.drivers import metaworld as mw
+
+    tasks = ["reach-v3", "push-v3", "pick-place-v3", "door-open-v3"]
+
+    def first_state(task: str) -> np.ndarray:
+        d = MetaWorldDriver(f"t-{task}", task=task)
+        d.connect()
+        try:
+            return np.asarray(d.reset(seed=3)["observation.state"])
+        finally:
+            d.disconnect()
+
+    mw._build_mt1.cache_clear()  # every thread must build its own list, at the same time
+    states: dict[str, np.ndarray] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(tasks))
+
+    def build(task: str) -> None:
+        try:
+            barrier.wait(30)
+            states[task] = first_state(task)
+        except BaseException as exc:  # collected and reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build, args=(t,)) for t in tasks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert sorted(states) == sorted(tasks)
+    mw._build_mt1.cache_clear()
+    for task in tasks:  # the same goals as lists built one at a time
+        np.testing.assert_array_equal(states[task], first_state(task), err_msg=task)
