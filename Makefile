@@ -26,9 +26,8 @@ help:
 	@echo "make demo   set up and run the main job (simulated fleet, HG-DAgger, dashboard)"
 	@echo "make test   set up and run lint, type checks and the whole test suite"
 
-venv: $(STAMP)
-
-$(STAMP): requirements.lock pyproject.toml
+# Always checked (cheap): reinstalls only when the stamp's hash differs.
+venv:
 	@if [ -z "$(PY312)" ]; then \
 	  echo "robofleet needs Python 3.12 (LeRobot 0.6 requires it) and found none."; \
 	  echo "Install it, e.g.: apt-get install python3.12 python3.12-venv  or  pyenv install 3.12"; \
