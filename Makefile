@@ -26,19 +26,22 @@ help:
 	@echo "make demo   set up and run the main job (simulated fleet, HG-DAgger, dashboard)"
 	@echo "make test   set up and run lint, type checks and the whole test suite"
 
-# Always checked (cheap): reinstalls only when the stamp's hash differs.
+# Checked on every run (cheap): installs only when the stamp's hash differs.
+INSTALLED := $(shell cat "$(STAMP)" 2>/dev/null)
+
 venv:
+ifneq ($(INSTALLED),$(LOCK_HASH))
 	@if [ -z "$(PY312)" ]; then \
 	  echo "robofleet needs Python 3.12 (LeRobot 0.6 requires it) and found none."; \
 	  echo "Install it, e.g.: apt-get install python3.12 python3.12-venv  or  pyenv install 3.12"; \
 	  exit 1; fi
-	@if [ -f "$(STAMP)" ] && [ "$$(cat $(STAMP))" = "$(LOCK_HASH)" ]; then exit 0; fi
 	@echo "setting up $(VENV) with $(PY312)"
 	@[ -x "$(VENV)/bin/python" ] || "$(PY312)" -m venv "$(VENV)"
 	@"$(VENV)/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 	"$(VENV)/bin/uv" pip install --python "$(VENV)/bin/python" -r requirements.lock
 	"$(VENV)/bin/uv" pip install --python "$(VENV)/bin/python" --no-deps -e .
 	@echo "$(LOCK_HASH)" > "$(STAMP)"
+endif
 
 demo: venv
 	"$(VENV)/bin/robofleet" demo $(ARGS)
