@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from robofleet.db.models import Robot, RobotStatus, utcnow
+from sqlalchemy import select
+
+from robofleet.db.models import Lease, Robot, RobotStatus, utcnow
 from robofleet.db.store import MetadataStore
 
 # Heartbeat states that move an enrolled/offline robot to idle, or flag it.
@@ -34,4 +36,16 @@ def record_heartbeat(
                 f"robot.{state}", actor=f"robot:{robot.name}", robot_id=robot_id, session=s
             )
         elif flagged is None and robot.status in (RobotStatus.ENROLLED, RobotStatus.OFFLINE):
-            robot.status = RobotStatus.IDLE
+            # A robot back from an offline spell returns to the run that still leases it.
+            leased = s.scalar(
+                select(Lease.id).where(Lease.robot_id == robot_id, Lease.released_at.is_(None))
+            )
+            robot.status = RobotStatus.LEASED if leased is not None else RobotStatus.IDLE
+            store.record_event(
+                "robot.status",
+                actor=f"robot:{robot.name}",
+                robot_id=robot_id,
+                session=s,
+                status=robot.status.value,
+                reason="healthy heartbeat",
+            )
