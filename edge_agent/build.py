@@ -36,6 +36,11 @@ class AgentOptions:
         operator: ``none``, ``scripted``, ``keyboard`` or ``gamepad``.
         max_episode_steps: the driver's episode length.
         spool_dir: overrides ``edge.spool_dir`` (one directory per robot).
+        hidden: hidden width of the local MLP policy.
+        seed: episode seed of the driver's first episode; each further episode takes the
+            next integer. Meta-World picks goal variation ``seed % 50`` and seeds the
+            simulator with it, so robots of one fleet given different seeds (e.g. 1000 apart)
+            replay different goals. Default 0 (every robot the same sequence, as before).
     """
 
     robot_name: str
@@ -47,6 +52,7 @@ class AgentOptions:
     max_episode_steps: int = 500
     spool_dir: Path | None = None
     hidden: int = 64
+    seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -102,7 +108,10 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
 
     closers: list[Any] = []
     driver = MetaWorldDriver(
-        opts.robot_name, tasks=opts.tasks, max_episode_steps=opts.max_episode_steps
+        opts.robot_name,
+        tasks=opts.tasks,
+        max_episode_steps=opts.max_episode_steps,
+        seed=opts.seed,
     )
     spool_dir = opts.spool_dir or edge.spool_dir / opts.robot_name
     spool = Spool(spool_dir, edge.spool_max_bytes, edge.spool_full_policy)

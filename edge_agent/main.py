@@ -3,7 +3,7 @@
 Example::
 
     robofleet edge --config edge.yaml --server cloud:50051 --token T --robot sawyer-1 \\
-        --task reach-v3 --run run-1 --operator scripted
+        --task reach-v3 --run run-1 --operator scripted --seed 1000
 
 The first start enrolls with ``--token`` and keeps the credential in the spool directory
 (mode 0600); later starts reuse it. ``--report`` prints the control-loop statistics as one JSON
@@ -20,6 +20,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edge_agent.build import AgentOptions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,20 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--episodes", type=int, default=None, help="stop after N episodes")
     p.add_argument("--max-steps", type=int, default=500, help="episode length")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="episode seed of the first episode (then +1 each); differ per robot for other goals",
+    )
     p.add_argument("--spool-dir", type=Path, default=None, help="overrides edge.spool_dir/<robot>")
     p.add_argument("--report", action="store_true", help="print loop statistics as JSON at exit")
     return p
 
 
-def main(argv: Sequence[str]) -> int:
-    from robofleet.settings import load_settings
+def options_from_args(args: argparse.Namespace) -> AgentOptions:
+    """The agent options a parsed ``robofleet edge`` command line asks for."""
+    from edge_agent.build import AgentOptions
 
-    args = build_parser().parse_args(list(argv))
-    settings = load_settings(args.config)
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
-    from edge_agent.build import AgentOptions, build_agent
-
-    opts = AgentOptions(
+    return AgentOptions(
         robot_name=args.robot,
         tasks=args.task or ["reach-v3"],
         run_id=args.run,
@@ -59,7 +65,19 @@ def main(argv: Sequence[str]) -> int:
         operator=args.operator,
         max_episode_steps=args.max_steps,
         spool_dir=args.spool_dir,
+        seed=args.seed,
     )
+
+
+def main(argv: Sequence[str]) -> int:
+    from robofleet.settings import load_settings
+
+    args = build_parser().parse_args(list(argv))
+    settings = load_settings(args.config)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    from edge_agent.build import build_agent
+
+    opts = options_from_args(args)
     try:
         built = build_agent(settings.edge, settings.comms, opts)
     except ValueError as exc:
