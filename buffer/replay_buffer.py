@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -447,6 +448,62 @@ class ReplayBuffer:
             else:  # a newer row of this robot is still in flight: ours are durable
                 out[str(rid)] = int(seqs[robots == rid].max())
         return out
+
+    # ------------------------------------------------------------------ lookups ------
+    def _durable_seqs_locked(self, robot_id: str | int) -> np.ndarray:
+        """View of the robot's durable seqs, ascending (call with the lock held).
+
+        A robot's seqs enter the index in row order, and only rows ``>= visible`` are still
+        waiting for their fdatasync, so the durable ones are a prefix of its seq list.
+        """
+        code = self.index.robots.codes.get(str(robot_id))
+        rs = self.index.robot_seqs.get(code) if code is not None else None
+        if rs is None or rs.n == 0:
+            return np.empty(0, dtype=np.int64)
+        n = rs.n
+        if self.index.robot_last_row.get(code, -1) >= self.visible:
+            b = self.index.base
+            n -= int(
+                np.count_nonzero(
+                    self.index.cols["robot"][self.visible - b : self.index.end - b] == code
+                )
+            )
+        return rs.seqs[:n]
+
+    def durable_seq(self, robot_id: str | int) -> int | None:
+        """Highest ``seq`` of ``robot_id`` stored durably (fdatasync'ed, so acknowledged), or
+        None when this buffer holds none of its steps. ``robot_id`` is compared as a string
+        (the ``robot_id`` column). Thread-safe; O(1) unless an append of this robot is in
+        flight. Rows that retention later deleted still count until the buffer is reopened.
+        """
+        with self._lock:
+            seqs = self._durable_seqs_locked(robot_id)
+            return int(seqs[-1]) if len(seqs) else None
+
+    def stored_seqs(self, robot_id: str | int) -> NDArray[np.int64]:
+        """Every durable ``seq`` of ``robot_id``, ascending, as a new int64 array of shape
+        (n,) (empty when none). Same scope as :meth:`durable_seq`."""
+        with self._lock:
+            return self._durable_seqs_locked(robot_id).copy()
+
+    def contains(self, robot_id: str | int, seqs: ArrayLike) -> NDArray[np.bool_]:
+        """Which of ``seqs`` (int array-like, shape (n,)) of ``robot_id`` are stored durably:
+        a bool array of shape (n,). Binary search, O(n log stored); same scope as
+        :meth:`durable_seq`.
+
+        Raises:
+            ValueError: ``seqs`` is not one-dimensional or not integral.
+        """
+        q = np.asarray(seqs)
+        if q.ndim != 1 or (q.size and not np.issubdtype(q.dtype, np.integer)):
+            raise ValueError(f"seqs must be a 1-D integer array, got {q.dtype} shape {q.shape}")
+        q = q.astype(np.int64, copy=False)
+        with self._lock:
+            have = self._durable_seqs_locked(robot_id)
+            if not len(have):
+                return np.zeros(len(q), dtype=bool)
+            pos = np.minimum(np.searchsorted(have, q), len(have) - 1)
+            return np.asarray(have[pos] == q, dtype=bool)
 
     def _tail_for(self, n: int) -> Chunk:
         """The open tail with room for ``n`` rows, sealing the current one when full."""
