@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
 import pyarrow as pa
 import pyarrow.ipc as ipc
+from numpy.typing import ArrayLike, NDArray
 
 from buffer.config import BufferSettings
 from buffer.errors import (
@@ -457,7 +457,9 @@ class ReplayBuffer:
         waiting for their fdatasync, so the durable ones are a prefix of its seq list.
         """
         code = self.index.robots.codes.get(str(robot_id))
-        rs = self.index.robot_seqs.get(code) if code is not None else None
+        if code is None:
+            return np.empty(0, dtype=np.int64)
+        rs = self.index.robot_seqs.get(code)
         if rs is None or rs.n == 0:
             return np.empty(0, dtype=np.int64)
         n = rs.n
