@@ -1,0 +1,113 @@
+"""Plumbing of ``robofleet bench efficiency`` on a tiny budget (correctness, not timing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cloud_learner.hgdagger_sim import LabelledSteps, MultiTaskConfig, run_multitask
+
+TASKS = ["reach-v3", "button-press-topdown-v3"]
+
+
+def test_labelled_steps_refuses_empty_sample() -> None:
+    with pytest.raises(ValueError, match="no labelled step"):
+        LabelledSteps(0).sample(4)
+
+
+def test_sync_loop_counts_steps_labels_and_updates() -> None:
+    cfg = MultiTaskConfig(
+        tasks=TASKS, max_env_steps=400, eval_every_steps=200, eval_episodes=2, bc_updates=20
+    )
+    r = run_multitask(cfg)
+    hist = r["history"]
+    assert r["demo_labels"] == len(TASKS) * cfg.max_episode_steps
+    # Evaluations at the start and every 200 env steps (stopping early only at the target).
+    steps = [h["env_steps"] for h in hist]
+    assert steps[0] == 0 and steps == sorted(steps) and steps[-1] == r["env_steps"]
+    assert r["env_steps"] <= cfg.max_env_steps
+    assert 0 <= r["labels"] <= r["env_steps"]
+    # 50 updates (0.5 per step x 100 steps) after each intervened episode, none otherwise.
+    extra = r["updates"] - cfg.bc_updates
+    assert extra % 50 == 0 and extra // 50 <= r["env_steps"] // cfg.max_episode_steps
+    assert (extra > 0) == (r["labels"] > 0)
+    hit = r["env_steps_to_target"]
+    if hit is None:
+        assert r["best_success"] < cfg.target_success
+    else:
+        first = next(h for h in hist if h["success_mean"] >= cfg.target_success)
+        assert hit == first["env_steps"] and r["labels_to_target"] == first["labels"]
+    for h in hist:
+        assert set(h["success"]) == set(TASKS)
+        assert h["success_mean"] == pytest.approx(np.mean(list(h["success"].values())))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_runs_all_three_and_ratios_follow_raw_numbers(tmp_path: Path) -> None:
+    env = {**os.environ, "ROBOFLEET_DATA_DIR": str(tmp_path / "data")}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "robofleet.cli",
+            "bench",
+            "efficiency",
+            "--json",
+            "--tasks",
+            ",".join(TASKS),
+            "--robots",
+            "1",
+            "--system-minutes",
+            "0.75",
+            "--sync-max-steps",
+            "400",
+            "--bc-labels",
+            "200,400",
+            "--eval-episodes",
+            "2",
+            "--target",
+            "0.5",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=560,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    s = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "labels_ratio_vs_bc" in "\n".join(out.stdout.splitlines()[:-1])  # the table
+    raw = json.loads((tmp_path / "out" / "efficiency_raw.json").read_text())
+    assert s["target_success"] == 0.5 and s["tasks"] == TASKS
+    sync, system, bc = raw["sync"], raw["system"], raw["bc"]
+    assert s["sync_env_steps_to_target"] == sync["env_steps_to_target"]
+    assert s["system_labels_to_target"] == system["labels_to_target"]
+    assert s["bc_labels_to_target"] == bc["labels_to_target"]
+    assert system["acked_lost"] == 0
+    assert system["env_steps"] > 0 and system["history"], "the system run evaluated nothing"
+    # Unreached means null plus the best success, never a number.
+    for name, r in (("sync", sync), ("system", system)):
+        if r["env_steps_to_target"] is None:
+            assert s[f"{name}_best_success"] < 0.5
+        else:
+            assert max(h["success_mean"] for h in r["history"]) >= 0.5
+    a, b = s["system_env_steps_to_target"], s["sync_env_steps_to_target"]
+    if a is None or not b:
+        assert s["steps_ratio_vs_sync"] is None
+    else:
+        assert s["steps_ratio_vs_sync"] == pytest.approx(a / b, abs=1e-3)
+    a, b = s["system_labels_to_target"], s["bc_labels_to_target"]
+    if a is None or not b:
+        assert s["labels_ratio_vs_bc"] is None
+    else:
+        assert s["labels_ratio_vs_bc"] == pytest.approx(a / b, abs=1e-3)
+    assert [h["labels"] for h in bc["history"]][0] >= 200
