@@ -56,6 +56,19 @@ The whole public API::
                   # prefetch_lag_s, ack_latency_p50_s/p99_s, ...
     buf.close()
 
+On-disk format: version ``buffer.format.FORMAT_VERSION`` (1). WAL files start with the
+marker ``RFWAL001``; segments carry ``robofleet.buffer.format_version`` in their Arrow schema
+metadata. ``open`` refuses a file of another version or with an unknown marker with
+``UnsupportedFormatError`` naming the file, the version found and the versions supported
+(nothing is read, dropped or changed); a torn WAL tail (or a header never fully written)
+is still dropped as before.
+
+Per-robot lookups (durable rows only, i.e. acknowledged)::
+
+    buf.durable_seq("robot-3")          # highest durable seq of that robot, or None
+    buf.stored_seqs("robot-3")          # int64 array of its durable seqs, ascending
+    buf.contains("robot-3", seqs)       # bool mask, same shape as seqs
+
 Threads: ``append`` may be called from many threads (one per robot) and ``sample`` from
 several at once; readers never see a partly written row (rows become visible only after
 their fdatasync, in log order).
@@ -70,7 +83,9 @@ from buffer.errors import (
     RateLimiterTimeout,
     ReplayBufferError,
     StepValidationError,
+    UnsupportedFormatError,
 )
+from buffer.format import FORMAT_VERSION
 from buffer.lerobot_io import export_lerobot, import_lerobot
 from buffer.rate_limiter import RateLimiter
 from buffer.replay_buffer import AppendResult, OfflineView, ReplayBuffer
@@ -92,6 +107,7 @@ __all__ = [
     "BufferSettings",
     "CacheAwareSampler",
     "CorruptDataError",
+    "FORMAT_VERSION",
     "FeatureSpec",
     "InterventionSampler",
     "MixSampler",
@@ -106,6 +122,7 @@ __all__ = [
     "StepSchema",
     "StepValidationError",
     "UniformSampler",
+    "UnsupportedFormatError",
     "export_lerobot",
     "import_lerobot",
     "samplers",

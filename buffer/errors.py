@@ -54,3 +54,24 @@ class BufferClosedError(ReplayBufferError):
 
 class CorruptDataError(ReplayBufferError):
     """A sealed segment on disk fails its checks (never raised for a torn WAL tail)."""
+
+
+class UnsupportedFormatError(ReplayBufferError):
+    """A WAL or segment file has a format version (or marker) this code does not read.
+
+    Nothing was read or changed; open it with a robofleet version that knows ``found``.
+
+    Attributes:
+        path: the refused file.
+        found: the version or marker found in it (as text).
+        supported: the format versions this code reads.
+    """
+
+    def __init__(self, path: object, found: str, supported: tuple[int, ...]) -> None:
+        super().__init__(
+            f"{path}: buffer file format {found} is not supported (this robofleet reads "
+            f"format version(s) {', '.join(map(str, supported))})"
+        )
+        self.path = path
+        self.found = found
+        self.supported = supported

@@ -156,6 +156,8 @@ class ReplayBuffer:
                 stored one.
             BlockingIOError: another process holds the directory open for writing.
             CorruptDataError: a sealed segment is unreadable.
+            UnsupportedFormatError: a WAL or segment file has another format version (or a
+                marker that is not ours); nothing was changed (see ``buffer.format``).
         """
         directory = Path(directory)
         settings = settings or BufferSettings()
@@ -184,7 +186,13 @@ class ReplayBuffer:
                     os.fsync(f.fileno())
                 os.replace(tmp, stored)
                 fsync_dir(directory)
-        buf._recover()
+        try:
+            buf._recover()
+        except BaseException:
+            if buf._lock_fd >= 0:  # a refused open must not keep the directory locked
+                os.close(buf._lock_fd)
+                buf._lock_fd = -1
+            raise
         buf._start_threads()
         return buf
 

@@ -4,7 +4,7 @@ A segment ``seg-<first_row:016d>-<num_rows:010d>.arrow`` holds rows
 ``[first_row, first_row + num_rows)`` as ONE record batch, so each column is one contiguous
 buffer that numpy can view without copying. Writing goes to a ``.tmp`` file that is fsynced,
 renamed into place and followed by an fsync of the directory: a segment either exists whole
-or not at all.
+or not at all. The schema metadata carries the buffer format version (``buffer.format``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from buffer.errors import CorruptDataError
+from buffer.errors import CorruptDataError, UnsupportedFormatError
+from buffer.format import FORMAT_VERSION, SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
 from buffer.wal import fsync_dir
 
 SEGMENT_GLOB = "seg-*.arrow"
@@ -52,6 +53,9 @@ def write_segment(directory: Path, first_row: int, batch: pa.RecordBatch) -> Pat
     """Write ``batch`` as a segment atomically (temp file, fsync, rename, fsync dir)."""
     final = directory / segment_name(first_row, batch.num_rows)
     tmp = final.with_suffix(".arrow.tmp")
+    meta = dict(batch.schema.metadata or {})
+    meta[SEGMENT_VERSION_KEY] = str(FORMAT_VERSION).encode()
+    batch = batch.replace_schema_metadata(meta)
     with pa.OSFile(str(tmp), "wb") as sink:
         with ipc.new_file(sink, batch.schema) as writer:
             writer.write_batch(batch)
@@ -82,6 +86,13 @@ class MappedSegment:
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             reader = ipc.open_file(pa.py_buffer(self._mm))
+            version = (reader.schema.metadata or {}).get(SEGMENT_VERSION_KEY, b"1")  # none: v1
+            if version not in {str(v).encode() for v in SUPPORTED_FORMAT_VERSIONS}:
+                raise UnsupportedFormatError(
+                    path,
+                    f"version {version.decode('ascii', 'replace')}",
+                    SUPPORTED_FORMAT_VERSIONS,
+                )
             if reader.num_record_batches != 1:
                 raise CorruptDataError(f"{path}: expected one record batch")
             self.batch = reader.get_batch(0)

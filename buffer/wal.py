@@ -2,7 +2,7 @@
 
 File layout (``wal-<first_row:016d>.log``)::
 
-    header  : b"RFWAL001" + u64 first_row                                  (16 bytes)
+    header  : marker b"RFWAL001" (format version 1) + u64 first_row        (16 bytes)
     record* : u32 magic | u32 payload_len | u64 first_row | u64 checksum | payload
 
 ``checksum`` is XXH3-64 of the payload seeded with ``first_row`` (xxhash; it runs at memory
@@ -10,6 +10,9 @@ speed, where zlib's crc32 would cost more than the write itself); the payload is
 record batch message (the buffer's schema is fixed, so it is not repeated per record). A torn or corrupt tail (short header, bad magic, short payload,
 bad checksum) ends the log: everything before it is intact, everything from it on was never
 acknowledged, because an append is acknowledged only after the fdatasync that covers it.
+The file header is different: it is fsynced before any record is written, so a header that
+is short or all zero bytes means a file that never held a record (dropped as torn), while a
+complete header with another marker or version is refused (``UnsupportedFormatError``).
 
 Group commit (the classic leader/follower scheme, as in database WALs): appenders write their
 record under the buffer's lock, then call :meth:`WriteAheadLog.sync` with the log position
@@ -30,7 +33,10 @@ from pathlib import Path
 
 import xxhash
 
-FILE_MAGIC = b"RFWAL001"
+from buffer.errors import UnsupportedFormatError
+from buffer.format import SUPPORTED_FORMAT_VERSIONS, WAL_MARKER_PREFIX, wal_marker
+
+FILE_MAGIC = wal_marker()
 _FILE_HEADER = struct.Struct("<8sQ")
 _REC_HEADER = struct.Struct("<IIQQ")
 REC_MAGIC = 0x5246574C  # "RFWL"
@@ -77,14 +83,35 @@ def record_header(first_row: int, payload: bytes | memoryview) -> bytes:
     return _REC_HEADER.pack(REC_MAGIC, len(payload), first_row, checksum(first_row, payload))
 
 
+def _check_marker(path: Path, head: bytes) -> bool:
+    """True when ``head`` (the file's first bytes, up to 8) is a readable marker; False when
+    the header was never fully written (short or zero bytes: a torn file, never acked).
+
+    Raises:
+        UnsupportedFormatError: another format version, or a marker that is not ours.
+    """
+    complete = len(head) == len(FILE_MAGIC)
+    if head == FILE_MAGIC:
+        return True
+    if not head.strip(b"\0") or (not complete and FILE_MAGIC.startswith(head.rstrip(b"\0"))):
+        return False
+    if head.startswith(WAL_MARKER_PREFIX) and complete:
+        found = f"version {head[len(WAL_MARKER_PREFIX) :].decode('ascii', 'replace')}"
+    else:
+        found = f"marker {head!r} (not a robofleet WAL)"
+    raise UnsupportedFormatError(path, found, SUPPORTED_FORMAT_VERSIONS)
+
+
 def scan_wal(path: Path) -> WalScan:
-    """Read every intact record of a WAL file, stopping at the first torn or corrupt one."""
+    """Read every intact record of a WAL file, stopping at the first torn or corrupt one.
+
+    Raises:
+        UnsupportedFormatError: the file's marker is another format version or not ours.
+    """
     data = path.read_bytes()
-    if len(data) < _FILE_HEADER.size:
+    if not _check_marker(path, data[: len(FILE_MAGIC)]) or len(data) < _FILE_HEADER.size:
         return WalScan(-1, [], 0, len(data))
-    magic, first_row = _FILE_HEADER.unpack_from(data, 0)
-    if magic != FILE_MAGIC:
-        return WalScan(-1, [], 0, len(data))
+    _magic, first_row = _FILE_HEADER.unpack_from(data, 0)
     pos = _FILE_HEADER.size
     records = []
     mv = memoryview(data)
