@@ -7,15 +7,24 @@ that followed the observation), else the next frame's positions (a recorded tele
 no separate command topic). Columns: ``observation.state``, ``action``, ``timestamp`` (s since
 the bag's first frame), ``frame_index``, ``episode_index``, ``index``, ``task``, ``reward``,
 ``terminated``, ``truncated``, ``is_intervention`` (True: a person drove the recording).
+
+:func:`import_bag_into_buffer` appends those steps to a ``buffer.ReplayBuffer`` (schema:
+:func:`bag_schema`), where learners sample or mount them like any other run's data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from buffer.config import BufferSettings
+    from buffer.replay_buffer import AppendResult, ReplayBuffer
+    from buffer.schema import StepSchema
 
 
 class BagImportError(ValueError):
@@ -99,3 +108,97 @@ def import_bag(
             "is_intervention": pa.array([True] * n, type=pa.bool_()),
         }
     )
+
+
+def bag_schema(joints: Sequence[str]) -> StepSchema:
+    """The buffer step schema of imported bags: ``observation.state`` and ``action`` float32
+    of shape ``(len(joints),)`` named by ``joints``; no final observation (a recording ends
+    without one), as in ``buffer.import_lerobot``."""
+    from buffer.schema import StepSchema
+
+    feat = {"dtype": "float32", "shape": (len(joints),), "names": list(joints)}
+    return StepSchema.from_features(
+        {"observation.state": feat}, {"action": feat}, require_final_observation=False
+    )
+
+
+def import_bag_into_buffer(
+    bag: str | Path,
+    buffer: str | Path | ReplayBuffer,
+    joints: Sequence[str],
+    *,
+    robot_id: str = "ros2-bag",
+    run_id: str | None = None,
+    task: str = "",
+    episode_index: int = 0,
+    state_topic: str = "/joint_states",
+    command_topic: str | None = "/joint_commands",
+    settings: BufferSettings | None = None,
+) -> AppendResult:
+    """Append one rosbag2 recording (one episode) to a replay buffer, durably.
+
+    Each frame of :func:`import_bag` becomes one buffer step: ``seq`` continues after the
+    robot's highest durable seq in the buffer (0 for a new robot), so importing several bags
+    under one ``robot_id`` appends them in order (give each its own ``episode_index``);
+    ``run_id`` defaults to ``rosbag:<bag directory name>``; ``reward`` 0, ``policy_version``
+    0, ``is_intervention`` True (a person drove the recording), the last frame terminated.
+
+    Args:
+        bag: the rosbag2 directory.
+        buffer: an open :class:`buffer.ReplayBuffer` (left open), or a buffer directory that
+            is opened (created with :func:`bag_schema` when new) and closed again.
+        joints: joint names, in the order of the state/action vectors.
+        settings: buffer settings when ``buffer`` is a directory.
+
+    Returns:
+        The buffer's ``AppendResult`` (``acked[robot_id]`` is the last imported seq).
+
+    Raises:
+        BagImportError: see :func:`import_bag`.
+        ValueError: the directory's stored schema differs from :func:`bag_schema`.
+        buffer.StepValidationError: the open buffer's schema does not fit these steps.
+    """
+    from buffer.replay_buffer import ReplayBuffer
+
+    table = import_bag(
+        bag,
+        joints,
+        state_topic=state_topic,
+        command_topic=command_topic,
+        task=task,
+        episode_index=episode_index,
+    )
+    own = not isinstance(buffer, ReplayBuffer)
+    buf = (
+        buffer
+        if isinstance(buffer, ReplayBuffer)
+        else (ReplayBuffer.open(buffer, bag_schema(joints), settings))
+    )
+    try:
+        last = buf.durable_seq(robot_id)
+        first_seq = 0 if last is None else last + 1
+        cols = table.to_pydict()
+        run = run_id or f"rosbag:{Path(bag).name}"
+        records: list[dict[str, Any]] = [
+            {
+                "seq": first_seq + i,
+                "robot_id": robot_id,
+                "run_id": run,
+                "task": cols["task"][i],
+                "episode_index": cols["episode_index"][i],
+                "frame_index": cols["frame_index"][i],
+                "timestamp": cols["timestamp"][i],
+                "reward": cols["reward"][i],
+                "terminated": cols["terminated"][i],
+                "truncated": cols["truncated"][i],
+                "is_intervention": cols["is_intervention"][i],
+                "policy_version": 0,
+                "observation.state": np.asarray(cols["observation.state"][i], np.float32),
+                "action": np.asarray(cols["action"][i], np.float32),
+            }
+            for i in range(table.num_rows)
+        ]
+        return buf.append(records)
+    finally:
+        if own:
+            buf.close()

@@ -70,3 +70,44 @@ def test_bad_bags_are_named(tmp_path: Path) -> None:
         import_bag(tmp_path / "bag", JOINTS, state_topic="/other")
     with pytest.raises(BagImportError, match=r"lacks joints \['j9'\]"):
         import_bag(tmp_path / "bag", ["j1", "j9"])
+
+
+def test_bag_appends_into_a_replay_buffer_and_survives_a_reopen(tmp_path: Path) -> None:
+    from buffer import ReplayBuffer
+    from hal.ros2.bag_import import bag_schema, import_bag_into_buffer
+
+    _write_bag(tmp_path / "bag0", 4)
+    _write_bag(tmp_path / "bag1", 3)
+    first = import_bag_into_buffer(tmp_path / "bag0", tmp_path / "buf", JOINTS, task="pick")
+    assert first.acked == {"ros2-bag": 3} and first.stored == 4
+    with ReplayBuffer.open(tmp_path / "buf") as buf:  # an open buffer: seqs continue
+        second = import_bag_into_buffer(
+            tmp_path / "bag1", buf, JOINTS, task="pick", episode_index=1
+        )
+        assert second.acked == {"ros2-bag": 6}
+    with ReplayBuffer.open(tmp_path / "buf", read_only=True) as buf:
+        assert buf.schema.same_columns(bag_schema(JOINTS))
+        np.testing.assert_array_equal(buf.stored_seqs("ros2-bag"), np.arange(7))
+        assert buf.num_steps == 7
+        rows = buf.select(robot_ids=["ros2-bag"])
+        got = buf.read_transitions(rows, count=False)
+    order = np.argsort(got["index"])
+    state, action = got["observation.state"][order], got["action"][order]
+    # bag0's frames 0..3 then bag1's 0..2: positions (i, -i), commands (i + 0.5, 0)
+    frame = np.array([0, 1, 2, 3, 0, 1, 2])
+    np.testing.assert_array_equal(state[:, 0], frame)
+    np.testing.assert_array_equal(state[:, 1], -frame)
+    np.testing.assert_allclose(action[:, 0], frame + 0.5)
+    assert got["episode_index"][order].tolist() == [0, 0, 0, 0, 1, 1, 1]
+    assert got["frame_index"][order].tolist() == frame.tolist()
+    assert got["is_intervention"].all() and set(got["task"].tolist()) == {"pick"}
+    assert got["terminated"][order].tolist() == [False, False, False, True] + [False, False, True]
+
+
+def test_bag_into_a_buffer_of_another_schema_is_refused(tmp_path: Path) -> None:
+    from hal.ros2.bag_import import import_bag_into_buffer
+
+    _write_bag(tmp_path / "bag", 3)
+    import_bag_into_buffer(tmp_path / "bag", tmp_path / "buf", JOINTS)
+    with pytest.raises(ValueError, match="differs from the stored one"):
+        import_bag_into_buffer(tmp_path / "bag", tmp_path / "buf", ["j1"])
