@@ -7,6 +7,7 @@ Run: python -m tests.hal.ros2_echo DOMAIN_ID joint1,joint2,...
 import sys
 import time
 
+from cyclonedds.core import Policy, Qos
 from cyclonedds.pub import DataWriter
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
@@ -20,11 +21,15 @@ def main() -> None:
     dp = participant(domain, loopback_only=True)
     state_w = DataWriter(dp, Topic(dp, dds_topic("/joint_states"), JointState))
     echo_w = DataWriter(dp, Topic(dp, dds_topic("/joint_commands_echo"), JointState))
-    cmd_r = DataReader(dp, Topic(dp, dds_topic("/joint_commands"), JointState))
+    # Keep every command (the default history keeps only the newest one), so each is echoed.
+    qos = Qos(Policy.Reliability.Reliable(0), Policy.History.KeepLast(256))
+    cmd_r = DataReader(dp, Topic(dp, dds_topic("/joint_commands"), JointState), qos=qos)
     position = [0.0] * len(joints)
     print("ready", flush=True)
     while True:
         for cmd in cmd_r.take(64):
+            if not isinstance(cmd, JointState):  # a writer went away (InvalidSample)
+                continue
             index = {n: i for i, n in enumerate(cmd.name)}
             position = [
                 cmd.position[index[j]] if j in index else p

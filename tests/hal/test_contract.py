@@ -208,3 +208,60 @@ def test_episode_truncates_at_step_limit(driver: RobotDriver) -> None:
         driver.send_action(_in_bounds_action(driver, 0.0))
     driver.reset()
     assert not driver.episode.done and driver.episode.frame_index == 0
+
+
+def test_ros2_commands_reach_the_robot_as_sent(ros2_echo: EchoRobot) -> None:
+    """What ``send_action`` reports as sent is exactly what the robot received: the stand-in
+    robot republishes every command it takes on ``/joint_commands_echo``; a rejected action
+    publishes nothing."""
+    import time
+
+    from cyclonedds.core import Policy, Qos
+    from cyclonedds.sub import DataReader
+    from cyclonedds.topic import Topic
+
+    from hal.ros2.dds import participant
+    from hal.ros2.types import JointState, dds_topic
+
+    dp = participant(ros2_echo.domain_id, loopback_only=True)
+    qos = Qos(Policy.Reliability.Reliable(0), Policy.History.KeepLast(256))  # keep every echo
+    echoes = DataReader(dp, Topic(dp, dds_topic("/joint_commands_echo"), JointState), qos=qos)
+    d = make_driver(
+        "ros2", "ros-echo", joints=ros2_echo.joints, domain_id=ros2_echo.domain_id,
+        loopback_only=True, position_low=[-1.0] * 3, position_high=[1.0] * 3, max_step=0.5,
+        connect_timeout_s=20,
+    )  # fmt: skip
+
+    def take(want: int, timeout_s: float = 10.0) -> list[tuple[list[str], np.ndarray]]:
+        got: list[tuple[list[str], np.ndarray]] = []
+        deadline = time.monotonic() + timeout_s
+        while len(got) < want and time.monotonic() < deadline:
+            for m in echoes.take(64):
+                if isinstance(m, JointState):  # not a writer's lifecycle notice
+                    got.append((list(m.name), np.asarray(m.position, np.float32)))
+            time.sleep(0.01)
+        return got
+
+    try:
+        d.connect()
+        d.reset()
+        # DDS matches writers and readers asynchronously: command until the first echo is back.
+        deadline = time.monotonic() + 20
+        while not take(1, 0.2):
+            assert time.monotonic() < deadline, "no command echoed within 20 s"
+            d.send_action(np.zeros(3, np.float32))
+        take(10**6, 0.5)  # drain the warm-up echoes
+
+        sent = [d.send_action(np.asarray(a, np.float32))["action"] for a in
+                ([0.1, -0.2, 0.3], [0.4, 0.0, -0.3], [5.0, -5.0, 0.2])]  # fmt: skip
+        with pytest.raises(ActionError):
+            d.send_action(np.full(3, np.nan, np.float32))
+        echoed = take(len(sent))
+        time.sleep(0.3)
+        echoed += take(10**6, 0.2)  # nothing more may arrive (the NaN action was not sent)
+        assert [n for n, _ in echoed] == [ros2_echo.joints] * len(sent)
+        for (_, pos), want in zip(echoed, sent, strict=True):
+            np.testing.assert_array_equal(pos, want)
+        assert np.all(np.abs(sent[2]) <= 1.0)  # the out-of-bounds one went out clipped
+    finally:
+        d.disconnect()
