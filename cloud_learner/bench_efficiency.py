@@ -182,6 +182,8 @@ def efficiency(args: argparse.Namespace) -> dict[str, Any]:
         "bc_max_labels_tried": max((h["labels"] for h in bc["history"]), default=0),
         "steps_ratio_vs_sync": _ratio(system["env_steps_to_target"], sync["env_steps_to_target"]),
         "labels_ratio_vs_bc": _ratio(system["labels_to_target"], bc["labels_to_target"]),
+        # For reference: the synchronous loop against BC (the premise).
+        "sync_labels_ratio_vs_bc": _ratio(sync["labels_to_target"], bc["labels_to_target"]),
         "_raw": {"sync": sync, "system": system, "bc": bc},
     }
 
@@ -199,6 +201,10 @@ def scaling(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
             config=args.config,
         )
         rows.append(r)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(out_dir / "scaling_runs.jsonl", "a") as f:  # kept if a later count fails
+            f.write(json.dumps(r, default=str) + "\n")
+    rows.sort(key=lambda r: int(r["robots"]))
     base = next((r for r in rows if r["robots"] == 1), None)
     t1 = base["wall_s_to_target"] if base else None
     table = []
