@@ -16,16 +16,8 @@ import numpy as np
 
 
 def stored_mask(buffer: Any, robot_key: str, seqs: np.ndarray) -> np.ndarray:
-    """Which of ``seqs`` of robot ``robot_key`` the buffer holds (bool array).
-
-    Reads the buffer's per-robot seq index (``buffer.index``), the same structure the buffer
-    uses to acknowledge and de-duplicate; buffer/ exposes no public per-seq lookup yet.
-    """
-    index = buffer.index
-    code = index.robots.codes.get(robot_key)
-    if code is None or code not in index.robot_seqs:
-        return np.zeros(len(seqs), dtype=bool)
-    result: np.ndarray = index.robot_seqs[code].contains(seqs)
+    """Which of ``seqs`` of robot ``robot_key`` the buffer holds durably (bool array)."""
+    result: np.ndarray = buffer.contains(robot_key, seqs)
     return result
 
 

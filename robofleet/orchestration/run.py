@@ -403,7 +403,6 @@ class RunDriver:
             self.request_stop(f"reached success {stop.target_success}", RunState.FINISHED)
 
     def _reconcile(self) -> None:
-        _relabel_leased(self.ctx.store, self.run_id)
         result = self.allocation.reconcile(timeout_s=5.0)
         for name in result.added:
             self._start_agent(name, len(self._agents) + len(result.added))
@@ -675,31 +674,3 @@ def _write_json(path: Path, data: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     tmp.replace(path)
-
-
-def _relabel_leased(store: MetadataStore, run_id: str) -> None:
-    """A leased robot whose heartbeat came back after an offline spell reads ``idle`` (comms'
-    heartbeat registry does not look at leases); it still holds our lease, so it is leased."""
-    from robofleet.db.models import Lease, RobotStatus
-
-    with store.session() as s:
-        rows = s.scalars(
-            select(Robot)
-            .join(Lease, Lease.robot_id == Robot.id)
-            .where(
-                Lease.run_id == run_id,
-                Lease.released_at.is_(None),
-                Robot.status == RobotStatus.IDLE,
-            )
-        )
-        for robot in rows:
-            robot.status = RobotStatus.LEASED
-            store.record_event(
-                "robot.status",
-                run_id=run_id,
-                robot_id=robot.id,
-                session=s,
-                robot=robot.name,
-                to="leased",
-                reason="heartbeat back while leased",
-            )

@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,6 @@ log = logging.getLogger(__name__)
 ROBOT_TYPE = "metaworld-sawyer"
 DEMO_ROBOT = "demo"
 SIM_TAG = "simulated"
-
-# metaworld.MT1 draws its goal list from numpy's global RNG: two threads building task lists at
-# once interleave draws and Meta-World fails ("Only generated 49 unique goals"). hal's driver
-# builds them lazily, so every driver used on the cloud's threads holds this lock.
-METAWORLD_LOCK = threading.Lock()
 
 
 def spool_dir(data_dir: Path, name: str) -> Path:
@@ -163,9 +159,7 @@ class SimRobotWorker(EdgeAgentWorker):
     def __init__(
         self, edge: dict[str, Any], comms: dict[str, Any], opts: AgentOptions, seed: int
     ) -> None:
-        super().__init__(EdgeSettings(**edge), CommsSettings(**comms), opts)
-        # hal's MetaWorldDriver takes its episode seeds from here; build_agent has no option.
-        self._built.agent.driver._next_seed = seed  # type: ignore[attr-defined]
+        super().__init__(EdgeSettings(**edge), CommsSettings(**comms), replace(opts, seed=seed))
 
     def drain(self, timeout_s: float) -> bool:
         """Flush the uplink and wait until the cloud acknowledged every spooled step."""
@@ -185,10 +179,7 @@ def demonstration_records(
     driver = MetaWorldDriver(DEMO_ROBOT, tasks=list(tasks), max_episode_steps=max_steps)
     records: list[dict[str, Any]] = []
     seq = 0
-    with METAWORLD_LOCK:
-        driver.connect()
-        for task in tasks:  # build every task list now, under the lock
-            driver.reset(task=task, seed=first_seed)
+    driver.connect()  # hal's driver builds Meta-World's task lists under its own lock
     try:
         for t_i, task in enumerate(tasks):
             expert = expert_policy(task)
