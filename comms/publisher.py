@@ -71,6 +71,7 @@ class WeightPublisher:
         self.use_delta = use_delta
         self._cond = threading.Condition()
         self._pending: W.Snapshot | None = None
+        self._encoding = False  # a snapshot taken off _pending is being encoded
         self._last_version = W.FULL_BASE
         self._base: W.Snapshot | None = None  # the latest encoded snapshot (delta base)
         self._latest: Published | None = None
@@ -140,12 +141,10 @@ class WeightPublisher:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every published version is encoded; returns whether it was in time."""
         with self._cond:
+            # Between taking a snapshot and storing its encoding, _pending is already None:
+            # the _encoding flag keeps flush from returning in that window.
             return self._cond.wait_for(
-                lambda: (
-                    self._pending is None
-                    and (self._latest is None or self._latest.version == self._last_version)
-                ),
-                timeout,
+                lambda: self._pending is None and not self._encoding, timeout
             )
 
     # -- server side -------------------------------------------------------------------------
@@ -185,6 +184,7 @@ class WeightPublisher:
                 if self._closed:
                     return
                 snap, self._pending = self._pending, None
+                self._encoding = True
             assert snap is not None
             try:
                 full = W.encode_full(self.run_id, snap, self.chunk_bytes)
@@ -196,9 +196,13 @@ class WeightPublisher:
                         log.info("version %d sent full only: %s", snap.version, exc)
             except Exception:
                 log.exception("encoding version %d failed; it is skipped", snap.version)
+                with self._cond:
+                    self._encoding = False
+                    self._cond.notify_all()
                 continue
             pub = Published(full, delta)
             with self._cond:
+                self._encoding = False
                 self._base = snap
                 self._latest = pub
                 listeners = list(self._listeners)

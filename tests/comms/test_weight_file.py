@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -97,3 +98,28 @@ def test_publish_safetensors_refuses_bytes_that_are_not_safetensors() -> None:
 def test_weight_file_name_rejects_negative_versions() -> None:
     with pytest.raises(ValueError, match="outside"):
         weight_file_name(-1)
+
+
+def test_flush_waits_for_the_version_being_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: flush returned while the publisher thread held a snapshot it had taken off
+    the queue but not yet stored (``latest()`` was still None)."""
+    import comms.publisher as publisher_mod
+
+    real_encode = publisher_mod.W.encode_full
+    started = threading.Event()
+
+    def slow_encode(*args: object, **kwargs: object) -> object:
+        started.set()
+        time.sleep(0.5)
+        return real_encode(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(publisher_mod.W, "encode_full", slow_encode)
+    pub = WeightPublisher("run-1")
+    try:
+        pub.publish(_state(3), version=3)
+        assert started.wait(5)  # the thread has taken the snapshot: _pending is None now
+        assert pub.flush(10)
+        latest = pub.latest()
+        assert latest is not None and latest.version == 3
+    finally:
+        pub.close()
