@@ -12,18 +12,18 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.netns import netns_available, sh, two_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -34,47 +34,22 @@ VERSION_FLOATS = 2_000_000  # 8 MB per version: 1.6 s over the link
 PROXY_LATENCY_S = 0.005  # added per forwarded read, each way
 
 
-def _sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, text=True)
-
-
 def _netns_available() -> bool:
-    return os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+    return netns_available("tc")
+
+
+def _shape(ns: str, dev: str) -> None:
+    sh(
+        "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+        "rate", f"{RATE_MBIT}mbit", "burst", "64kb", "latency", "2s",
+    )  # fmt: skip
 
 
 @pytest.fixture
 def wan() -> Iterator[tuple[str, str, str]]:
     """(cloud namespace, site namespace, cloud IP), joined by a tbf-shaped veth pair."""
-    tag = uuid.uuid4().hex[:6]
-    cloud_ns, site_ns = f"rfwc-{tag}", f"rfws-{tag}"
-    cloud_ip, site_ip = f"{SUBNET}.1", f"{SUBNET}.2"
-    created: list[str] = []
-    try:
-        for ns in (cloud_ns, site_ns):
-            _sh("ip", "netns", "add", ns)
-            created.append(ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        _sh("ip", "link", "add", f"wc{tag}", "type", "veth", "peer", "name", f"ws{tag}")
-        _sh("ip", "link", "set", f"wc{tag}", "netns", cloud_ns)
-        _sh("ip", "link", "set", f"ws{tag}", "netns", site_ns)
-        for ns, dev, ip in ((cloud_ns, f"wc{tag}", cloud_ip), (site_ns, f"ws{tag}", site_ip)):
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            _sh("ip", "-n", ns, "link", "set", dev, "up")
-            _sh(
-                "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-                "rate", f"{RATE_MBIT}mbit", "burst", "64kb", "latency", "2s",
-            )  # fmt: skip
-        yield cloud_ns, site_ns, cloud_ip
-    finally:
-        for ns in created:
-            # Anything still running inside is ours: stop it by pid before the namespace goes.
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-            for pid in pids.stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with two_hosts("rfw", SUBNET, on_link=_shape) as h:
+        yield h.ns_a, h.ns_b, h.ip_a
 
 
 class _Driver:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.netns import netns_available, two_hosts
+
 from ._paths import GUIDE, REPO
 
 pytestmark = pytest.mark.slow
@@ -43,39 +45,11 @@ def test_guide_marks_the_blocks_this_test_runs() -> None:
     assert "robofleet cloud --ray-address" in blocks["cloud"]
 
 
-def _sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, text=True)
-
-
 @pytest.fixture
 def hosts() -> Iterator[tuple[str, str, str, str]]:
     """(head namespace, robot namespace, head ip, robot ip); torn down even on failure."""
-    tag = uuid.uuid4().hex[:6]
-    head_ns, robot_ns = f"rfdh-{tag}", f"rfdr-{tag}"
-    head_ip, robot_ip = f"{SUBNET}.1", f"{SUBNET}.2"
-    created: list[str] = []
-    try:
-        for ns in (head_ns, robot_ns):
-            _sh("ip", "netns", "add", ns)
-            created.append(ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        _sh("ip", "link", "add", f"vdh{tag}", "type", "veth", "peer", "name", f"vdr{tag}")
-        _sh("ip", "link", "set", f"vdh{tag}", "netns", head_ns)
-        _sh("ip", "link", "set", f"vdr{tag}", "netns", robot_ns)
-        for ns, dev, ip in ((head_ns, f"vdh{tag}", head_ip), (robot_ns, f"vdr{tag}", robot_ip)):
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            _sh("ip", "-n", ns, "link", "set", dev, "up")
-        yield head_ns, robot_ns, head_ip, robot_ip
-    finally:
-        for ns in created:
-            # Everything inside was started by this test (ray daemons included): kill by pid.
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-            for pid in pids.stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with two_hosts("rfd", SUBNET) as h:
+        yield h.ns_a, h.ns_b, h.ip_a, h.ip_b
 
 
 class Host:
@@ -121,9 +95,7 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: fl
     raise AssertionError(f"no {text!r} within {timeout_s}s: {log.read_text()[-3000:]}")
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2"
-)
+@pytest.mark.skipif(not netns_available(), reason="needs root and iproute2")
 @pytest.mark.timeout(240)
 def test_guide_commands_build_a_two_host_ray_cluster(
     hosts: tuple[str, str, str, str], tmp_path: Path

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hal.resources import node_resources, ray_start_command
+from tests.netns import netns_available, two_hosts
 
 REPO = Path(__file__).resolve().parents[2]
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -42,42 +43,11 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: fl
     raise AssertionError(f"{log.name}: no {text!r} within {timeout_s}s")
 
 
-def _sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, text=True)
-
-
-def _netns_available() -> bool:
-    return os.geteuid() == 0 and shutil.which("ip") is not None
-
-
 @pytest.fixture
 def two_namespaces() -> Iterator[tuple[str, str, str, str]]:
-    tag = uuid.uuid4().hex[:6]
-    head_ns, robot_ns = f"rfh-{tag}", f"rfr-{tag}"
-    head_ip, robot_ip = "10.213.77.1", "10.213.77.2"
-    created: list[str] = []
-    try:
-        for ns in (head_ns, robot_ns):
-            _sh("ip", "netns", "add", ns)
-            created.append(ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        _sh("ip", "link", "add", f"vh{tag}", "type", "veth", "peer", "name", f"vr{tag}")
-        _sh("ip", "link", "set", f"vh{tag}", "netns", head_ns)
-        _sh("ip", "link", "set", f"vr{tag}", "netns", robot_ns)
-        for ns, dev, ip in ((head_ns, f"vh{tag}", head_ip), (robot_ns, f"vr{tag}", robot_ip)):
-            _sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-            _sh("ip", "-n", ns, "link", "set", dev, "up")
-        yield head_ns, robot_ns, head_ip, robot_ip
-    finally:
-        for ns in created:
-            # Anything still running inside is ours: stop it by pid before the namespace goes.
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-            for pid in pids.stdout.split():
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    """(head namespace, robot namespace, head ip, robot ip); torn down even on failure."""
+    with two_hosts("rfn", "10.213.77") as h:
+        yield h.ns_a, h.ns_b, h.ip_a, h.ip_b
 
 
 def _start(ns: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -92,7 +62,7 @@ def _start(ns: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-@pytest.mark.skipif(not _netns_available(), reason="needs root and iproute2 for namespaces")
+@pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 for namespaces")
 @pytest.mark.timeout(240)
 def test_edge_agent_lands_on_the_robots_node(
     two_namespaces: tuple[str, str, str, str], tmp_path: Path
