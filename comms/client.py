@@ -162,6 +162,22 @@ class EdgeClient:
         )
         return tensor_from_proto(reply.action), int(reply.policy_version)
 
+    def fetch_chunks(
+        self, run_id: str, version: int, base: int, indices: list[int]
+    ) -> list[pb.WeightMessage]:
+        """Fetch chunks ``indices`` of weight version ``version`` (delta on ``base``) again.
+
+        Raises:
+            grpc.RpcError: when the call fails or passes ``call_timeout_s``.
+        """
+        return list(
+            self.weights.Fetch(
+                pb.FetchRequest(run_id=run_id, version=version, base_version=base, indices=indices),
+                metadata=self.metadata,
+                timeout=self.settings.call_timeout_s,
+            )
+        )
+
     def close(self) -> None:
         self.channel.close()
 

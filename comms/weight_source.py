@@ -53,15 +53,7 @@ class GrpcWeightSource:
     def refetch(self, version: int, base: int, indices: list[int]) -> Iterable[pb.WeightMessage]:
         """Fetch chunks of a version again (bounded by the call deadline)."""
         self.refetches += 1
-        msgs = list(
-            self._client.weights.Fetch(
-                pb.FetchRequest(
-                    run_id=self._run_id, version=version, base_version=base, indices=indices
-                ),
-                metadata=self._client.metadata,
-                timeout=self._client.settings.call_timeout_s,
-            )
-        )
+        msgs = self._client.fetch_chunks(self._run_id, version, base, indices)
         self.bytes_received += sum(len(m.chunk.data) for m in msgs if m.HasField("chunk"))
         return msgs
 

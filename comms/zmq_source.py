@@ -64,15 +64,7 @@ class ZmqWeightSource:
         self._thread.join(timeout=10)
 
     def _fetch(self, version: int, base: int, indices: list[int]) -> list[pb.WeightMessage]:
-        msgs = list(
-            self._client.weights.Fetch(
-                pb.FetchRequest(
-                    run_id=self._run_id, version=version, base_version=base, indices=indices
-                ),
-                metadata=self._client.metadata,
-                timeout=self._client.settings.call_timeout_s,
-            )
-        )
+        msgs = self._client.fetch_chunks(self._run_id, version, base, indices)
         self.fetched_bytes += sum(len(m.chunk.data) for m in msgs if m.HasField("chunk"))
         return msgs
 
