@@ -27,8 +27,13 @@ def write_report(
     learner_restarts: int,
     acked_lost: int,
     elapsed_s: float,
+    setup_s: float | None = None,
 ) -> dict[str, Any]:
-    """Write ``report.json`` and the plots; returns the report's summary keys."""
+    """Write ``report.json`` and the plots; returns the report's summary keys.
+
+    ``elapsed_s`` is the run's clock (from the first policy version on); ``setup_s`` the
+    learner start-up and BC warm start before it (None when unknown, e.g. a resumed run).
+    """
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
     versions = (
@@ -52,6 +57,7 @@ def write_report(
         "run_id": run_id,
         **summary,
         "robot_hours": last.get("robot_hours", 0.0),
+        "setup_s": setup_s,
         "initial_success_per_task": evals[0]["success"] if evals else {},
         "final_success_per_task": evals[-1]["success"] if evals else {},
         "evaluations": evals,

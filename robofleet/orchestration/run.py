@@ -274,8 +274,13 @@ class RunDriver:
             spec.evaluation.episodes_per_task,
             self.params.eval_max_steps,
         )
-        self._t0 = time.monotonic()
+        setup_t0 = time.monotonic()
         self._wait_first_version()
+        # The run's clock (stop.minutes, wall_s of every evaluation) starts when the first
+        # version is out and robots start acting; the learner's start-up and the BC warm start
+        # before it are reported apart as ``setup_s``, so a loaded machine cannot eat the budget.
+        self._t0 = time.monotonic()
+        self.progress.setdefault("setup_s", round(self._t0 - setup_t0, 2))
         if not (self.run_dir / "evals.jsonl").exists():
             self._evaluate_now(blocking=False)  # the initial policy's success (version 1)
         for i, name in enumerate(sorted(self.allocation.members)):
@@ -655,6 +660,7 @@ class RunDriver:
                 + (self.learner.restarts if self.learner else 0),
                 acked_lost=acked_lost(self.buffer, self.run_dir / "robots"),
                 elapsed_s=self._elapsed(),
+                setup_s=self.progress.get("setup_s"),
             )
         if self.batch_server is not None:
             self.batch_server.close()
