@@ -330,27 +330,60 @@ class WeightsServicer(rpc.WeightsServicer):
         return self.s.publisher(run_id)
 
     @guarded
-    async def Subscribe(
-        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
-    ) -> None:
-        pub = await self._authorize(context, request.run_id)
-        have = int(request.have_version)
-        with _Streams(self.s):
-            while True:
-                pub = self.s.publisher(pub.run_id)  # a publisher attached after a restart
-                latest: Published | None = pub.latest()
-                if latest is None or latest.version <= have:
-                    ev = self.s.version_event(pub.run_id)
-                    latest = pub.latest()
-                    if latest is None or latest.version <= have:
-                        try:
-                            await asyncio.wait_for(ev.wait(), self.s.settings.keepalive_time_s)
-                        except TimeoutError:
-                            pass
-                        continue
-                enc = latest.for_subscriber(have)  # latest-only: older versions are never queued
-                await self._send(context, enc, None)
-                have = enc.version
+    async def Subscribe(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        """Latest-only with a window of one version per subscriber.
+
+        The first request names the run and the version held; the newest version is sent, then
+        nothing more until the subscriber acknowledges it (``done_version``), after which the
+        newest at that moment follows, as a delta onto the acknowledged ``have_version`` when
+        the publisher still holds that base. Versions published meanwhile are never queued, so
+        a slow robot skips them and the server holds nothing per subscriber but the encoding
+        being sent. The call ends when the subscriber closes its side.
+        """
+        first = await context.read()
+        if first is grpc.aio.EOF:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "Subscribe needs a first request naming the run"
+            )
+        pub = await self._authorize(context, first.run_id)
+        have = int(first.have_version)
+        done = have
+        acked = asyncio.Event()
+        acked.set()
+        closed = False
+
+        async def read_acks() -> None:
+            nonlocal have, done, closed
+            async for ack in request_iterator:
+                have, done = int(ack.have_version), max(done, int(ack.done_version))
+                acked.set()
+            closed = True
+            acked.set()
+
+        reader = asyncio.create_task(read_acks())
+        try:
+            with _Streams(self.s):
+                while True:
+                    await acked.wait()
+                    if closed:
+                        return
+                    pub = self.s.publisher(pub.run_id)  # a publisher attached after a restart
+                    floor = max(have, done)
+                    latest: Published | None = pub.latest()
+                    if latest is None or latest.version <= floor:
+                        ev = self.s.version_event(pub.run_id)
+                        latest = pub.latest()
+                        if latest is None or latest.version <= floor:
+                            try:
+                                await asyncio.wait_for(ev.wait(), self.s.settings.keepalive_time_s)
+                            except TimeoutError:
+                                pass
+                            continue
+                    enc = latest.for_subscriber(have)
+                    acked.clear()
+                    await self._send(context, enc, None)
+        finally:
+            reader.cancel()
 
     @guarded
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> None:
@@ -477,12 +510,16 @@ def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
 def add_weights_servicer(server: grpc.aio.Server, servicer: rpc.WeightsServicer) -> None:
     """Register the Weights service with a serializer that passes pre-serialized chunks on."""
     handlers = {
-        name: grpc.unary_stream_rpc_method_handler(
-            getattr(servicer, name),
-            request_deserializer=request.FromString,
+        "Subscribe": grpc.stream_stream_rpc_method_handler(
+            servicer.Subscribe,
+            request_deserializer=pb.SubscribeRequest.FromString,
             response_serializer=wire.passthrough,
-        )
-        for name, request in (("Subscribe", pb.SubscribeRequest), ("Fetch", pb.FetchRequest))
+        ),
+        "Fetch": grpc.unary_stream_rpc_method_handler(
+            servicer.Fetch,
+            request_deserializer=pb.FetchRequest.FromString,
+            response_serializer=wire.passthrough,
+        ),
     }
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("robofleet.comms.v1.Weights", handlers),)

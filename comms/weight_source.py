@@ -2,14 +2,17 @@
 
 A background thread holds a Subscribe stream, assembles each version, re-fetches chunks that
 failed their sha256 check or never came (a truncated stream), applies complete versions only,
-and re-subscribes with exponential backoff and jitter when the stream breaks.
+acknowledges each version so the server sends the next (newest) one (flow control: a slow robot
+skips versions instead of queueing them), and re-subscribes with exponential backoff and jitter
+when the stream breaks.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import grpc
@@ -74,35 +77,55 @@ class GrpcWeightSource:
         backoff = Backoff(s.reconnect_initial_s, s.reconnect_max_s)
         while not self._stop.is_set():
             asm: VersionAssembler | None = None
-            seen = 0
+            acks: queue.SimpleQueue[pb.SubscribeRequest | None] = queue.SimpleQueue()
             try:
                 call = self._client.weights.Subscribe(
-                    pb.SubscribeRequest(run_id=self._run_id, have_version=self._rx.version),
+                    _requests(
+                        pb.SubscribeRequest(run_id=self._run_id, have_version=self._rx.version),
+                        acks,
+                    ),
                     metadata=self._client.metadata,
                 )
                 self._call = call
+                expected = seen = 0
+                version = -1
                 for msg in call:
                     if msg.HasField("manifest"):
                         if asm is not None and not self._finish(asm):
                             break  # the server assumes we hold it: re-subscribe to re-sync
                         asm, seen = None, 0
+                        version = int(msg.manifest.version)
+                        expected = len(msg.manifest.chunk_sha256)
                         if self._rx.wants(msg.manifest):
                             try:
                                 asm = VersionAssembler(msg.manifest)
                             except WeightFormatError as exc:
                                 log.error("manifest refused: %s", exc)
+                        if expected == 0:  # nothing follows
+                            if asm is not None and not self._finish(asm):
+                                break
+                            asm = None
+                            acks.put(_ack(self._rx.version, version))
+                        elif asm is None:
+                            seen = -1  # the chunks that follow are skipped
+                        continue
+                    self.bytes_received += len(msg.chunk.data)
+                    if seen < 0:
+                        # A version held already or refused: ack once its last chunk passed.
+                        if msg.chunk.index == expected - 1:
+                            acks.put(_ack(self._rx.version, version))
                         continue
                     seen += 1
-                    self.bytes_received += len(msg.chunk.data)
-                    if asm is None:
-                        continue
+                    assert asm is not None
                     asm.add_async(msg.chunk)
-                    if seen == len(asm.manifest.chunk_sha256):
+                    if seen == expected:
                         backoff.reset()
                         ok = self._finish(asm)
                         asm = None
                         if not ok:
                             break
+                        # Flow control: the server sends the next (newest) version only now.
+                        acks.put(_ack(self._rx.version, version))
                 # The stream ended: a half-received version is completed by Fetch or dropped.
                 if asm is not None:
                     self._finish(asm)
@@ -117,7 +140,21 @@ class GrpcWeightSource:
                     except Exception:  # the source is unreachable; the version stays unapplied
                         pass
             finally:
+                acks.put(None)  # ends the request stream
                 if self._call is not None:
                     self._call.cancel()
             if backoff.sleep(self._stop):
                 return
+
+
+def _ack(have: int, done: int) -> pb.SubscribeRequest:
+    return pb.SubscribeRequest(have_version=have, done_version=done)
+
+
+def _requests(
+    first: pb.SubscribeRequest, acks: queue.SimpleQueue[pb.SubscribeRequest | None]
+) -> Iterator[pb.SubscribeRequest]:
+    """The Subscribe request stream: the opening request, then one ack per version received."""
+    yield first
+    while (ack := acks.get()) is not None:
+        yield ack

@@ -114,12 +114,14 @@ class WeightMessage(_message.Message):
     def __init__(self, manifest: _Optional[_Union[Manifest, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("run_id", "have_version")
+    __slots__ = ("run_id", "have_version", "done_version")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     HAVE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DONE_VERSION_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     have_version: int
-    def __init__(self, run_id: _Optional[str] = ..., have_version: _Optional[int] = ...) -> None: ...
+    done_version: int
+    def __init__(self, run_id: _Optional[str] = ..., have_version: _Optional[int] = ..., done_version: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("run_id", "version", "base_version", "indices", "manifest_only")

@@ -178,7 +178,7 @@ class WeightsStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.Subscribe = channel.unary_stream(
+        self.Subscribe = channel.stream_stream(
                 '/robofleet.comms.v1.Weights/Subscribe',
                 request_serializer=robofleet__pb2.SubscribeRequest.SerializeToString,
                 response_deserializer=robofleet__pb2.WeightMessage.FromString,
@@ -193,8 +193,11 @@ class WeightsStub:
 class WeightsServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def Subscribe(self, request, context):
-        """Latest-only: a slow subscriber skips versions it has not started receiving.
+    def Subscribe(self, request_iterator, context):
+        """Latest-only with flow control: at most one version is in flight per subscriber; the
+        next one is sent after the subscriber acknowledges (a SubscribeRequest carrying the
+        version it now holds), and it is the newest at that moment, so a slow subscriber skips
+        every version published while it was applying.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -210,7 +213,7 @@ class WeightsServicer:
 
 def add_WeightsServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'Subscribe': grpc.unary_stream_rpc_method_handler(
+            'Subscribe': grpc.stream_stream_rpc_method_handler(
                     servicer.Subscribe,
                     request_deserializer=robofleet__pb2.SubscribeRequest.FromString,
                     response_serializer=robofleet__pb2.WeightMessage.SerializeToString,
@@ -232,7 +235,7 @@ class Weights:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
-    def Subscribe(request,
+    def Subscribe(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -242,8 +245,8 @@ class Weights:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
             '/robofleet.comms.v1.Weights/Subscribe',
             robofleet__pb2.SubscribeRequest.SerializeToString,

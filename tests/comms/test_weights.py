@@ -7,6 +7,7 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -143,13 +144,11 @@ class FaultyWeights(rpc.WeightsServicer):
         self.subscribes = 0
         self.fetches: list[list[int]] = []
 
-    async def Subscribe(
-        self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext
-    ) -> None:  # type: ignore[override]
+    async def Subscribe(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
         self.subscribes += 1
         first = self.subscribes == 1
         assert self.stub is not None
-        async for msg in self.stub.Subscribe(request, metadata=auth_only(context)):
+        async for msg in self.stub.Subscribe(request_iterator, metadata=auth_only(context)):
             if first and msg.HasField("chunk") and msg.chunk.index == 2:
                 if self.mode == "truncate":
                     return  # the stream ends mid-version
@@ -243,12 +242,16 @@ def test_latest_only_memory_is_flat_for_fast_publishing_and_slow_subscriber(clou
     client = cloud.client(robot)
     pub = cloud.server.publisher(RUN)
     rx = WeightReceiver()
-    gate = threading.Event()
+    published = threading.Event()
     orig_apply = rx.apply
+    applied: list[int] = []
 
     def slow_apply(asm: VersionAssembler) -> bool:
-        gate.wait(0.2)  # a slow robot: 0.2 s per version
-        return orig_apply(asm)
+        # A robot stuck applying its first version while all 300 are published (and encoded).
+        assert published.wait(60), "publishing never finished"
+        ok = orig_apply(asm)
+        applied.append(asm.key[0])
+        return ok
 
     rx.apply = slow_apply  # type: ignore[method-assign]
     src = GrpcWeightSource(client, RUN, rx)
@@ -263,16 +266,56 @@ def test_latest_only_memory_is_flat_for_fast_publishing_and_slow_subscriber(clou
             state["encoder.weight"][v % 5000, v % 100] += 1
             pub.publish(state)
         assert pub.flush(20)
-        assert rx.wait_for(299, 30)
+        last = pub.latest()
+        assert last is not None
+        published.set()
+        assert rx.wait_for(last.version, 30)
         _, peak = tracemalloc.get_traced_memory()
         # Held at once: latest, delta base, a pending snapshot, what streams and the robot hold;
         # 300 versions were published (600 MB had they been queued).
         assert peak - base < 10 * version_bytes, f"peak {peak - base} bytes"
-        assert src.versions_applied < 100, "the slow subscriber received skipped versions"
+        # Flow control: the version in flight when the robot stalled, then straight the newest.
+        assert applied[-1] == last.version and len(applied) <= 2, applied
+        assert src.versions_applied == len(applied)
         np.testing.assert_array_equal(rx.current()[1]["encoder.weight"], state["encoder.weight"])
     finally:
         tracemalloc.stop()
-        gate.set()
+        published.set()
+        src.close()
+        client.close()
+
+
+def test_a_version_held_already_is_acknowledged_and_the_stream_goes_on(cloud: Cloud) -> None:
+    """A subscriber that skips a version (held already) must still ack it, or nothing newer
+    would ever be sent (the window is one version)."""
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    pub = cloud.server.publisher(RUN)
+    rx = WeightReceiver()
+    orig_wants = rx.wants
+    refused: list[int] = []
+
+    def wants(manifest: pb.Manifest) -> bool:
+        if manifest.version == 1:
+            refused.append(1)
+            return False
+        return orig_wants(manifest)
+
+    rx.wants = wants  # type: ignore[method-assign]
+    state = model(3, n=10_000)
+    pub.publish(state, version=1)
+    assert pub.flush(10)
+    src = GrpcWeightSource(client, RUN, rx)
+    try:
+        deadline = time.monotonic() + 10
+        while not refused and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert refused == [1] and rx.version == -1
+        state["steps"][0] = 2
+        pub.publish(state, version=2)
+        assert rx.wait_for(2, 15), "the version after a skipped one never came"
+        assert refused == [1], "a skipped version was sent again"
+    finally:
         src.close()
         client.close()
 
