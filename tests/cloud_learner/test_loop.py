@@ -37,6 +37,20 @@ def _settings(**kw: object) -> LearnerSettings:
     return LearnerSettings.model_validate(base)
 
 
+def _learner(
+    run_dir: Path, settings: LearnerSettings, source: BatchSource, publisher: WeightPublisher
+) -> Learner:
+    """A learner on CPU with the algorithm and model config ``settings`` describe."""
+    return Learner(
+        run_dir,
+        build_algorithm(settings, torch.device("cpu")),
+        source,
+        publisher,
+        settings,
+        model_config(settings),
+    )
+
+
 def test_implementations_satisfy_the_core_protocols(tmp_path: Path) -> None:
     algo = build_algorithm(_settings(), torch.device("cpu"))
     assert isinstance(algo, Algorithm)
@@ -50,14 +64,7 @@ def test_training_waits_for_min_transitions_then_starts(tmp_path: Path) -> None:
     cols = columns(n=300)
     source = InMemorySource({k: v[:50] for k, v in cols.items()})
     settings = _settings(max_updates=12)
-    learner = Learner(
-        tmp_path,
-        build_algorithm(settings, torch.device("cpu")),
-        source,
-        InMemoryWeightPublisher(),
-        settings,
-        model_config(settings),
-    )
+    learner = _learner(tmp_path, settings, source, InMemoryWeightPublisher())
     learner.start(resume=False)
     stop = threading.Event()
     worker = threading.Thread(
@@ -81,14 +88,7 @@ def test_rate_limiter_bounds_updates_per_inserted_transition(tmp_path: Path) -> 
     # 2 samples per insert with 100 rows -> at most 200 sampled rows -> 25 batches of 8.
     source = InMemorySource(columns(n=100), samples_per_insert=2.0)
     settings = _settings(max_updates=1000)
-    learner = Learner(
-        tmp_path,
-        build_algorithm(settings, torch.device("cpu")),
-        source,
-        InMemoryWeightPublisher(),
-        settings,
-        model_config(settings),
-    )
+    learner = _learner(tmp_path, settings, source, InMemoryWeightPublisher())
     learner.start(resume=False)
     polls = iter(range(200))
     learner.run(should_stop=lambda: next(polls) >= 199, idle_sleep=0.0)
@@ -99,14 +99,7 @@ def test_rate_limiter_bounds_updates_per_inserted_transition(tmp_path: Path) -> 
 def test_publishes_every_n_updates_with_increasing_versions(tmp_path: Path) -> None:
     publisher = FileWeightPublisher(tmp_path / "weights", keep=2)
     settings = _settings(max_updates=12, min_transitions=1)
-    learner = Learner(
-        tmp_path,
-        build_algorithm(settings, torch.device("cpu")),
-        InMemorySource(columns()),
-        publisher,
-        settings,
-        model_config(settings),
-    )
+    learner = _learner(tmp_path, settings, InMemorySource(columns()), publisher)
     learner.start(resume=False)
     learner.run()
     learner.close()
@@ -125,14 +118,7 @@ def test_metrics_land_in_tensorboard_event_files(tmp_path: Path) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     settings = _settings(max_updates=5, min_transitions=1)
-    learner = Learner(
-        tmp_path,
-        build_algorithm(settings, torch.device("cpu")),
-        InMemorySource(columns()),
-        InMemoryWeightPublisher(),
-        settings,
-        model_config(settings),
-    )
+    learner = _learner(tmp_path, settings, InMemorySource(columns()), InMemoryWeightPublisher())
     learner.start(resume=False)
     learner.run()
     learner.close()
@@ -237,14 +223,7 @@ def test_learner_publishes_through_the_comms_distributor(tmp_path: Path) -> None
     comms = CommsPublisher("run-1")
     try:
         settings = _settings(max_updates=8, min_transitions=1)
-        learner = Learner(
-            tmp_path,
-            build_algorithm(settings, torch.device("cpu")),
-            InMemorySource(columns()),
-            InMemoryWeightPublisher(),
-            settings,
-            model_config(settings),
-        )
+        learner = _learner(tmp_path, settings, InMemorySource(columns()), InMemoryWeightPublisher())
         learner.publisher = CommsWeightPublisher(
             comms, learner_step=lambda: learner.step, version_floor=lambda: 5
         )
