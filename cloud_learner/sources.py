@@ -157,10 +157,32 @@ class BufferSource:
         return to_torch_batch(arrays, self.device)
 
     def sampler_state(self) -> dict[str, Any]:
+        """The sampler's ``state_dict`` and the rate limiter's counters with the buffer's size
+        at that moment (so a resume can count what was inserted while the learner was down)."""
+        state: dict[str, Any] = {}
         get = getattr(self.sampler, "state_dict", None)
-        return {"sampler": dict(get())} if callable(get) else {}
+        if callable(get):
+            state["sampler"] = dict(get())
+        limiter = getattr(self.buffer, "rate_limiter", None)
+        if limiter is not None:
+            state["rate_limiter"] = {**limiter.state_dict(), "buffer_rows": len(self.buffer)}
+        return state
 
     def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        """Restore the sampler; resume the rate limiter where the checkpoint left it.
+
+        The limiter's samples come back as checkpointed and its inserts grow by the rows the
+        buffer gained since (the edge kept uploading while the learner was down), so the
+        samples-per-insert ratio holds across a crash instead of restarting from zero (which
+        would stall sampling until ``min_size_to_sample`` new rows arrived).
+        """
         load = getattr(self.sampler, "load_state_dict", None)
         if callable(load) and state.get("sampler"):
             load(dict(state["sampler"]))
+        limiter = getattr(self.buffer, "rate_limiter", None)
+        saved = state.get("rate_limiter")
+        if limiter is not None and saved:
+            gained = max(len(self.buffer) - int(saved["buffer_rows"]), 0)
+            limiter.load_state_dict(
+                {"inserts": int(saved["inserts"]) + gained, "samples": int(saved["samples"])}
+            )

@@ -114,3 +114,35 @@ def test_unknown_task_in_the_buffer_is_named(tmp_path: Path) -> None:
             source.sample(8)
     finally:
         buf.close()
+
+
+def test_rate_limiter_counters_resume_with_the_rows_gained_meanwhile(tmp_path: Path) -> None:
+    schema = _schema()
+
+    def limiter() -> RateLimiter:
+        return RateLimiter(samples_per_insert=4.0, min_size_to_sample=40, max_sample=16)
+
+    first = limiter()
+    buf = ReplayBuffer.open(tmp_path / "buffer", schema, rate_limiter=first)
+    try:
+        buf.append(schema.batch_from_records(_steps(60, "reach-v3")))
+        source = BufferSource(buf, ["reach-v3"])
+        source.sample(16)
+        source.sample(16)
+        state = source.sampler_state()  # what the learner's checkpoint stores
+        assert state["rate_limiter"] == {"inserts": 60, "samples": 32, "buffer_rows": 60}
+    finally:
+        buf.close()
+    # The learner was down while the robots uploaded 20 more rows.
+    second = limiter()
+    buf = ReplayBuffer.open(tmp_path / "buffer", schema, rate_limiter=second)
+    try:
+        more = _steps(80, "reach-v3")[60:]
+        buf.append(schema.batch_from_records(more))
+        source = BufferSource(buf, ["reach-v3"])
+        assert not source.can_sample(16)  # a fresh limiter: 20 < min_size_to_sample
+        source.load_sampler_state(state)
+        assert second.state_dict() == {"inserts": 80, "samples": 32}
+        assert source.can_sample(16)
+    finally:
+        buf.close()
