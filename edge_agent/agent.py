@@ -7,6 +7,15 @@ the time from reading the observation to the row being queued for upload (policy
 *overrun* and the next tick starts at once instead of bursting to catch up.
 Each step's row is queued one step late, so that a stop in the middle of an episode can still
 mark the last row ``truncated`` with its real final observation.
+
+Cloud control (:mod:`edge_agent.control`): an e-stop latches the driver on the listener's
+thread and wakes the loop, which closes the episode as truncated and holds until the latch is
+cleared; a pause holds at the next step boundary in the middle of the episode (timestamps
+skip the pause) and a resume continues it. The uplink keeps draining the spool meanwhile.
+
+Weight staleness is measured at every step: ``version_lag`` is how many versions the robot
+had received but not yet applied when it acted, ``apply_delay`` how long a received version
+waited for its safe boundary.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from edge_agent.config import EdgeSettings
+from edge_agent.control import CloudControl
 from edge_agent.core import Driver, InterventionSource, Observation, PolicyRunner
 from edge_agent.operators import NoOperator
 from edge_agent.spool import _write_durably
@@ -72,6 +82,12 @@ class LoopStats:
     discarded_episodes: int = 0
     weight_swaps: int = 0
     weight_errors: int = 0
+    version_lag_sum: int = 0  # sum over steps of (received - applied) versions at act time
+    version_lag_max: int = 0
+    stale_steps: int = 0  # steps acted with a newer version already received
+    apply_delay_sum: float = 0.0  # seconds received versions waited for their boundary
+    apply_delay_max: float = 0.0
+    hold_s: float = 0.0  # seconds held by a cloud e-stop or pause
     labels: dict[str, int] = field(default_factory=lambda: {"success": 0, "failure": 0})
     latencies: deque[float] = field(default_factory=deque)
     periods: deque[float] = field(default_factory=deque)
@@ -143,6 +159,13 @@ class EdgeAgent:
         self.weights = weights
         self.heartbeat = heartbeat
         self.stats = LoopStats()
+        self.control = CloudControl(
+            driver,
+            Path(uplink.spool.directory) / "control.jsonl",
+            on_change=self._beat if heartbeat is not None else None,
+        )
+        self._seen_version = -1  # newest version the weight source offered so far
+        self._seen_at = 0.0
         self.state = "idle"
         self._stop = threading.Event()
         self._failed_version = -1
@@ -160,6 +183,20 @@ class EdgeAgent:
     def stop(self) -> None:
         """Finish the current step, close the episode as truncated, return from ``run``."""
         self._stop.set()
+        self.control.changed.set()  # wake a held loop
+
+    def clear_estop(self, reason: str = "local") -> None:
+        """Release a cloud e-stop here at the robot (a human decision); the loop goes on."""
+        self.control.handle("clear_estop", reason)
+
+    @property
+    def heartbeat_state(self) -> str:
+        """``estopped`` / ``paused`` while the cloud holds the robot, else the loop's state."""
+        if self.control.estopped or self.state == "estopped":
+            return "estopped"
+        if self.control.paused and self.state == "running":
+            return "paused"
+        return self.state
 
     def report(self) -> dict[str, float]:
         """Heartbeat statistics: loop timing, interventions, spool and uplink counters."""
@@ -181,7 +218,14 @@ class EdgeAgent:
             acked_seq=float(spool.acked_seq),
             next_seq=float(spool.next_seq),
             holds=float(getattr(self.runner, "holds", 0)),
+            version_lag_mean=s.version_lag_sum / s.steps if s.steps else 0.0,
+            version_lag_max=float(s.version_lag_max),
+            stale_steps=float(s.stale_steps),
+            apply_delay_mean_s=s.apply_delay_sum / s.weight_swaps if s.weight_swaps else 0.0,
+            apply_delay_max_s=s.apply_delay_max,
+            hold_s=s.hold_s,
         )
+        out.update(self.control.report())
         return out
 
     def run(self, episodes: int | None = None, task: str | None = None) -> dict[str, float]:
@@ -208,11 +252,14 @@ class EdgeAgent:
         try:
             done = 0
             while (episodes is None or done < episodes) and not self._stop.is_set():
+                if self.control.holding:
+                    self._hold()
+                    continue
                 name = task or self.tasks[self.next_episode_index % len(self.tasks)]
-                self._episode(name)
-                done += 1
+                if self._episode(name):
+                    done += 1
         finally:
-            self.state = "estopped" if self.state == "estopped" else "stopped"
+            self.state = "estopped" if self.heartbeat_state == "estopped" else "stopped"
             self.uplink.flush()
             beat_stop.set()
             if beat_thread is not None:
@@ -222,13 +269,38 @@ class EdgeAgent:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def _episode(self, task: str) -> None:
+    def _hold(self, in_episode: bool = False) -> float:
+        """Send nothing while the cloud holds the robot (the uplink drains meanwhile); returns
+        the seconds held. Returns at once on :meth:`stop`; ``in_episode`` (a pause inside an
+        episode) also returns on an e-stop, so that the episode gets closed."""
+        t0 = time.monotonic()
+        self.uplink.flush()  # what is recorded so far goes to the spool and on to the cloud now
+
+        def holding() -> bool:
+            c = self.control
+            return (c.paused and not c.estopped) if in_episode else c.holding
+
+        while holding() and not self._stop.is_set():
+            self.control.wait(0.1)
+        held = time.monotonic() - t0
+        self.stats.hold_s += held
+        return held
+
+    def _episode(self, task: str) -> bool:
+        """Run one episode; False when a cloud e-stop came before its first step."""
         self._apply_weights()  # an episode start is always a safe boundary
         episode_index = self.next_episode_index
         self.next_episode_index += 1
         self._save_episode_index()
         task_index = self.tasks.index(task)
-        obs = self.driver.reset(task=task)
+        try:
+            obs = self.driver.reset(task=task)
+        except Exception:
+            if not self.control.estopped:
+                raise
+            self.next_episode_index -= 1  # e-stopped before it began: it never existed
+            self._save_episode_index()
+            return False
         self.runner.reset()
         self.operator.reset()
         held: list[dict[str, Any]] = []
@@ -242,15 +314,36 @@ class EdgeAgent:
         limit = self.settings.max_episode_steps
         label: str | None = None
         while True:
+            if self.control.paused and not self.control.estopped:
+                t0 += self._hold(in_episode=True)  # at a step boundary; the clock skips it
+                next_tick, last_tick = time.monotonic(), None
+                if self._stop.is_set() and not self.control.estopped:
+                    self._close_early(pending, obs, emit)
+                    break
+                if not self.control.estopped:
+                    obs = self.driver.get_observation()  # the world may have moved meanwhile
+            if self.control.estopped:
+                self._close_early(pending, obs, emit)
+                break
             start = time.monotonic()
             if frame == 0:
                 t0 = next_tick = start  # timestamp 0 at the first step, as LeRobot stores it
-            if self.settings.weight_apply_at == "chunk_boundary" and self.runner.at_chunk_boundary:
+            if self._boundary(frame):
                 self._apply_weights()
             proposed, version = self.runner.act(obs, task_index)
+            self._account_staleness(version)
             op = self.operator.step(obs, proposed)
             command = op.action if (op.is_intervention and op.action is not None) else proposed
-            sent = np.asarray(self.driver.send_action({"action": command})["action"], np.float32)
+            try:
+                reply = self.driver.send_action({"action": command})
+            except Exception:
+                if not self.control.estopped:
+                    raise
+                # Latched between our check and the send: the robot refused, the step never
+                # happened; the episode ends at the last executed step.
+                self._close_early(pending, obs, emit)
+                break
+            sent = np.asarray(reply["action"], np.float32)
             intervening = bool(op.is_intervention)
             if isinstance(self.operator, NoOperator):
                 # Only with no source attached may the robot's own device (a leader arm that
@@ -318,7 +411,14 @@ class EdgeAgent:
                 self.stats.overruns += 1
                 next_tick = now
             else:
-                time.sleep(next_tick - now)
+                # A cloud e-stop or pause wakes the loop at once; anything else sleeps on.
+                while now < next_tick and not self.control.holding and not self._stop.is_set():
+                    self.control.wait(next_tick - now)
+                    now = time.monotonic()
+        if frame == 0:  # e-stopped before the first step: the episode never happened
+            self.next_episode_index -= 1
+            self._save_episode_index()
+            return False
         self.stats.episodes += 1
         if label in ("success", "failure"):
             self.stats.labels[label] += 1
@@ -326,24 +426,62 @@ class EdgeAgent:
             self.stats.discarded_episodes += 1
             self.next_episode_index -= 1  # the episode never existed: reuse its index
             self._save_episode_index()
-            return
+            return True
         if label == "rerecord":
             log.warning("rerecord in stream mode: episode %d was already uploaded", episode_index)
         for rec in held:
             self.uplink.submit(rec)
         self._log_episode(episode_index, task, frame, label)
+        return True
+
+    def _close_early(
+        self, pending: dict[str, Any] | None, obs: Observation, emit: Callable[[Any], None]
+    ) -> None:
+        """End the episode at its last executed step (truncated, final observation ``obs``)."""
+        if pending is None:
+            return
+        pending["truncated"] = pending["truncated"] or not pending["terminated"]
+        pending.update(_final(obs))
+        emit(pending)
 
     # -- weights -----------------------------------------------------------------------------
+
+    def _boundary(self, frame: int) -> bool:
+        """Whether a new version may apply before step ``frame`` (episode start is handled
+        by the caller)."""
+        at = self.settings.weight_apply_at
+        if at == "episode_end" or not self.runner.at_chunk_boundary:
+            return False
+        if at == "every_n_steps":
+            return frame % self.settings.weight_apply_every_steps == 0
+        return True  # chunk_boundary
+
+    def _account_staleness(self, version: int) -> None:
+        if self.weights is None:
+            return
+        offered = self.weights.current()[0]
+        if offered > self._seen_version:
+            self._seen_version, self._seen_at = offered, time.monotonic()
+        lag = max(0, offered - version) if version >= 0 else 0
+        s = self.stats
+        s.version_lag_sum += lag
+        s.version_lag_max = max(s.version_lag_max, lag)
+        s.stale_steps += lag > 0
 
     def _apply_weights(self) -> None:
         if self.weights is None:
             return
         version, tensors = self.weights.current()
+        if version > self._seen_version:
+            self._seen_version, self._seen_at = version, time.monotonic()
         if version <= self.runner.policy_version or version == self._failed_version:
             return
         try:
             self.runner.set_weights(version, tensors)
             self.stats.weight_swaps += 1
+            delay = time.monotonic() - self._seen_at
+            self.stats.apply_delay_sum += delay
+            self.stats.apply_delay_max = max(self.stats.apply_delay_max, delay)
         except ValueError as exc:
             self._failed_version = version
             self.stats.weight_errors += 1
@@ -375,7 +513,7 @@ class EdgeAgent:
     def _beat(self) -> None:
         assert self.heartbeat is not None
         try:
-            self.heartbeat(self.state, self.applied_version, self.report())
+            self.heartbeat(self.heartbeat_state, self.applied_version, self.report())
         except Exception as exc:  # a cloud outage must not stop the robot
             log.info("heartbeat failed: %s", exc)
 

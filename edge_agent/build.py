@@ -202,5 +202,9 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         weights=weights,
         heartbeat=heartbeat,
     )
+    if client is not None and edge.cloud_control:
+        from edge_agent.control import listen
+
+        closers.append(listen(client, agent.control).close)  # closed before the client
     closers.insert(0, driver.disconnect)
     return BuiltAgent(agent, closers)

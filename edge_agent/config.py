@@ -75,8 +75,24 @@ class EdgeSettings(BaseModel):
     )
 
     # --- weights
-    weight_apply_at: Literal["episode_end", "chunk_boundary"] = Field(
-        default="episode_end", description="Safe boundary at which a new policy version applies."
+    weight_apply_at: Literal["episode_end", "chunk_boundary", "every_n_steps"] = Field(
+        default="episode_end",
+        description=(
+            "Safe boundary at which a new policy version applies: episode start only; any "
+            "action-chunk boundary (every step for single-action policies); or a chunk "
+            "boundary every weight_apply_every_steps steps. Episode start always is one."
+        ),
+    )
+    weight_apply_every_steps: int = Field(
+        default=25, ge=1, description="Step spacing of the every_n_steps boundary."
+    )
+
+    # --- cloud control
+    cloud_control: bool = Field(
+        default=True,
+        description=(
+            "Subscribe to the cloud's Control stream (e-stop, pause, resume) when connected."
+        ),
     )
 
     # --- episodes

@@ -42,6 +42,10 @@ class EdgeAgentWorker:
     def stop(self) -> None:
         self._built.agent.stop()
 
+    def clear_estop(self, reason: str = "local") -> None:
+        """Release a cloud e-stop at the robot (see :mod:`edge_agent.control`)."""
+        self._built.agent.clear_estop(reason)
+
     def close(self) -> dict[str, float]:
         """Stop background services; returns the final report."""
         self._built.agent.uplink.flush()

@@ -1,0 +1,181 @@
+"""Commands the cloud pushes to a robot (e-stop, pause, resume) and the agent's state under them.
+
+:class:`CloudControl` is written by the control listener's thread (comms' ``ControlListener``)
+and read by the control loop. The split of work:
+
+* **e-stop** latches the driver *on the listener's thread*, at once (``driver.estop()`` is
+  thread-safe and never waits for the loop), then wakes the loop: it stops commanding, closes
+  the running episode as truncated and holds until the latch is cleared. A ``resume`` does
+  not clear an e-stop; only :meth:`CloudControl.clear_estop` does (a ``clear_estop`` command
+  or a human at the robot), because releasing an e-stop is a deliberate decision.
+* **pause** is honoured at the next step boundary: the loop sends nothing more and holds in
+  the middle of its episode; the uplink keeps draining the spool. **resume** continues the
+  same episode.
+
+Every command is appended to ``control.jsonl`` in the spool directory (fsynced) and counted
+in the agent's heartbeat statistics; the heartbeat's state (``estopped`` / ``paused``) is what
+the cloud's registry turns into a ``robot.estopped`` event and status.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+KINDS = ("estop", "pause", "resume", "clear_estop", "lease_changed", "noop")
+
+
+class CloudControl:
+    """Thread-safe e-stop latch and pause flag of one robot.
+
+    Args:
+        driver: the robot; ``estop()`` is called on e-stop, ``clear_estop()`` (when the
+            driver has one, as hal's drivers do) on clear.
+        log_path: where each command is appended as one JSON line (None: not logged).
+        on_change: called after each state change (e.g. an immediate heartbeat); errors are
+            logged, never raised into the listener.
+    """
+
+    def __init__(
+        self,
+        driver: Any,
+        log_path: Path | None = None,
+        on_change: Callable[[], object] | None = None,
+    ) -> None:
+        self.driver = driver
+        self.log_path = log_path
+        self.on_change = on_change
+        self._lock = threading.Lock()
+        self._estopped = False
+        self._paused = False
+        self.changed = threading.Event()  # set on every command; the loop waits on it
+        self.estop_received_at: float | None = None  # time.monotonic() of the last e-stop
+        self.counts: dict[str, int] = {k: 0 for k in KINDS}
+        self.unknown = 0
+
+    @property
+    def estopped(self) -> bool:
+        return self._estopped
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def holding(self) -> bool:
+        """The loop must send no action now (e-stopped or paused)."""
+        return self._estopped or self._paused
+
+    def handle(self, kind: str, reason: str = "", seq: int = 0, run_id: str = "") -> None:
+        """Apply one command by name (see :data:`KINDS`); an unknown name is logged and counted.
+
+        ``lease_changed`` and ``noop`` change nothing here (the run's own supervisor
+        restarts agents whose lease moved); they are logged for the record.
+        """
+        if kind == "estop":
+            self.estop(reason)
+        elif kind == "pause":
+            self._set(paused=True)
+        elif kind == "resume":
+            self._set(paused=False)
+        elif kind == "clear_estop":
+            self.clear_estop(reason)
+        elif kind not in KINDS:
+            self.unknown += 1
+            log.warning("ignoring unknown control command %r (seq %d)", kind, seq)
+            return
+        with self._lock:
+            self.counts[kind] += 1
+        self._record(kind, reason, seq, run_id)
+        self._notify()
+
+    def estop(self, reason: str = "") -> None:
+        """Latch the driver now (from any thread) and hold the loop until :meth:`clear_estop`."""
+        self.driver.estop()  # first: the robot stops before anything else happens
+        with self._lock:
+            self._estopped = True
+            self.estop_received_at = time.monotonic()
+        self.changed.set()
+        log.warning("e-stop (%s): robot halted, control loop holding", reason or "no reason")
+
+    def clear_estop(self, reason: str = "") -> None:
+        """Release the latch on the driver and the loop (a deliberate, human decision)."""
+        clear = getattr(self.driver, "clear_estop", None)
+        if callable(clear):
+            clear()
+        self._set(estopped=False)
+        log.warning("e-stop cleared (%s)", reason or "no reason")
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, returning early (True) when a command arrives."""
+        got = self.changed.wait(timeout)
+        self.changed.clear()
+        return got
+
+    def report(self) -> dict[str, float]:
+        """Counters for heartbeats: commands received per kind, current latch/pause."""
+        with self._lock:
+            out = {f"control_{k}": float(v) for k, v in self.counts.items() if v}
+        out["control_unknown"] = float(self.unknown)
+        out["estopped"] = float(self._estopped)
+        out["paused"] = float(self._paused)
+        return out
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _set(self, *, estopped: bool | None = None, paused: bool | None = None) -> None:
+        with self._lock:
+            if estopped is not None:
+                self._estopped = estopped
+            if paused is not None:
+                self._paused = paused
+        self.changed.set()
+
+    def _record(self, kind: str, reason: str, seq: int, run_id: str) -> None:
+        if self.log_path is None:
+            return
+        line = {"t": time.time(), "kind": kind, "reason": reason, "seq": seq, "run_id": run_id}
+        try:
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, (json.dumps(line) + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # a full disk must not stop an e-stop from taking effect
+            log.error("could not log control command %s: %s", kind, exc)
+
+    def _notify(self) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change()
+        except Exception as exc:
+            log.info("control change hook failed: %s", exc)
+
+
+def listen(client: Any, control: CloudControl) -> Any:
+    """Start comms' ``ControlListener`` on ``client`` feeding ``control``; returns it (close it).
+
+    Kinds arrive as protobuf enum values and are passed on by their lower-case name, so a kind
+    the cloud adds later (e.g. ``CLEAR_ESTOP``) works as soon as comms' schema has it.
+    """
+    from comms.client import ControlListener
+    from comms.proto import robofleet_pb2 as pb
+
+    def on_command(cmd: Any) -> None:
+        try:
+            kind = pb.ControlCommand.Kind.Name(cmd.kind).lower()
+        except ValueError:
+            kind = f"kind_{cmd.kind}"
+        control.handle(kind, cmd.reason, int(cmd.seq), cmd.run_id)
+
+    return ControlListener(client, on_command)
