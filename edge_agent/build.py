@@ -36,11 +36,14 @@ class AgentOptions:
         operator: ``none``, ``scripted``, ``keyboard`` or ``gamepad``.
         max_episode_steps: the driver's episode length.
         spool_dir: overrides ``edge.spool_dir`` (one directory per robot).
-        hidden: hidden width of the local MLP policy.
+        hidden: hidden width of the local fallback MLP (weights without a policy card; a
+            version's card, see ``edge_agent.policy_build``, decides the policy otherwise).
         seed: episode seed of the driver's first episode; each further episode takes the
             next integer. Meta-World picks goal variation ``seed % 50`` and seeds the
             simulator with it, so robots of one fleet given different seeds (e.g. 1000 apart)
             replay different goals. Default 0 (every robot the same sequence, as before).
+        terminate_on_success: end an episode (``terminated``) when the task succeeds
+            (sparse-return learners such as RECAP need success as the terminal signal).
     """
 
     robot_name: str
@@ -53,6 +56,7 @@ class AgentOptions:
     spool_dir: Path | None = None
     hidden: int = 64
     seed: int = 0
+    terminate_on_success: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -112,6 +116,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         tasks=opts.tasks,
         max_episode_steps=opts.max_episode_steps,
         seed=opts.seed,
+        terminate_on_success=opts.terminate_on_success,
     )
     spool_dir = opts.spool_dir or edge.spool_dir / opts.robot_name
     spool = Spool(spool_dir, edge.spool_max_bytes, edge.spool_full_policy)
@@ -152,12 +157,14 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     else:
         import torch
 
-        from cloud_learner.policies import MLPPolicy, PolicySpec
+        from edge_agent.policy_build import CardPolicy
 
         torch.set_num_threads(1)
         state_dim = int(driver.observation_features["observation.state"]["shape"][0])
-        policy = MLPPolicy(
-            PolicySpec(state_dim, action_dim, num_tasks=len(opts.tasks), hidden=opts.hidden)
+        # The network is whatever each weight version's policy card says (MLP, RECAP's
+        # indicator-conditioned MLP, SAC's Gaussian sampling while training).
+        policy = CardPolicy(
+            state_dim, action_dim, len(opts.tasks), opts.hidden, stochastic=True, seed=opts.seed
         )
         runner = LocalPolicyRunner(policy, action_dim)
         if client is not None:

@@ -1,4 +1,4 @@
-"""``robofleet demo``: post-train a simulated Meta-World fleet with HG-DAgger, live.
+"""``robofleet demo``: post-train a simulated Meta-World fleet (HG-DAgger, RECAP or SAC), live.
 
 Starts the cloud on the embedded defaults (local Ray, SQLite and buffers in ``data_dir``,
 comms on 127.0.0.1, the dashboard on http://127.0.0.1:8000), enrolls ``--robots`` simulated
@@ -7,6 +7,11 @@ progress until ``--minutes`` are over. ``--kill-learner-at S`` SIGKILLs the lear
 seconds into the run; the supervisor restarts it from its last checkpoint. ``--json`` prints
 the summary as the last line: initial_success, final_success, minutes, env_steps,
 interventions, versions_published, acked_lost, learner_restarts.
+
+``--algorithm`` picks the learner: ``hg-dagger`` (the default; MLP trained on the operator's
+corrections), ``recap`` (pi*0.6's advantage-conditioned MLP; robots act on "positive") or
+``sac`` (SAC with RLPD's symmetric sampling; a tanh-Gaussian actor that samples on the robots,
+operator takeovers as the prior half of each batch). See ``robofleet.orchestration.params``.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def demo_spec(args: argparse.Namespace) -> Any:
+    from robofleet.orchestration.params import POLICY_KINDS
     from robofleet.runspec import parse_run_spec
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -57,7 +63,7 @@ def demo_spec(args: argparse.Namespace) -> Any:
             "algorithm": args.algorithm,
             "tasks": tasks,
             "hyperparameters": {"control_hz": args.control_hz},
-            "policy": {"kind": "mlp", "hidden_sizes": [128, 128]},
+            "policy": {"kind": POLICY_KINDS[args.algorithm], "hidden_sizes": [128, 128]},
             "robots": {
                 "robot_type": "metaworld-sawyer",
                 "tags": {"simulated": "true"},
@@ -74,10 +80,13 @@ def demo_spec(args: argparse.Namespace) -> Any:
     )
 
 
-def _table(progress: dict[str, Any], tasks: list[str]) -> Any:
+def _table(progress: dict[str, Any], tasks: list[str], algorithm: str = "hg-dagger") -> Any:
     from rich.table import Table
 
-    t = Table(title="robofleet demo: HG-DAgger on a simulated fleet", expand=False)
+    from robofleet.orchestration.params import DISPLAY_NAMES
+
+    name = DISPLAY_NAMES.get(algorithm, algorithm)
+    t = Table(title=f"robofleet demo: {name} on a simulated fleet", expand=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("state", str(progress.get("state", "starting")))
@@ -149,11 +158,13 @@ def main(argv: Sequence[str] = ()) -> int:
         killed = False
         started = time.monotonic()
         with Live(
-            _table(driver.progress, spec.tasks), console=console, refresh_per_second=2
+            _table(driver.progress, spec.tasks, spec.algorithm),
+            console=console,
+            refresh_per_second=2,
         ) as live:
             while driver.alive:
                 time.sleep(0.5)
-                live.update(_table(driver.progress, spec.tasks))
+                live.update(_table(driver.progress, spec.tasks, spec.algorithm))
                 if (
                     args.kill_learner_at is not None
                     and not killed

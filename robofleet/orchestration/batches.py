@@ -8,11 +8,23 @@ Wire (REQ/REP on loopback): the request is one JSON frame
 ``{"op": "sample" | "size" | "sampler_state" | "load_sampler_state", ...}``; the reply is a JSON
 frame and, for ``sample``, a second frame with the batch in the safetensors layout (raw
 tensors plus a JSON header, never pickle). A ``sample`` request also carries the learner's
-latest statistics (``stats``), which the run driver shows and stores as metrics.
+latest statistics (``stats``), which the run driver shows and stores as metrics, and may name
+the ``sampling`` its algorithm needs (absent: the server's own sampler):
+
+* ``{"kind": "intervention"}``: the server's sampler (HG-DAgger: operator-labelled steps);
+* ``{"kind": "uniform"}``: every step alike (RECAP);
+* ``{"kind": "symmetric", "online_fraction": 0.5}``: RLPD's symmetric sampling (Ball et al.
+  2023) with HIL-SERL's prior data: ``1 - online_fraction`` of each batch from operator steps
+  (demonstrations and takeovers, ``is_intervention``), the rest from autonomous steps
+  (:class:`SymmetricSampler`).
 
 Batch keys (B = batch size): ``observation.state`` (B, 39) float32, ``next.observation.state``
 (B, 39) float32, ``action`` (B, 4) float32, ``task_index`` (B,) int64, ``is_intervention`` (B,)
-bool, ``reward`` (B,) float32, ``terminated`` / ``truncated`` (B,) bool.
+bool, ``reward`` (B,) float32, ``terminated`` / ``truncated`` (B,) bool, ``is_demonstration``
+(B,) bool (a scripted demonstration step) and ``success`` (B,) bool: the episode ended with
+the task solved at this step. Robots of sparse-return runs end episodes at success
+(``terminated``); a demonstration episode is the scripted expert's and counts as a success
+where it ends (``truncated``).
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ import zmq
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
+from buffer.samplers import Picks, Sampler, SamplingView, uniform_rows
 from cloud_learner.batch import to_torch_batch
 from cloud_learner.core import Batch
 
@@ -46,19 +59,63 @@ KEYS = (
 )
 
 
+DEMO_ROBOT = "demo"  # robot_id of the scripted demonstrations (simfleet.DEMO_ROBOT)
+SAMPLING_KINDS = ("intervention", "uniform", "symmetric")
+
+
+class SymmetricSampler(Sampler):
+    """RLPD's symmetric sampling over one buffer: operator steps vs autonomous steps.
+
+    ``round(B * online_fraction)`` rows come uniformly from autonomous steps (the policy's own
+    online data) and the rest uniformly from ``is_intervention`` steps (demonstrations and
+    operator takeovers: the prior data, as HIL-SERL stores them). When one side has no
+    eligible row yet the whole batch comes from the other.
+
+    Raises (from ``sample_indices``): ValueError when nothing is eligible at all.
+    """
+
+    def __init__(self, online_fraction: float = 0.5) -> None:
+        if not 0.0 <= online_fraction <= 1.0:
+            raise ValueError(f"online_fraction must be in [0, 1], got {online_fraction}")
+        self.online_fraction = online_fraction
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        interv = view.buffer.index.cols["is_intervention"]
+        seg = slice(view.lo - view.base, view.hi - view.base)
+        elig = view.eligible[seg]
+        n_prior = int(np.count_nonzero(elig & interv[seg]))
+        n_online = int(np.count_nonzero(elig)) - n_prior
+        if n_prior + n_online == 0:
+            raise ValueError("nothing to sample: no eligible transition")
+        k = int(round(batch_size * self.online_fraction))
+        if n_online == 0:
+            k = 0
+        elif n_prior == 0:
+            k = batch_size
+        parts = [
+            uniform_rows(view, view.lo, view.hi, k, rng, accept=~interv),
+            uniform_rows(view, view.lo, view.hi, batch_size - k, rng, accept=interv),
+        ]
+        return [(view.online, np.concatenate(parts), np.ones(batch_size, np.float32))]
+
+
 class BatchServer:
     """Serves samples of one run's buffer to its learner (a daemon thread in the cloud).
 
     Args:
         buffer: the run's open ``buffer.ReplayBuffer``.
         tasks: the run's task list (``task_index`` = position).
-        sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform.
+        sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform;
+            used for requests without ``sampling`` or with kind ``intervention``.
     """
 
     def __init__(self, buffer: Any, tasks: Sequence[str], sampler: Any = None) -> None:
         self.buffer = buffer
         self.tasks = {t: i for i, t in enumerate(tasks)}
         self.sampler = sampler
+        self._samplers: dict[tuple[str, float], Any] = {}
         self.learner_stats: dict[str, float] = {}
         self.samples = 0
         self._ctx: zmq.Context[Any] = zmq.Context.instance()
@@ -91,15 +148,35 @@ class BatchServer:
                 frames.append(payload)
             self._sock.send_multipart(frames)
 
+    def sampler_for(self, sampling: Mapping[str, Any] | None) -> Any:
+        """The buffer sampler a request's ``sampling`` names (see the module docstring).
+
+        Raises:
+            ValueError: an unknown kind or a bad ``online_fraction``, named.
+        """
+        if not sampling:
+            return self.sampler
+        kind = sampling.get("kind")
+        if kind not in SAMPLING_KINDS:
+            raise ValueError(f"sampling kind {kind!r} is unknown (known: {SAMPLING_KINDS})")
+        if kind == "intervention":
+            return self.sampler
+        fraction = float(sampling.get("online_fraction", 0.5))
+        key = (str(kind), fraction)
+        if key not in self._samplers:
+            self._samplers[key] = None if kind == "uniform" else SymmetricSampler(fraction)
+        return self._samplers[key]
+
     def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
         op = req.get("op")
         if op == "size":
             return {"size": len(self.buffer)}, None
+        sampler = self.sampler_for(req.get("sampling"))
         if op == "sampler_state":
-            get = getattr(self.sampler, "state_dict", None)
+            get = getattr(sampler, "state_dict", None)
             return {"state": dict(get()) if callable(get) else {}}, None
         if op == "load_sampler_state":
-            load = getattr(self.sampler, "load_state_dict", None)
+            load = getattr(sampler, "load_state_dict", None)
             if callable(load) and req.get("state"):
                 load(dict(req["state"]))
             return {}, None
@@ -110,26 +187,50 @@ class BatchServer:
             n = int(req["batch_size"])
             if len(self.buffer) == 0:
                 return {"empty": True, "size": 0}, None
-            arrays = self.buffer.sample(n, sampler=self.sampler, timeout=1.0)
-            out = {k: np.ascontiguousarray(arrays[k]) for k in KEYS if k in arrays}
-            unknown = sorted({str(t) for t in arrays["task"]} - set(self.tasks))
-            if unknown:
-                raise ValueError(f"sampled tasks {unknown} are not in the run's tasks")
-            out["task_index"] = np.array([self.tasks[str(t)] for t in arrays["task"]], np.int64)
-            self.samples += n
-            return {"size": len(self.buffer)}, st_save(out)
+            arrays = self.buffer.sample(n, sampler=sampler, timeout=1.0)
+            return {"size": len(self.buffer)}, st_save(self._batch(arrays))
         raise ValueError(f"unknown op {op!r}")
+
+    def _batch(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {k: np.ascontiguousarray(arrays[k]) for k in KEYS if k in arrays}
+        unknown = sorted({str(t) for t in arrays["task"]} - set(self.tasks))
+        if unknown:
+            raise ValueError(f"sampled tasks {unknown} are not in the run's tasks")
+        out["task_index"] = np.array([self.tasks[str(t)] for t in arrays["task"]], np.int64)
+        demo = np.array([str(r) == DEMO_ROBOT for r in arrays["robot_id"]], dtype=bool)
+        out["is_demonstration"] = demo
+        out["success"] = np.asarray(arrays["terminated"], bool) | (
+            demo & np.asarray(arrays["truncated"], bool)
+        )
+        self.samples += len(out["task_index"])
+        return out
 
 
 class RemoteBufferSource:
     """A :class:`cloud_learner.core.BatchSource` that asks a :class:`BatchServer`.
 
+    Args:
+        address: the server's ``tcp://`` address.
+        timeout_s: longest wait for one reply.
+        sampling: the server-side sampling to ask for (module docstring); None = the
+            server's own sampler.
+        reward_scale: multiplies ``reward`` of every batch (e.g. 0.1 maps Meta-World's
+            0..10 dense reward into 0..1 for SAC).
+
     Raises (from ``sample``): ``RuntimeError`` with the server's reason, or ``TimeoutError``
     when the server does not answer within ``timeout_s`` (the cloud is gone).
     """
 
-    def __init__(self, address: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 30.0,
+        sampling: Mapping[str, Any] | None = None,
+        reward_scale: float = 1.0,
+    ) -> None:
         self.address = address
+        self.sampling = dict(sampling) if sampling else None
+        self.reward_scale = reward_scale
         self.timeout_ms = int(timeout_s * 1000)
         self.stats: dict[str, float] = {}
         self._size = 0
@@ -172,23 +273,37 @@ class RemoteBufferSource:
     def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
         while True:
             header, payload = self._call(
-                {"op": "sample", "batch_size": batch_size, "stats": self.stats}
+                {
+                    "op": "sample",
+                    "batch_size": batch_size,
+                    "stats": self.stats,
+                    "sampling": self.sampling,
+                }
             )
             self._size = int(header.get("size", 0))
             self._size_at = time.monotonic()
             if payload is not None:
-                return dict(st_load(payload))
+                arrays = dict(st_load(payload))
+                if self.reward_scale != 1.0 and "reward" in arrays:
+                    arrays["reward"] = arrays["reward"] * np.float32(self.reward_scale)
+                return arrays
             time.sleep(0.1)
 
     def sample(self, batch_size: int) -> Batch:
         return to_torch_batch(self.sample_numpy(batch_size), torch.device("cpu"))
 
     def sampler_state(self) -> dict[str, Any]:
-        header, _ = self._call({"op": "sampler_state"})
+        header, _ = self._call({"op": "sampler_state", "sampling": self.sampling})
         return {"sampler": header["state"]}
 
     def load_sampler_state(self, state: Mapping[str, Any]) -> None:
-        self._call({"op": "load_sampler_state", "state": state.get("sampler") or {}})
+        self._call(
+            {
+                "op": "load_sampler_state",
+                "state": state.get("sampler") or {},
+                "sampling": self.sampling,
+            }
+        )
 
     def close(self) -> None:
         self._sock.close(0)

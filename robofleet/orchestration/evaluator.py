@@ -4,6 +4,10 @@ An episode succeeds when Meta-World reports success within ``max_steps``; an epi
 operator rescued cannot count, because no operator is attached. Seeds ``10_000 + i`` (goal
 variation ``seed % 50`` of hal's Meta-World driver) are the fixed evaluation configurations;
 training robots start their seeds at 100_000 * (robot number + 1), demonstrations at 20_000.
+
+The evaluated policy is built exactly as on a robot (``edge_agent.policy_build.CardPolicy``,
+from the version's policy card) but acts deterministically: SAC's Gaussian with its mean
+``tanh(mu)``, RECAP conditioned on "positive", HG-DAgger's MLP as it is.
 """
 
 from __future__ import annotations
@@ -16,14 +20,13 @@ import numpy as np
 EVAL_SEED = 10_000
 
 
-def build_policy(num_tasks: int, hidden: int, depth: int = 2) -> Any:
-    """The edge agents' policy shape (``edge_agent.build``): MLP on state + task one-hot."""
-    from cloud_learner.policies import MLPPolicy, PolicySpec
+def build_policy(num_tasks: int, hidden: int) -> Any:
+    """The edge agents' policy (``edge_agent.build``) in evaluation mode: built from each
+    version's policy card, an MLP on state + task one-hot ``hidden`` wide without one."""
+    from edge_agent.policy_build import CardPolicy
     from robofleet.orchestration.params import ACTION_DIM, STATE_DIM
 
-    return MLPPolicy(
-        PolicySpec(STATE_DIM, ACTION_DIM, num_tasks=num_tasks, hidden=hidden, depth=depth)
-    )
+    return CardPolicy(STATE_DIM, ACTION_DIM, num_tasks, hidden, stochastic=False)
 
 
 def evaluate(policy: Any, tasks: Sequence[str], episodes: int, max_steps: int) -> dict[str, float]:

@@ -60,9 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cloud_learner.factory import build_algorithm, model_config
     from cloud_learner.learner_main import metadata_hook
     from cloud_learner.loop import Learner
+    from cloud_learner.policy_card import CardPublisher, card_for
     from cloud_learner.publisher import FileWeightPublisher
     from robofleet.orchestration.batches import RemoteBufferSource
-    from robofleet.orchestration.params import RunParams, learner_settings
+    from robofleet.orchestration.params import RunParams, batch_sampling, learner_settings
     from robofleet.runspec import parse_run_spec
 
     torch.set_num_threads(1)
@@ -72,8 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     params = RunParams.from_spec(spec)
     settings = learner_settings(spec, params)
     algorithm = build_algorithm(settings, torch.device("cpu"))
-    source = RemoteBufferSource(args.batches)
-    publisher = FileWeightPublisher(args.run_dir / "weights", keep=5)
+    sampling = batch_sampling(spec, params)
+    reward_scale = float(sampling.pop("reward_scale"))
+    source = RemoteBufferSource(args.batches, sampling=sampling, reward_scale=reward_scale)
+    # Every version carries its policy card, so robots and the evaluator build the right
+    # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
+    publisher = CardPublisher(
+        FileWeightPublisher(args.run_dir / "weights", keep=5),
+        card_for(settings.algorithm, algorithm.policy),
+    )
     hook = metadata_hook(args.database_url, args.run_id) if args.database_url else None
     learner = Learner(
         args.run_dir,
@@ -99,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     period = 1.0 / params.updates_per_s if params.updates_per_s > 0 else 0.0
     window: list[float] = []
-    last_loss = float("nan")
+    last: dict[str, float] = {"loss": float("nan")}
     try:
         while not flags["stop"]:
             if os.getppid() != parent:
@@ -110,13 +118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 learner.save_checkpoint()
             t0 = time.monotonic()
             metrics = learner.train_step()
-            last_loss = metrics.get("loss", last_loss)
+            # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go
+            # to the run driver with the counters.
+            last.update({k: float(v) for k, v in metrics.items()})
             window.append(t0)
             window = [t for t in window if t0 - t < 5.0]
             source.stats = {
+                **last,
                 "learner_step": float(learner.step),
                 "policy_version": float(learner.version),
-                "loss": float(last_loss),
                 "updates_per_s": len(window) / 5.0,
             }
             spare = period - (time.monotonic() - t0)
@@ -134,8 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _initial_policy(learner: object, source: object, params: object) -> None:
-    """Normalisation from the demonstrations, BC updates, publish v1 and checkpoint."""
+    """Normalisation from the demonstrations, BC updates, publish v1 and checkpoint
+    (``cloud_learner.warm_start``: each algorithm's way of cloning the demonstrations)."""
     from cloud_learner.loop import Learner
+    from cloud_learner.warm_start import bc_update, fit_state_normalization
     from robofleet.orchestration.batches import RemoteBufferSource
     from robofleet.orchestration.params import RunParams
 
@@ -144,12 +156,14 @@ def _initial_policy(learner: object, source: object, params: object) -> None:
     assert isinstance(params, RunParams)
     learner.version = max(learner.version, int(learner.publisher.latest_version()))  # type: ignore[attr-defined]
     states = source.sample_numpy(4096)["observation.state"]
-    policy = learner.algorithm.policy
-    policy.set_state_normalization(states, min_std=params.min_state_std)  # type: ignore[attr-defined]
+    fit_state_normalization(learner.algorithm, states, params.min_state_std)
+    metrics: dict[str, float] = {}
     for _ in range(params.bc_updates):
-        learner.algorithm.update(source.sample(params.batch_size))
+        metrics = bc_update(learner.algorithm, source.sample(params.batch_size))
         learner.step += 1
-    log.info("initial policy: %d BC updates on the demonstrations", params.bc_updates)
+    log.info(
+        "initial policy: %d BC updates on the demonstrations (last %s)", params.bc_updates, metrics
+    )
     learner._publish()  # the weak initial policy is version 1 of the run
     learner.save_checkpoint()
 

@@ -1,12 +1,30 @@
 """What a run spec means for the processes of a run: learner settings, robot options, cadences.
 
 The run spec (:mod:`robofleet.runspec`) says *what* to train; this module turns it into the
-settings each part takes. HG-DAgger knobs that the spec leaves open come from
-``spec.hyperparameters`` (defaults below), e.g. ``{"lr": 1e-3, "control_hz": 20}``.
+settings each part takes. Knobs that the spec leaves open come from ``spec.hyperparameters``
+(defaults in :class:`RunParams`), e.g. ``{"lr": 1e-3, "control_hz": 20}``.
+
+The simulated Meta-World fleet runs three algorithms (``spec.algorithm``):
+
+==========  ===========  ===================================  ===============================
+algorithm   policy.kind  batches (from the run's buffer)      episodes on the robots
+==========  ===========  ===================================  ===============================
+hg-dagger   mlp          operator-labelled steps only          fixed length
+recap       mlp          every step, uniformly                 end (terminated) at success
+sac         gaussian     RLPD symmetric: half operator          fixed length (truncation is
+                         steps (demos + takeovers), half        not termination)
+                         autonomous (``buffer.online_fraction``)
+==========  ===========  ===================================  ===============================
+
+Rewards: Meta-World's dense shaped reward lies in [0, 10] per step (10 at the goal); SAC
+trains on it times ``reward_scale`` (default 0.1, so [0, 1]). RECAP ignores it and uses
+pi*0.6's sparse return (-1 per step, a failure penalty of ``max_episode_steps`` when an
+episode ends without success), scaled by ``1 / (2 * max_episode_steps)`` into [-1, 0].
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -17,6 +35,25 @@ STATE_DIM = 39  # Meta-World's goal-observable state (hal.drivers.metaworld)
 ACTION_DIM = 4
 
 _ALGORITHMS = {"hg-dagger": "hg_dagger", "recap": "recap", "sac": "sac_rlpd"}
+DISPLAY_NAMES = {"hg-dagger": "HG-DAgger", "recap": "RECAP", "sac": "SAC/RLPD"}
+# The policy class each algorithm trains (cloud_learner.policies; edge agents build the same
+# from the weights' policy card).
+POLICY_KINDS = {"hg-dagger": "mlp", "recap": "mlp", "sac": "gaussian"}
+# Hyper-parameters that mean something to one algorithm only.
+_ONLY_FOR = {
+    "guidance_weight": "recap",
+    "positive_fraction": "recap",
+    "indicator_dropout": "recap",
+    "gamma": "sac",
+    "reward_scale": "sac",
+    "init_temperature": "sac",
+}
+_ZERO_OK = ("updates_per_s", "seed", "bc_updates", "indicator_dropout")
+_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "positive_fraction": (lambda v: 0 < v < 1, "(0, 1)"),
+    "indicator_dropout": (lambda v: 0 <= v < 1, "[0, 1)"),
+    "gamma": (lambda v: 0 < v <= 1, "(0, 1]"),
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +74,13 @@ class RunParams:
         eval_max_steps: evaluation episode limit (steps).
         min_state_std: floor of the state normalisation's standard deviation.
         seed: learner seed.
+        guidance_weight: RECAP only; classifier-free guidance weight w of the robots'
+            "positive"-conditioned actions (1 = plain conditioning).
+        positive_fraction: RECAP only; share of each task's data labelled an improvement.
+        indicator_dropout: RECAP only; probability of training the unconditional branch.
+        gamma: SAC only; discount per control step.
+        reward_scale: SAC only; multiplies Meta-World's dense reward (0..10 per step).
+        init_temperature: SAC only; initial entropy temperature alpha.
     """
 
     lr: float = 1e-3
@@ -50,6 +94,12 @@ class RunParams:
     eval_max_steps: int = 100
     min_state_std: float = 0.05
     seed: int = 0
+    guidance_weight: float = 1.0
+    positive_fraction: float = 0.3
+    indicator_dropout: float = 0.3
+    gamma: float = 0.99
+    reward_scale: float = 0.1
+    init_temperature: float = 0.1
 
     @classmethod
     def from_spec(cls, spec: RunSpec) -> RunParams:
@@ -71,33 +121,81 @@ class RunParams:
             if want is int and not float(value).is_integer():
                 errors[f"hyperparameters.{key}"] = f"must be an integer, got {value!r}"
                 continue
-            if value < 0 or (value == 0 and key not in ("updates_per_s", "seed", "bc_updates")):
+            if value < 0 or (value == 0 and key not in _ZERO_OK):
                 errors[f"hyperparameters.{key}"] = f"must be positive, got {value!r}"
                 continue
+            bounds = _RANGES.get(key)
+            if bounds is not None and not bounds[0](value):
+                errors[f"hyperparameters.{key}"] = f"must be in {bounds[1]}, got {value!r}"
+                continue
+            owner = _ONLY_FOR.get(key)
+            if owner is not None and owner != spec.algorithm:
+                errors[f"hyperparameters.{key}"] = (
+                    f"applies to algorithm {owner!r} only, not {spec.algorithm!r}"
+                )
+                continue
             values[key] = want(value)
-        hidden = spec.policy.hidden_sizes
-        if spec.policy.kind != "mlp":
-            errors["policy.kind"] = "the simulated fleet runs 'mlp' policies only for now"
-        if len(hidden) != 2 or hidden[0] != hidden[1]:
-            errors["policy.hidden_sizes"] = (
-                "edge agents run two equal hidden layers, e.g. [128, 128]; got " + str(hidden)
-            )
-        if spec.algorithm != "hg-dagger":
-            errors["algorithm"] = "the run manager drives 'hg-dagger' runs for now"
+        errors.update(_policy_errors(spec))
         if errors:
             raise RunSpecError(errors)
         return cls(**values)
 
 
+def _policy_errors(spec: RunSpec) -> dict[str, str]:
+    """What the simulated fleet cannot run of ``spec.algorithm`` / ``spec.policy``."""
+    errors: dict[str, str] = {}
+    want = POLICY_KINDS.get(spec.algorithm)
+    if want is None:
+        errors["algorithm"] = (
+            f"the run manager drives {sorted(POLICY_KINDS)}; got {spec.algorithm!r}"
+        )
+    elif spec.policy.kind != want:
+        errors["policy.kind"] = (
+            f"algorithm {spec.algorithm!r} trains a {want!r} policy on the simulated fleet; "
+            f"got {spec.policy.kind!r}"
+        )
+    hidden = spec.policy.hidden_sizes
+    if len(hidden) != 2 or hidden[0] != hidden[1]:
+        errors["policy.hidden_sizes"] = (
+            "edge agents run two equal hidden layers, e.g. [128, 128]; got " + str(hidden)
+        )
+    if spec.policy.chunk_size != 1:
+        errors["policy.chunk_size"] = (
+            f"the simulated fleet's policies act one step at a time (1); got "
+            f"{spec.policy.chunk_size}"
+        )
+    return errors
+
+
 def learner_settings(spec: RunSpec, params: RunParams) -> LearnerSettings:
-    """The learner's settings for ``spec`` (shared MLP on state + task one-hot)."""
+    """The learner's settings for ``spec``: one shared policy on state + task one-hot."""
+    config: dict[str, Any] = {"lr": params.lr}
+    sampler, online_fraction = "intervention", 0.5
+    if spec.algorithm == "recap":
+        horizon = params.max_episode_steps
+        config.update(
+            value_lr=params.lr,
+            guidance_weight=params.guidance_weight,
+            positive_fraction=params.positive_fraction,
+            indicator_dropout=params.indicator_dropout,
+            failure_penalty=float(horizon),
+            return_scale=1.0 / (2.0 * horizon),
+        )
+        sampler = "uniform"
+    elif spec.algorithm == "sac":
+        config.update(
+            gamma=params.gamma,
+            hidden=spec.policy.hidden_sizes[0],
+            init_temperature=params.init_temperature,
+        )
+        sampler, online_fraction = "mix", spec.buffer.online_fraction
     return LearnerSettings.model_validate(
         {
             "device": "cpu",
             "algorithm": _ALGORITHMS[spec.algorithm],
-            "algorithm_config": {"lr": params.lr},
+            "algorithm_config": config,
             "policy": {
-                "kind": "mlp",
+                "kind": POLICY_KINDS[spec.algorithm],
                 "state_dim": STATE_DIM,
                 "action_dim": ACTION_DIM,
                 "num_tasks": len(spec.tasks),
@@ -112,7 +210,27 @@ def learner_settings(spec: RunSpec, params: RunParams) -> LearnerSettings:
             "checkpoint_every_updates": params.checkpoint_every_updates,
             "log_every_updates": 10,
             "tasks": list(spec.tasks),
-            "sampler": "intervention",
+            "sampler": sampler,
+            "online_fraction": online_fraction,
             "torch_threads": 1,
         }
     )
+
+
+def batch_sampling(spec: RunSpec, params: RunParams) -> dict[str, Any]:
+    """How the learner asks the :class:`~robofleet.orchestration.batches.BatchServer` to draw
+    its batches and shape rewards (see the table in the module docstring)."""
+    if spec.algorithm == "recap":
+        return {"kind": "uniform", "reward_scale": 1.0}
+    if spec.algorithm == "sac":
+        return {
+            "kind": "symmetric",
+            "online_fraction": spec.buffer.online_fraction,
+            "reward_scale": params.reward_scale,
+        }
+    return {"kind": "intervention", "reward_scale": 1.0}
+
+
+def agent_options(spec: RunSpec) -> dict[str, Any]:
+    """Extra ``edge_agent.build.AgentOptions`` fields for the robots of ``spec``'s run."""
+    return {"terminate_on_success": spec.algorithm == "recap"}

@@ -327,6 +327,7 @@ class RunDriver:
         import ray
 
         from edge_agent.build import AgentOptions
+        from robofleet.orchestration.params import agent_options
         from robofleet.orchestration.simfleet import spool_dir
 
         ctx = self.ctx
@@ -350,6 +351,7 @@ class RunDriver:
             max_episode_steps=self.params.max_episode_steps,
             spool_dir=spool,
             hidden=self.spec.policy.hidden_sizes[0],
+            **agent_options(self.spec),  # e.g. RECAP's episodes end at success
         )
         actor_options: dict[str, Any] = {"max_concurrency": 4, "num_cpus": 0}
         Worker: Any = ray.remote(**actor_options)(SimRobotWorker)

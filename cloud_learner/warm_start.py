@@ -1,0 +1,67 @@
+"""The weak initial policy of a run: state normalisation and behaviour cloning on demonstrations.
+
+Every algorithm starts from a policy cloned from a handful of demonstrations (issue 11's weak
+start), then learns online:
+
+* HG-DAgger: its update *is* behaviour cloning (MSE on the operator's actions).
+* RECAP: its update on demonstrations is behaviour cloning conditioned on "positive" (every
+  demonstration step is an intervention, hence forced positive) and fits the value function.
+* SAC/RLPD: the actor is fitted by maximum likelihood of the demonstrated actions under the
+  tanh-squashed Gaussian (:func:`gaussian_bc_loss`), so both mean and spread are learned and
+  the first sampled actions are close to the demonstrations; the critics start untrained, as
+  in RLPD.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from cloud_learner.algorithms.sac_rlpd import SACRLPD
+from cloud_learner.core import Batch, Metrics
+from cloud_learner.policies.base import TorchPolicy
+from cloud_learner.policies.gaussian import GaussianPolicy, tanh_gaussian_log_prob
+
+# Demonstrated actions at exactly +-1 would need an infinite pre-squash value.
+_ACTION_LIMIT = 1.0 - 1e-3
+
+
+def fit_state_normalization(algorithm: Any, states: np.ndarray, min_std: float) -> int:
+    """Fit ``observation.state`` normalisation (N, D) of every network inside ``algorithm``:
+    the policy and, where there are some, value functions, critics and their targets.
+    Returns how many networks were set."""
+    seen: set[int] = set()
+    for value in vars(algorithm).values():
+        if not isinstance(value, nn.Module):
+            continue
+        for module in value.modules():
+            if isinstance(module, TorchPolicy) and id(module) not in seen:
+                module.set_state_normalization(states, min_std=min_std)
+                seen.add(id(module))
+    return len(seen)
+
+
+def gaussian_bc_loss(policy: GaussianPolicy, batch: Batch) -> torch.Tensor:
+    """Scalar mean negative log-likelihood of ``batch["action"]`` (B, A), clipped into the
+    open interval (-1, 1), under the policy's tanh-Gaussian."""
+    action = batch["action"].float().clamp(-_ACTION_LIMIT, _ACTION_LIMIT)
+    mean, log_std = policy.distribution(batch)
+    return -tanh_gaussian_log_prob(torch.atanh(action), mean, log_std).mean()
+
+
+def bc_update(algorithm: Any, batch: Batch) -> Metrics:
+    """One behaviour-cloning step of ``algorithm``'s policy on demonstrations (see above)."""
+    if isinstance(algorithm, SACRLPD):
+        policy = algorithm.policy
+        policy.train()
+        loss = gaussian_bc_loss(policy, batch)
+        algorithm.actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(policy.parameters(), algorithm.config.grad_clip_norm)
+        algorithm.actor_optimizer.step()
+        return {"bc_nll": float(loss.detach())}
+    metrics: Metrics = algorithm.update(batch)
+    return metrics
