@@ -70,3 +70,25 @@ class CommsSettings(BaseModel):
     max_concurrent_streams: int = Field(
         default=1024, gt=0, description="Concurrent RPCs a server accepts."
     )
+    data_plane: bool = Field(
+        default=True,
+        description="Bulk bytes (weight chunks, step batches) over a ZeroMQ data plane beside "
+        "gRPC: servers offer one, clients take it when they can reach it (else gRPC bytes).",
+    )
+    data_port: int = Field(
+        default=0, ge=0, le=65535, description="ZeroMQ data-plane port (0 = any free port)."
+    )
+    data_advertise_host: str | None = Field(
+        default=None,
+        description="Host robots use for the data plane (default: bind_host; set it when "
+        "binding 0.0.0.0).",
+    )
+    data_plane_handshake_s: float = Field(
+        default=2.0, gt=0, description="How long a client waits for the data plane to answer."
+    )
+    data_plane_stall_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="A weight version with no chunk on the data plane for this long is "
+        "completed over gRPC (Fetch).",
+    )

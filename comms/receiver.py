@@ -29,7 +29,7 @@ _VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sha256-veri
 _MAX_PENDING = 16  # chunks staged but not yet checked, per version
 
 
-def _sha256(data: bytes) -> bytes:
+def _sha256(data: Any) -> bytes:
     return hashlib.sha256(data).digest()
 
 
@@ -75,22 +75,29 @@ class VersionAssembler:
         """Stage ``chunk`` now and check its sha256 on a worker thread (hashlib releases the
         GIL), so hashing overlaps with receiving the next chunks. ``complete`` and ``missing``
         wait for the checks; a chunk that fails is refused as in :meth:`add`."""
-        if (chunk.version, chunk.base_version) != self.key:
-            return
-        i = int(chunk.index)
+        self.add_buffer(chunk.version, chunk.base_version, chunk.index, chunk.data)
+
+    def add_buffer(self, version: int, base_version: int, index: int, data: Any) -> bool:
+        """:meth:`add_async` for raw bytes (a data-plane frame): copied into the staging
+        buffer, the staged copy is what gets checked. Returns whether it was staged."""
+        if (version, base_version) != self.key:
+            return False
+        i = int(index)
         size = self.manifest.chunk_bytes
         expected_len = min(size, self.manifest.payload_bytes - i * size)
-        if i >= len(self.manifest.chunk_sha256) or len(chunk.data) != expected_len:
+        if i >= len(self.manifest.chunk_sha256) or len(data) != expected_len:
             self.rejected += 1
-            return
+            return False
         if i not in self._missing or i in self._pending_index:
-            return  # a duplicate: verified (or being verified) data is never overwritten
-        data = chunk.data
-        self.payload[i * size : i * size + expected_len] = data
-        self._pending.append((i, _VERIFY_POOL.submit(_sha256, data)))
+            return False  # a duplicate: verified (or being verified) data is never overwritten
+        start = i * size
+        self.payload[start : start + expected_len] = data
+        staged = memoryview(self.payload)[start : start + expected_len]
+        self._pending.append((i, _VERIFY_POOL.submit(_sha256, staged)))
         self._pending_index.add(i)
         if len(self._pending) > _MAX_PENDING:  # bounded memory: wait for the oldest checks
             self._settle(keep=_MAX_PENDING // 2)
+        return True
 
     def _settle(self, keep: int = 0) -> None:
         while len(self._pending) > keep:

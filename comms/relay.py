@@ -137,6 +137,8 @@ class RelayExperience(rpc.ExperienceServicer):
                     await up.done_writing()
                     return
                 self.relay.upload_bytes += len(msg.arrow_ipc)
+                # The cloud's data plane is not the relay's: robots here upload through us.
+                msg.data_plane = False
                 await up.write(msg)
 
         task = asyncio.create_task(pump_up())
@@ -145,6 +147,7 @@ class RelayExperience(rpc.ExperienceServicer):
                 ack = await up.read()
                 if ack is grpc.aio.EOF:
                     break
+                ack.ClearField("data_plane")
                 await write(self.relay.state, context, ack)
             code = await up.code()
             if code != grpc.StatusCode.OK:

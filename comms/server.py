@@ -20,6 +20,7 @@ import grpc.aio
 from comms import tls
 from comms.auth import Authenticator
 from comms.config import CommsSettings
+from comms.dataplane import DataPlaneServer, curve_available
 from comms.loop_thread import LoopThread
 from comms.proto import robofleet_pb2 as pb
 from comms.publisher import WeightPublisher
@@ -89,6 +90,7 @@ class CloudServer:
         """
         self._loop = LoopThread("comms-cloud")
         self.state.loop = self._loop.loop
+        self.state.dataplane = start_dataplane(self.settings)
         self.port = self._loop.run(self._start())
         log.info(
             "cloud gRPC server on %s (tls=%s)",
@@ -128,6 +130,9 @@ class CloudServer:
             self._server = None
         self._loop.stop()
         self._loop = None
+        if self.state.dataplane is not None:
+            self.state.dataplane.close()
+            self.state.dataplane = None
 
     def close(self) -> None:
         """Stop and close every publisher."""
@@ -168,12 +173,43 @@ class CloudServer:
     def stats(self) -> dict[str, Any]:
         """Counters: open streams, weight bytes sent, rows uploaded."""
         st = self.state
+        dp = st.dataplane
         return {
             "active_streams": st.active_streams,
-            "weight_bytes_sent": st.weight_bytes_sent,
+            "weight_bytes_sent": st.weight_bytes_sent + (dp.weight_bytes_sent if dp else 0),
+            "data_plane_batches": dp.batches_received if dp else 0,
             "uploaded_rows": st.uploaded_rows,
         }
+
+    @property
+    def data_endpoint(self) -> str | None:
+        """The ZeroMQ data plane's endpoint, None when none is offered."""
+        dp = self.state.dataplane
+        return dp.endpoint if dp is not None else None
 
     def invalidate_auth(self) -> None:
         """Re-read credentials and leases at the next call (after a revocation or lease change)."""
         self.state.auth.invalidate()
+
+
+def start_dataplane(settings: CommsSettings) -> DataPlaneServer | None:
+    """The server's ZeroMQ data plane, or None (turned off, or TLS without CURVE in libzmq:
+    then bytes stay on the encrypted gRPC streams rather than travel in plaintext)."""
+    if not settings.data_plane:
+        return None
+    tls_on = settings.tls_cert_file is not None
+    if tls_on and not curve_available():
+        log.warning("TLS is on but libzmq lacks CURVE: no data plane, bytes stay on gRPC")
+        return None
+    try:
+        return DataPlaneServer(
+            settings.bind_host,
+            settings.data_port,
+            advertise_host=settings.data_advertise_host,
+            curve=tls_on,
+            max_bytes_per_s=settings.weight_max_bytes_per_s,
+            max_message_bytes=settings.max_upload_batch_bytes,
+        )
+    except RuntimeError as exc:
+        log.error("no data plane: %s", exc)
+        return None

@@ -29,6 +29,7 @@ from comms import tensors as T
 from comms import wire
 from comms.auth import Authenticator, AuthError, RobotIdentity, credential_from
 from comms.config import CommsSettings
+from comms.dataplane import DataPlaneServer, Session
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.publisher import Published, WeightPublisher
@@ -61,6 +62,7 @@ class ServerState:
     rate: AsyncByteRate = field(default_factory=lambda: AsyncByteRate(0))
     control: dict[int, asyncio.Queue[pb.ControlCommand]] = field(default_factory=dict)
     version_events: dict[str, asyncio.Event] = field(default_factory=dict)
+    dataplane: DataPlaneServer | None = None
     active_streams: int = 0
     weight_bytes_sent: int = 0
     uploaded_rows: int = 0
@@ -197,88 +199,173 @@ class ExperienceServicer(rpc.ExperienceServicer):
 
     @guarded
     async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        """Step batches in (on this stream, or on the data plane when the opening message asks
+        for it and one is offered), acks with the durable seq out, always on this stream."""
         s = self.s
         ident = await identify(s, context)
         run_id: str | None = None
         sink = None
         durable = -1
-        parts: list[bytes] = []
+        parts: list[Any] = []
         size = 0
         resync = False
-        with _Streams(s):
+        dp = s.dataplane
+        session: Session | None = None
+        # Once the data plane is bound, both sources feed one queue, in arrival order:
+        # ("dp", frame) from the data-plane thread, ("grpc", message or EOF) from this stream.
+        inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        pump: asyncio.Task[None] | None = None
+        limit = s.settings.max_upload_batch_bytes
+        loop = asyncio.get_running_loop()
+
+        async def pump_stream() -> None:
             while True:
-                try:
-                    msg = await asyncio.wait_for(context.read(), s.settings.stream_idle_timeout_s)
-                except TimeoutError:
-                    await context.abort(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        f"no step batch for {s.settings.stream_idle_timeout_s:.0f} s; stream dropped",
-                    )
-                if msg is grpc.aio.EOF:
+                m = await context.read()
+                inbox.put_nowait(("grpc", m))
+                if m is grpc.aio.EOF:
                     return
-                assert isinstance(msg, pb.StepBatch)
-                if run_id is None:
-                    run_id = msg.run_id
-                    await asyncio.to_thread(s.auth.require_lease, ident, run_id)
-                    sink = s.sinks(run_id)
-                    if sink is None:
-                        await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}")
-                    assert sink is not None
-                    durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
-                elif msg.run_id != run_id:
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
+
+        with _Streams(s):
+            try:
+                while True:
+                    data: Any
+                    more = False
+                    if pump is None:
+                        msg = await self._read(context)
+                    else:
+                        try:
+                            kind, got = await asyncio.wait_for(
+                                inbox.get(), s.settings.stream_idle_timeout_s
+                            )
+                        except TimeoutError:
+                            await self._idle_abort(context)
+                        if inbox.qsize() > 4 * s.settings.upload_window:
+                            await context.abort(
+                                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                "more step batches in flight than the upload window",
+                            )
+                        msg = got if kind == "grpc" else None
+                        if msg is not None and msg is not grpc.aio.EOF:
+                            await context.abort(
+                                grpc.StatusCode.INVALID_ARGUMENT,
+                                "step batches go on the data plane once it is bound",
+                            )
+                        if msg is None:
+                            data = got.buffer
+                    if msg is grpc.aio.EOF:
+                        return
+                    if msg is not None:
+                        assert isinstance(msg, pb.StepBatch)
+                        if run_id is None:
+                            run_id = msg.run_id
+                            await asyncio.to_thread(s.auth.require_lease, ident, run_id)
+                            sink = s.sinks(run_id)
+                            if sink is None:
+                                await context.abort(
+                                    grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}"
+                                )
+                            assert sink is not None
+                            durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
+                            if msg.data_plane and dp is not None and not msg.arrow_ipc:
+                                session = dp.open(
+                                    lambda _seq, frame: loop.call_soon_threadsafe(
+                                        inbox.put_nowait, ("dp", frame)
+                                    )
+                                )
+                                pump = asyncio.create_task(pump_stream())
+                                offer = dp.offer(session)
+                                ack = pb.UploadAck(durable_seq=durable, data_plane=offer)
+                                await write(s, context, ack)
+                                continue
+                        elif msg.run_id != run_id:
+                            await context.abort(
+                                grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
+                            )
+                        data, more = msg.arrow_ipc, msg.more
+                    if not len(data) and not more and not parts:
+                        resync = False  # hello / sync: the client resends from ``durable``
+                        await write(s, context, pb.UploadAck(durable_seq=durable))
+                        continue
+                    size += len(data)
+                    if size > limit:
+                        await context.abort(
+                            grpc.StatusCode.RESOURCE_EXHAUSTED, f"step batch over {limit} bytes"
+                        )
+                    parts.append(data)
+                    if more:
+                        continue
+                    whole = parts[0] if len(parts) == 1 else b"".join(parts)
+                    parts, size = [], 0
+                    assert run_id is not None
+                    durable, ack, refused = await self._ingest(
+                        context, ident, run_id, whole, durable, None if resync else sink
                     )
-                if not msg.arrow_ipc and not msg.more and not parts:
-                    resync = False  # hello / sync: the client resends from ``durable``
-                    await write(s, context, pb.UploadAck(durable_seq=durable))
-                    continue
-                size += len(msg.arrow_ipc)
-                if size > s.settings.max_upload_batch_bytes:
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"step batch over {s.settings.max_upload_batch_bytes} bytes",
-                    )
-                parts.append(msg.arrow_ipc)
-                if msg.more:
-                    continue
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
-                parts, size = [], 0
-                ack = pb.UploadAck(durable_seq=durable)
-                try:
-                    # Parse, check and append in one worker-thread hop.
-                    rows, durable = await asyncio.to_thread(
-                        _ingest,
-                        data,
-                        ident.robot_id,
-                        run_id,
-                        durable,
-                        None if resync else sink,
-                        s.robot_lock(run_id, ident.robot_id),
-                    )
-                    s.uploaded_rows += rows
-                    ack.durable_seq = durable
                     if resync:
                         # After a refusal later batches are refused too, until the client
                         # re-syncs, so nothing is stored out of order around the refused batch.
                         ack.backpressure = True
                         ack.reason = "resync after backpressure"
-                except S.StepFormatError as exc:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                except S.ForeignRowsError as exc:
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
-                except SinkRejected as exc:
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                except Backpressure as bp:
-                    ack.backpressure = True
-                    ack.retry_after_ms = int(bp.retry_after_s * 1000)
-                    ack.reason = str(bp)
-                    resync = True
-                await write(s, context, ack)
+                    resync = resync or refused
+                    await write(s, context, ack)
+            finally:
+                if pump is not None:
+                    pump.cancel()
+                if session is not None and dp is not None:
+                    dp.close_session(session)
+
+    async def _read(self, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await asyncio.wait_for(context.read(), self.s.settings.stream_idle_timeout_s)
+        except TimeoutError:
+            await self._idle_abort(context)
+
+    async def _idle_abort(self, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"no step batch for {self.s.settings.stream_idle_timeout_s:.0f} s; stream dropped",
+        )
+
+    async def _ingest(
+        self,
+        context: grpc.aio.ServicerContext,
+        ident: RobotIdentity,
+        run_id: str,
+        data: Any,
+        durable: int,
+        sink: StepSink | None,
+    ) -> tuple[int, pb.UploadAck, bool]:
+        """Parse, check and append one whole batch in one worker-thread hop (``sink`` None:
+        check only). Returns (durable seq, the ack to send, whether backpressure refused it)."""
+        s = self.s
+        ack = pb.UploadAck(durable_seq=durable)
+        try:
+            rows, durable = await asyncio.to_thread(
+                _ingest,
+                data,
+                ident.robot_id,
+                run_id,
+                durable,
+                sink,
+                s.robot_lock(run_id, ident.robot_id),
+            )
+        except S.StepFormatError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except S.ForeignRowsError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        except SinkRejected as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Backpressure as bp:
+            ack.backpressure = True
+            ack.retry_after_ms = int(bp.retry_after_s * 1000)
+            ack.reason = str(bp)
+            return durable, ack, True
+        s.uploaded_rows += rows
+        ack.durable_seq = durable
+        return durable, ack, False
 
 
 def _ingest(
-    data: bytes,
+    data: Any,
     robot_id: int,
     run_id: str,
     durable: int,
@@ -313,9 +400,22 @@ class WeightsServicer(rpc.WeightsServicer):
         self.s = state
 
     async def _send(
-        self, context: grpc.aio.ServicerContext, enc: EncodedVersion, indices: list[int] | None
+        self,
+        context: grpc.aio.ServicerContext,
+        enc: EncodedVersion,
+        indices: list[int] | None,
+        session: Session | None = None,
     ) -> None:
         s = self.s
+        if session is not None and session.bound.is_set() and s.dataplane is not None:
+            # The manifest here, the chunks on the data plane straight from the shared payload.
+            await write(
+                s, context, pb.WeightMessage(manifest=enc.manifest, chunks_on_data_plane=True)
+            )
+            s.dataplane.send_version(
+                session, enc, list(range(enc.num_chunks)) if indices is None else indices
+            )
+            return
         await write(s, context, pb.WeightMessage(manifest=enc.manifest))
         for i in range(enc.num_chunks) if indices is None else indices:
             n = len(enc.chunk_view(i))
@@ -351,11 +451,18 @@ class WeightsServicer(rpc.WeightsServicer):
         acked = asyncio.Event()
         acked.set()
         closed = False
+        dp = self.s.dataplane
+        session = dp.open() if dp is not None and first.data_plane else None
+        if session is not None:
+            assert dp is not None
+            await write(self.s, context, pb.WeightMessage(data_plane=dp.offer(session)))
 
         async def read_acks() -> None:
             nonlocal have, done, closed
             async for ack in request_iterator:
                 have, done = int(ack.have_version), max(done, int(ack.done_version))
+                if ack.data_plane_failed and session is not None and dp is not None:
+                    dp.unbind(session)  # chunks go on this stream from now on
                 acked.set()
             closed = True
             acked.set()
@@ -381,9 +488,11 @@ class WeightsServicer(rpc.WeightsServicer):
                             continue
                     enc = latest.for_subscriber(have)
                     acked.clear()
-                    await self._send(context, enc, None)
+                    await self._send(context, enc, None, session)
         finally:
             reader.cancel()
+            if session is not None and dp is not None:
+                dp.close_session(session)
 
     @guarded
     async def Fetch(self, request: pb.FetchRequest, context: grpc.aio.ServicerContext) -> None:

@@ -5,6 +5,13 @@ has not acknowledged, drops batches once an ack reports them durable, and on any
 reconnects (exponential backoff with jitter) and asks the cloud for its durable ``seq`` before
 resending, so a cloud restart causes neither loss nor duplicates. Backpressure pauses sending
 for the time the cloud asks.
+
+With ``comms.data_plane`` on, the opening message asks for the server's ZeroMQ data plane
+(:mod:`comms.dataplane`); when one is offered and answers, the batches (whole, zero-copy from
+the spool) and re-sync hellos go there and the acks keep coming on the gRPC stream, with the
+same window, backpressure and re-sync rules. When it does not answer, the batches go on the
+stream as before. A data plane that stops delivering shows as missing acks: the stream is
+dropped after ``stream_idle_timeout_s`` and re-opened (and re-synced).
 """
 
 from __future__ import annotations
@@ -18,11 +25,13 @@ from typing import Any, Protocol
 
 import grpc
 import pyarrow as pa
+import zmq
 
+from comms import dataplane_client, wire
 from comms import steps as S
-from comms import wire
 from comms.backoff import Backoff
 from comms.client import FATAL_CODES, EdgeClient
+from comms.dataplane import BATCH, BATCH_HEADER
 from comms.proto import robofleet_pb2 as pb
 from comms.sink import NO_SEQ
 
@@ -141,6 +150,7 @@ class Uploader:
         self.last_error: str | None = None
         self.reconnects = 0
         self.backpressured = 0
+        self.data_plane_batches = 0  # batches sent on the ZeroMQ data plane
         self._call: Any = None
         self._thread = threading.Thread(target=self._run, name=f"uploader-{run_id}", daemon=True)
         self._thread.start()
@@ -198,6 +208,8 @@ class Uploader:
             kind = st.outstanding.popleft() if st.outstanding else _HELLO
             if ack.durable_seq > self.durable_seq:
                 self.durable_seq = int(ack.durable_seq)
+            if ack.HasField("data_plane") and st.offer is None:
+                st.offer = ack.data_plane
             if kind == _HELLO:
                 st.synced = True
                 st.sent_seq = int(ack.durable_seq)
@@ -209,11 +221,19 @@ class Uploader:
         self._spool.ack(int(ack.durable_seq))
 
     def _requests(self, st: _StreamState) -> Any:
-        """Request generator (runs on a gRPC thread)."""
+        """Request generator (runs on a gRPC thread, which also owns the data-plane socket)."""
+        try:
+            yield from self._request_loop(st)
+        finally:
+            if st.sock is not None:
+                st.sock.close(0)
+                st.sock = None
+
+    def _request_loop(self, st: _StreamState) -> Any:
         s = self._s
         with self._cond:
             st.outstanding.append(_HELLO)
-        yield pb.StepBatch(run_id=self._run_id)
+        yield pb.StepBatch(run_id=self._run_id, data_plane=s.data_plane)
         while True:
             with self._cond:
                 if self._stop.is_set() or st.dead:
@@ -237,8 +257,16 @@ class Uploader:
                     hello = False
                 ready = st.synced and inflight < s.upload_window
                 sent_seq = st.sent_seq
+            if st.offer is not None and not st.tried:
+                st.tried = True
+                st.sock = dataplane_client.connect(
+                    st.offer, s.data_plane_handshake_s, require_curve=s.tls_ca_file is not None
+                )
             if hello:
-                yield pb.StepBatch(run_id=self._run_id)
+                if st.sock is not None:
+                    st.sock.send_multipart([BATCH, BATCH_HEADER.pack(-1, 0), b""])
+                else:
+                    yield pb.StepBatch(run_id=self._run_id)
                 continue
             if not ready:
                 with self._cond:
@@ -256,7 +284,13 @@ class Uploader:
                     st.sent_seq = e.last_seq
                     if len(st.outstanding) == 1:
                         st.last_progress = time.monotonic()
-                yield from _parts(self._run_id, e, s.upload_part_bytes)
+                if st.sock is not None:
+                    # Whole, and without a copy: the frame points at the spooled bytes.
+                    head = BATCH_HEADER.pack(e.last_seq, 0)
+                    st.sock.send_multipart([BATCH, head, e.data], copy=False)
+                    self.data_plane_batches += 1
+                else:
+                    yield from _parts(self._run_id, e, s.upload_part_bytes)
 
     def wait_durable(self, seq: int, timeout: float) -> bool:
         """Block until the cloud acknowledged ``seq`` as durable."""
@@ -276,6 +310,9 @@ class _StreamState:
         self.resync_at = 0.0
         self.dead = False
         self.last_progress = time.monotonic()
+        self.offer: pb.DataPlane | None = None  # from the first ack
+        self.tried = False
+        self.sock: zmq.Socket[bytes] | None = None  # owned by the request generator
 
 
 def _parts(run_id: str, e: SpoolEntry, part_bytes: int) -> Any:

@@ -5,6 +5,13 @@ failed their sha256 check or never came (a truncated stream), applies complete v
 acknowledges each version so the server sends the next (newest) one (flow control: a slow robot
 skips versions instead of queueing them), and re-subscribes with exponential backoff and jitter
 when the stream breaks.
+
+With ``comms.data_plane`` on, the subscription asks for the server's ZeroMQ data plane
+(:mod:`comms.dataplane`): manifests and acks stay on the gRPC stream, the chunks of a version
+come as ZeroMQ frames and are checked against the manifest's sha256 exactly like gRPC chunks.
+When the data plane cannot be reached the chunks come on the stream; when it stops delivering
+(no chunk for ``data_plane_stall_s``) the version is completed by Fetch and the server is told
+to use the stream again.
 """
 
 from __future__ import annotations
@@ -16,9 +23,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import grpc
+import zmq
 
+from comms import dataplane_client
 from comms.backoff import Backoff
 from comms.client import EdgeClient
+from comms.dataplane import CHUNK_HEADER, WEIGHT
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.weight_codec import WeightFormatError
@@ -43,6 +53,8 @@ class GrpcWeightSource:
         self.chunks_refused = 0
         self.refetches = 0
         self.bytes_received = 0
+        self.data_plane_bytes = 0  # of bytes_received, those that came on the data plane
+        self._dp: zmq.Socket[bytes] | None = None
         self._thread = threading.Thread(target=self._run, name=f"weights-rx-{run_id}", daemon=True)
         self._thread.start()
 
@@ -72,16 +84,61 @@ class GrpcWeightSource:
         log.warning("version %d not applied (missing %d chunks)", asm.key[0], len(asm.missing))
         return False
 
+    def _data_plane_chunks(self, asm: VersionAssembler | None, expected: int) -> bool:
+        """Receive a version's chunks from the data plane into ``asm`` (None: drain them);
+        returns False when not one came within ``data_plane_stall_s`` (the plane is lost)."""
+        sock = self._dp
+        if sock is None:
+            return False
+        stall_ms = int(self._client.settings.data_plane_stall_s * 1000)
+        got = 0
+        key = asm.key if asm is not None else None
+        while got < expected and not self._stop.is_set():
+            if not sock.poll(stall_ms):
+                return got > 0
+            frames = sock.recv_multipart(copy=False)
+            if len(frames) != 3 or frames[0].bytes != WEIGHT:
+                continue
+            try:
+                version, base, index = CHUNK_HEADER.unpack(frames[1].bytes)
+            except Exception:
+                continue
+            if key is not None and (version, base) != key:
+                continue  # a late chunk of an earlier version
+            data = frames[2].buffer
+            self.bytes_received += len(data)
+            self.data_plane_bytes += len(data)
+            got += 1
+            if asm is not None:
+                asm.add_buffer(version, base, index, data)
+        return True
+
+    def _drop_data_plane(self) -> None:
+        if self._dp is not None:
+            self._dp.close(0)
+            self._dp = None
+
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._drop_data_plane()
+
+    def _loop(self) -> None:
         s = self._client.settings
         backoff = Backoff(s.reconnect_initial_s, s.reconnect_max_s)
         while not self._stop.is_set():
             asm: VersionAssembler | None = None
             acks: queue.SimpleQueue[pb.SubscribeRequest | None] = queue.SimpleQueue()
+            self._drop_data_plane()  # a new stream offers a new token
             try:
                 call = self._client.weights.Subscribe(
                     _requests(
-                        pb.SubscribeRequest(run_id=self._run_id, have_version=self._rx.version),
+                        pb.SubscribeRequest(
+                            run_id=self._run_id,
+                            have_version=self._rx.version,
+                            data_plane=s.data_plane,
+                        ),
                         acks,
                     ),
                     metadata=self._client.metadata,
@@ -90,6 +147,37 @@ class GrpcWeightSource:
                 expected = seen = 0
                 version = -1
                 for msg in call:
+                    if msg.HasField("data_plane"):
+                        self._dp = dataplane_client.connect(
+                            msg.data_plane,
+                            s.data_plane_handshake_s,
+                            require_curve=s.tls_ca_file is not None,
+                        )
+                        continue
+                    if msg.HasField("manifest") and msg.chunks_on_data_plane:
+                        if asm is not None and not self._finish(asm):
+                            break
+                        version = int(msg.manifest.version)
+                        asm = None
+                        if self._rx.wants(msg.manifest):
+                            try:
+                                asm = VersionAssembler(msg.manifest)
+                            except WeightFormatError as exc:
+                                log.error("manifest refused: %s", exc)
+                        n = len(msg.manifest.chunk_sha256)
+                        lost = not self._data_plane_chunks(asm, n) and n > 0
+                        if lost:
+                            log.info("no chunk on the data plane; back to the gRPC stream")
+                            self._drop_data_plane()
+                        ok = asm is None or self._finish(asm)  # repairs over gRPC (Fetch)
+                        asm = None
+                        if not ok:
+                            break
+                        backoff.reset()
+                        ack = _ack(self._rx.version, version)
+                        ack.data_plane_failed = lost
+                        acks.put(ack)
+                        continue
                     if msg.HasField("manifest"):
                         if asm is not None and not self._finish(asm):
                             break  # the server assumes we hold it: re-subscribe to re-sync

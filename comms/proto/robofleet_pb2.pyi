@@ -29,29 +29,43 @@ class EnrollReply(_message.Message):
     credential: str
     def __init__(self, robot_id: _Optional[int] = ..., robot_name: _Optional[str] = ..., credential: _Optional[str] = ...) -> None: ...
 
+class DataPlane(_message.Message):
+    __slots__ = ("endpoint", "token", "curve_server_key")
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CURVE_SERVER_KEY_FIELD_NUMBER: _ClassVar[int]
+    endpoint: str
+    token: bytes
+    curve_server_key: bytes
+    def __init__(self, endpoint: _Optional[str] = ..., token: _Optional[bytes] = ..., curve_server_key: _Optional[bytes] = ...) -> None: ...
+
 class StepBatch(_message.Message):
-    __slots__ = ("run_id", "last_seq", "arrow_ipc", "more")
+    __slots__ = ("run_id", "last_seq", "arrow_ipc", "more", "data_plane")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
     ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    DATA_PLANE_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     last_seq: int
     arrow_ipc: bytes
     more: bool
-    def __init__(self, run_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ..., more: _Optional[bool] = ...) -> None: ...
+    data_plane: bool
+    def __init__(self, run_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ..., more: _Optional[bool] = ..., data_plane: _Optional[bool] = ...) -> None: ...
 
 class UploadAck(_message.Message):
-    __slots__ = ("durable_seq", "backpressure", "retry_after_ms", "reason")
+    __slots__ = ("durable_seq", "backpressure", "retry_after_ms", "reason", "data_plane")
     DURABLE_SEQ_FIELD_NUMBER: _ClassVar[int]
     BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    DATA_PLANE_FIELD_NUMBER: _ClassVar[int]
     durable_seq: int
     backpressure: bool
     retry_after_ms: int
     reason: str
-    def __init__(self, durable_seq: _Optional[int] = ..., backpressure: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    data_plane: DataPlane
+    def __init__(self, durable_seq: _Optional[int] = ..., backpressure: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., data_plane: _Optional[_Union[DataPlane, _Mapping]] = ...) -> None: ...
 
 class TensorEntry(_message.Message):
     __slots__ = ("name", "dtype", "shape", "encoding")
@@ -106,22 +120,30 @@ class Chunk(_message.Message):
     def __init__(self, version: _Optional[int] = ..., base_version: _Optional[int] = ..., index: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class WeightMessage(_message.Message):
-    __slots__ = ("manifest", "chunk")
+    __slots__ = ("manifest", "chunk", "data_plane", "chunks_on_data_plane")
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    DATA_PLANE_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_ON_DATA_PLANE_FIELD_NUMBER: _ClassVar[int]
     manifest: Manifest
     chunk: Chunk
-    def __init__(self, manifest: _Optional[_Union[Manifest, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ...) -> None: ...
+    data_plane: DataPlane
+    chunks_on_data_plane: bool
+    def __init__(self, manifest: _Optional[_Union[Manifest, _Mapping]] = ..., chunk: _Optional[_Union[Chunk, _Mapping]] = ..., data_plane: _Optional[_Union[DataPlane, _Mapping]] = ..., chunks_on_data_plane: _Optional[bool] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("run_id", "have_version", "done_version")
+    __slots__ = ("run_id", "have_version", "done_version", "data_plane", "data_plane_failed")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     HAVE_VERSION_FIELD_NUMBER: _ClassVar[int]
     DONE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DATA_PLANE_FIELD_NUMBER: _ClassVar[int]
+    DATA_PLANE_FAILED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     have_version: int
     done_version: int
-    def __init__(self, run_id: _Optional[str] = ..., have_version: _Optional[int] = ..., done_version: _Optional[int] = ...) -> None: ...
+    data_plane: bool
+    data_plane_failed: bool
+    def __init__(self, run_id: _Optional[str] = ..., have_version: _Optional[int] = ..., done_version: _Optional[int] = ..., data_plane: _Optional[bool] = ..., data_plane_failed: _Optional[bool] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("run_id", "version", "base_version", "indices", "manifest_only")

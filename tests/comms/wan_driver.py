@@ -75,6 +75,10 @@ def _cloud(host: str, db_url: str, n: int, version_floats: int) -> None:
                 {
                     "seqs": {str(r): sink.seqs(r) for r, _ in robots},
                     "weight_bytes_sent": server.stats()["weight_bytes_sent"],
+                    # chunks sent on the data plane: they cross the shaped link, not the proxy
+                    "data_plane_bytes": (
+                        server.state.dataplane.weight_bytes_sent if server.state.dataplane else 0
+                    ),
                 }
             )
     server.close()
