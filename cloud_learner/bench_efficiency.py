@@ -40,6 +40,10 @@ from cloud_learner.hgdagger_sim import (
 )
 
 TARGET = 0.9
+# The system's weight cadence (see the module docstring for why these values).
+PUBLISH_EVERY_UPDATES = 50
+PUBLISH_EVERY_SECONDS = 5.0
+WEIGHT_APPLY_AT: str | None = None  # None: the edge settings' own (edge.weight_apply_at)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -56,14 +60,20 @@ def run_system(
     eval_episodes: int = 10,
     config: str | None = None,
     data_dir: Path | None = None,
+    publish_every_updates: int = PUBLISH_EVERY_UPDATES,
+    publish_every_seconds: float = PUBLISH_EVERY_SECONDS,
+    weight_apply_at: str | None = WEIGHT_APPLY_AT,
 ) -> dict[str, Any]:
     """One run of the full system (what ``robofleet demo`` launches) until ``target`` average
     success of the policy alone or ``minutes``; a fresh cloud (local Ray, SQLite, buffers)
-    in ``data_dir`` (a temporary directory when None), no dashboard.
+    in ``data_dir`` (a temporary directory when None), no dashboard. The learner publishes
+    every ``publish_every_updates`` updates or ``publish_every_seconds``; robots apply a new
+    version at ``weight_apply_at`` (``edge.weight_apply_at``; None keeps the settings').
 
     Returns ``history`` (the run's evals.jsonl rows: wall_s, env_steps, interventions,
     success_mean...), ``env_steps_to_target`` / ``labels_to_target`` / ``wall_s_to_target``
-    (None if not reached), ``best_success``, totals and the achieved env steps/s per robot.
+    (None if not reached), ``best_success``, totals, the achieved env steps/s per robot and
+    ``schedule`` (:func:`_system_schedule`: staleness and update-to-data figures).
 
     Raises:
         RuntimeError: the cloud did not start or the run produced no result.
@@ -75,6 +85,9 @@ def run_system(
     with tempfile.TemporaryDirectory(prefix="bench-eff-") as tmp:
         root = data_dir or Path(tmp)
         settings = load_settings(config, data_dir=root)
+        if weight_apply_at is not None:
+            edge = settings.edge.model_copy(update={"weight_apply_at": weight_apply_at})
+            settings = settings.model_copy(update={"edge": edge})
         spec = parse_run_spec(
             {
                 "version": 1,
@@ -89,7 +102,10 @@ def run_system(
                     "count": robots,
                 },
                 "learner": {"num_cpus": 1.0},
-                "publish": {"every_updates": 50, "every_seconds": 5.0},
+                "publish": {
+                    "every_updates": publish_every_updates,
+                    "every_seconds": publish_every_seconds,
+                },
                 "evaluation": {"every_seconds": eval_every_s, "episodes_per_task": eval_episodes},
                 "stop": {"minutes": minutes, "target_success": target},
             }
@@ -113,6 +129,7 @@ def run_system(
                 if evals_path.exists()
                 else []
             )
+            robot_stats = _robot_stats(cloud.store)
         finally:
             cloud.close()
     if not result:
@@ -136,6 +153,75 @@ def run_system(
         "minutes": run_minutes,
         "env_steps_per_s_per_robot": round(env_steps / max(run_minutes * 60, 1e-9) / robots, 2),
         "learner_updates_per_s": progress.get("learner_updates_per_s"),
+        "publish": {"every_updates": publish_every_updates, "every_seconds": publish_every_seconds},
+        "weight_apply_at": weight_apply_at or settings.edge.weight_apply_at,
+        "schedule": _system_schedule(robot_stats, progress, env_steps, result),
+    }
+
+
+def _robot_stats(store: Any) -> list[dict[str, Any]]:
+    """Each robot's last heartbeat statistics (the edge agent's report)."""
+    from sqlalchemy import select
+
+    from robofleet.db.models import Robot
+
+    with store.session() as s:
+        return [dict(r.stats or {}) for r in s.scalars(select(Robot))]
+
+
+def _system_schedule(
+    robots: list[dict[str, Any]], progress: dict[str, Any], env_steps: int, result: dict[str, Any]
+) -> dict[str, Any]:
+    """The run's schedule, comparable with :func:`_sync_schedule`.
+
+    ``updates_per_env_step``: learner updates after the BC warm start per robot step;
+    ``env_steps_per_version``: robot steps per published version; ``labels_per_episode`` and
+    ``intervention_rate`` from the robots' own counters; ``version_lag_mean``: versions the
+    robot had received but not applied when it acted (0 = acted on the newest it had);
+    ``stale_step_fraction``: share of such steps; ``apply_delay_mean_s``: how long a received
+    version waited for its safe boundary.
+    """
+    from robofleet.orchestration.params import RunParams
+
+    steps = sum(float(r.get("steps", 0)) for r in robots)
+    swaps = sum(float(r.get("weight_swaps", 0)) for r in robots)
+    episodes = sum(float(r.get("episodes", 0)) for r in robots)
+    labels = sum(float(r.get("interventions", 0)) for r in robots)
+    versions = int(result.get("versions_published") or progress.get("policy_version") or 0)
+    updates = max(0, int(progress.get("learner_step") or 0) - RunParams().bc_updates)
+
+    def weighted(key: str, by: str, total: float) -> float | None:
+        if not total:
+            return None
+        return round(sum(float(r.get(key, 0)) * float(r.get(by, 0)) for r in robots) / total, 3)
+
+    return {
+        "updates_per_env_step": round(updates / env_steps, 3) if env_steps else None,
+        "env_steps_per_version": round(env_steps / (versions - 1), 1) if versions > 1 else None,
+        "labels_per_episode": round(labels / episodes, 1) if episodes else None,
+        "intervention_rate": round(labels / steps, 3) if steps else None,
+        "version_lag_mean": weighted("version_lag_mean", "steps", steps),
+        "stale_step_fraction": round(sum(float(r.get("stale_steps", 0)) for r in robots) / steps, 3)
+        if steps
+        else None,
+        "apply_delay_mean_s": weighted("apply_delay_mean_s", "weight_swaps", swaps),
+        "robot_steps": int(steps),
+    }
+
+
+def _sync_schedule(sync: dict[str, Any], bc_updates: int) -> dict[str, Any]:
+    """The synchronous loop's schedule in :func:`_system_schedule`'s terms: it acts only with
+    the newest policy (lag 0) and makes one version per intervened episode."""
+    steps, episodes = sync["env_steps"], sync["episodes"]
+    return {
+        "updates_per_env_step": round((sync["updates"] - bc_updates) / steps, 3) if steps else None,
+        "env_steps_per_version": round(steps / sync["finetunes"], 1) if sync["finetunes"] else None,
+        "labels_per_episode": round(sync["labels"] / episodes, 1) if episodes else None,
+        "intervention_rate": round(sync["labels"] / steps, 3) if steps else None,
+        "version_lag_mean": 0.0,
+        "stale_step_fraction": 0.0,
+        "apply_delay_mean_s": 0.0,
+        "robot_steps": steps,
     }
 
 
@@ -157,6 +243,7 @@ def efficiency(args: argparse.Namespace) -> dict[str, Any]:
         target=args.target,
         eval_episodes=args.eval_episodes,
         config=args.config,
+        **_cadence(args),
     )
     budgets = args.bc_labels or ([400, 1600, 3200] if quick else [800, 1600, 3200, 6400, 12800])
     bc = run_bc_growth(cfg, budgets)
@@ -184,7 +271,19 @@ def efficiency(args: argparse.Namespace) -> dict[str, Any]:
         "labels_ratio_vs_bc": _ratio(system["labels_to_target"], bc["labels_to_target"]),
         # For reference: the synchronous loop against BC (the issue's premise).
         "sync_labels_ratio_vs_bc": _ratio(sync["labels_to_target"], bc["labels_to_target"]),
+        "system_publish_every_updates": system["publish"]["every_updates"],
+        "system_weight_apply_at": system["weight_apply_at"],
+        "sync_schedule": _sync_schedule(sync, cfg.bc_updates),
+        "system_schedule": system["schedule"],
         "_raw": {"sync": sync, "system": system, "bc": bc},
+    }
+
+
+def _cadence(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "publish_every_updates": args.publish_every_updates,
+        "publish_every_seconds": args.publish_every_seconds,
+        "weight_apply_at": args.weight_apply_at,
     }
 
 
@@ -199,6 +298,7 @@ def scaling(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
             target=args.target,
             eval_episodes=args.eval_episodes,
             config=args.config,
+            **_cadence(args),
         )
         rows.append(r)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -294,6 +394,18 @@ def _print_tables(summary: dict[str, Any]) -> None:
     r.add_row("steps_ratio_vs_sync", fmt(s["steps_ratio_vs_sync"]), "<= 1.5")
     r.add_row("labels_ratio_vs_bc", fmt(s["labels_ratio_vs_bc"]), "<= 0.5")
     console.print(r)
+    sched = Table(
+        title=(
+            f"schedule (system: publish every {s['system_publish_every_updates']} updates, "
+            f"apply at {s['system_weight_apply_at']})"
+        )
+    )
+    sched.add_column("figure")
+    sched.add_column("sync", justify="right")
+    sched.add_column("system", justify="right")
+    for key in s["sync_schedule"]:
+        sched.add_row(key, fmt(s["sync_schedule"][key]), fmt(s["system_schedule"].get(key)))
+    console.print(sched)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -313,6 +425,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bc-labels", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes per task")
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="plots go here")
+    p.add_argument("--publish-every-updates", type=int, default=PUBLISH_EVERY_UPDATES,
+                   help="system: learner publishes a version every N updates")  # fmt: skip
+    p.add_argument("--publish-every-seconds", type=float, default=PUBLISH_EVERY_SECONDS,
+                   help="system: ... or every T seconds")  # fmt: skip
+    p.add_argument("--weight-apply-at", default=WEIGHT_APPLY_AT,
+                   choices=["episode_end", "chunk_boundary", "every_n_steps"],
+                   help="system: robots' weight boundary (default: edge settings')")  # fmt: skip
     return p
 
 

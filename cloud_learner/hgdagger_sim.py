@@ -407,7 +407,8 @@ def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
 
     Returns a JSON-able dict: ``history`` (env_steps, labels, updates, success_mean, success,
     wall_s per evaluation), ``env_steps_to_target`` / ``labels_to_target`` (None if not
-    reached), ``best_success``, ``demo_labels``, ``env_steps``, ``labels``, ``updates``.
+    reached), ``best_success``, ``demo_labels``, ``env_steps``, ``labels``, ``updates``,
+    ``episodes`` and ``finetunes`` (policy versions after the BC start).
     Labels count operator interventions, not the initial demonstrations.
     """
     from hal.drivers.metaworld import MetaWorldDriver, expert_policy
@@ -457,7 +458,7 @@ def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
 
     best = evaluate_now()
     next_eval = cfg.eval_every_steps
-    episode = 0
+    episode = finetunes = 0
     try:
         while best < cfg.target_success and env_steps < cfg.max_env_steps:
             task_index = episode % len(cfg.tasks)
@@ -482,6 +483,7 @@ def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
                 n = round(cfg.updates_per_step * cfg.max_episode_steps)
                 _mt_train(algo, data, n, cfg.batch_size)
                 updates += n
+                finetunes += 1
             if env_steps >= next_eval:
                 next_eval += cfg.eval_every_steps
                 best = max(best, evaluate_now())
@@ -498,6 +500,8 @@ def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
         "env_steps": env_steps,
         "labels": labels,
         "updates": updates,
+        "episodes": episode,
+        "finetunes": finetunes,
         "minutes": (time.monotonic() - t0) / 60,
     }
 

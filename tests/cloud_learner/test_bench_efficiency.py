@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cloud_learner.bench_efficiency import _sync_schedule, _system_schedule
 from cloud_learner.hgdagger_sim import LabelledSteps, MultiTaskConfig, run_multitask
 
 TASKS = ["reach-v3", "button-press-topdown-v3"]
@@ -37,6 +38,14 @@ def test_sync_loop_counts_steps_labels_and_updates() -> None:
     extra = r["updates"] - cfg.bc_updates
     assert extra % 50 == 0 and extra // 50 <= r["env_steps"] // cfg.max_episode_steps
     assert (extra > 0) == (r["labels"] > 0)
+    assert (
+        r["episodes"] == r["env_steps"] // cfg.max_episode_steps and r["finetunes"] == extra // 50
+    )
+    sched = _sync_schedule(r, cfg.bc_updates)
+    if r["env_steps"]:
+        assert sched["updates_per_env_step"] == pytest.approx(extra / r["env_steps"], abs=1e-3)
+        assert sched["intervention_rate"] == pytest.approx(r["labels"] / r["env_steps"], abs=1e-3)
+    assert sched["version_lag_mean"] == 0.0  # it always acts with the newest policy
     hit = r["env_steps_to_target"]
     if hit is None:
         assert r["best_success"] < cfg.target_success
@@ -76,6 +85,10 @@ def test_bench_runs_all_three_and_ratios_follow_raw_numbers(tmp_path: Path) -> N
             "0.5",
             "--out",
             str(tmp_path / "out"),
+            "--weight-apply-at",
+            "chunk_boundary",
+            "--publish-every-updates",
+            "10",
         ],
         env=env,
         capture_output=True,
@@ -111,3 +124,26 @@ def test_bench_runs_all_three_and_ratios_follow_raw_numbers(tmp_path: Path) -> N
     else:
         assert s["labels_ratio_vs_bc"] == pytest.approx(a / b, abs=1e-3)
     assert [h["labels"] for h in bc["history"]][0] >= 200
+    # the cadence asked for is the one the system ran, and its robots reported their figures
+    assert s["system_weight_apply_at"] == "chunk_boundary"
+    assert s["system_publish_every_updates"] == 10
+    sched = s["system_schedule"]
+    assert sched["robot_steps"] > 0 and 0 <= sched["intervention_rate"] <= 1
+    assert sched["version_lag_mean"] is not None and sched["version_lag_mean"] >= 0
+    assert set(sched) == set(s["sync_schedule"])
+
+
+def test_system_schedule_weights_each_robot_by_its_steps() -> None:
+    robots = [
+        {"steps": 300, "episodes": 3, "interventions": 90, "version_lag_mean": 1.0,
+         "stale_steps": 150, "weight_swaps": 2, "apply_delay_mean_s": 2.0},
+        {"steps": 100, "episodes": 1, "interventions": 10, "version_lag_mean": 0.0,
+         "stale_steps": 0, "weight_swaps": 6, "apply_delay_mean_s": 0.0},
+    ]  # fmt: skip
+    progress = {"learner_step": 300 + 200, "policy_version": 5}
+    sched = _system_schedule(robots, progress, 400, {"versions_published": 5})
+    assert sched["updates_per_env_step"] == 0.5  # 200 updates after the 300 BC ones
+    assert sched["env_steps_per_version"] == 100.0  # 4 versions after the first
+    assert sched["labels_per_episode"] == 25.0 and sched["intervention_rate"] == 0.25
+    assert sched["version_lag_mean"] == 0.75 and sched["stale_step_fraction"] == 0.375
+    assert sched["apply_delay_mean_s"] == 0.5 and sched["robot_steps"] == 400
