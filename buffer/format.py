@@ -1,5 +1,10 @@
 """The on-disk format version of a buffer directory, and how each file carries it.
 
+Version 2 (written now): WAL files start with ``b"RFWAL002"``; a segment is sealed by
+renaming the WAL files themselves (``seg-<first>-<rows>-<stripe>.wal``, see
+``buffer.sealed``), so each row is written once. Version 1 files are still read: a version-1
+WAL has the same record layout, and version-1 Arrow segments are read as before.
+
 Version 1: WAL files start with the marker ``b"RFWAL001"`` (``RFWAL`` + three digits of the
 version); sealed segments are Arrow IPC files whose schema metadata holds
 ``robofleet.buffer.format_version = b"1"`` (segments written before the key existed have
@@ -10,8 +15,8 @@ read as empty: guessing would drop or misread acknowledged rows.
 
 from __future__ import annotations
 
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = (1,)
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
 WAL_MARKER_PREFIX = b"RFWAL"
 SEGMENT_VERSION_KEY = b"robofleet.buffer.format_version"
 

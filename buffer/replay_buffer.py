@@ -40,8 +40,9 @@ from buffer.index import RowIndex
 from buffer.rate_limiter import RateLimiter
 from buffer.samplers import Sampler, SamplingView, Source, UniformSampler
 from buffer.schema import FINAL_PREFIX, StepSchema
-from buffer.segments import MappedSegment, list_segments, write_segment
-from buffer.storage import Chunk, TieredStorage, out_arrays
+from buffer.sealed import WalSegment, list_sealed, seal_files
+from buffer.segments import MappedSegment, list_segments
+from buffer.storage import Chunk, Segment, TieredStorage, out_arrays
 from buffer.wal import StripedWal, fsync_dir, list_wals, scan_wal
 
 SCHEMA_FILE = "schema.json"
@@ -121,6 +122,7 @@ class ReplayBuffer:
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self.sealed_segments: list[tuple[int, int, Path]] = []
+        self._segment_files: dict[int, list[Path]] = {}  # first row -> every file of it
         self.recovery_seconds = 0.0
         self.recovered_rows = 0
         self.torn_bytes_dropped = 0
@@ -213,70 +215,38 @@ class ReplayBuffer:
         if not self.read_only:
             for tmp in d.glob("*.tmp"):
                 tmp.unlink()
-        segs = list(list_segments(d))
-        if segs:
-            self.index = RowIndex(base=segs[0][0])
-        expected = segs[0][0] if segs else None
-        for first, rows, path in segs:
-            if expected is not None and first != expected:
-                # Overlap or gap can only come from an interrupted seal of recovered rows.
-                if first < expected:
-                    continue
-            seg = MappedSegment(path, rows)
-            self._index_batch(seg.batch)
+        live: dict[int, list[Path]] = {}
+        for first, path in list_wals(d):
+            live.setdefault(first, []).append(path)
+        # Segments: version-1 Arrow files and version-2 sealed WAL files. A crash in the
+        # middle of a seal's renames leaves some of its stripes under their WAL name: they
+        # are complete (fdatasynced before the first rename), so the seal is finished here.
+        found: list[tuple[int, int, list[Path], bool]] = [
+            (first, rows, [path], False) for first, rows, path in list_segments(d)
+        ]
+        for (first, rows), paths in list_sealed(d).items():
+            rest = live.pop(first, [])
+            if rest and not self.read_only:
+                paths = sorted(set(paths) | set(seal_files(d, first, rows, rest)))
+            elif rest:
+                paths = paths + rest
+            found.append((first, rows, paths, True))
+        found.sort(key=lambda f: f[0])
+        if found:
+            self.index = RowIndex(base=found[0][0])
+        expected = found[0][0] if found else None
+        for first, rows, paths, is_wal in found:
+            if expected is not None and first < expected:
+                continue  # overlap: only an interrupted version-1 seal of recovered rows
+            seg = self._open_segment(paths, first, rows, is_wal)
+            self._index_batch(seg.scalar_batch(_INDEX_COLUMNS))
             self.storage.add_cold(seg, first)
-            self.sealed_segments.append((first, rows, path))
+            self.sealed_segments.append((first, rows, seg.path))
+            self._segment_files[first] = list(seg.paths)
             expected = first + rows
-        end = self.index.end
-        pending: list[pa.RecordBatch] = []
-        wal_paths: list[Path] = []
-        records: dict[int, bytes] = {}
-        for _first, path in list_wals(d):
-            try:
-                scan = scan_wal(path)
-            except FileNotFoundError:  # read-only mount of a live directory: just sealed
-                continue
-            self.torn_bytes_dropped += scan.file_bytes - scan.good_bytes
-            for rec in scan.records:
-                if rec.first_row >= end:  # rows below ``end`` are sealed already
-                    records[rec.first_row] = rec.payload
-            wal_paths.append(path)
-        # Merge the stripes by row id and keep the contiguous prefix. A gap means a record
-        # that never became durable; nothing after it was acknowledged (watermark rule).
-        if records and not segs:
-            self.index = RowIndex(base=min(records))
-            end = self.index.base
-        while end in records:
-            batch = _decode_ipc(records.pop(end), self.schema.arrow_schema)
-            pending.append(batch)
-            self._index_batch(batch)
-            end += batch.num_rows
-        if pending and not self.read_only:
-            table = pa.Table.from_batches(pending).combine_chunks()
-            batch = table.to_batches()[0]
-            first = end - batch.num_rows
-            path = write_segment(d, first, batch)
-            seg = MappedSegment(path, batch.num_rows)
-            self.storage.add_cold(seg, first)
-            self.sealed_segments.append((first, batch.num_rows, path))
-            self.recovered_rows = batch.num_rows
-        elif pending:
-            # Read-only: serve WAL rows from RAM without writing anything.
-            table = pa.Table.from_batches(pending).combine_chunks()
-            batch = table.to_batches()[0]
-            first = end - batch.num_rows
-            tail = self.storage.new_tail(first, batch.num_rows)
-            self.storage.write_rows(tail, batch, 0)
-            tail.n = batch.num_rows
-            tail.sealed = True
-        if not self.read_only:
-            for p in wal_paths:
-                p.unlink()
-            if wal_paths:
-                fsync_dir(d)
-        if self.index.end == self.index.base and not segs:
+        self._replay_wals(live, bool(found))
+        if self.index.end == self.index.base and not found:
             self.index = RowIndex(base=0)
-            end = 0
         self.visible = self.index.end
         self.transitions_inserted = int(self.index.publish(self.index.base, self.index.end))
         if not self.read_only:
@@ -288,6 +258,90 @@ class ReplayBuffer:
         with self._lock:
             self._apply_retention()
         self.recovery_seconds = time.monotonic() - t0
+
+    def _open_segment(self, paths: list[Path], first: int, rows: int, is_wal: bool) -> Segment:
+        if is_wal:
+            return WalSegment(paths, first, rows, self.schema.arrow_schema)
+        return MappedSegment(paths[0], rows)
+
+    def _replay_wals(self, live: dict[int, list[Path]], have_segments: bool) -> None:
+        """Replay unsealed WAL files: keep the contiguous prefix of their records after the
+        sealed rows, drop the rest (torn tails, records after a gap: never acknowledged), and
+        seal what is kept in place (truncate, fdatasync, rename: nothing is rewritten)."""
+        d = self.directory
+        end = self.index.end
+        records: dict[int, tuple[bytes, Path, int]] = {}
+        files: list[tuple[int, Path]] = []
+        for first, paths in sorted(live.items()):
+            for path in paths:
+                try:
+                    scan = scan_wal(path)
+                except FileNotFoundError:  # read-only mount of a live directory: just sealed
+                    continue
+                self.torn_bytes_dropped += scan.file_bytes - scan.good_bytes
+                for rec in scan.records:
+                    if rec.first_row >= end:  # rows below ``end`` are sealed already
+                        records[rec.first_row] = (rec.payload, path, rec.end)
+                files.append((first, path))
+        if records and not have_segments:
+            self.index = RowIndex(base=min(records))
+            end = self.index.base
+        # Merge the stripes by row id and keep the contiguous prefix. A gap means a record
+        # that never became durable; nothing after it was acknowledged (watermark rule).
+        keep_until: dict[Path, int] = {}
+        pending: list[tuple[int, pa.RecordBatch]] = []
+        while end in records:
+            payload, path, rec_end = records.pop(end)
+            batch = _decode_ipc(payload, self.schema.arrow_schema)
+            pending.append((end, batch))
+            self._index_batch(batch)
+            keep_until[path] = rec_end
+            end += batch.num_rows
+        if not pending:
+            if not self.read_only:
+                for _, p in files:
+                    p.unlink()
+                if files:
+                    fsync_dir(d)
+            return
+        if self.read_only:
+            # Serve WAL rows from RAM without writing anything.
+            batch = pa.Table.from_batches([b for _, b in pending]).combine_chunks().to_batches()[0]
+            first = end - batch.num_rows
+            tail = self.storage.new_tail(first, batch.num_rows)
+            self.storage.write_rows(tail, batch, 0)
+            tail.n = batch.num_rows
+            tail.sealed = True
+            return
+        # Each WAL generation (files sharing a first row) becomes one segment of the rows
+        # kept from it; files with nothing kept are deleted.
+        gens = sorted({first for first, _ in files})
+        for i, first in enumerate(gens):
+            stop = gens[i + 1] if i + 1 < len(gens) else end
+            rows = [r for r, b in pending if first <= r < stop]
+            paths = [p for f, p in files if f == first]
+            if not rows:
+                for p in paths:
+                    p.unlink()
+                continue
+            n = sum(b.num_rows for r, b in pending if first <= r < stop)
+            seg_first = rows[0]
+            for p in paths:
+                size = keep_until.get(p, 0)
+                fd = os.open(p, os.O_RDWR)
+                try:
+                    if os.fstat(fd).st_size != size:
+                        os.ftruncate(fd, size)
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            sealed = seal_files(d, seg_first, n, paths)
+            seg = WalSegment(sealed, seg_first, n, self.schema.arrow_schema)
+            self.storage.add_cold(seg, seg_first)
+            self.sealed_segments.append((seg_first, n, seg.path))
+            self._segment_files[seg_first] = list(seg.paths)
+            self.recovered_rows += n
+        fsync_dir(d)
 
     def _index_batch(self, batch: pa.RecordBatch) -> None:
         self.index.add(batch, self._row_bytes(batch))
@@ -573,27 +627,20 @@ class ReplayBuffer:
                 # Rows of this chunk are durable in the WAL; wait until they are visible.
                 while self.visible < chunk.end and not self._stop.is_set():
                     self._seal_cond.wait(0.01)
-                lo, hi = chunk.first_row - self.index.base, chunk.end - self.index.base
-                cols = {k: self.index.cols[k][lo:hi].copy() for k in _SEAL_INDEX_COLS}
-                cols["robot_id"] = self.index.cols["robot"][lo:hi].copy()
-                cols["run_id"] = self.index.cols["run"][lo:hi].copy()
-                cols["task"] = self.index.cols["task"][lo:hi].copy()
-                vocab = (self.index.robots, self.index.runs, self.index.tasks)
-            self._seal_one(chunk, wal_paths, cols, vocab)
+            self._seal_one(chunk, wal_paths)
 
-    def _seal_one(
-        self, chunk: Chunk, wal_paths: list[Path], cols: dict[str, np.ndarray], vocab: Any
-    ) -> None:
-        batch = self.storage.seal_batch(chunk, cols, vocab)
-        path = write_segment(self.directory, chunk.first_row, batch)
-        del batch
-        for p in wal_paths:
-            p.unlink()
-        fsync_dir(self.directory)
+    def _seal_one(self, chunk: Chunk, wal_paths: list[Path]) -> None:
+        """Seal a full tail: its WAL files (closed and fdatasynced by the rotation) are
+        renamed into a segment; nothing is copied (see ``buffer.sealed``)."""
+        paths = seal_files(self.directory, chunk.first_row, chunk.n, wal_paths)
+        seg = WalSegment(paths, chunk.first_row, chunk.n, self.schema.arrow_schema)
+        seg.release_pages()
         with self._lock:
             chunk.sealed = True
-            chunk.path = path
-            self.sealed_segments.append((chunk.first_row, chunk.n, path))
+            chunk.path = seg.path
+            chunk.mapped = seg
+            self.sealed_segments.append((chunk.first_row, chunk.n, seg.path))
+            self._segment_files[chunk.first_row] = list(seg.paths)
             self._seal_queue.pop(0)
             chunk.heat = max([c.heat for c in self.storage.chunks] + [1.0])
             self.storage.enforce_budget()
@@ -610,12 +657,16 @@ class ReplayBuffer:
         limit = self.settings.retention_max_bytes
         if not limit or self.read_only:
             return
-        total = sum(p.stat().st_size for _, _, p in self.sealed_segments if p.exists())
+        sizes = [
+            sum(f.stat().st_size for f in self._segment_files.get(first, [p]) if f.exists())
+            for first, _, p in self.sealed_segments
+        ]
+        total = sum(sizes)
         drop = 0
-        for _first, _rows, p in self.sealed_segments[:-1]:
+        for size in sizes[:-1]:
             if total <= limit:
                 break
-            total -= p.stat().st_size
+            total -= size
             drop += 1
         if not drop:
             return
@@ -623,8 +674,9 @@ class ReplayBuffer:
         self.sealed_segments = self.sealed_segments[drop:]
         paths = {p for _, _, p in gone}
         self.storage.remove_chunks([c for c in self.storage.chunks if c.path in paths])
-        for _, _, p in gone:
-            p.unlink()
+        for first, _, p in gone:
+            for f in self._segment_files.pop(first, [p]):
+                f.unlink()
         fsync_dir(self.directory)
 
     # ------------------------------------------------------------------ prefetch -----
@@ -950,12 +1002,17 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ closing ------
     def close(self) -> None:
-        """Seal nothing new, finish queued seals, stop threads, release the directory."""
+        """Finish queued seals, seal the open tail, stop threads, release the directory.
+
+        After ``close`` every stored row is in a sealed segment (no WAL to replay on the next
+        open); appends still waiting for their fdatasync complete first.
+        """
         if self._closed:
             return
         if not self.read_only:
             self.flush()
-        self._closed = True
+        with self._lock:
+            self._closed = True
         self._stop.set()
         with self._lock:
             self._seal_cond.notify_all()
@@ -963,6 +1020,7 @@ class ReplayBuffer:
             t.join(timeout=10)
         if self._wal is not None:
             self._wal.close()
+            self._seal_tail()
         if self.rate_limiter is not None:
             self.rate_limiter.close()
         for v in self.offline:
@@ -972,6 +1030,26 @@ class ReplayBuffer:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
+    def _seal_tail(self) -> None:
+        """Seal the open tail's WAL files (closed and fdatasynced) as the last segment."""
+        assert self._wal is not None
+        with self._lock:
+            while self.visible < self.index.end and self._failed is None:
+                self._seal_cond.wait(0.05)  # appends between fdatasync and publish
+            tail, end = self._tail, self.visible
+            paths = self._wal.paths
+        if self._failed is not None or tail is None or self._seal_queue:
+            return  # leave the WAL for recovery to replay
+        if end > tail.first_row:
+            tail.n = end - tail.first_row
+            tail.sealed = False
+            self._seal_queue.append((tail, paths))
+            self._seal_one(tail, paths)
+        else:
+            for p in paths:
+                p.unlink(missing_ok=True)
+            fsync_dir(self.directory)
+
     def __enter__(self) -> ReplayBuffer:
         return self
 
@@ -979,17 +1057,20 @@ class ReplayBuffer:
         self.close()
 
 
-_SEAL_INDEX_COLS = (
+_INDEX_COLUMNS = [
     "seq",
+    "robot_id",
+    "run_id",
+    "task",
     "episode_index",
     "frame_index",
     "timestamp",
     "reward",
-    "policy_version",
     "terminated",
     "truncated",
     "is_intervention",
-)
+    "policy_version",
+]
 _SCALAR_OUT = (
     "reward",
     "terminated",

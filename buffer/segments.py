@@ -107,6 +107,26 @@ class MappedSegment:
     def num_rows(self) -> int:
         return int(self.batch.num_rows)
 
+    @property
+    def paths(self) -> list[Path]:
+        return [self.path]
+
+    def batches(self) -> list[tuple[int, pa.RecordBatch]]:
+        """``(offset 0, the one record batch)``: same shape as ``WalSegment.batches``."""
+        return [(0, self.batch)]
+
+    def scalar_batch(self, names: list[str]) -> pa.RecordBatch:
+        return self.batch.select(names)
+
+    def column_copy(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        return self.column_view(name, shape, dtype).copy()
+
+    def read_column(self, name: str, out: np.ndarray) -> None:
+        """Fill ``out`` with the whole column by reading the file (not through the map)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.column_offset(name))
+            f.readinto(memoryview(out.reshape(-1)).cast("B"))
+
     def column_view(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
         """Zero-copy ``(num_rows, *shape)`` view of a fixed-size-list column."""
         col = self.batch.column(name)

@@ -33,7 +33,10 @@ import numpy as np
 import pyarrow as pa
 
 from buffer.schema import FINAL_PREFIX, StepSchema
+from buffer.sealed import WalSegment
 from buffer.segments import MappedSegment
+
+Segment = MappedSegment | WalSegment
 
 _PAGE = mmap.PAGESIZE
 _FAULT_WINDOW = 64 * 1024  # the kernel's default fault-around: cached pages mapped per fault
@@ -86,7 +89,7 @@ class Chunk:
     hot: bool = True
     sealed: bool = False
     path: Path | None = None
-    mapped: MappedSegment | None = None
+    mapped: Segment | None = None
     finals: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
     heat: float = 0.0
     touched_bytes: int = 0
@@ -108,7 +111,7 @@ class Chunk:
 class ColdArrays(dict[str, np.ndarray]):
     """The arrays of a cold chunk; ``seg`` reads its large columns with pread (see gather)."""
 
-    def __init__(self, seg: MappedSegment) -> None:
+    def __init__(self, seg: Segment) -> None:
         super().__init__()
         self.seg = seg
 
@@ -163,6 +166,7 @@ class TieredStorage:
         self.promotions = 0
         self.evictions = 0
         self.spare_bytes = 0
+        self.reserved_bytes = 0  # room taken by a promotion whose read is in flight
         self.file_rss_base = _rss_file() or 0
 
     # -- construction -------------------------------------------------------------------
@@ -187,28 +191,30 @@ class TieredStorage:
         self._add_chunk(chunk)
         return chunk
 
-    def _cold_arrays(
-        self, seg: MappedSegment, hot: dict[str, np.ndarray] | None
-    ) -> dict[str, np.ndarray]:
-        """Large columns as mmap views; small ones (< 1 page per row) copied into RAM.
+    def _cold_arrays(self, seg: Segment, hot: dict[str, np.ndarray] | None) -> ColdArrays:
+        """Small columns (< 1 page per row) copied into RAM; large ones stay on disk.
 
         Small columns stay resident because one touch of a cold row would otherwise map a
         whole fault-around window (64 KiB) per column; they are tiny next to camera frames.
+        Large columns are read with ``seg.read_rows`` (pread), so they are not in the dict.
         """
         out = ColdArrays(seg)
         for k, f in self.specs.items():
             if f.nbytes >= _PAGE:
-                out[k] = seg.column_view(k, f.shape, f.dtype)
-            elif hot is not None:
+                continue
+            if hot is not None:
                 out[k] = hot[k][: seg.num_rows].copy()
             else:
-                out[k] = seg.column_view(k, f.shape, f.dtype).copy()
-        if hot is None:
-            seg.release_pages()
+                out[k] = seg.column_copy(k, f.shape, f.dtype)
+        seg.release_pages()
         return out
 
-    def add_cold(self, seg: MappedSegment, first_row: int) -> Chunk:
+    def add_cold(self, seg: Segment, first_row: int) -> Chunk:
         arrays = self._cold_arrays(seg, None)
+        finals: dict[int, dict[str, np.ndarray]] = {}
+        for local, batch in seg.batches():
+            finals.update(decode_finals(self.schema, batch, first_row + local))
+        seg.release_pages()
         chunk = Chunk(
             first_row,
             seg.num_rows,
@@ -218,7 +224,7 @@ class TieredStorage:
             sealed=True,
             path=seg.path,
             mapped=seg,
-            finals=decode_finals(self.schema, seg.batch, first_row),
+            finals=finals,
             row_bytes=self.row_bytes,
             small_row_bytes=self.small_row_bytes,
         )
@@ -251,35 +257,11 @@ class TieredStorage:
                 dst[...] = _fixed_to_numpy(col, f)
         tail.finals.update(decode_finals(self.schema, batch, tail.first_row + offset))
 
-    def seal_batch(
-        self, chunk: Chunk, index_cols: dict[str, np.ndarray], vocab: Any
-    ) -> pa.RecordBatch:
-        """The Arrow record batch of a chunk (payload from RAM, scalars from the index)."""
-        n = chunk.n
-        cols: dict[str, pa.Array] = {}
-        for k in ("seq", "episode_index", "frame_index", "timestamp", "reward", "policy_version"):
-            cols[k] = pa.array(index_cols[k])
-        for k in ("terminated", "truncated", "is_intervention"):
-            cols[k] = pa.array(index_cols[k])
-        for k, v in (("robot_id", vocab[0]), ("run_id", vocab[1]), ("task", vocab[2])):
-            names = np.asarray(v.names, dtype=object)
-            cols[k] = pa.array(names[index_cols[k]], type=pa.string())
-        for name, f in self.specs.items():
-            flat = chunk.arrays[name][:n].reshape(-1)
-            cols[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat), f.size)
-        for name in self.schema.observations:
-            blobs: list[bytes | None] = [None] * n
-            for row, obs in chunk.finals.items():
-                if name in obs:
-                    blobs[row - chunk.first_row] = obs[name].tobytes()
-            cols[FINAL_PREFIX + name] = pa.array(blobs, type=pa.large_binary())
-        schema = self.schema.arrow_schema
-        return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
-
     # -- tiering ------------------------------------------------------------------------
     def hot_bytes(self) -> int:
-        """Resident payload bytes in RAM: hot chunks, the open tail, a pre-faulted spare."""
-        return sum(c.resident_bytes for c in self.chunks) + self.spare_bytes
+        """Resident payload bytes in RAM: hot chunks, the open tail, a pre-faulted spare,
+        small columns of cold chunks, and room reserved by a promotion in flight."""
+        return sum(c.resident_bytes for c in self.chunks) + self.spare_bytes + self.reserved_bytes
 
     def _decay(self) -> None:
         now = time.monotonic()
@@ -293,9 +275,7 @@ class TieredStorage:
 
     def make_cold(self, chunk: Chunk) -> None:
         """Swap a sealed hot chunk's arrays for mmap views of its segment (under lock)."""
-        assert chunk.sealed and chunk.path is not None
-        if chunk.mapped is None:
-            chunk.mapped = MappedSegment(chunk.path, chunk.n)
+        assert chunk.sealed and chunk.mapped is not None
         chunk.arrays = self._cold_arrays(chunk.mapped, chunk.arrays)
         chunk.hot = False
         chunk.touched_bytes = 0
@@ -324,43 +304,43 @@ class TieredStorage:
         """
         if chunk.hot or chunk.mapped is None:
             return False
-        need = chunk.n * self.row_bytes
+        # What the chunk adds once hot (its small columns are resident already).
+        need = chunk.n * (self.row_bytes - self.small_row_bytes)
         with self.lock:
             self._decay()
+            if chunk.hot or chunk not in self.chunks:
+                return False
             room = self.hot_limit - self.hot_bytes()
             colder = sorted(
                 (c for c in self.chunks if c.hot and c.sealed and c.heat < chunk.heat),
                 key=lambda c: (c.heat, c.first_row),
             )
-            freeable = sum(c.resident_bytes for c in colder)
+            freeable = sum(c.n * (self.row_bytes - self.small_row_bytes) for c in colder)
             if room + freeable < need:
                 return False
-        seg = chunk.mapped
-        arrays = {}
-        with open(seg.path, "rb") as f:
+            # Evict BEFORE reading and reserve the room, so RSS never holds both the
+            # evicted chunks and the promoted one (the peak stays inside the budget).
+            for c in colder:
+                if room >= need:
+                    break
+                room += c.n * (self.row_bytes - self.small_row_bytes)
+                self.make_cold(c)
+            self.reserved_bytes += need
+        try:
+            seg = chunk.mapped
+            arrays = {}
             for name, spec in self.specs.items():
-                view = chunk.arrays[name]
                 if spec.nbytes < _PAGE:  # small columns of cold chunks are in RAM already
-                    arrays[name] = view
+                    arrays[name] = chunk.arrays[name]
                     continue
-                dst = anon_array(view.shape, spec.dtype)
-                offset = seg.column_offset(name)
-                f.seek(offset)
-                f.readinto(memoryview(dst.reshape(-1)).cast("B"))
+                dst = anon_array((chunk.n, *spec.shape), spec.dtype)
+                seg.read_column(name, dst)
                 arrays[name] = dst
+        finally:
+            with self.lock:
+                self.reserved_bytes -= need
         with self.lock:
             if chunk.hot or chunk not in self.chunks:
-                return False
-            room = self.hot_limit - self.hot_bytes()
-            for c in sorted(
-                (c for c in self.chunks if c.hot and c.sealed and c is not chunk),
-                key=lambda c: (c.heat, c.first_row),
-            ):
-                if room >= need or c.heat >= chunk.heat:
-                    break
-                room += c.resident_bytes
-                self.make_cold(c)
-            if room < need:
                 return False
             chunk.arrays = arrays
             chunk.hot = True

@@ -2,7 +2,7 @@
 
 File layout (``wal-<first_row:016d>.log``)::
 
-    header  : marker b"RFWAL001" (format version 1) + u64 first_row        (16 bytes)
+    header  : marker b"RFWAL002" (format version 2; "RFWAL001" also read) + u64 first_row (16 B)
     record* : u32 magic | u32 payload_len | u64 first_row | u64 checksum | payload
 
 ``checksum`` is XXH3-64 of the payload seeded with ``first_row`` (xxhash; it runs at memory
@@ -37,9 +37,12 @@ from buffer.errors import UnsupportedFormatError
 from buffer.format import SUPPORTED_FORMAT_VERSIONS, WAL_MARKER_PREFIX, wal_marker
 
 FILE_MAGIC = wal_marker()
-_FILE_HEADER = struct.Struct("<8sQ")
-_REC_HEADER = struct.Struct("<IIQQ")
+# Version 1 WALs have the same record layout; only sealing differs (see buffer.format).
+_READABLE_MARKERS = {wal_marker(v) for v in SUPPORTED_FORMAT_VERSIONS}
+FILE_HEADER = struct.Struct("<8sQ")
+REC_HEADER = struct.Struct("<IIQQ")
 REC_MAGIC = 0x5246574C  # "RFWL"
+FILE_HEADER_BYTES = FILE_HEADER.size
 
 
 def wal_name(first_row: int, stripe: int = 0) -> str:
@@ -59,6 +62,7 @@ def fsync_dir(path: Path) -> None:
 class WalRecord:
     first_row: int
     payload: bytes
+    end: int = 0  # file offset just past this record
 
 
 @dataclass
@@ -80,10 +84,10 @@ def checksum(first_row: int, payload: bytes | memoryview) -> int:
 
 
 def record_header(first_row: int, payload: bytes | memoryview) -> bytes:
-    return _REC_HEADER.pack(REC_MAGIC, len(payload), first_row, checksum(first_row, payload))
+    return REC_HEADER.pack(REC_MAGIC, len(payload), first_row, checksum(first_row, payload))
 
 
-def _check_marker(path: Path, head: bytes) -> bool:
+def check_marker(path: Path, head: bytes) -> bool:
     """True when ``head`` (the file's first bytes, up to 8) is a readable marker; False when
     the header was never fully written (short or zero bytes: a torn file, never acked).
 
@@ -91,7 +95,7 @@ def _check_marker(path: Path, head: bytes) -> bool:
         UnsupportedFormatError: another format version, or a marker that is not ours.
     """
     complete = len(head) == len(FILE_MAGIC)
-    if head == FILE_MAGIC:
+    if head in _READABLE_MARKERS:
         return True
     if not head.strip(b"\0") or (not complete and FILE_MAGIC.startswith(head.rstrip(b"\0"))):
         return False
@@ -109,21 +113,21 @@ def scan_wal(path: Path) -> WalScan:
         UnsupportedFormatError: the file's marker is another format version or not ours.
     """
     data = path.read_bytes()
-    if not _check_marker(path, data[: len(FILE_MAGIC)]) or len(data) < _FILE_HEADER.size:
+    if not check_marker(path, data[: len(FILE_MAGIC)]) or len(data) < FILE_HEADER.size:
         return WalScan(-1, [], 0, len(data))
-    _magic, first_row = _FILE_HEADER.unpack_from(data, 0)
-    pos = _FILE_HEADER.size
+    _magic, first_row = FILE_HEADER.unpack_from(data, 0)
+    pos = FILE_HEADER.size
     records = []
     mv = memoryview(data)
-    while pos + _REC_HEADER.size <= len(data):
-        magic_r, length, row, crc = _REC_HEADER.unpack_from(data, pos)
-        end = pos + _REC_HEADER.size + length
+    while pos + REC_HEADER.size <= len(data):
+        magic_r, length, row, crc = REC_HEADER.unpack_from(data, pos)
+        end = pos + REC_HEADER.size + length
         if magic_r != REC_MAGIC or end > len(data):
             break
-        payload = mv[pos + _REC_HEADER.size : end]
+        payload = mv[pos + REC_HEADER.size : end]
         if checksum(row, payload) != crc:
             break
-        records.append(WalRecord(row, bytes(payload)))
+        records.append(WalRecord(row, bytes(payload), end))
         pos = end
     return WalScan(first_row, records, pos, len(data))
 
@@ -163,7 +167,7 @@ class WriteAheadLog:
 
     def _create(self, path: Path, first_row: int) -> int:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, _FILE_HEADER.pack(FILE_MAGIC, first_row))
+        os.write(fd, FILE_HEADER.pack(FILE_MAGIC, first_row))
         os.fdatasync(fd)
         fsync_dir(self.directory)
         return fd

@@ -12,13 +12,14 @@ import numpy as np
 
 from tests.buffer.helpers import episodes, open_buffer, small_schema
 
-PROBE = Path(__file__).with_name("memory_probe.py")
+ROOT = Path(__file__).resolve().parents[2]  # the probe imports buffer from the checkout
 
 
 def test_resident_memory_within_budget_with_twice_the_data() -> None:
     budget = 128 * 1024 * 1024
     out = subprocess.run(
-        [sys.executable, str(PROBE), str(budget)],
+        [sys.executable, "-m", "tests.buffer.memory_probe", str(budget)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,

@@ -35,7 +35,7 @@ def test_retention_deletes_oldest_segments_and_reports_disk(tmp_path) -> None:
         for e in range(30):
             buf.append(episodes(0, [10], seq0=10 * e, ep0=e))
         buf.flush()
-        segs = sorted((tmp_path / "b").glob("seg-*.arrow"))
+        segs = sorted((tmp_path / "b").glob("seg-*"))
         on_disk = sum(p.stat().st_size for p in segs)
         assert on_disk <= 6000 + max(p.stat().st_size for p in segs)
         assert buf.first_row > 0

@@ -15,7 +15,7 @@ import pytest
 
 from buffer import ReplayBuffer
 from buffer.bench_crash import check
-from buffer.segments import list_segments
+from buffer.sealed import list_sealed
 from buffer.wal import list_wals, scan_wal
 from tests.buffer.helpers import episodes, obs_value, open_buffer
 
@@ -39,7 +39,7 @@ def test_reopen_keeps_everything_and_seals(tmp_path) -> None:
         buf.flush()
         before = _contents(buf)
         n = len(buf)
-    assert len(list(list_segments(tmp_path / "b"))) >= 2
+    assert len(list_sealed(tmp_path / "b")) >= 2
     with ReplayBuffer.open(tmp_path / "b") as again:  # no schema: the stored one
         assert _contents(again) == before
         assert len(again) == n

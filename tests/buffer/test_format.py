@@ -10,8 +10,9 @@ import pyarrow.ipc as ipc
 import pytest
 
 from buffer import FORMAT_VERSION, ReplayBuffer, UnsupportedFormatError
-from buffer.format import SEGMENT_VERSION_KEY
-from buffer.segments import list_segments
+from buffer.format import SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
+from buffer.sealed import list_sealed
+from buffer.segments import list_segments, write_segment
 from buffer.wal import FILE_MAGIC
 from tests.buffer.helpers import episodes, open_buffer
 
@@ -38,7 +39,7 @@ def _set_marker(wal: Path, marker: bytes) -> bytes:
 
 @pytest.mark.parametrize(
     ("marker", "found"),
-    [(b"RFWAL002", "version 002"), (b"PAR1\x00\x01zz", "not a robofleet WAL")],
+    [(b"RFWAL003", "version 003"), (b"PAR1\x00\x01zz", "not a robofleet WAL")],
 )
 def test_wal_of_another_version_is_refused_and_kept(tmp_path, marker, found) -> None:
     wal = _crashed(tmp_path / "b")
@@ -48,8 +49,8 @@ def test_wal_of_another_version_is_refused_and_kept(tmp_path, marker, found) -> 
         with pytest.raises(UnsupportedFormatError) as err:
             ReplayBuffer.open(tmp_path / "b", read_only=read_only)
         msg = str(err.value)
-        assert str(wal) in msg and found in msg and f"version(s) {FORMAT_VERSION}" in msg
-        assert err.value.path == wal and err.value.supported == (FORMAT_VERSION,)
+        assert str(wal) in msg and found in msg and "version(s) 1, 2" in msg
+        assert err.value.path == wal and err.value.supported == SUPPORTED_FORMAT_VERSIONS
     assert wal.read_bytes() == changed  # nothing dropped, truncated or deleted
     wal.write_bytes(original)  # with the marker back, every acknowledged step is there
     with ReplayBuffer.open(tmp_path / "b") as buf:  # the refused open left no lock behind
@@ -86,17 +87,38 @@ def _rewrite_segment(path: Path, metadata: dict[bytes, bytes] | None) -> None:
         writer.write_batch(batch)
 
 
+def test_version_1_wal_is_still_replayed(tmp_path) -> None:
+    """A version-1 WAL (same record layout) left by a crash is replayed and sealed."""
+    wal = _crashed(tmp_path / "b")
+    _set_marker(wal, b"RFWAL001")
+    with ReplayBuffer.open(tmp_path / "b") as buf:
+        assert buf.durable_seq("robot-0") == 5 and buf.num_steps == 6
+    assert FORMAT_VERSION == 2 and list_sealed(tmp_path / "b")
+
+
+def _legacy_directory(path: Path) -> tuple[Path, pa.RecordBatch]:
+    """A directory holding one version-1 Arrow segment of 5 steps (rows 0..4) and no WAL."""
+    with open_buffer(path) as buf:
+        batch = buf.schema.validate(buf.schema.batch_from_records(episodes(0, [5])))
+    for p in path.glob("wal-*.log"):
+        p.unlink()
+    return write_segment(path, 0, batch), batch
+
+
 def test_segment_version_is_written_checked_and_legacy_read(tmp_path) -> None:
-    with open_buffer(tmp_path / "b") as buf:
-        buf.append(episodes(0, [5]))
-    ReplayBuffer.open(tmp_path / "b").close()  # recovery seals the WAL's rows
-    (_first, _rows, seg), *_ = list(list_segments(tmp_path / "b"))
+    seg, _ = _legacy_directory(tmp_path / "b")
+    assert list_segments(tmp_path / "b")
     meta = dict(ipc.open_file(pa.py_buffer(seg.read_bytes())).schema.metadata)
     assert meta[SEGMENT_VERSION_KEY] == str(FORMAT_VERSION).encode()
+    with ReplayBuffer.open(tmp_path / "b") as buf:  # Arrow segments are still read
+        assert buf.durable_seq("robot-0") == 4
+        buf.append(episodes(0, [3], seq0=5, ep0=1))  # new rows go to a sealed WAL segment
+    with ReplayBuffer.open(tmp_path / "b") as buf:
+        assert buf.stored_seqs("robot-0").tolist() == list(range(8))
 
     _rewrite_segment(seg, {k: v for k, v in meta.items() if k != SEGMENT_VERSION_KEY})
     with ReplayBuffer.open(tmp_path / "b") as buf:  # written before the key existed: v1
-        assert buf.durable_seq("robot-0") == 4
+        assert buf.durable_seq("robot-0") == 7
 
     _rewrite_segment(seg, {**meta, SEGMENT_VERSION_KEY: b"7"})
     with pytest.raises(UnsupportedFormatError, match=r"version 7 is not supported") as err:

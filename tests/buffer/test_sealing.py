@@ -1,0 +1,130 @@
+"""Format 2 sealing: the WAL files become the segment (each byte written once); close()
+seals the tail; an interrupted seal is finished on open; a damaged segment is refused."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from buffer import ReplayBuffer
+from buffer.errors import CorruptDataError
+from buffer.sealed import list_sealed, sealed_name
+from buffer.wal import list_wals
+from tests.buffer.helpers import episodes, obs_value, open_buffer
+
+
+def _states(buf: ReplayBuffer) -> dict[tuple[str, int], float]:
+    rows = np.arange(buf.first_row, buf.visible, dtype=np.int64)
+    data = buf.storage.gather(rows, ["observation.state"], count=False)["observation.state"]
+    robots = np.asarray(buf.index.robots.names)[buf.index.view("robot")]
+    return {
+        (str(r), int(s)): float(v)
+        for r, s, v in zip(robots, buf.index.view("seq"), data[:, 0], strict=True)
+    }
+
+
+def _abandon(buf: ReplayBuffer) -> None:
+    """Leave the buffer like a killed process would: files as they are, lock released."""
+    buf._stop.set()  # noqa: SLF001
+    for log in buf._wal.logs:  # noqa: SLF001
+        os.close(log._fd)  # noqa: SLF001
+        log._fd = -1  # noqa: SLF001
+    buf._closed = True  # noqa: SLF001
+    os.close(buf._lock_fd)  # noqa: SLF001
+
+
+def test_seal_renames_the_wal_file_instead_of_copying_it(tmp_path) -> None:
+    d = tmp_path / "b"
+    with open_buffer(d, segment_target_bytes=3000, wal_stripes=1) as buf:
+        first_wal = buf._wal.logs[0].path  # noqa: SLF001
+        inode = first_wal.stat().st_ino
+        size_before = 0
+        seq = 0
+        while first_wal.exists():  # append until the tail rotates and its WAL is sealed
+            size_before = first_wal.stat().st_size
+            buf.append(episodes(0, [4], seq0=seq, ep0=seq // 4))
+            seq += 4
+            buf.flush()
+        (first, rows), paths = next(iter(sorted(list_sealed(d).items())))
+        assert first == 0 and rows > 0 and len(paths) == 1
+        # Same inode: the segment IS the WAL file; nothing was copied.
+        assert paths[0].stat().st_ino == inode
+        assert paths[0].stat().st_size >= size_before
+        before = _states(buf)
+    with ReplayBuffer.open(d) as again:
+        assert _states(again) == before
+        assert again.stored_seqs("robot-0").tolist() == list(range(seq))
+
+
+def test_close_seals_the_tail_so_reopen_replays_nothing(tmp_path) -> None:
+    d = tmp_path / "b"
+    recs = episodes(0, [5, 7]) + episodes(1, [6])
+    with open_buffer(d, segment_target_bytes=10**9) as buf:
+        buf.append(recs[:12])
+        buf.append(recs[12:])
+        before = _states(buf)
+    assert list(list_wals(d)) == []  # nothing left to replay
+    assert sum(rows for _, rows in list_sealed(d)) == len(recs)
+    with ReplayBuffer.open(d) as again:
+        assert again.recovered_rows == 0 and again.torn_bytes_dropped == 0
+        assert _states(again) == before
+        assert again.num_steps == len(recs)
+        again.append(episodes(0, [2], seq0=12, ep0=2))  # continues after the sealed rows
+    with ReplayBuffer.open(d) as third:
+        assert third.num_steps == len(recs) + 2
+        assert third.durable_seq("robot-0") == 13
+
+
+def test_close_of_an_empty_tail_leaves_no_files(tmp_path) -> None:
+    d = tmp_path / "b"
+    open_buffer(d).close()
+    assert list(list_wals(d)) == [] and list_sealed(d) == {}
+    with ReplayBuffer.open(d) as buf:
+        assert buf.num_steps == 0
+
+
+def _two_stripes() -> tuple[int, int]:
+    by_stripe: dict[int, int] = {}
+    for r in range(20):
+        by_stripe.setdefault(zlib.crc32(f"robot-{r}".encode()) % 4, r)
+    a, b = list(by_stripe.values())[:2]
+    return a, b
+
+
+def test_interrupted_seal_is_finished_on_open(tmp_path) -> None:
+    """A crash between the renames of one seal: some stripes sealed, some still WAL."""
+    d = tmp_path / "b"
+    a, b = _two_stripes()
+    buf = open_buffer(d, segment_target_bytes=10**9, wal_stripes=4)
+    buf.append(episodes(a, [4]))
+    buf.append(episodes(b, [5]))
+    buf.append(episodes(a, [3], seq0=4, ep0=1))
+    paths = [log.path for log in buf._wal.logs if log.path.stat().st_size > 16]  # noqa: SLF001
+    _abandon(buf)
+    assert len(paths) == 2
+    stripe = int(paths[0].stem.split("-")[2])
+    os.rename(paths[0], d / sealed_name(0, 12, stripe))  # the first rename happened, no more
+    with ReplayBuffer.open(d) as again:
+        assert again.num_steps == 12
+        assert again.stored_seqs(f"robot-{a}").tolist() == list(range(7))
+        assert again.stored_seqs(f"robot-{b}").tolist() == list(range(5))
+        got = _states(again)
+        assert got[(f"robot-{b}", 3)] == obs_value(b, 3)
+    assert list(list_wals(d)) == []
+    assert [len(p) for p in list_sealed(d).values()] == [2]
+
+
+def test_sealed_segment_with_a_missing_stripe_is_refused(tmp_path) -> None:
+    d = tmp_path / "b"
+    a, b = _two_stripes()
+    with open_buffer(d, segment_target_bytes=10**9, wal_stripes=4) as buf:
+        buf.append(episodes(a, [4]))
+        buf.append(episodes(b, [5]))
+    (key, files), *_ = list_sealed(d).items()
+    assert key == (0, 9) and len(files) == 2
+    files[1].unlink()
+    with pytest.raises(CorruptDataError, match="tile|name says"):
+        ReplayBuffer.open(d)
