@@ -9,8 +9,9 @@ browser session, and every unsafe method must repeat the session's CSRF token in
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import HTTPException, Request
+from fastapi import Depends, HTTPException, Request
 
 from dashboard import accounts
 from dashboard.accounts import Principal
@@ -81,3 +82,8 @@ def require(role: Role) -> Callable[[Request], Principal]:
 require_viewer = require(Role.VIEWER)
 require_operator = require(Role.OPERATOR)
 require_admin = require(Role.ADMIN)
+
+# Route parameter types: ``def route(principal: Operator, ...)``.
+Viewer = Annotated[Principal, Depends(require_viewer)]
+Operator = Annotated[Principal, Depends(require_operator)]
+Admin = Annotated[Principal, Depends(require_admin)]

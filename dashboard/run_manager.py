@@ -16,9 +16,9 @@ from typing import Protocol, runtime_checkable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from dashboard.run_spec import RunSpec
 from robofleet.db.models import Lease, Robot, RobotStatus, Run, RunState, utcnow
 from robofleet.db.store import MetadataStore
+from robofleet.runspec import RunSpec
 
 
 class RunNotFound(LookupError):
@@ -38,7 +38,12 @@ class RunManager(Protocol):
     """
 
     def launch(self, spec: RunSpec, *, actor: str) -> str:
-        """Create and start a run from ``spec``; returns the new run id."""
+        """Create and start a run from ``spec``; returns the new run id.
+
+        Raises:
+            robofleet.runspec.RunSpecError: the spec is valid on its own but this manager
+                cannot run it (unknown task, knob or too few robots), by dotted field path.
+        """
         ...
 
     def stop(self, run_id: str, *, actor: str) -> None:

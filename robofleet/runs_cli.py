@@ -1,9 +1,11 @@
-"""``robofleet run launch SPEC | list | stop RUN``: runs through the metadata store.
+"""``robofleet run launch SPEC | list | stop RUN | pause RUN``: runs through the metadata store.
 
 ``launch`` validates the spec (every bad field named; a spec asking for robots the fleet does
 not have is refused, nothing recorded) and records a ``pending`` run that the running
 ``robofleet cloud`` starts within a second. ``stop`` asks the cloud to end a run (final
 checkpoint, evaluation and report); with no cloud running the run is marked stopped at once.
+``pause`` asks the cloud to stop the run's edge agents while the run keeps its robots' leases
+(``robofleet resume RUN`` starts them again on the same robots).
 Exit codes: 0 done, 2 invalid spec or request.
 """
 
@@ -28,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     stop = sub.add_parser("stop", help="stop a run")
     stop.add_argument("run_id")
+    pause = sub.add_parser("pause", help="pause a run (robots hold, leases kept)")
+    pause.add_argument("run_id")
     return p
 
 
@@ -87,10 +91,13 @@ def main(argv: Sequence[str] = ()) -> int:
                 Console().print(t)
             return 0
         try:
-            request(store, args.run_id, "stop", actor="cli")
+            request(store, args.run_id, args.action, actor="cli")
         except (RunNotFound, RunStateError) as exc:
-            print(f"robofleet run stop: {exc}", file=sys.stderr)
+            print(f"robofleet run {args.action}: {exc}", file=sys.stderr)
             return 2
+        if args.action == "pause":
+            print(f"pausing {args.run_id} (robots hold still and stay leased to it)")
+            return 0
         if cloud_running(settings.data_dir) is None:
             from robofleet.db.models import RunState
 

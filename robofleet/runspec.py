@@ -14,6 +14,7 @@ next to its field. Example::
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 SPEC_VERSION: Literal[1] = 1
 
 Algorithm = Literal["hg-dagger", "recap", "sac"]
+TASK_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
 class _Strict(BaseModel):
@@ -68,6 +70,11 @@ class PolicySpec(_Strict):
     hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
     chunk_size: int = Field(default=1, ge=1, le=256)
     init_checkpoint: str | None = Field(default=None, description="Start from these weights.")
+    init_from_run: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Start from this run's promoted policy version instead of random weights.",
+    )
 
     @field_validator("hidden_sizes")
     @classmethod
@@ -129,10 +136,16 @@ class RunSpec(_Strict):
     @field_validator("tasks")
     @classmethod
     def _unique_tasks(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
-            raise ValueError("tasks must not repeat")
-        if any(not t.strip() for t in v):
-            raise ValueError("task names must not be empty")
+        problems = []
+        dupes = sorted({t for t in v if v.count(t) > 1})
+        if dupes:
+            problems.append(f"tasks listed twice (must not repeat): {', '.join(dupes)}")
+        bad = [t for t in v if not TASK_PATTERN.fullmatch(t)]
+        if bad:
+            names = ", ".join(map(repr, bad))
+            problems.append(f"not task names (letters, digits, '-', '_', '.'): {names}")
+        if problems:
+            raise ValueError("; ".join(problems))
         return v
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from sqlalchemy import select
 
-from dashboard.accounts import Principal
-from dashboard.api.common import AUTH_ERRORS
-from dashboard.deps import require_viewer, store_of
+from dashboard.api.common import AUTH_ERRORS, all_rows
+from dashboard.deps import Viewer
 from dashboard.schemas import EventOut
 from robofleet.db.models import Event
 
@@ -23,7 +22,7 @@ router = APIRouter(tags=["audit"])
     responses=AUTH_ERRORS,
 )
 def list_events(
-    _: Annotated[Principal, Depends(require_viewer)],
+    _: Viewer,
     request: Request,
     run_id: Annotated[str | None, Query(max_length=64)] = None,
     robot_id: int | None = None,
@@ -42,5 +41,4 @@ def list_events(
         q = q.where(Event.kind.startswith(kind, autoescape=True))
     if before_id is not None:
         q = q.where(Event.id < before_id)
-    with store_of(request).session() as s:
-        return list(s.scalars(q.limit(limit)))
+    return all_rows(request, q.limit(limit))

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request, Response
+from fastapi import APIRouter, HTTPException, Request, Response
 from sqlalchemy import func, select
 
 from dashboard import accounts
-from dashboard.accounts import AccountError, Principal
-from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, not_found
-from dashboard.deps import (
-    CSRF_COOKIE,
-    SESSION_COOKIE,
-    require_admin,
-    require_viewer,
-    store_of,
+from dashboard.accounts import AccountError
+from dashboard.api.common import (
+    AUTH_ERRORS,
+    CONFLICT,
+    NOT_FOUND,
+    all_rows,
+    field_error,
+    get_or_404,
+    not_found,
 )
+from dashboard.deps import CSRF_COOKIE, SESSION_COOKIE, Admin, Viewer, store_of
 from dashboard.schemas import (
     ApiTokenCreate,
     ApiTokenCreated,
@@ -33,8 +35,14 @@ from robofleet.db.auth_models import ApiToken, Role, TokenKind, User
 from robofleet.db.models import utcnow
 
 router = APIRouter(tags=["auth"])
-Viewer = Annotated[Principal, Depends(require_viewer)]
-Admin = Annotated[Principal, Depends(require_admin)]
+
+
+def _check_new_password(password: str) -> None:
+    """Raises a 422 on ``password`` when the accounts policy refuses it."""
+    try:
+        accounts.check_password_strength(password)
+    except AccountError as err:
+        raise field_error([("password", str(err))]) from None
 
 
 @router.post(
@@ -96,9 +104,7 @@ def change_password(body: PasswordChange, principal: Viewer, request: Request) -
         )
     except AccountError as err:
         field = "current_password" if "current" in str(err) else "new_password"
-        raise HTTPException(
-            422, [{"loc": ["body", field], "msg": str(err), "type": "value_error"}]
-        ) from None
+        raise field_error([(field, str(err))]) from None
     return Me(username=principal.username, role=principal.role, via=principal.via.value)
 
 
@@ -109,14 +115,8 @@ def change_password(body: PasswordChange, principal: Viewer, request: Request) -
     "/tokens", response_model=list[ApiTokenOut], summary="Your API tokens", responses=AUTH_ERRORS
 )
 def list_tokens(principal: Viewer, request: Request) -> list[ApiToken]:
-    with store_of(request).session() as s:
-        return list(
-            s.scalars(
-                select(ApiToken)
-                .where(ApiToken.user_id == principal.user_id, ApiToken.kind == TokenKind.API)
-                .order_by(ApiToken.id)
-            )
-        )
+    mine = (ApiToken.user_id == principal.user_id) & (ApiToken.kind == TokenKind.API)
+    return all_rows(request, select(ApiToken).where(mine).order_by(ApiToken.id))
 
 
 @router.post(
@@ -148,9 +148,7 @@ def revoke_token(token_id: int, principal: Viewer, request: Request) -> ApiToken
             raise not_found("API token", token_id)
     accounts.revoke_token(store, token_id, actor=principal.actor, reason="revoked by owner")
     with store.session() as s:
-        result = s.get(ApiToken, token_id)
-        assert result is not None
-        return result
+        return get_or_404(s, ApiToken, token_id, "API token")
 
 
 # -- users (admin) ----------------------------------------------------------------------------
@@ -158,8 +156,7 @@ def revoke_token(token_id: int, principal: Viewer, request: Request) -> ApiToken
 
 @router.get("/users", response_model=list[UserOut], summary="All users", responses=AUTH_ERRORS)
 def list_users(_: Admin, request: Request) -> list[User]:
-    with store_of(request).session() as s:
-        return list(s.scalars(select(User).order_by(User.id)))
+    return all_rows(request, select(User).order_by(User.id))
 
 
 @router.post(
@@ -170,12 +167,7 @@ def list_users(_: Admin, request: Request) -> list[User]:
     responses={**AUTH_ERRORS, 409: {"description": "username taken"}},
 )
 def create_user(body: UserCreate, principal: Admin, request: Request) -> User:
-    try:
-        accounts.check_password_strength(body.password)
-    except AccountError as err:
-        raise HTTPException(
-            422, [{"loc": ["body", "password"], "msg": str(err), "type": "value_error"}]
-        ) from None
+    _check_new_password(body.password)
     try:
         return accounts.create_user(
             store_of(request), body.username, body.password, body.role, actor=principal.actor
@@ -193,16 +185,9 @@ def create_user(body: UserCreate, principal: Admin, request: Request) -> User:
 def update_user(user_id: int, body: UserUpdate, principal: Admin, request: Request) -> User:
     store = store_of(request)
     if body.password is not None:
-        try:
-            accounts.check_password_strength(body.password)
-        except AccountError as err:
-            raise HTTPException(
-                422, [{"loc": ["body", "password"], "msg": str(err), "type": "value_error"}]
-            ) from None
+        _check_new_password(body.password)
     with store.session() as s:
-        user = s.get(User, user_id, with_for_update=True)
-        if user is None:
-            raise not_found("user", user_id)
+        user = get_or_404(s, User, user_id, "user", lock=True)
         demoting = (body.role is not None and body.role != Role.ADMIN) or body.disabled is True
         if demoting and user.role == Role.ADMIN and not user.disabled:
             admins = s.scalar(

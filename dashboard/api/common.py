@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
+from sqlalchemy import Select
+from sqlalchemy.orm import Session
+
+from dashboard.deps import store_of
 
 # Documented error responses, merged into each route's OpenAPI entry.
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -19,8 +23,37 @@ def not_found(what: str, ident: object) -> HTTPException:
     return HTTPException(404, f"no {what} with id {ident!r}")
 
 
-def field_error(loc: list[str | int], msg: str) -> HTTPException:
-    """A 422 in FastAPI's validation-error shape, for checks that need the database."""
+def get_or_404[T](s: Session, model: type[T], ident: object, what: str, *, lock: bool = False) -> T:
+    """The ``model`` row with primary key ``ident`` (``lock``: SELECT ... FOR UPDATE).
+
+    Raises:
+        HTTPException: 404 naming ``what`` and the id.
+    """
+    row = s.get(model, ident, with_for_update=True if lock else None)
+    if row is None:
+        raise not_found(what, ident)
+    return row
+
+
+def all_rows[T](request: Request, query: Select[T]) -> list[T]:
+    """Every row of ``query`` (a ``select`` of one model) from the app's metadata store."""
+    with store_of(request).session() as s:
+        return list(s.scalars(query))
+
+
+def field_error(errors: list[tuple[str, str]]) -> HTTPException:
+    """A 422 in FastAPI's validation-error shape for checks beyond the body's schema (they need
+    the database or the run manager): ``(dotted field path, message)`` pairs, e.g.
+    ``("robots.count", "...")``; a path in parentheses (``"(spec)"``) names the whole body."""
     return HTTPException(
-        422, [{"loc": ["body", *loc], "msg": msg, "type": "value_error", "input": None}]
+        422,
+        [
+            {
+                "loc": ["body", *([] if path.startswith("(") else path.split("."))],
+                "msg": msg,
+                "type": "value_error",
+                "input": None,
+            }
+            for path, msg in errors
+        ],
     )

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Request
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from dashboard.accounts import Principal
-from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, not_found
-from dashboard.deps import require_admin, require_operator, require_viewer, store_of
+from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, all_rows, get_or_404
+from dashboard.deps import Admin, Operator, Viewer, store_of
 from dashboard.schemas import (
     EnrollmentCreated,
     EnrollmentRequest,
@@ -25,9 +25,6 @@ from robofleet.db.models import EnrollmentToken, Lease, Robot, RobotStatus, Site
 from robofleet.db.store import MetadataStore
 
 router = APIRouter(tags=["fleet"])
-Viewer = Annotated[Principal, Depends(require_viewer)]
-Operator = Annotated[Principal, Depends(require_operator)]
-Admin = Annotated[Principal, Depends(require_admin)]
 
 
 def _aware(ts: datetime | None) -> datetime | None:
@@ -83,9 +80,7 @@ def list_robots(_: Viewer, request: Request) -> list[RobotOut]:
 )
 def get_robot(robot_id: int, _: Viewer, request: Request) -> RobotOut:
     with store_of(request).session() as s:
-        robot = s.get(Robot, robot_id)
-        if robot is None:
-            raise not_found("robot", robot_id)
+        robot = get_or_404(s, Robot, robot_id, "robot")
         lease = _active_lease(s, robot_id)
         return _robot_out(robot, lease.run_id if lease else None, utcnow())
 
@@ -101,9 +96,7 @@ def _set_status(
 ) -> RobotOut:
     store = store_of(request)
     with store.session() as s:
-        robot = s.get(Robot, robot_id, with_for_update=True)
-        if robot is None:
-            raise not_found("robot", robot_id)
+        robot = get_or_404(s, Robot, robot_id, "robot", lock=True)
         if allowed is not None and robot.status not in allowed:
             raise HTTPException(409, f"robot {robot.name} is {robot.status.value}; cannot {kind}")
         before = robot.status
@@ -170,9 +163,7 @@ def clear_estop(robot_id: int, principal: Operator, request: Request) -> RobotOu
 def release(robot_id: int, principal: Operator, request: Request) -> RobotOut:
     store = store_of(request)
     with store.session() as s:
-        robot = s.get(Robot, robot_id)
-        if robot is None:
-            raise not_found("robot", robot_id)
+        robot = get_or_404(s, Robot, robot_id, "robot")
         lease = _active_lease(s, robot_id)
         if lease is None:
             raise HTTPException(409, f"robot {robot.name} is not leased")
@@ -199,8 +190,7 @@ def retire(robot_id: int, principal: Admin, request: Request) -> RobotOut:
 
 @router.get("/sites", response_model=list[SiteOut], summary="Sites", responses=AUTH_ERRORS)
 def list_sites(_: Viewer, request: Request) -> list[Site]:
-    with store_of(request).session() as s:
-        return list(s.scalars(select(Site).order_by(Site.name)))
+    return all_rows(request, select(Site).order_by(Site.name))
 
 
 @router.post(
@@ -233,10 +223,7 @@ def create_site(body: SiteCreate, principal: Admin, request: Request) -> Site:
     responses=AUTH_ERRORS,
 )
 def list_enrollment_tokens(_: Operator, request: Request) -> list[EnrollmentToken]:
-    with store_of(request).session() as s:
-        return list(
-            s.scalars(select(EnrollmentToken).order_by(EnrollmentToken.id.desc()).limit(100))
-        )
+    return all_rows(request, select(EnrollmentToken).order_by(EnrollmentToken.id.desc()).limit(100))
 
 
 @router.post(

@@ -7,20 +7,23 @@ import tempfile
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from starlette.background import BackgroundTask
 
-from dashboard.accounts import Principal
-from dashboard.api.common import AUTH_ERRORS, NOT_FOUND, not_found
-from dashboard.deps import require_operator, require_viewer, store_of
+from dashboard.api.common import AUTH_ERRORS, NOT_FOUND, all_rows, get_or_404
+from dashboard.deps import Operator, Viewer, store_of
 from dashboard.schemas import CheckpointOut, PolicyVersionOut
 from robofleet.db.models import Checkpoint, PolicyVersion
 
 router = APIRouter(tags=["policies"])
-Viewer = Annotated[Principal, Depends(require_viewer)]
-Operator = Annotated[Principal, Depends(require_operator)]
+RunFilter = Annotated[str | None, Query(max_length=64, description="only this run's")]
+
+
+def _newest_first[M: (PolicyVersion, Checkpoint)](model: type[M], run_id: str | None) -> Select[M]:
+    q = select(model).order_by(model.created_at.desc(), model.id.desc())
+    return q if run_id is None else q.where(model.run_id == run_id)
 
 
 @router.get(
@@ -30,13 +33,9 @@ Operator = Annotated[Principal, Depends(require_operator)]
     responses=AUTH_ERRORS,
 )
 def list_policy_versions(
-    _: Viewer, request: Request, run_id: Annotated[str | None, Query(max_length=64)] = None
+    _: Viewer, request: Request, run_id: RunFilter = None
 ) -> list[PolicyVersion]:
-    q = select(PolicyVersion).order_by(PolicyVersion.created_at.desc(), PolicyVersion.id.desc())
-    if run_id is not None:
-        q = q.where(PolicyVersion.run_id == run_id)
-    with store_of(request).session() as s:
-        return list(s.scalars(q.limit(1000)))
+    return all_rows(request, _newest_first(PolicyVersion, run_id).limit(1000))
 
 
 @router.post(
@@ -53,9 +52,7 @@ def list_policy_versions(
 def promote(version_id: int, principal: Operator, request: Request) -> PolicyVersion:
     store = store_of(request)
     with store.session() as s:
-        pv = s.get(PolicyVersion, version_id, with_for_update=True)
-        if pv is None:
-            raise not_found("policy version", version_id)
+        pv = get_or_404(s, PolicyVersion, version_id, "policy version", lock=True)
         previous = s.scalars(
             select(PolicyVersion).where(
                 PolicyVersion.run_id == pv.run_id, PolicyVersion.promoted.is_(True)
@@ -83,14 +80,8 @@ def promote(version_id: int, principal: Operator, request: Request) -> PolicyVer
     summary="Checkpoints, newest first",
     responses=AUTH_ERRORS,
 )
-def list_checkpoints(
-    _: Viewer, request: Request, run_id: Annotated[str | None, Query(max_length=64)] = None
-) -> list[Checkpoint]:
-    q = select(Checkpoint).order_by(Checkpoint.created_at.desc(), Checkpoint.id.desc())
-    if run_id is not None:
-        q = q.where(Checkpoint.run_id == run_id)
-    with store_of(request).session() as s:
-        return list(s.scalars(q.limit(1000)))
+def list_checkpoints(_: Viewer, request: Request, run_id: RunFilter = None) -> list[Checkpoint]:
+    return all_rows(request, _newest_first(Checkpoint, run_id).limit(1000))
 
 
 @router.get(
@@ -105,10 +96,7 @@ def list_checkpoints(
 )
 def download_checkpoint(checkpoint_id: int, _: Viewer, request: Request) -> FileResponse:
     with store_of(request).session() as s:
-        ckpt = s.get(Checkpoint, checkpoint_id)
-        if ckpt is None:
-            raise not_found("checkpoint", checkpoint_id)
-        raw = ckpt.path
+        raw = get_or_404(s, Checkpoint, checkpoint_id, "checkpoint").path
     data_dir = Path(request.app.state.settings.data_dir).resolve()
     path = Path(raw)
     path = (path if path.is_absolute() else data_dir / path).resolve()

@@ -7,24 +7,29 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
 from dashboard.accounts import Principal
-from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, field_error, not_found
-from dashboard.deps import require_operator, require_viewer, store_of
+from dashboard.api.common import (
+    AUTH_ERRORS,
+    CONFLICT,
+    NOT_FOUND,
+    all_rows,
+    field_error,
+    not_found,
+)
+from dashboard.deps import Operator, Viewer, store_of
 from dashboard.metrics_feed import metrics_after
 from dashboard.run_manager import RunManager, RunNotFound, RunStateError
-from dashboard.run_spec import RunSpec
 from dashboard.schemas import MetricPoint, RunCreated, RunDetail, RunOut
 from robofleet.db.models import Lease, Robot, Run, RunState
 from robofleet.db.store import MetadataStore
+from robofleet.runspec import RunSpec, RunSpecError
 
 router = APIRouter(tags=["runs"])
-Viewer = Annotated[Principal, Depends(require_viewer)]
-Operator = Annotated[Principal, Depends(require_operator)]
 
 
 def manager_of(request: Request) -> RunManager:
@@ -50,8 +55,7 @@ def list_runs(
     q = select(Run).order_by(Run.created_at.desc())
     if state is not None:
         q = q.where(Run.state == state)
-    with store_of(request).session() as s:
-        return list(s.scalars(q.limit(500)))
+    return all_rows(request, q.limit(500))
 
 
 @router.post(
@@ -59,13 +63,22 @@ def list_runs(
     response_model=RunCreated,
     status_code=201,
     summary="Launch a run from a spec (422 names each invalid field)",
+    description=(
+        "The body is a run spec (`robofleet.runspec.RunSpec`, the same document as "
+        "`robofleet run launch SPEC`). Errors name each field by its path in `loc`, both the "
+        "spec's own checks and the run manager's (unknown task or hyper-parameter, too few "
+        "robots); nothing is created."
+    ),
     responses=AUTH_ERRORS,
 )
 def launch_run(spec: RunSpec, principal: Operator, request: Request) -> RunCreated:
     store = store_of(request)
     if spec.policy.init_from_run is not None and store.get_run(spec.policy.init_from_run) is None:
-        raise field_error(["policy", "init_from_run"], f"no run {spec.policy.init_from_run!r}")
-    run_id = manager_of(request).launch(spec, actor=principal.actor)
+        raise field_error([("policy.init_from_run", f"no run {spec.policy.init_from_run!r}")])
+    try:
+        run_id = manager_of(request).launch(spec, actor=principal.actor)
+    except RunSpecError as err:
+        raise field_error(list(err.errors.items())) from None
     return RunCreated(id=run_id, state=_get_run(store, run_id).state)
 
 
@@ -100,44 +113,30 @@ def _act(request: Request, run_id: str, principal: Principal, action: str) -> Ru
     return RunOut.model_validate(_get_run(store, run_id))
 
 
-_ACTION_DOC = {**AUTH_ERRORS, **NOT_FOUND, **CONFLICT}
-
-
-@router.post(
-    "/runs/{run_id}/stop",
-    response_model=RunOut,
-    summary="Stop a run and release its robots",
-    responses=_ACTION_DOC,
+# (path, RunManager method, summary): one POST route each, answering with the run.
+_ACTIONS = (
+    ("stop", "stop", "Stop a run and release its robots"),
+    ("pause", "pause", "Pause a run: robots hold still and stay leased, the learner goes on"),
+    ("resume", "resume", "Resume a paused, stopped or crashed run from its last checkpoint"),
+    ("checkpoint", "checkpoint_now", "Ask the learner for a checkpoint now"),
 )
-def stop_run(run_id: str, principal: Operator, request: Request) -> RunOut:
-    return _act(request, run_id, principal, "stop")
 
 
-@router.post(
-    "/runs/{run_id}/pause", response_model=RunOut, summary="Pause a run", responses=_ACTION_DOC
-)
-def pause_run(run_id: str, principal: Operator, request: Request) -> RunOut:
-    return _act(request, run_id, principal, "pause")
+def _action_route(path: str, action: str) -> Any:
+    def route(run_id: str, principal: Operator, request: Request) -> RunOut:
+        return _act(request, run_id, principal, action)
+
+    route.__name__ = f"{path}_run"  # the OpenAPI operation id
+    return route
 
 
-@router.post(
-    "/runs/{run_id}/resume",
-    response_model=RunOut,
-    summary="Resume a paused, stopped or crashed run from its last checkpoint",
-    responses=_ACTION_DOC,
-)
-def resume_run(run_id: str, principal: Operator, request: Request) -> RunOut:
-    return _act(request, run_id, principal, "resume")
-
-
-@router.post(
-    "/runs/{run_id}/checkpoint",
-    response_model=RunOut,
-    summary="Ask the learner for a checkpoint now",
-    responses=_ACTION_DOC,
-)
-def checkpoint_run(run_id: str, principal: Operator, request: Request) -> RunOut:
-    return _act(request, run_id, principal, "checkpoint_now")
+for _path, _action, _summary in _ACTIONS:
+    router.post(
+        f"/runs/{{run_id}}/{_path}",
+        response_model=RunOut,
+        summary=_summary,
+        responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
+    )(_action_route(_path, _action))
 
 
 @router.get(

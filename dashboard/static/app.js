@@ -101,9 +101,16 @@ function showErrors(form, data) {
   for (const err of details) {
     const path = (err.loc || []).filter((p, i) => !(i === 0 && p === "body") && typeof p !== "number");
     const field = path.join(".");
-    const span = field && form.querySelector(`.field-error[data-field="${CSS.escape(field)}"]`);
+    // The field's own slot, else the nearest enclosing one (e.g. an unknown hyper-parameter
+    // goes next to the hyper-parameters, named).
+    let span = null;
+    let at = path.length;
+    for (; at > 0 && !span; at--) {
+      span = form.querySelector(`.field-error[data-field="${CSS.escape(path.slice(0, at).join("."))}"]`);
+    }
     if (span) {
-      span.textContent = span.textContent ? span.textContent + "; " + err.msg : err.msg;
+      const msg = at + 1 < path.length ? `${path.slice(at + 1).join(".")}: ${err.msg}` : err.msg;
+      span.textContent = span.textContent ? span.textContent + "; " + msg : msg;
       const input = form.querySelector(`[name="${CSS.escape(field)}"]`);
       if (input) input.classList.add("invalid");
     } else general.push((field ? field + ": " : "") + err.msg);
@@ -210,7 +217,7 @@ pages.runs = () => {
   }
   const form = document.getElementById("launch-form");
   if (form) onSubmit(form, async () => {
-    const r = await api("POST", "/api/runs", readForm(form, ["tasks"], ["robots.tags"]));
+    const r = await api("POST", "/api/runs", readForm(form, ["tasks", "policy.hidden_sizes"], ["robots.tags"]));
     if (!r.ok) return showErrors(form, r.data);
     location.href = `/runs/${r.data.id}`;
   });

@@ -1,10 +1,15 @@
 """The run manager: launch, stop, pause, resume and checkpoint runs; pick runs up after a restart.
 
 The metadata store is the source of truth. ``robofleet run launch`` (another process) writes a
-``pending`` run; ``robofleet run stop`` marks it ``stopping``; ``robofleet resume`` marks it
-``resuming``. :meth:`RunManager.poll`, called every second by the cloud, turns those requests
-into :class:`~robofleet.orchestration.run.RunDriver` threads. The dashboard calls the same
-methods directly (``dashboard.run_manager.RunManager`` protocol).
+``pending`` run; ``robofleet run stop`` marks it ``stopping``, ``robofleet run pause`` marks it
+``paused``; ``robofleet resume`` marks it ``resuming``. :meth:`RunManager.poll`, called every
+second by the cloud, turns those requests into :class:`~robofleet.orchestration.run.RunDriver`
+threads and requests to them. The dashboard calls the same methods directly
+(``dashboard.run_manager.RunManager`` protocol).
+
+Pause keeps the run's leases: the driver stops the edge agents (robots hold still, spools
+drain) and keeps its robots, Ray placement and learner; resume restarts the agents on the same
+robots. Only a run without a driver (its cloud went away) is leased afresh when it resumes.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 
@@ -24,49 +28,6 @@ from robofleet.orchestration.run import ACTIVE_STATES, CloudContext, RunDriver, 
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
 
 log = logging.getLogger(__name__)
-
-
-def as_run_spec(spec: Any) -> RunSpec:
-    """A :class:`RunSpec` from itself or from any pydantic spec with the same fields."""
-    if isinstance(spec, RunSpec):
-        return spec
-    dump = getattr(spec, "model_dump", None)
-    data = dump(mode="json") if callable(dump) else spec
-    if isinstance(data, dict) and isinstance(data.get("policy", {}).get("hidden"), int):
-        data = _from_dashboard_spec(data)
-    return parse_run_spec(data)
-
-
-def _from_dashboard_spec(d: dict[str, Any]) -> dict[str, Any]:
-    """The dashboard's launch form (``dashboard.run_spec.RunSpec``) in run-spec terms, until
-    the dashboard adopts :class:`robofleet.runspec.RunSpec` itself."""
-    policy, hp = d.get("policy", {}), d.get("hyperparameters", {})
-    robots = d.get("robots", {})
-    return {
-        "version": 1,
-        "name": d.get("name", ""),
-        "algorithm": d["algorithm"],
-        "tasks": d["tasks"],
-        "robots": {
-            "robot_type": robots.get("robot_type"),
-            "tags": robots.get("tags", {}),
-            "count": robots.get("count", 1),
-        },
-        "policy": {
-            "kind": policy.get("kind", "mlp"),
-            "hidden_sizes": [policy["hidden"]] * int(policy.get("depth", 2)),
-        },
-        "hyperparameters": {
-            "lr": hp.get("learning_rate", 1e-3),
-            "batch_size": hp.get("batch_size", 128),
-            "checkpoint_every_updates": hp.get("checkpoint_every", 200),
-        },
-        "publish": {"every_updates": hp.get("publish_every", 100)},
-        "buffer": {
-            "online_fraction": hp.get("online_fraction", 0.5),
-            "samples_per_insert": hp.get("samples_per_insert"),
-        },
-    }
 
 
 def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
@@ -86,6 +47,9 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
     unknown = [t for t in spec.tasks if t not in ENV_POLICY_MAP]
     if unknown:
         errors["tasks"] = f"no simulated operator (scripted expert) for {unknown}"
+    for field in ("init_checkpoint", "init_from_run"):
+        if getattr(spec.policy, field) is not None:
+            errors[f"policy.{field}"] = "the run manager starts policies from scratch for now"
     demand = spec.robots
     with store.session() as s:
         q = select(Robot).where(Robot.status != RobotStatus.RETIRED)
@@ -172,31 +136,38 @@ class RunManager:
 
     # -- dashboard protocol ----------------------------------------------------------------
 
-    def launch(self, spec: Any, *, actor: str) -> str:
-        run_id = submit_run(self.store, as_run_spec(spec), self.runs_dir, actor=actor)
+    def launch(self, spec: RunSpec, *, actor: str) -> str:
+        run_id = submit_run(self.store, spec, self.runs_dir, actor=actor)
         self._start(run_id)
         return run_id
 
-    def stop(self, run_id: str, *, actor: str) -> None:
+    def _request(self, run_id: str, action: str, actor: str) -> RunDriver | None:
+        """Record ``action`` in the store (raises when refused); the run's driver, if any."""
         with self._lock:
             driver = self.drivers.get(run_id)
-        request(self.store, run_id, "stop", actor=actor)
+        request(self.store, run_id, action, actor=actor)
+        return driver
+
+    def stop(self, run_id: str, *, actor: str) -> None:
+        driver = self._request(run_id, "stop", actor)
         if driver is not None:
             driver.request_stop(f"stopped by {actor}")
         else:
             self._finish_without_driver(run_id, RunState.STOPPED)
 
     def pause(self, run_id: str, *, actor: str) -> None:
-        """Pausing ends the run's processes and frees its robots; ``resume`` continues it."""
-        with self._lock:
-            driver = self.drivers.get(run_id)
-        request(self.store, run_id, "pause", actor=actor)
+        """Agents stop and drain; the run keeps its leases, placement and learner."""
+        driver = self._request(run_id, "pause", actor)
         if driver is not None:
-            driver.detach = True
+            driver.request_pause()
 
     def resume(self, run_id: str, *, actor: str) -> None:
-        request(self.store, run_id, "resume", actor=actor)
-        self._start(run_id)
+        """A paused run's agents start again on its robots; any other run starts afresh."""
+        driver = self._request(run_id, "resume", actor)
+        if driver is not None:
+            driver.request_resume()
+        else:
+            self._start(run_id)
 
     def checkpoint_now(self, run_id: str, *, actor: str) -> None:
         with self._lock:
@@ -261,8 +232,10 @@ class RunManager:
                 self._start(run_id)
             elif driver is not None and state == RunState.STOPPING and driver.stop_reason is None:
                 driver.request_stop("stop requested")
-            elif driver is not None and state == RunState.PAUSED and not driver.detach:
-                driver.detach = True
+            elif driver is not None and state == RunState.PAUSED and not driver.want_pause:
+                driver.request_pause()
+            elif driver is not None and state == RunState.RESUMING and driver.want_pause:
+                driver.request_resume()
 
     def shutdown(self, timeout_s: float = 120.0) -> None:
         """Cloud going down: every run checkpoints and lets go, to be resumed at next start."""

@@ -7,6 +7,8 @@ Life of a run (every state change is an event in the metadata store)::
     placed on the robots' bundles) -> running/degraded
         loop: supervise learner and agents, hand new weight files to comms, evaluate, metrics,
               reconcile robots, stop conditions
+        pause: agents stop acting and drain their spools; the leases and the Ray placement
+               are KEPT and the learner keeps training; resume starts agents on the same robots
     -> stopping: agents stop and drain their spools, learner's final checkpoint, final
        evaluation, report -> leases released -> finished / stopped (or crashed with a reason)
 
@@ -34,6 +36,7 @@ from sqlalchemy import select
 
 from robofleet.db.models import Robot, Run, RunState, utcnow
 from robofleet.db.store import MetadataStore
+from robofleet.orchestration.config import orchestration_settings
 from robofleet.orchestration.params import RunParams
 from robofleet.orchestration.simfleet import (
     DEMO_ROBOT,
@@ -65,13 +68,28 @@ class CloudContext:
 
 
 def set_state(
-    store: MetadataStore, run_id: str, state: RunState, reason: str = "", **data: Any
-) -> None:
-    """Move the run to ``state`` and record ``run.<state>`` with the previous state."""
+    store: MetadataStore,
+    run_id: str,
+    state: RunState,
+    reason: str = "",
+    *,
+    only_from: set[RunState] | None = None,
+    **data: Any,
+) -> bool:
+    """Move the run to ``state`` and record ``run.<state>`` with the previous state.
+
+    With ``only_from``, nothing happens (returns False) when the run is in another state:
+    a request that arrived meanwhile (pause, stop) is not overwritten.
+
+    Raises:
+        LookupError: no run ``run_id``.
+    """
     with store.session() as s:
         run = s.get(Run, run_id, with_for_update=True)
         if run is None:
             raise LookupError(run_id)
+        if only_from is not None and run.state not in only_from:
+            return False
         before = run.state
         run.state = state
         run.reason = reason
@@ -85,6 +103,7 @@ def set_state(
             reason=reason,
             **data,
         )
+    return True
 
 
 class RunDriver:
@@ -119,6 +138,11 @@ class RunDriver:
         self._agents: dict[str, Any] = {}  # robot name -> (actor, run ref)
         self._agent_restarts: dict[str, list[float]] = {}
         self._checkpoint_requested = False
+        self.want_pause = False  # set/cleared by the run manager; the loop follows it
+        self.paused = False  # agents stopped, leases kept
+        self._paused_at = 0.0
+        self._paused_total = 0.0
+        self.orchestration = orchestration_settings(ctx.settings)
         self.allocation: Any = None
         self.buffer: Any = None
         self.learner: ProcessSupervisor | None = None
@@ -150,6 +174,14 @@ class RunDriver:
 
     def request_checkpoint(self) -> None:
         self._checkpoint_requested = True
+
+    def request_pause(self) -> None:
+        """Stop the agents at the next loop turn, keeping leases, placement and learner."""
+        self.want_pause = True
+
+    def request_resume(self) -> None:
+        """Restart the agents of a paused run on the robots it still leases."""
+        self.want_pause = False
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -290,7 +322,14 @@ class RunDriver:
             if len(self.allocation.active) < spec.robots.count
             else RunState.RUNNING
         )
-        set_state(ctx.store, self.run_id, state, robots=sorted(self.allocation.members))
+        # A pause or stop requested during setup stays; the loop acts on it.
+        set_state(
+            ctx.store,
+            self.run_id,
+            state,
+            only_from={RunState.PENDING, RunState.RESUMING},
+            robots=sorted(self.allocation.members),
+        )
         self.progress["state"] = state.value
 
     def _acquire(self, patient: bool) -> None:
@@ -310,8 +349,7 @@ class RunDriver:
     def _wait_first_version(self, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
         while not self._publish_new_weights():
-            assert self.learner is not None
-            self.learner.poll()
+            self._poll_learner()
             if self.stop_reason is not None or self.detach:
                 return
             if time.monotonic() > deadline:
@@ -375,27 +413,82 @@ class RunDriver:
             now = time.monotonic()
             self._robot_s_base += len(self._agents) * (now - last_tick)
             last_tick = now
-            self.learner.poll()  # CrashLoop ends the run as crashed
+            self._poll_learner()  # CrashLoop ends the run as crashed
             if self._checkpoint_requested:
                 self._checkpoint_requested = False
                 self.learner.signal(signal.SIGUSR1)
             self._publish_new_weights()
-            self._supervise_agents()
+            if self.want_pause and not self.paused:
+                self._enter_pause()
+            elif self.paused and not self.want_pause:
+                self._leave_pause()
             self._collect_eval()
-            every = self.ctx.eval_every_s or spec.evaluation.every_seconds
-            if now - self._last_eval_at >= every and self._eval_pending is None:
-                self._evaluate_now(blocking=False)
             if now - last_metrics >= 2.0:
                 last_metrics = now
                 self._record_progress()
-            if now - last_reconcile >= self.ctx.settings.hal.heartbeat_interval_s * 5:
-                last_reconcile = now
-                self._reconcile()
+            if not self.paused:  # robots hold still: nothing to supervise, evaluate, grow
+                self._supervise_agents()
+                every = self.ctx.eval_every_s or spec.evaluation.every_seconds
+                if now - self._last_eval_at >= every and self._eval_pending is None:
+                    self._evaluate_now(blocking=False)
+                if now - last_reconcile >= self.ctx.settings.hal.heartbeat_interval_s * 5:
+                    last_reconcile = now
+                    self._reconcile()
             self._check_stop_conditions()
             time.sleep(0.25)
 
+    def _poll_learner(self) -> None:
+        """Supervise the learner: crashes, and hangs (alive, but no batch taken, no update).
+
+        Progress is the batch server's sample count and the learner's reported step; the
+        limit is longer until the run's first policy version (start-up and BC warm start).
+        """
+        assert self.learner is not None and self.batch_server is not None
+        self.learner.note_progress(
+            (self.batch_server.samples, self.batch_server.learner_stats.get("learner_step"))
+        )
+        o = self.orchestration
+        self.learner.hang_after_s = (
+            o.learner_hang_s if self._published_version else o.learner_warmup_hang_s
+        )
+        self.learner.poll()
+
+    def _enter_pause(self) -> None:
+        """Agents stop acting and drain their spools; leases, placement and learner stay."""
+        robots = sorted(self._agents)
+        self._stop_agents()
+        self.paused = True
+        self._paused_at = time.monotonic()
+        self.progress["state"] = RunState.PAUSED.value
+        held = sorted(self.allocation.members) if self.allocation is not None else []
+        self._event("run.agents_stopped", robots=robots, leases_kept=held)
+
+    def _leave_pause(self) -> None:
+        """Agents start again on the robots the run still leases (no new lease)."""
+        assert self.allocation is not None
+        self._paused_total += time.monotonic() - self._paused_at
+        self.paused = False
+        for i, name in enumerate(sorted(self.allocation.members)):
+            self._start_agent(name, i)
+        state = (
+            RunState.DEGRADED
+            if len(self.allocation.active) < self.spec.robots.count
+            else RunState.RUNNING
+        )
+        set_state(
+            self.ctx.store,
+            self.run_id,
+            state,
+            "resumed after a pause",
+            only_from={RunState.RESUMING},
+            robots=sorted(self.allocation.members),
+        )
+        self.progress["state"] = state.value
+
     def _elapsed(self) -> float:
-        return self._elapsed_base + (time.monotonic() - self._t0)
+        """Run time in seconds since the first version, without the time spent paused."""
+        paused = self._paused_total + (time.monotonic() - self._paused_at if self.paused else 0)
+        return self._elapsed_base + (time.monotonic() - self._t0) - paused
 
     def _check_stop_conditions(self) -> None:
         stop = self.spec.stop
@@ -415,7 +508,8 @@ class RunDriver:
             self._start_agent(name, len(self._agents) + len(result.added))
         state = RunState.DEGRADED if result.degraded else RunState.RUNNING
         if state.value != self.progress.get("state"):
-            set_state(self.ctx.store, self.run_id, state, lost=result.lost)
+            live = {RunState.RUNNING, RunState.DEGRADED}
+            set_state(self.ctx.store, self.run_id, state, only_from=live, lost=result.lost)
             self.progress["state"] = state.value
 
     def _supervise_agents(self) -> None:
@@ -561,6 +655,7 @@ class RunDriver:
             loss=lstats.get("loss", float("nan")),
             policy_version=self._published_version,
             learner_restarts=restarts,
+            learner_hangs=self.learner.hangs,
             robots=len(self._agents),
             robot_hours=self._robot_s_base / 3600,
         )

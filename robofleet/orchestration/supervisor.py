@@ -7,6 +7,12 @@ exception, an OOM kill), waits ``backoff`` (doubling from ``backoff_initial_s`` 
 child resumes from its own durable state (the learner from its last checkpoint).
 ``max_restarts`` restarts within ``window_s`` seconds is a crash loop: the supervisor stops
 trying and reports why (the run is then marked ``crashed`` with that reason).
+
+A child can also hang: alive, but making no progress (deadlocked, stuck in I/O, stopped). The
+owner reports progress with :meth:`ProcessSupervisor.note_progress` (any value that changes
+while the child works, e.g. the learner's batch count); with ``hang_after_s`` set, a child whose
+value has not changed for that long since its last progress (or its start) is SIGKILLed with a
+``<name>.hung`` event and handled like any other crash: restart with backoff, crash loop.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +55,8 @@ class ProcessSupervisor:
         backoff: restart policy.
         on_event: ``(kind, data)`` for every start, exit and restart (the run's audit log).
         env: environment of the child (default: ours).
+        hang_after_s: seconds without progress after which a running child counts as hung
+            (None: never); the owner may change it at any time (e.g. longer during warm-up).
     """
 
     def __init__(
@@ -59,6 +67,7 @@ class ProcessSupervisor:
         backoff: Backoff | None = None,
         on_event: Callable[[str, dict[str, object]], None] | None = None,
         env: dict[str, str] | None = None,
+        hang_after_s: float | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -66,6 +75,11 @@ class ProcessSupervisor:
         self.backoff = backoff or Backoff()
         self.on_event = on_event or (lambda _k, _d: None)
         self.env = env
+        self.hang_after_s = hang_after_s
+        self.hangs = 0
+        self._killed_hung = False
+        self._progress: Hashable = None
+        self._progress_at = 0.0
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._crashes: deque[float] = deque()
@@ -88,9 +102,31 @@ class ProcessSupervisor:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env
             )
-        self._started_at = time.monotonic()
+        self._started_at = self._progress_at = time.monotonic()
         self._restart_at = None
         self.on_event(f"{self.name}.started", {"pid": self.proc.pid, "restarts": self.restarts})
+
+    def note_progress(self, marker: Hashable) -> None:
+        """Report the child's progress; a ``marker`` different from the last one resets the
+        hang clock (equal markers mean no progress)."""
+        if marker != self._progress:
+            self._progress = marker
+            self._progress_at = time.monotonic()
+
+    def _kill_if_hung(self) -> None:
+        assert self.proc is not None
+        silent = time.monotonic() - self._progress_at
+        if self.hang_after_s is None or silent <= self.hang_after_s:
+            return
+        self.hangs += 1
+        self._killed_hung = True
+        log.error("%s made no progress for %.0fs; killing it", self.name, silent)
+        self.on_event(
+            f"{self.name}.hung",
+            {"pid": self.proc.pid, "silent_s": round(silent, 1), "limit_s": self.hang_after_s},
+        )
+        self.proc.kill()  # SIGKILL also ends a SIGSTOPped process
+        self.proc.wait()
 
     def poll(self) -> str:
         """Check the child; restart it when due. Returns ``running``, ``waiting`` or ``exited``.
@@ -101,6 +137,9 @@ class ProcessSupervisor:
         if self.proc is None:
             return "exited"
         code = self.proc.poll()
+        if code is None and self._wanted:
+            self._kill_if_hung()
+            code = self.proc.poll()
         if code is None:
             if time.monotonic() - self._started_at > self.backoff.stable_after_s:
                 self._delay = self.backoff.initial_s
@@ -113,7 +152,10 @@ class ProcessSupervisor:
             self._crashes.append(now)
             while self._crashes and now - self._crashes[0] > self.backoff.window_s:
                 self._crashes.popleft()
-            self.on_event(f"{self.name}.died", {"how": how, "pid": self.proc.pid})
+            self.on_event(
+                f"{self.name}.died", {"how": how, "pid": self.proc.pid, "hung": self._killed_hung}
+            )
+            self._killed_hung = False
             if len(self._crashes) > self.backoff.max_restarts:
                 self._wanted = False
                 raise CrashLoop(

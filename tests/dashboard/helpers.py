@@ -14,8 +14,8 @@ VALID_SPEC: dict[str, Any] = {
     "algorithm": "hg-dagger",
     "tasks": ["reach-v3", "pick-place-v3"],
     "robots": {"robot_type": "metaworld-sawyer", "count": 2},
-    "policy": {"kind": "mlp", "hidden": 128},
-    "hyperparameters": {"batch_size": 64, "learning_rate": 0.001},
+    "policy": {"kind": "mlp", "hidden_sizes": [128, 128]},
+    "hyperparameters": {"batch_size": 64, "lr": 0.001},
 }
 
 

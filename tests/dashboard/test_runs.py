@@ -26,7 +26,8 @@ def test_launch_records_pending_run_and_event(as_role: Client, store: MetadataSt
     run = store.get_run(run_id)
     assert run is not None and run.algorithm == "hg-dagger"
     assert run.spec["tasks"] == ["reach-v3", "pick-place-v3"]
-    assert run.spec["hyperparameters"]["samples_per_insert"] == 4.0  # defaults filled in
+    assert run.spec["buffer"]["online_fraction"] == 0.5  # defaults filled in
+    assert run.spec["version"] == 1 and run.spec["hyperparameters"]["lr"] == 0.001
     with store.session() as s:
         ev = s.scalar(select(Event).where(Event.kind == "run.launched"))
         assert ev is not None and ev.run_id == run_id and ev.actor == "user:operator"
@@ -41,7 +42,7 @@ def test_invalid_spec_names_each_field_and_creates_nothing(
     bad = copy.deepcopy(VALID_SPEC)
     bad["tasks"] = ["reach-v3", "reach-v3", "bad task!"]
     bad["robots"]["count"] = 0
-    bad["hyperparameters"]["learning_rate"] = -1
+    bad["buffer"] = {"online_fraction": 1.5}
     bad["algorithm"] = "ppo"
     bad["surprise"] = 1
     op = as_role(Role.OPERATOR)  # logs in (an event) before counting
@@ -52,7 +53,7 @@ def test_invalid_spec_names_each_field_and_creates_nothing(
     assert {
         ("body", "tasks"),
         ("body", "robots", "count"),
-        ("body", "hyperparameters", "learning_rate"),
+        ("body", "buffer", "online_fraction"),
         ("body", "algorithm"),
         ("body", "surprise"),
     } <= locs

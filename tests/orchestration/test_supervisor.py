@@ -55,3 +55,71 @@ def test_crash_loop_gives_up_with_the_reason(tmp_path: Path) -> None:
             sup.poll()
             time.sleep(0.05)
     assert sup.restarts == FAST.max_restarts
+
+
+# A child that appends a byte to a file every 50 ms: the file's size is its progress.
+TICKER = (
+    "import sys, time\nwhile True:\n    open(sys.argv[1], 'ab').write(b'.')\n    time.sleep(0.05)"
+)
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def test_a_stopped_child_is_killed_as_hung_and_restarted(tmp_path: Path) -> None:
+    ticks = tmp_path / "ticks"
+    seen: list[tuple[str, dict[str, object]]] = []
+    sup = ProcessSupervisor(
+        "ticker",
+        [sys.executable, "-c", TICKER, str(ticks)],
+        tmp_path / "log",
+        FAST,
+        on_event=lambda kind, data: seen.append((kind, data)),
+        hang_after_s=1.5,
+    )
+    sup.start()
+    first = sup.pid
+    assert first is not None
+    deadline = time.monotonic() + 4.0  # progressing: never called hung, however long it runs
+    while time.monotonic() < deadline:
+        sup.note_progress(_size(ticks))
+        assert sup.poll() == "running"
+        time.sleep(0.1)
+    assert sup.hangs == 0 and sup.pid == first
+
+    assert sup.signal(signal.SIGSTOP)  # alive, but making no progress
+    t0 = time.monotonic()
+    while sup.poll() == "running":
+        sup.note_progress(_size(ticks))
+        assert time.monotonic() - t0 < 10, "the hang was never detected"
+        time.sleep(0.1)
+    assert 1.5 <= time.monotonic() - t0
+    assert sup.hangs == 1
+    kinds = [k for k, _ in seen]
+    assert kinds[-2:] == ["ticker.hung", "ticker.died"]
+    hung, died = seen[-2][1], seen[-1][1]
+    assert hung["pid"] == first and float(hung["silent_s"]) >= 1.5  # type: ignore[arg-type]
+    assert died == {"how": "signal 9", "pid": first, "hung": True}
+
+    _poll_until(sup, "running")  # restarted like any crash, and it ticks again
+    assert sup.restarts == 1 and sup.pid not in (None, first)
+    before = _size(ticks)
+    deadline = time.monotonic() + 10
+    while _size(ticks) <= before + 5:
+        assert time.monotonic() < deadline, "the restarted child made no progress"
+        time.sleep(0.1)
+    assert sup.stop(timeout_s=10) == -signal.SIGTERM
+
+
+def test_hang_detection_off_by_default(tmp_path: Path) -> None:
+    sup = ProcessSupervisor(
+        "sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "log", FAST
+    )
+    sup.start()
+    time.sleep(0.5)
+    assert sup.poll() == "running" and sup.hangs == 0  # never reported progress: not judged
+    sup.hang_after_s = 0.2  # the owner turns it on later (e.g. after warm-up)
+    time.sleep(0.3)
+    assert sup.poll() == "waiting" and sup.hangs == 1
+    sup.stop(timeout_s=10)

@@ -1,0 +1,134 @@
+"""One run spec: the launch form and ``POST /api/runs`` speak ``robofleet.runspec.RunSpec``, and
+the run manager's own refusals come back as 422s naming the form's fields."""
+
+from __future__ import annotations
+
+import copy
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+from pydantic import BaseModel
+
+from dashboard.app import create_app
+from robofleet.db.auth_models import Role
+from robofleet.db.models import Event, Run
+from robofleet.db.store import MetadataStore
+from robofleet.orchestration.manager import RunManager
+from robofleet.orchestration.params import RunParams
+from robofleet.orchestration.run import CloudContext
+from robofleet.runspec import RunSpec
+from robofleet.settings import Settings
+from tests.dashboard.conftest import login
+from tests.dashboard.helpers import VALID_SPEC, add_robot, count
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "dashboard" / "templates" / "runs.html"
+
+
+def _form_fields() -> tuple[set[str], set[str]]:
+    """(input/select names, error-span fields) of the launch form."""
+    html = TEMPLATE.read_text()
+    form = html[html.index('<form id="launch-form"') : html.index("</form>")]
+    names = set(re.findall(r'<(?:input|select)[^>]*\bname="([^"]+)"', form))
+    spans = set(re.findall(r'data-field="([^"]+)"', form))
+    return names, spans
+
+
+def _resolves(path: str) -> bool:
+    """Whether a dotted path names a RunSpec field (hyper-parameters: a RunParams knob)."""
+    model: type[BaseModel] = RunSpec
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if model is RunSpec and part == "hyperparameters" and i + 1 < len(parts):
+            return parts[i + 1] in {f.name for f in fields(RunParams)} and i + 2 == len(parts)
+        info = model.model_fields.get(part)
+        if info is None:
+            return False
+        if i + 1 < len(parts):
+            sub = info.annotation
+            if not (isinstance(sub, type) and issubclass(sub, BaseModel)):
+                return False
+            model = sub
+    return True
+
+
+def test_every_form_field_is_a_run_spec_path_with_an_error_slot() -> None:
+    names, spans = _form_fields()
+    assert len(names) >= 15
+    unknown = sorted(n for n in names if not _resolves(n))
+    assert unknown == []
+    assert names <= spans  # each field has its error slot
+    assert {"robots", "hyperparameters"} <= spans  # model-level errors have one too
+
+
+def _orchestrated_app(settings: Settings, store: MetadataStore) -> TestClient:
+    """The dashboard with the real run manager; launches refused here never reach Ray."""
+    ctx = CloudContext(
+        settings=settings,
+        store=store,
+        server=None,
+        server_address="127.0.0.1:0",
+        sinks={},
+        host=None,
+        python=sys.executable,
+    )
+    manager = RunManager(ctx, settings.data_dir / "runs")
+    return login(create_app(settings, store, run_manager=manager), Role.OPERATOR.value)
+
+
+def test_run_manager_refusals_name_the_form_fields(
+    settings: Settings, store: MetadataStore
+) -> None:
+    add_robot(store, "sim-00")
+    op = _orchestrated_app(settings, store)
+    before = (count(store, Run), count(store, Event))
+    spec: dict[str, Any] = copy.deepcopy(VALID_SPEC)
+    spec["tasks"] = ["reach-v3", "no-such-task-v3"]
+    spec["hyperparameters"] = {"lr": -1, "warp_factor": 9}
+    r = op.post("/api/runs", json=spec)
+    assert r.status_code == 422, r.text
+    errors = {tuple(e["loc"]): e["msg"] for e in r.json()["detail"]}
+    assert "no-such-task-v3" in errors[("body", "tasks")]
+    assert "must be positive" in errors[("body", "hyperparameters", "lr")]
+    assert "unknown hyper-parameter" in errors[("body", "hyperparameters", "warp_factor")]
+    # two robots asked, one in the fleet
+    assert "the fleet has 1" in errors[("body", "robots")]
+    _, spans = _form_fields()
+    for loc in errors:  # the page shows each next to its field or its enclosing fieldset
+        assert any(".".join(loc[1:n]) in spans for n in range(len(loc), 1, -1)), loc
+    assert (count(store, Run), count(store, Event)) == before
+
+
+def test_form_defaults_make_a_spec_the_run_manager_accepts(
+    settings: Settings, store: MetadataStore, as_role: Callable[[Role], TestClient]
+) -> None:
+    """What the form sends with its defaults (plus the three fields without one)."""
+    html = TEMPLATE.read_text()
+    form = html[html.index('<form id="launch-form"') : html.index("</form>")]
+    body: dict[str, Any] = {"algorithm": "hg-dagger", "name": "defaults", "tasks": ["reach-v3"]}
+    for tag in re.findall(r"<input [^>]*>", form):
+        attrs = dict(re.findall(r'(\w+)="([^"]*)"', tag))
+        if "value" not in attrs:
+            continue
+        target = body
+        *parents, leaf = attrs["name"].split(".")
+        for p in parents:
+            target = target.setdefault(p, {})
+        value: Any = attrs["value"]
+        if attrs.get("type") == "number":  # as the page's readForm sends them
+            value = float(value) if "." in value else int(value)
+        elif leaf == "hidden_sizes":
+            value = [int(x) for x in value.split(",")]
+        target[leaf] = value
+    body["robots"]["robot_type"] = "metaworld-sawyer"
+    spec = RunSpec.model_validate(body)
+    assert spec.policy.hidden_sizes == [256, 256]
+    assert RunParams.from_spec(spec).lr == 0.001
+    add_robot(store, "sim-00")
+    from robofleet.orchestration.manager import validate_launch
+
+    validate_launch(store, spec)  # raises on any refusal

@@ -1,0 +1,123 @@
+"""Pause keeps leases, and a hung learner is detected, on a real ``robofleet cloud`` process tree
+(real Ray, gRPC, Meta-World, buffer, learner process). The learner hangs for real: SIGSTOP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from robofleet.db.models import Lease, Robot, RobotStatus, RunState
+from robofleet.db.store import MetadataStore
+from tests.orchestration.cloudproc import (
+    Cloud,
+    cli,
+    events,
+    progress,
+    run_dir,
+    run_state,
+    spec_file,
+    store_for,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+LIVE = (RunState.RUNNING, RunState.DEGRADED)
+HANG_S = 30  # generous for a restarted learner's imports on a loaded 2-core machine
+
+
+def _open_leases(store: MetadataStore, run_id: str) -> set[int]:
+    """Ids of the run's unreleased lease rows (a re-lease would make new ones)."""
+    with store.session() as s:
+        return set(
+            s.scalars(select(Lease.id).where(Lease.run_id == run_id, Lease.released_at.is_(None)))
+        )
+
+
+def _robot_statuses(store: MetadataStore) -> set[RobotStatus]:
+    with store.session() as s:
+        return set(s.scalars(select(Robot.status)))
+
+
+def _ok(*args: str, data_dir: Path) -> str:
+    out = cli(data_dir, *args)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ROBOFLEET_ORCHESTRATION__LEARNER_HANG_S", str(HANG_S))
+    cloud = Cloud(tmp_path, sim_robots=1)
+    store = store_for(tmp_path)
+    try:
+        spec = spec_file(tmp_path / "spec.yaml", "pause-hang", 1)
+        out = _ok("run", "launch", str(spec), "--json", data_dir=tmp_path)
+        run_id = str(json.loads(out.strip().splitlines()[-1])["run_id"])
+        wait_until(lambda: run_state(store, run_id) in LIVE, 150, cloud.fail_text)
+        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 30, 90, cloud.fail_text)
+        leases = _open_leases(store, run_id)
+        assert len(leases) == 1
+
+        # -- pause: agents stop and drain, the lease stays, the robot stays leased
+        _ok("run", "pause", run_id, data_dir=tmp_path)
+        assert run_state(store, run_id) == RunState.PAUSED
+        wait_until(lambda: bool(events(store, run_id, "run.agents_stopped")), 60, cloud.fail_text)
+        held = events(store, run_id, "run.agents_stopped")[-1]
+        assert held["robots"] == held["leases_kept"] and len(held["robots"]) == 1
+        steps = progress(store, run_id)["env_steps"]
+        time.sleep(6)  # progress rows keep coming (every 2 s) while paused
+        assert progress(store, run_id)["env_steps"] == steps  # nobody acts
+        assert run_state(store, run_id) == RunState.PAUSED
+        assert _open_leases(store, run_id) == leases
+        assert _robot_statuses(store) == {RobotStatus.LEASED}
+        assert events(store, run_id, "lease.released") == []
+
+        # -- resume: agents start again on the same robot, under the same lease
+        started = len(events(store, run_id, "edge_agent.started"))
+        _ok("resume", run_id, data_dir=tmp_path)
+        wait_until(lambda: run_state(store, run_id) in LIVE, 60, cloud.fail_text)
+        assert len(events(store, run_id, "edge_agent.started")) == started + 1
+        wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 20, 90, cloud.fail_text)
+        assert _open_leases(store, run_id) == leases
+        assert len(events(store, run_id, "lease.acquired")) == 1
+
+        # -- hang the learner for real: alive, no progress. The watchdog kills and restarts it.
+        pid = int(events(store, run_id, "learner.started")[-1]["pid"])
+        published = len(events(store, run_id, "learner.published"))
+        os.kill(pid, signal.SIGSTOP)
+        wait_until(lambda: bool(events(store, run_id, "learner.hung")), HANG_S + 60)
+        hung = events(store, run_id, "learner.hung")
+        assert len(hung) == 1 and hung[0]["pid"] == pid
+        assert float(hung[0]["silent_s"]) >= HANG_S
+        died = events(store, run_id, "learner.died")[-1]
+        assert died["pid"] == pid and died["how"] == "signal 9" and died["hung"] is True
+        wait_until(lambda: bool(events(store, run_id, "learner.restarted")), 60, cloud.fail_text)
+        # the run goes on: new versions from the restarted learner, robots keep acting
+        wait_until(
+            lambda: len(events(store, run_id, "learner.published")) > published + 2,
+            120,
+            cloud.fail_text,
+        )
+        steps = progress(store, run_id)["env_steps"]
+        wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 20, 60, cloud.fail_text)
+        assert run_state(store, run_id) in LIVE
+
+        _ok("run", "stop", run_id, data_dir=tmp_path)
+        ended = (RunState.FINISHED, RunState.STOPPED)
+        wait_until(lambda: run_state(store, run_id) in ended, 120, cloud.fail_text)
+        assert _open_leases(store, run_id) == set()
+        report = json.loads((run_dir(store, run_id) / "report.json").read_text())
+        assert report["acked_lost"] == 0
+        assert report["learner_restarts"] == 1
+        assert len(events(store, run_id, "learner.hung")) == 1
+    finally:
+        cloud.stop()
+        store.close()
