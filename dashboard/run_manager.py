@@ -51,7 +51,8 @@ class RunManager(Protocol):
         ...
 
     def pause(self, run_id: str, *, actor: str) -> None:
-        """Hold learning and robots' control loops without releasing leases."""
+        """Hold the robots' control loops without releasing leases (spools drain; the
+        learner may go on training); ``resume`` continues on the same robots."""
         ...
 
     def resume(self, run_id: str, *, actor: str) -> None:

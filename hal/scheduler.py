@@ -258,9 +258,22 @@ class RobotAllocation:
 
     def release(self) -> None:
         """Release every lease and placement group of the run (idempotent)."""
+        self.store.release_leases(self.run_id, actor=self.actor)
+        self._remove_groups()
+
+    def suspend(self) -> None:
+        """Free the run's Ray placement but KEEP its leases (idempotent).
+
+        For a paused run whose cloud process goes away: its robots stay leased to it (no
+        other run can take them) while no Ray resource is held; :meth:`release` (or the run
+        manager, when the run resumes) gives the leases back.
+        """
+        self._remove_groups()
+        self.store.record_event("run.placement_suspended", actor=self.actor, run_id=self.run_id)
+
+    def _remove_groups(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
-        self.store.release_leases(self.run_id, actor=self.actor)
         for group in [self.placement_group, *self._extra_groups]:
             if group is not None:
                 remove_placement_group(group)

@@ -7,8 +7,9 @@ Life of a run (every state change is an event in the metadata store)::
     placed on the robots' bundles) -> running/degraded
         loop: supervise learner and agents, hand new weight files to comms, evaluate, metrics,
               reconcile robots, stop conditions
-        pause: agents stop acting and drain their spools; the leases and the Ray placement
-               are KEPT and the learner keeps training; resume starts agents on the same robots
+        pause: robots hold at a step boundary (a Control command to each edge agent, re-sent
+               until its heartbeat says ``paused``; spools keep draining); the leases, the Ray
+               placement, the agents and the learner are KEPT; resume continues the episodes
     -> stopping: agents stop and drain their spools, learner's final checkpoint, final
        evaluation, report -> leases released -> finished / stopped (or crashed with a reason)
 
@@ -37,6 +38,7 @@ from sqlalchemy import select
 from robofleet.db.models import Robot, Run, RunState, utcnow
 from robofleet.db.store import MetadataStore
 from robofleet.orchestration.config import orchestration_settings
+from robofleet.orchestration.hold import RobotHold
 from robofleet.orchestration.params import RunParams
 from robofleet.orchestration.simfleet import (
     DEMO_ROBOT,
@@ -139,9 +141,11 @@ class RunDriver:
         self._agent_restarts: dict[str, list[float]] = {}
         self._checkpoint_requested = False
         self.want_pause = False  # set/cleared by the run manager; the loop follows it
-        self.paused = False  # agents stopped, leases kept
+        self.paused = False  # robots told to hold; leases kept
         self._paused_at = 0.0
         self._paused_total = 0.0
+        self._held_reported = False
+        self.hold = RobotHold(ctx.store, ctx.server, run_id)
         self.orchestration = orchestration_settings(ctx.settings)
         self.allocation: Any = None
         self.buffer: Any = None
@@ -176,11 +180,11 @@ class RunDriver:
         self._checkpoint_requested = True
 
     def request_pause(self) -> None:
-        """Stop the agents at the next loop turn, keeping leases, placement and learner."""
+        """Hold the robots at the next loop turn, keeping leases, placement and learner."""
         self.want_pause = True
 
     def request_resume(self) -> None:
-        """Restart the agents of a paused run on the robots it still leases."""
+        """Let the held robots of a paused run go on (same robots, same episodes)."""
         self.want_pause = False
 
     def join(self, timeout: float | None = None) -> None:
@@ -408,10 +412,11 @@ class RunDriver:
         assert self.learner is not None
         last_metrics = 0.0
         last_reconcile = time.monotonic()
-        last_tick = time.monotonic()
+        last_tick = last_hold = time.monotonic()
         while self.stop_reason is None and not self.detach:
             now = time.monotonic()
-            self._robot_s_base += len(self._agents) * (now - last_tick)
+            if not self.paused:  # robot-hours count robots acting
+                self._robot_s_base += len(self._agents) * (now - last_tick)
             last_tick = now
             self._poll_learner()  # CrashLoop ends the run as crashed
             if self._checkpoint_requested:
@@ -422,12 +427,15 @@ class RunDriver:
                 self._enter_pause()
             elif self.paused and not self.want_pause:
                 self._leave_pause()
+            if now - last_hold >= 1.0:
+                last_hold = now
+                self._follow_hold()
             self._collect_eval()
             if now - last_metrics >= 2.0:
                 last_metrics = now
                 self._record_progress()
-            if not self.paused:  # robots hold still: nothing to supervise, evaluate, grow
-                self._supervise_agents()
+            self._supervise_agents()  # a restarted agent is told to hold by _follow_hold
+            if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
                 every = self.ctx.eval_every_s or spec.evaluation.every_seconds
                 if now - self._last_eval_at >= every and self._eval_pending is None:
                     self._evaluate_now(blocking=False)
@@ -453,23 +461,25 @@ class RunDriver:
         )
         self.learner.poll()
 
+    def _members(self) -> dict[str, int]:
+        assert self.allocation is not None
+        return {name: m.robot_id for name, m in self.allocation.members.items()}
+
     def _enter_pause(self) -> None:
-        """Agents stop acting and drain their spools; leases, placement and learner stay."""
-        robots = sorted(self._agents)
-        self._stop_agents()
-        self.paused = True
+        """Robots hold at their next step boundary; leases, placement, agents, learner stay."""
+        reached = self.hold.want(True, self._members(), "run paused")
+        self.paused, self._held_reported = True, False
         self._paused_at = time.monotonic()
         self.progress["state"] = RunState.PAUSED.value
-        held = sorted(self.allocation.members) if self.allocation is not None else []
-        self._event("run.agents_stopped", robots=robots, leases_kept=held)
+        self._event("run.pause_sent", robots=sorted(self._members()), reached=reached)
 
     def _leave_pause(self) -> None:
-        """Agents start again on the robots the run still leases (no new lease)."""
+        """The held robots go on with their episodes (no new lease, no new agent)."""
         assert self.allocation is not None
+        reached = self.hold.want(False, self._members(), "run resumed")
         self._paused_total += time.monotonic() - self._paused_at
         self.paused = False
-        for i, name in enumerate(sorted(self.allocation.members)):
-            self._start_agent(name, i)
+        self._event("run.resume_sent", robots=sorted(self._members()), reached=reached)
         state = (
             RunState.DEGRADED
             if len(self.allocation.active) < self.spec.robots.count
@@ -484,6 +494,17 @@ class RunDriver:
             robots=sorted(self.allocation.members),
         )
         self.progress["state"] = state.value
+
+    def _follow_hold(self) -> None:
+        """Re-send pause/resume to robots whose heartbeat disagrees; note when all hold."""
+        if self.allocation is None:
+            return
+        held = self.hold.follow(self._members())
+        if not self.paused:
+            self._held_reported = False
+        elif not self._held_reported and held == sorted(self.allocation.active):
+            self._held_reported = True
+            self._event("run.robots_held", robots=held, leases_kept=sorted(self._members()))
 
     def _elapsed(self) -> float:
         """Run time in seconds since the first version, without the time spent paused."""
@@ -769,7 +790,10 @@ class RunDriver:
             ray.kill(self.evaluator)
             self.evaluator = None
         if self.allocation is not None:
-            self.allocation.release()
+            if self.paused and self.detach and not final:
+                self.allocation.suspend()  # the cloud goes away: a paused run keeps its robots
+            else:
+                self.allocation.release()
         self.ctx.server.invalidate_auth()
 
 

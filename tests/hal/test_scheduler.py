@@ -176,3 +176,25 @@ def test_robot_enrolled_during_run_becomes_schedulable(store: MetadataStore, ray
         ray.kill(agent)
     finally:
         alloc.release()
+
+
+def test_suspend_frees_placement_but_keeps_leases(store: MetadataStore) -> None:
+    paused = RobotAllocation(store, "run-a", RobotRequest(2, TYPE), LearnerRequest(1))
+    other = RobotAllocation(store, "run-b", RobotRequest(2, TYPE), LearnerRequest(1))
+    try:
+        held = paused.acquire(timeout_s=30)
+        leases = {lease.id for lease in store.active_leases("run-a")}
+        paused.suspend()
+        assert {lease.id for lease in store.active_leases("run-a")} == leases  # kept as they were
+        deadline = time.monotonic() + 30  # Ray frees a removed group's bundles asynchronously
+        while any(ray.available_resources().get(f"robot/{n}") != 1.0 for n in held):
+            assert time.monotonic() < deadline, "placement group not freed"
+            time.sleep(0.1)
+        # the suspended run's robots stay leased: another run gets the other two only
+        assert set(other.acquire(timeout_s=30)).isdisjoint(held)
+        paused.suspend()  # idempotent
+        assert len(store.active_leases("run-a")) == 2
+    finally:
+        paused.release()
+        other.release()
+    assert store.active_leases() == []
