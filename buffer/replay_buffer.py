@@ -43,7 +43,16 @@ from buffer.schema import FINAL_PREFIX, StepSchema
 from buffer.sealed import WalSegment, list_sealed, seal_files
 from buffer.segments import MappedSegment, list_segments
 from buffer.storage import Chunk, Segment, TieredStorage, out_arrays
-from buffer.wal import StripedWal, fsync_dir, list_wals, scan_wal
+from buffer.wal import (
+    FILE_HEADER,
+    FILE_MAGIC,
+    StripedWal,
+    WalRecord,
+    fsync_dir,
+    list_wals,
+    record_header,
+    scan_wal,
+)
 
 SCHEMA_FILE = "schema.json"
 
@@ -114,6 +123,7 @@ class ReplayBuffer:
         self._wal: StripedWal | None = None
         self._watermark = 0  # every row below it is durable
         self._durable: dict[int, int] = {}  # synced appends above the watermark: first -> end
+        self._unwritten = 0  # appends given rows whose WAL record is not written yet
         self._failed: BaseException | None = None
         self._tail: Chunk | None = None
         self._seal_queue: list[tuple[Chunk, list[Path]]] = []
@@ -225,7 +235,15 @@ class ReplayBuffer:
             (first, rows, [path], False) for first, rows, path in list_segments(d)
         ]
         for (first, rows), paths in list_sealed(d).items():
-            rest = live.pop(first, [])
+            sealed_stripes = {_stripe_of(p) for p in paths}
+            # A stripe listed under both names was renamed meanwhile (a live writer while
+            # this is a read-only mount): the sealed name wins.
+            rest = []
+            for p in live.pop(first, []):
+                if _stripe_of(p) not in sealed_stripes:
+                    rest.append(p)
+                elif not self.read_only:
+                    p.unlink()  # a stale copy of a stripe that is sealed already
             if rest and not self.read_only:
                 paths = sorted(set(paths) | set(seal_files(d, first, rows, rest)))
             elif rest:
@@ -272,6 +290,7 @@ class ReplayBuffer:
         end = self.index.end
         records: dict[int, tuple[bytes, Path, int]] = {}
         files: list[tuple[int, Path]] = []
+        in_file: dict[Path, list[WalRecord]] = {}  # complete records, in file order
         for first, paths in sorted(live.items()):
             for path in paths:
                 try:
@@ -279,6 +298,7 @@ class ReplayBuffer:
                 except FileNotFoundError:  # read-only mount of a live directory: just sealed
                     continue
                 self.torn_bytes_dropped += scan.file_bytes - scan.good_bytes
+                in_file[path] = scan.records
                 for rec in scan.records:
                     if rec.first_row >= end:  # rows below ``end`` are sealed already
                         records[rec.first_row] = (rec.payload, path, rec.end)
@@ -288,14 +308,14 @@ class ReplayBuffer:
             end = self.index.base
         # Merge the stripes by row id and keep the contiguous prefix. A gap means a record
         # that never became durable; nothing after it was acknowledged (watermark rule).
-        keep_until: dict[Path, int] = {}
         pending: list[tuple[int, pa.RecordBatch]] = []
+        kept: set[int] = set()
         while end in records:
-            payload, path, rec_end = records.pop(end)
+            payload, _path, _ = records.pop(end)
             batch = _decode_ipc(payload, self.schema.arrow_schema)
             pending.append((end, batch))
+            kept.add(end)
             self._index_batch(batch)
-            keep_until[path] = rec_end
             end += batch.num_rows
         if not pending:
             if not self.read_only:
@@ -327,14 +347,7 @@ class ReplayBuffer:
             n = sum(b.num_rows for r, b in pending if first <= r < stop)
             seg_first = rows[0]
             for p in paths:
-                size = keep_until.get(p, 0)
-                fd = os.open(p, os.O_RDWR)
-                try:
-                    if os.fstat(fd).st_size != size:
-                        os.ftruncate(fd, size)
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
+                _keep_only(p, in_file.get(p, []), kept)
             sealed = seal_files(d, seg_first, n, paths)
             seg = WalSegment(sealed, seg_first, n, self.schema.arrow_schema)
             self.storage.add_cold(seg, seg_first)
@@ -456,17 +469,26 @@ class ReplayBuffer:
                 first = end = self.index.end
                 if n_new:
                     tail = self._tail_for(n_new)
-                    first = self.index.end
-                    lsn = wal.write(first, payload)
-                    self.storage.write_rows(tail, new, first - tail.first_row)
                     first, end = self.index.add(new, self._row_bytes(new))
+                    self._unwritten += 1
             limited = 0
             if n_new:
+                # The rows are ours now; copy them into the WAL and the tail WITHOUT the
+                # buffer lock (other appends proceed). Nothing reads them before they are
+                # published, which needs their fdatasync; a rotation waits for these writes.
                 try:
+                    try:
+                        lsn = wal.write(first, payload)
+                        self.storage.write_rows(tail, new, first - tail.first_row)
+                    finally:
+                        with self._lock:
+                            self._unwritten -= 1
+                            self._seal_cond.notify_all()
                     wal.sync(lsn)
                 except BaseException as exc:
                     with self._lock:
-                        self._failed = exc
+                        if self._failed is None:  # rows given out can no longer be durable
+                            self._failed = exc
                         self._seal_cond.notify_all()
                     raise
             with self._lock:
@@ -572,10 +594,20 @@ class ReplayBuffer:
     def _tail_for(self, n: int) -> Chunk:
         """The open tail with room for ``n`` rows, sealing the current one when full."""
         assert self._tail is not None and self._wal is not None
-        tail = self._tail
-        used = self.index.end - tail.first_row
-        if used + n <= tail.capacity:
-            return tail
+        while True:
+            tail = self._tail
+            used = self.index.end - tail.first_row
+            if used + n <= tail.capacity:
+                return tail
+            if self._unwritten and not self._failed:
+                # Rows already given out must be in the old WAL files before they close.
+                self._seal_cond.wait(0.05)
+                continue
+            if not (used and self._seal_queue) or self._failed or self._stop.is_set():
+                break
+            # An unsealed tail cannot be evicted: with one still queued, wait for its seal
+            # (a rename, milliseconds) rather than let the hot tier overshoot the budget.
+            self._seal_cond.wait(0.05)
         if used > 0:
             tail.n = used
             old = self._wal.rotate(self.index.end)
@@ -589,6 +621,12 @@ class ReplayBuffer:
         self.storage.spare_bytes = 0
         if spare is not None and len(spare["action"]) < cap:
             spare = None
+        if spare is None:
+            # The sealer has not pre-faulted a spare yet: make room for a fresh tail first,
+            # so the peak stays inside the budget (it counts as spare until it is the tail).
+            self.storage.spare_bytes = cap * self.storage.row_bytes
+            self.storage.enforce_budget()
+            self.storage.spare_bytes = 0
         self._tail = self.storage.new_tail(self.index.end, cap, spare)
         self._seal_cond.notify_all()
         return self._tail
@@ -1013,6 +1051,8 @@ class ReplayBuffer:
             self.flush()
         with self._lock:
             self._closed = True
+            while self._unwritten:  # appends given rows are still writing their record
+                self._seal_cond.wait(0.05)
         self._stop.set()
         with self._lock:
             self._seal_cond.notify_all()
@@ -1083,6 +1123,47 @@ _SCALAR_OUT = (
 )
 _DEFAULT_SAMPLER = UniformSampler()
 _thread_rng = threading.local()
+
+
+def _keep_only(path: Path, recs: list[WalRecord], kept: set[int]) -> None:
+    """Make WAL file ``path`` hold exactly its records whose first row is in ``kept``, durably.
+
+    Appends write their records outside the buffer lock, so a file's records need not be in
+    row order: a dropped record (after a gap) may sit before a kept one. Then the file is
+    rewritten (temp file, fdatasync, rename); otherwise it is truncated after the last kept
+    record (dropping a torn tail).
+    """
+    keep = [r for r in recs if r.first_row in kept]
+    n = len(keep)
+    if all(a is b for a, b in zip(recs[:n], keep, strict=True)):  # a prefix of the file
+        size = keep[-1].end if keep else 0
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size != size:
+                os.ftruncate(fd, size)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return
+    first_row = int(path.stem.split("-")[1])
+    tmp = path.with_suffix(".log.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, FILE_HEADER.pack(FILE_MAGIC, first_row))
+        for r in keep:
+            for part in (record_header(r.first_row, r.payload), r.payload):
+                view = memoryview(part)
+                while view:
+                    view = view[os.write(fd, view) :]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _stripe_of(path: Path) -> int:
+    """The stripe number of a WAL (``wal-<first>-<stripe>.log``) or sealed file name."""
+    return int(path.name.split(".")[0].split("-")[-1])
 
 
 def _rng() -> np.random.Generator:

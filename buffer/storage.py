@@ -25,6 +25,7 @@ import math
 import mmap
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,8 @@ class TieredStorage:
         self.evictions = 0
         self.spare_bytes = 0
         self.reserved_bytes = 0  # room taken by a promotion whose read is in flight
+        self.retired_bytes = 0  # evicted hot arrays a reader still holds (not yet unmapped)
+        self._retired_lock = threading.Lock()
         self.file_rss_base = _rss_file() or 0
 
     # -- construction -------------------------------------------------------------------
@@ -260,8 +263,10 @@ class TieredStorage:
     # -- tiering ------------------------------------------------------------------------
     def hot_bytes(self) -> int:
         """Resident payload bytes in RAM: hot chunks, the open tail, a pre-faulted spare,
-        small columns of cold chunks, and room reserved by a promotion in flight."""
-        return sum(c.resident_bytes for c in self.chunks) + self.spare_bytes + self.reserved_bytes
+        small columns of cold chunks, room reserved by a promotion in flight, and evicted
+        arrays a reader still holds."""
+        held = self.spare_bytes + self.reserved_bytes + self.retired_bytes
+        return sum(c.resident_bytes for c in self.chunks) + held
 
     def _decay(self) -> None:
         now = time.monotonic()
@@ -274,12 +279,36 @@ class TieredStorage:
         self._heat_time = now
 
     def make_cold(self, chunk: Chunk) -> None:
-        """Swap a sealed hot chunk's arrays for mmap views of its segment (under lock)."""
+        """Swap a sealed hot chunk's arrays for mmap views of its segment (under lock).
+
+        A reader may still hold the old arrays (a sample in flight took a snapshot); until
+        their memory is really unmapped it stays counted (``retired_bytes``), so nothing is
+        allocated into room that is not free yet.
+        """
         assert chunk.sealed and chunk.mapped is not None
-        chunk.arrays = self._cold_arrays(chunk.mapped, chunk.arrays)
+        old = chunk.arrays
+        for arr in old.values():
+            self._retire(arr)
+        chunk.arrays = self._cold_arrays(chunk.mapped, old)
         chunk.hot = False
         chunk.touched_bytes = 0
         self.evictions += 1
+
+    def _retire(self, arr: np.ndarray) -> None:
+        """Count ``arr``'s anonymous mapping as resident until it is freed (weakref finalizer)."""
+        base: Any = arr
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        if not isinstance(base, mmap.mmap) or len(base) < _PAGE:
+            return
+        nbytes = len(base)
+        with self._retired_lock:
+            self.retired_bytes += nbytes
+        weakref.finalize(base, self._retired_free, nbytes)
+
+    def _retired_free(self, nbytes: int) -> None:
+        with self._retired_lock:
+            self.retired_bytes -= nbytes
 
     def enforce_budget(self) -> None:
         """Evict the coldest sealed hot chunks until the hot tier fits (under lock)."""
@@ -325,6 +354,8 @@ class TieredStorage:
                     break
                 room += c.n * (self.row_bytes - self.small_row_bytes)
                 self.make_cold(c)
+            if self.hot_limit - self.hot_bytes() < need:
+                return False  # a reader still holds evicted arrays: retry on the next round
             self.reserved_bytes += need
         try:
             seg = chunk.mapped

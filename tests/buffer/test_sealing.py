@@ -12,7 +12,7 @@ import pytest
 from buffer import ReplayBuffer
 from buffer.errors import CorruptDataError
 from buffer.sealed import list_sealed, sealed_name
-from buffer.wal import list_wals
+from buffer.wal import list_wals, record_header, scan_wal
 from tests.buffer.helpers import episodes, obs_value, open_buffer
 
 
@@ -128,3 +128,27 @@ def test_sealed_segment_with_a_missing_stripe_is_refused(tmp_path) -> None:
     files[1].unlink()
     with pytest.raises(CorruptDataError, match="tile|name says"):
         ReplayBuffer.open(d)
+
+
+def test_record_after_a_gap_written_before_a_kept_one_is_dropped(tmp_path) -> None:
+    """Appends write their WAL records outside the buffer lock, so a file can hold rows 8..11
+    before rows 0..3. If rows 4..7 never became durable, recovery keeps 0..3 only, and the
+    segment it seals must not carry the orphaned record (the file is rewritten)."""
+    d = tmp_path / "b"
+    buf = open_buffer(d, segment_target_bytes=10**9, wal_stripes=1)
+    recs = episodes(0, [12])
+    for i in range(0, 12, 4):
+        buf.append(recs[i : i + 4])
+    path = buf._wal.logs[0].path  # noqa: SLF001
+    _abandon(buf)
+    scan = scan_wal(path)
+    a, _b, c = scan.records
+    head = path.read_bytes()[:16]
+    body = b"".join(record_header(r.first_row, r.payload) + r.payload for r in (c, a))
+    path.write_bytes(head + body)  # C, then A; B lost
+    with ReplayBuffer.open(d) as again:
+        assert again.stored_seqs("robot-0").tolist() == [0, 1, 2, 3]
+        assert _states(again)[("robot-0", 2)] == obs_value(0, 2)
+        again.append(recs[4:8])
+    with ReplayBuffer.open(d) as third:
+        assert third.stored_seqs("robot-0").tolist() == list(range(8))
