@@ -119,8 +119,13 @@ def run_system(
             assert cloud.manager is not None
             run_id = cloud.manager.launch(spec, actor="bench-efficiency")
             driver = cloud.manager.drivers[run_id]
+            robot_stats: dict[str, dict[str, Any]] = {}
+            last_poll = 0.0
             while driver.alive:
                 time.sleep(0.5)
+                if time.monotonic() - last_poll >= 2.0:  # agents' heartbeats, while they run
+                    last_poll = time.monotonic()
+                    robot_stats.update(_robot_stats(cloud.store))
             result = dict(driver.result)
             progress = dict(driver.progress)
             evals_path = driver.run_dir / "evals.jsonl"
@@ -129,7 +134,7 @@ def run_system(
                 if evals_path.exists()
                 else []
             )
-            robot_stats = _robot_stats(cloud.store)
+            robot_stats.update(_robot_stats(cloud.store))
         finally:
             cloud.close()
     if not result:
@@ -155,18 +160,21 @@ def run_system(
         "learner_updates_per_s": progress.get("learner_updates_per_s"),
         "publish": {"every_updates": publish_every_updates, "every_seconds": publish_every_seconds},
         "weight_apply_at": weight_apply_at or settings.edge.weight_apply_at,
-        "schedule": _system_schedule(robot_stats, progress, env_steps, result),
+        "schedule": _system_schedule(list(robot_stats.values()), progress, env_steps, result),
     }
 
 
-def _robot_stats(store: Any) -> list[dict[str, Any]]:
-    """Each robot's last heartbeat statistics (the edge agent's report)."""
+def _robot_stats(store: Any) -> dict[str, dict[str, Any]]:
+    """Robot name -> its edge agent's last heartbeat report; robots whose last heartbeat
+    came from the idle simulated host (no agent running: no ``steps``) are left out."""
     from sqlalchemy import select
 
     from robofleet.db.models import Robot
 
     with store.session() as s:
-        return [dict(r.stats or {}) for r in s.scalars(select(Robot))]
+        return {
+            r.name: dict(r.stats) for r in s.scalars(select(Robot)) if (r.stats or {}).get("steps")
+        }
 
 
 def _system_schedule(

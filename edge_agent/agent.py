@@ -88,6 +88,7 @@ class LoopStats:
     apply_delay_sum: float = 0.0  # seconds received versions waited for their boundary
     apply_delay_max: float = 0.0
     hold_s: float = 0.0  # seconds held by a cloud e-stop or pause
+    weights_wait_s: float = 0.0  # seconds waited for the first policy version
     labels: dict[str, int] = field(default_factory=lambda: {"success": 0, "failure": 0})
     latencies: deque[float] = field(default_factory=deque)
     periods: deque[float] = field(default_factory=deque)
@@ -224,6 +225,7 @@ class EdgeAgent:
             apply_delay_mean_s=s.apply_delay_sum / s.weight_swaps if s.weight_swaps else 0.0,
             apply_delay_max_s=s.apply_delay_max,
             hold_s=s.hold_s,
+            weights_wait_s=s.weights_wait_s,
         )
         out.update(self.control.report())
         return out
@@ -255,6 +257,9 @@ class EdgeAgent:
                 if self.control.holding:
                     self._hold()
                     continue
+                if self._needs_first_weights():
+                    self._wait_first_weights()
+                    continue
                 name = task or self.tasks[self.next_episode_index % len(self.tasks)]
                 if self._episode(name):
                     done += 1
@@ -285,6 +290,23 @@ class EdgeAgent:
         held = time.monotonic() - t0
         self.stats.hold_s += held
         return held
+
+    def _needs_first_weights(self) -> bool:
+        return (
+            self.settings.wait_for_first_weights
+            and self.weights is not None
+            and self.runner.policy_version < 0
+            and self.weights.current()[0] < 0
+        )
+
+    def _wait_first_weights(self) -> None:
+        """Hold until a version arrives (or a command or :meth:`stop` interrupts)."""
+        t0 = time.monotonic()
+        while self._needs_first_weights() and not self.control.holding:
+            if self._stop.is_set():
+                break
+            self.control.wait(0.05)
+        self.stats.weights_wait_s += time.monotonic() - t0
 
     def _episode(self, task: str) -> bool:
         """Run one episode; False when a cloud e-stop came before its first step."""

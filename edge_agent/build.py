@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edge_agent.agent import EdgeAgent
 from edge_agent.config import EdgeSettings
 from edge_agent.gating import HGDaggerGate
@@ -186,7 +188,11 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     gate = HGDaggerGate(
         edge.gating_threshold, edge.handback_steps, edge.gating_norm, edge.risk_regions
     )
-    operator = make_operator(opts.operator, action_dim, expert=expert, gate=gate)
+    spec = driver.spec
+    bounds = None
+    if spec.action_low is not None and spec.action_high is not None:
+        bounds = (np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32))
+    operator = make_operator(opts.operator, action_dim, expert=expert, gate=gate, bounds=bounds)
     closers.append(operator.close)
 
     heartbeat = None

@@ -86,6 +86,14 @@ class EdgeSettings(BaseModel):
     weight_apply_every_steps: int = Field(
         default=25, ge=1, description="Step spacing of the every_n_steps boundary."
     )
+    wait_for_first_weights: bool = Field(
+        default=True,
+        description=(
+            "With a weight source attached, start no episode before the first policy version "
+            "has arrived: the network's random initialisation never drives the robot (and "
+            "the operator is not asked to label what it does)."
+        ),
+    )
 
     # --- cloud control
     cloud_control: bool = Field(

@@ -51,18 +51,32 @@ class ScriptedOperator:
         expert: ``observation -> action (A,)`` (e.g. ``hal.drivers.metaworld.expert_policy``).
         gate: the takeover / handback rule (thresholds are ``edge:`` settings).
         state_key: the observation entry the gate's risk regions look at.
+        bounds: ``(low, high)`` of the robot's action (its spec's ``action_low/high``). The
+            gate then compares the two actions the robot could really execute, both clipped
+            (as the synchronous HG-DAgger loop does): Meta-World's scripted experts command
+            far beyond [-1, 1], and an unclipped label would count as disagreement what the
+            robot executes identically. The returned label is the clipped one.
     """
 
     def __init__(
-        self, expert: Expert, gate: HGDaggerGate, state_key: str = "observation.state"
+        self,
+        expert: Expert,
+        gate: HGDaggerGate,
+        state_key: str = "observation.state",
+        bounds: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.expert = expert
         self.gate = gate
         self.state_key = state_key
+        self.bounds = bounds
         self.takeovers = 0
 
     def step(self, observation: Observation, proposed: np.ndarray) -> OperatorInput:
         label = np.asarray(self.expert(observation), dtype=np.float32)
+        if self.bounds is not None:
+            low, high = self.bounds
+            label = np.clip(label, low, high).astype(np.float32)
+            proposed = np.clip(proposed, low, high)
         was = self.gate.expert_in_control
         d = self.gate.decide(proposed, label, observation.get(self.state_key))
         if d.expert_in_control and not was:
@@ -277,9 +291,15 @@ class GamepadOperator:
 
 
 def make_operator(
-    kind: str, action_dim: int, *, expert: Expert | None = None, gate: HGDaggerGate | None = None
+    kind: str,
+    action_dim: int,
+    *,
+    expert: Expert | None = None,
+    gate: HGDaggerGate | None = None,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Any:
-    """Build an intervention source by name: ``none``, ``scripted``, ``keyboard``, ``gamepad``.
+    """Build an intervention source by name: ``none``, ``scripted``, ``keyboard``, ``gamepad``
+    (``bounds``: the action bounds the scripted operator gates within).
 
     Raises:
         ValueError: unknown ``kind``, or ``scripted`` without an expert and a gate.
@@ -289,7 +309,7 @@ def make_operator(
     if kind == "scripted":
         if expert is None or gate is None:
             raise ValueError("the scripted operator needs an expert and a gate")
-        return ScriptedOperator(expert, gate)
+        return ScriptedOperator(expert, gate, bounds=bounds)
     if kind == "keyboard":
         return KeyboardOperator(action_dim)
     if kind == "gamepad":

@@ -39,7 +39,7 @@ def test_robofleet_edge_enrolls_runs_and_uploads(tmp_path, db):
         token = store.create_enrollment_token(timedelta(minutes=5))
         config = tmp_path / "edge.yaml"
         config.write_text(
-            "edge:\n  control_hz: 50\n  batch_max_steps: 5\n"
+            "edge:\n  control_hz: 50\n  batch_max_steps: 5\n  wait_for_first_weights: false\n"
             "comms:\n  reconnect_initial_s: 0.05\n  reconnect_max_s: 0.3\n"
         )
         spool = tmp_path / "spool"

@@ -57,7 +57,11 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
     built = None
     try:
         edge = EdgeSettings(
-            control_hz=HZ, heartbeat_interval_s=0.2, batch_max_steps=8, batch_max_delay_s=0.2
+            control_hz=HZ,
+            heartbeat_interval_s=0.2,
+            batch_max_steps=8,
+            batch_max_delay_s=0.2,
+            wait_for_first_weights=False,  # this cloud publishes no policy
         )
         opts = AgentOptions(
             robot_name="sawyer-ctl",

@@ -64,7 +64,12 @@ def test_spool_drains_after_the_cloud_is_killed_and_restarted_mid_episode(tmp_pa
     cloud = start_cloud(url, buffer_dir, port)
     try:
         token = store.create_enrollment_token(timedelta(minutes=5))
-        edge = EdgeSettings(control_hz=20.0, batch_max_steps=8, batch_max_delay_s=0.2)
+        edge = EdgeSettings(
+            control_hz=20.0,
+            batch_max_steps=8,
+            batch_max_delay_s=0.2,
+            wait_for_first_weights=False,  # this cloud publishes no policy
+        )
         opts = AgentOptions(
             robot_name="sawyer-e2e",
             tasks=["reach-v3"],

@@ -150,3 +150,22 @@ def test_make_operator_names_the_choices():
         make_operator("joystick", 4)
     with pytest.raises(ValueError, match="expert"):
         make_operator("scripted", 4)
+
+
+def test_scripted_operator_gates_on_the_actions_the_robot_can_execute():
+    """Meta-World's experts command beyond [-1, 1]; clipped, they agree with the novice."""
+    from edge_agent.gating import HGDaggerGate
+    from edge_agent.operators import ScriptedOperator
+
+    def expert(_obs):
+        return np.array([10.0, -10.0, 0.0, 1.0], np.float32)
+
+    novice = np.array([1.0, -1.0, 0.0, 1.0], np.float32)
+    bounds = (np.full(4, -1.0, np.float32), np.full(4, 1.0, np.float32))
+    clipped = ScriptedOperator(expert, HGDaggerGate(0.3, 5, "l2"), bounds=bounds)
+    assert not clipped.step(OBS, novice).is_intervention
+    # a real disagreement inside the bounds still hands control over, with the clipped label
+    op = clipped.step(OBS, np.array([-1.0, 1.0, 0.0, 1.0], np.float32))
+    assert op.is_intervention and np.array_equal(op.action, [1.0, -1.0, 0.0, 1.0])
+    raw = ScriptedOperator(expert, HGDaggerGate(0.3, 5, "l2"))  # no bounds: raw expert action
+    assert raw.step(OBS, novice).is_intervention

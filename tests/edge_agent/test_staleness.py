@@ -69,6 +69,26 @@ def test_every_n_steps_applies_only_on_its_grid(tmp_path):
     assert agent.stats.stale_steps == 1 + 2
 
 
+def test_no_episode_starts_before_the_first_version_arrives(tmp_path):
+    import threading
+    import time
+
+    staged = StagedWeights()
+    driver = FakeRobot(episode_steps=5)
+    agent = make_agent(tmp_path, driver, BiasPolicy(), weights=staged)
+    runner = threading.Thread(target=agent.run, kwargs={"episodes": 1})
+    runner.start()
+    time.sleep(0.3)
+    assert driver.sent == [] and agent.stats.steps == 0  # the random init never acts
+    staged.offer(4, {"bias": torch.full((4,), 0.004)})
+    runner.join(10)
+    assert not runner.is_alive()
+    agent.uplink.flush()
+    rows = spooled_rows(agent.uplink.spool)
+    assert rows.column("policy_version").to_pylist() == [4] * 5
+    assert agent.report()["weights_wait_s"] >= 0.3
+
+
 def test_boundary_settings_are_validated():
     import pytest
     from pydantic import ValidationError

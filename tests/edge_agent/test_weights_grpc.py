@@ -32,7 +32,10 @@ def test_published_version_applies_at_episode_end_and_is_reported(tmp_path, db):
     built = None
     try:
         edge = EdgeSettings(
-            control_hz=50.0, heartbeat_interval_s=0.2, weight_apply_at="episode_end"
+            control_hz=50.0,
+            heartbeat_interval_s=0.2,
+            weight_apply_at="episode_end",
+            wait_for_first_weights=False,  # act before the first version, to see it arrive
         )
         opts = AgentOptions(
             robot_name="weights-robot",
