@@ -193,125 +193,232 @@ class EnrollmentServicer(rpc.EnrollmentServicer):
         return pb.EnrollReply(robot_id=robot.id, robot_name=robot.name, credential=credential)
 
 
+_REFUSALS: dict[type[Exception], grpc.StatusCode] = {
+    S.StepFormatError: grpc.StatusCode.INVALID_ARGUMENT,
+    S.ForeignRowsError: grpc.StatusCode.PERMISSION_DENIED,
+    SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+@dataclass
+class _Upload:
+    """One upload stream's position, used by one worker-thread hop at a time."""
+
+    robot_id: int
+    run_id: str
+    sink: StepSink
+    lock: threading.Lock
+    durable: int
+    resync: bool = False
+    rows: int = 0
+
+    def take(self, data: Any) -> pb.UploadAck:
+        """Acknowledge one whole batch (empty: a hello / re-sync) after storing its new rows.
+
+        After a refusal (backpressure) later batches are refused too, until the client
+        re-syncs, so nothing is stored out of order around the refused batch.
+
+        Raises:
+            StepFormatError, ForeignRowsError, SinkRejected: the stream must be ended.
+        """
+        if not len(data):
+            self.resync = False  # the client resends from ``durable``
+            return pb.UploadAck(durable_seq=self.durable)
+        ack = pb.UploadAck(durable_seq=self.durable)
+        try:
+            rows, self.durable = _ingest(
+                data,
+                self.robot_id,
+                self.run_id,
+                self.durable,
+                None if self.resync else self.sink,
+                self.lock,
+            )
+        except Backpressure as bp:
+            ack.backpressure = True
+            ack.retry_after_ms = int(bp.retry_after_s * 1000)
+            ack.reason = str(bp)
+            self.resync = True
+            return ack
+        self.rows += rows
+        ack.durable_seq = self.durable
+        if self.resync:
+            ack.backpressure = True
+            ack.reason = "resync after backpressure"
+        return ack
+
+    def take_all(
+        self, batches: list[Any]
+    ) -> tuple[list[tuple[pb.UploadAck, bool]], Exception | None]:
+        """:meth:`take` for several batches in one hop; stops at the first refusal.
+
+        Returns:
+            ([(ack, whether it is a plain batch ack: stored, no backpressure)], the refusal).
+        """
+        acks: list[tuple[pb.UploadAck, bool]] = []
+        for data in batches:
+            try:
+                ack = self.take(data)
+            except tuple(_REFUSALS) as exc:
+                return acks, exc
+            acks.append((ack, len(data) > 0 and not ack.backpressure))
+        return acks, None
+
+
+def _coalesce(acks: list[tuple[pb.UploadAck, bool]]) -> list[pb.UploadAck]:
+    """Runs of plain batch acks (stored, no backpressure) as one ack carrying the last durable
+    seq and the run's length; hello and backpressure acks stay single."""
+    out: list[pb.UploadAck] = []
+    run = 0
+    for ack, plain in acks:
+        if plain and run:
+            out[-1].durable_seq = ack.durable_seq
+            run += 1
+            out[-1].batches = run
+            continue
+        out.append(ack)
+        run = 1 if plain else 0
+    return out
+
+
 class ExperienceServicer(rpc.ExperienceServicer):
     def __init__(self, state: ServerState) -> None:
         self.s = state
 
     @guarded
     async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        """Step batches in (on this stream, or on the data plane when the opening message asks
-        for it and one is offered), acks with the durable seq out, always on this stream."""
+        """Step batches in, acks with the durable seq out. The opening (empty) message names
+        the run; when it asks for the data plane and one is offered, the batches come there
+        and this stream carries only the acks."""
         s = self.s
         ident = await identify(s, context)
-        run_id: str | None = None
-        sink = None
-        durable = -1
-        parts: list[Any] = []
-        size = 0
-        resync = False
-        dp = s.dataplane
-        session: Session | None = None
-        # Once the data plane is bound, both sources feed one queue, in arrival order:
-        # ("dp", frame) from the data-plane thread, ("grpc", message or EOF) from this stream.
-        inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        pump: asyncio.Task[None] | None = None
-        limit = s.settings.max_upload_batch_bytes
-        loop = asyncio.get_running_loop()
+        first = await self._read(context)
+        if first is grpc.aio.EOF:
+            return
+        run_id = first.run_id
+        await asyncio.to_thread(s.auth.require_lease, ident, run_id)
+        sink = s.sinks(run_id)
+        if sink is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}")
+        assert sink is not None
+        durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
+        up = _Upload(ident.robot_id, run_id, sink, s.robot_lock(run_id, ident.robot_id), durable)
+        with _Streams(s):
+            if first.data_plane and s.dataplane is not None and not first.arrow_ipc:
+                await self._data_plane(context, up, s.dataplane)
+            else:
+                await self._stream(context, up, first)
 
-        async def pump_stream() -> None:
+    async def _stream(
+        self, context: grpc.aio.ServicerContext, up: _Upload, msg: pb.StepBatch
+    ) -> None:
+        """Batches on this stream, split in parts under gRPC's message limit."""
+        s = self.s
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            if msg.run_id != up.run_id:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
+                )
+            size += len(msg.arrow_ipc)
+            if size > s.settings.max_upload_batch_bytes:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"step batch over {s.settings.max_upload_batch_bytes} bytes",
+                )
+            parts.append(msg.arrow_ipc)
+            if not msg.more:
+                data = parts[0] if len(parts) == 1 else b"".join(parts)
+                parts, size = [], 0
+                await self._acks(context, up, [data])
+            msg = await self._read(context)
+            if msg is grpc.aio.EOF:
+                return
+
+    async def _data_plane(
+        self, context: grpc.aio.ServicerContext, up: _Upload, dp: DataPlaneServer
+    ) -> None:
+        """Batches on the data plane (whole, zero-copy frames), acks on this stream. Batches
+        that arrived together are taken in one worker-thread hop."""
+        s = self.s
+        # Both sources feed one queue in arrival order: ("dp", frame) from the data-plane
+        # thread, ("grpc", message or EOF) from this stream.
+        inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        session = dp.open(
+            lambda _seq, frame: loop.call_soon_threadsafe(inbox.put_nowait, ("dp", frame))
+        )
+
+        async def pump() -> None:
             while True:
                 m = await context.read()
                 inbox.put_nowait(("grpc", m))
                 if m is grpc.aio.EOF:
                     return
 
-        with _Streams(s):
-            try:
-                while True:
-                    data: Any
-                    more = False
-                    if pump is None:
-                        msg = await self._read(context)
-                    else:
-                        try:
-                            kind, got = await asyncio.wait_for(
-                                inbox.get(), s.settings.stream_idle_timeout_s
-                            )
-                        except TimeoutError:
-                            await self._idle_abort(context)
-                        if inbox.qsize() > 4 * s.settings.upload_window:
-                            await context.abort(
-                                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                "more step batches in flight than the upload window",
-                            )
-                        msg = got if kind == "grpc" else None
-                        if msg is not None and msg is not grpc.aio.EOF:
-                            await context.abort(
-                                grpc.StatusCode.INVALID_ARGUMENT,
-                                "step batches go on the data plane once it is bound",
-                            )
-                        if msg is None:
-                            data = got.buffer
-                    if msg is grpc.aio.EOF:
-                        return
-                    if msg is not None:
-                        assert isinstance(msg, pb.StepBatch)
-                        if run_id is None:
-                            run_id = msg.run_id
-                            await asyncio.to_thread(s.auth.require_lease, ident, run_id)
-                            sink = s.sinks(run_id)
-                            if sink is None:
-                                await context.abort(
-                                    grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}"
-                                )
-                            assert sink is not None
-                            durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
-                            if msg.data_plane and dp is not None and not msg.arrow_ipc:
-                                session = dp.open(
-                                    lambda _seq, frame: loop.call_soon_threadsafe(
-                                        inbox.put_nowait, ("dp", frame)
-                                    )
-                                )
-                                pump = asyncio.create_task(pump_stream())
-                                offer = dp.offer(session)
-                                ack = pb.UploadAck(durable_seq=durable, data_plane=offer)
-                                await write(s, context, ack)
-                                continue
-                        elif msg.run_id != run_id:
-                            await context.abort(
-                                grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
-                            )
-                        data, more = msg.arrow_ipc, msg.more
-                    if not len(data) and not more and not parts:
-                        resync = False  # hello / sync: the client resends from ``durable``
-                        await write(s, context, pb.UploadAck(durable_seq=durable))
-                        continue
-                    size += len(data)
-                    if size > limit:
-                        await context.abort(
-                            grpc.StatusCode.RESOURCE_EXHAUSTED, f"step batch over {limit} bytes"
+        reader = asyncio.create_task(pump())
+        limit = 4 * s.settings.upload_window  # a client keeps at most its window in flight
+        try:
+            await write(
+                s, context, pb.UploadAck(durable_seq=up.durable, data_plane=dp.offer(session))
+            )
+            carry: tuple[str, Any] | None = None  # taken while gathering batches
+            while True:
+                if carry is not None:
+                    (kind, got), carry = carry, None
+                else:
+                    try:
+                        kind, got = await asyncio.wait_for(
+                            inbox.get(), s.settings.stream_idle_timeout_s
                         )
-                    parts.append(data)
-                    if more:
-                        continue
-                    whole = parts[0] if len(parts) == 1 else b"".join(parts)
-                    parts, size = [], 0
-                    assert run_id is not None
-                    durable, ack, refused = await self._ingest(
-                        context, ident, run_id, whole, durable, None if resync else sink
+                    except TimeoutError:
+                        await self._idle_abort(context)
+                if kind == "grpc":
+                    if got is grpc.aio.EOF:
+                        return
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "step batches go on the data plane once it is offered",
                     )
-                    if resync:
-                        # After a refusal later batches are refused too, until the client
-                        # re-syncs, so nothing is stored out of order around the refused batch.
-                        ack.backpressure = True
-                        ack.reason = "resync after backpressure"
-                    resync = resync or refused
-                    await write(s, context, ack)
-            finally:
-                if pump is not None:
-                    pump.cancel()
-                if session is not None and dp is not None:
-                    dp.close_session(session)
+                if inbox.qsize() > limit:
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        "more step batches in flight than the upload window",
+                    )
+                batches = [got.buffer]
+                while not inbox.empty():
+                    item = inbox.get_nowait()
+                    if item[0] != "dp":
+                        carry = item
+                        break
+                    batches.append(item[1].buffer)
+                if any(len(b) > s.settings.max_upload_batch_bytes for b in batches):
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"step batch over {s.settings.max_upload_batch_bytes} bytes",
+                    )
+                await self._acks(context, up, batches, coalesce=True)
+        finally:
+            reader.cancel()
+            dp.close_session(session)
+
+    async def _acks(
+        self,
+        context: grpc.aio.ServicerContext,
+        up: _Upload,
+        batches: list[Any],
+        coalesce: bool = False,
+    ) -> None:
+        """Take ``batches`` in one worker-thread hop and send their acks (then any refusal);
+        ``coalesce``: consecutive plain batch acks go as one (``UploadAck.batches``)."""
+        before = up.rows
+        acks, refused = await asyncio.to_thread(up.take_all, batches)
+        self.s.uploaded_rows += up.rows - before
+        for ack in _coalesce(acks) if coalesce else [a for a, _ in acks]:
+            await write(self.s, context, ack)
+        if refused is not None:
+            await context.abort(_REFUSALS[type(refused)], str(refused))
 
     async def _read(self, context: grpc.aio.ServicerContext) -> Any:
         try:
@@ -324,44 +431,6 @@ class ExperienceServicer(rpc.ExperienceServicer):
             grpc.StatusCode.DEADLINE_EXCEEDED,
             f"no step batch for {self.s.settings.stream_idle_timeout_s:.0f} s; stream dropped",
         )
-
-    async def _ingest(
-        self,
-        context: grpc.aio.ServicerContext,
-        ident: RobotIdentity,
-        run_id: str,
-        data: Any,
-        durable: int,
-        sink: StepSink | None,
-    ) -> tuple[int, pb.UploadAck, bool]:
-        """Parse, check and append one whole batch in one worker-thread hop (``sink`` None:
-        check only). Returns (durable seq, the ack to send, whether backpressure refused it)."""
-        s = self.s
-        ack = pb.UploadAck(durable_seq=durable)
-        try:
-            rows, durable = await asyncio.to_thread(
-                _ingest,
-                data,
-                ident.robot_id,
-                run_id,
-                durable,
-                sink,
-                s.robot_lock(run_id, ident.robot_id),
-            )
-        except S.StepFormatError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except S.ForeignRowsError as exc:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
-        except SinkRejected as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Backpressure as bp:
-            ack.backpressure = True
-            ack.retry_after_ms = int(bp.retry_after_s * 1000)
-            ack.reason = str(bp)
-            return durable, ack, True
-        s.uploaded_rows += rows
-        ack.durable_seq = durable
-        return durable, ack, False
 
 
 def _ingest(

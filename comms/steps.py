@@ -52,9 +52,12 @@ def decode_batch(
         ForeignRowsError: a row belongs to another robot or another run.
     """
     try:
-        table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        batches = list(pa.ipc.open_stream(pa.py_buffer(data)))
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise StepFormatError(f"step batch is not an Arrow IPC stream: {exc}") from None
+    if not batches:
+        raise StepFormatError("step batch has no rows")
+    table = pa.Table.from_batches(batches)
     if table.num_rows == 0:
         raise StepFormatError("step batch has no rows")
     for col in ("robot_id", "seq"):
@@ -66,7 +69,8 @@ def decode_batch(
             raise StepFormatError(f"column {col!r} must be an integer, got {t}")
         if table.column(col).null_count:
             raise StepFormatError(f"column {col!r} has nulls")
-    batch = table.combine_chunks().to_batches()[0]
+    # One record batch (the usual case) is used as it is: views of ``data``, no copy.
+    batch = batches[0] if len(batches) == 1 else table.combine_chunks().to_batches()[0]
     seq = batch.column("seq")
     if len(seq) > 1 and not pc.all(pc.greater(seq[1:], seq[:-1])).as_py():
         raise StepFormatError("seq must be strictly increasing within a step batch")

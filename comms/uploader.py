@@ -206,6 +206,9 @@ class Uploader:
         with self._cond:
             st.last_progress = time.monotonic()
             kind = st.outstanding.popleft() if st.outstanding else _HELLO
+            for _ in range(int(ack.batches) - 1):  # one ack for several batches (data plane)
+                if st.outstanding:
+                    kind = st.outstanding.popleft()
             if ack.durable_seq > self.durable_seq:
                 self.durable_seq = int(ack.durable_seq)
             if ack.HasField("data_plane") and st.offer is None:

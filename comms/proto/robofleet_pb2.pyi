@@ -54,18 +54,20 @@ class StepBatch(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., last_seq: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ..., more: _Optional[bool] = ..., data_plane: _Optional[bool] = ...) -> None: ...
 
 class UploadAck(_message.Message):
-    __slots__ = ("durable_seq", "backpressure", "retry_after_ms", "reason", "data_plane")
+    __slots__ = ("durable_seq", "backpressure", "retry_after_ms", "reason", "data_plane", "batches")
     DURABLE_SEQ_FIELD_NUMBER: _ClassVar[int]
     BACKPRESSURE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DATA_PLANE_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     durable_seq: int
     backpressure: bool
     retry_after_ms: int
     reason: str
     data_plane: DataPlane
-    def __init__(self, durable_seq: _Optional[int] = ..., backpressure: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., data_plane: _Optional[_Union[DataPlane, _Mapping]] = ...) -> None: ...
+    batches: int
+    def __init__(self, durable_seq: _Optional[int] = ..., backpressure: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., data_plane: _Optional[_Union[DataPlane, _Mapping]] = ..., batches: _Optional[int] = ...) -> None: ...
 
 class TensorEntry(_message.Message):
     __slots__ = ("name", "dtype", "shape", "encoding")
