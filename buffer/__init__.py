@@ -1,7 +1,8 @@
 """Persistent, cache-aware replay buffer: step schema, WAL, Arrow segments, samplers, rate limiter.
 
-Every acknowledged step is durable (fdatasync'ed in a checksummed write-ahead log, later sealed
-into immutable Arrow segments); the learner samples from RAM (hot tier) and memory-mapped
+Every acknowledged step is durable (fdatasync'ed in a checksummed write-ahead log of Arrow IPC
+record batches; a full log is sealed into an immutable segment by renaming its files, so each
+byte is written once); the learner samples from RAM (hot tier) and memory-mapped
 segments (cold tier) within a byte budget; a directory outlives runs and can be mounted by
 later runs as offline data or exported to LeRobotDataset v3.
 
@@ -56,9 +57,10 @@ The whole public API::
                   # prefetch_lag_s, ack_latency_p50_s/p99_s, ...
     buf.close()
 
-On-disk format: version ``buffer.format.FORMAT_VERSION`` (1). WAL files start with the
-marker ``RFWAL001``; segments carry ``robofleet.buffer.format_version`` in their Arrow schema
-metadata. ``open`` refuses a file of another version or with an unknown marker with
+On-disk format: version ``buffer.format.FORMAT_VERSION`` (2). WAL files start with the
+marker ``RFWAL002``; sealed segments are those WAL files renamed (``buffer.sealed``).
+Version-1 directories are still read (``RFWAL001`` WALs, Arrow segments carrying
+``robofleet.buffer.format_version`` in their schema metadata). ``open`` refuses a file of another version or with an unknown marker with
 ``UnsupportedFormatError`` naming the file, the version found and the versions supported
 (nothing is read, dropped or changed); a torn WAL tail (or a header never fully written)
 is still dropped as before.

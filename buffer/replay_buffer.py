@@ -4,12 +4,15 @@ Directory layout::
 
     schema.json                      the StepSchema (so a directory reopens without one)
     LOCK                             flock held by the one writer process
-    wal-<first_row>.log              the open write-ahead log (see buffer.wal)
-    seg-<first_row>-<rows>.arrow     sealed immutable segments (see buffer.segments)
+    wal-<first_row>-<stripe>.log     the open write-ahead log stripes (see buffer.wal)
+    seg-<first>-<rows>-<stripe>.wal  sealed segments: WAL files renamed (see buffer.sealed)
+    seg-<first_row>-<rows>.arrow     version-1 sealed segments (read, no longer written)
 
-Open = remove ``*.tmp``; map every segment and rebuild the row index from them; delete WAL
-files already covered by a segment (a crash between sealing and deleting); replay the rest,
-dropping a torn tail, and seal what they hold into a segment; start a fresh WAL.
+Open = remove ``*.tmp``; finish an interrupted seal (stripes still under their WAL name);
+map every segment and rebuild the row index from them; delete WAL files already covered by
+a segment; replay the rest (merge stripes by row, keep the contiguous prefix, drop torn
+tails) and seal what they hold in place (truncate or rewrite, fdatasync, rename); start a
+fresh WAL. ``close`` seals the open tail, so a clean close leaves nothing to replay.
 """
 
 from __future__ import annotations
