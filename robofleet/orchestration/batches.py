@@ -20,7 +20,8 @@ the ``sampling`` its algorithm needs (absent: the server's own sampler):
 
 Batch keys (B = batch size): ``observation.state`` (B, 39) float32, ``next.observation.state``
 (B, 39) float32, ``action`` (B, 4) float32, ``task_index`` (B,) int64, ``is_intervention`` (B,)
-bool, ``reward`` (B,) float32, ``terminated`` / ``truncated`` (B,) bool, ``is_demonstration``
+bool, ``reward`` (B,) float32, ``terminated`` / ``truncated`` (B,) bool, ``episode_index`` /
+``frame_index`` (B,) int64, ``is_demonstration``
 (B,) bool (a scripted demonstration step) and ``success`` (B,) bool: the episode ended with
 the task solved at this step. Robots of sparse-return runs end episodes at success
 (``terminated``); a demonstration episode is the scripted expert's and counts as a success
@@ -56,6 +57,8 @@ KEYS = (
     "reward",
     "terminated",
     "truncated",
+    "episode_index",
+    "frame_index",
 )
 
 

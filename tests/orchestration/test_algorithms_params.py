@@ -1,0 +1,155 @@
+"""Run specs for RECAP and SAC/RLPD: what the run manager accepts, refuses (naming the field)
+and what it hands the learner, the batch server and the robots."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import pytest
+import torch
+
+from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger
+from cloud_learner.factory import build_algorithm
+from cloud_learner.policies.gaussian import GaussianPolicy
+from robofleet.demo import demo_spec
+from robofleet.orchestration.params import (
+    RunParams,
+    agent_options,
+    batch_sampling,
+    learner_settings,
+)
+from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
+
+KINDS = {"hg-dagger": "mlp", "recap": "mlp", "sac": "gaussian"}
+
+
+def spec_for(algorithm: str, kind: str | None = None, **extra: Any) -> RunSpec:
+    raw: dict[str, Any] = {
+        "version": 1,
+        "algorithm": algorithm,
+        "tasks": ["reach-v3", "push-v3"],
+        "policy": {"kind": kind or KINDS[algorithm], "hidden_sizes": [32, 32]},
+        "robots": {"robot_type": "metaworld-sawyer", "count": 1},
+    }
+    for key, value in extra.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return parse_run_spec(raw)
+
+
+def refusal(spec: RunSpec) -> dict[str, str]:
+    with pytest.raises(RunSpecError) as info:
+        RunParams.from_spec(spec)
+    errors: dict[str, str] = info.value.errors
+    return errors
+
+
+def test_sac_with_a_non_gaussian_policy_is_refused_naming_the_field() -> None:
+    errors = refusal(spec_for("sac", kind="mlp"))
+    assert set(errors) == {"policy.kind"}
+    assert "'gaussian'" in errors["policy.kind"] and "'mlp'" in errors["policy.kind"]
+
+
+@pytest.mark.parametrize("algorithm", ["hg-dagger", "recap"])
+def test_regression_algorithms_refuse_a_gaussian_policy(algorithm: str) -> None:
+    errors = refusal(spec_for(algorithm, kind="gaussian"))
+    assert set(errors) == {"policy.kind"}
+    assert "'mlp'" in errors["policy.kind"]
+
+
+def test_hyperparameters_of_another_algorithm_are_refused_by_name() -> None:
+    errors = refusal(spec_for("sac", hyperparameters={"guidance_weight": 2.0, "reward_scale": 0.5}))
+    assert set(errors) == {"hyperparameters.guidance_weight"}
+    assert "'recap'" in errors["hyperparameters.guidance_weight"]
+    errors = refusal(spec_for("hg-dagger", hyperparameters={"gamma": 0.9}))
+    assert set(errors) == {"hyperparameters.gamma"}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("positive_fraction", 1.0), ("positive_fraction", 0.0), ("indicator_dropout", 1.0)],
+)
+def test_recap_fractions_out_of_range_are_refused(key: str, value: float) -> None:
+    errors = refusal(spec_for("recap", hyperparameters={key: value}))
+    assert set(errors) == {f"hyperparameters.{key}"}
+    assert f"got {value!r}" in errors[f"hyperparameters.{key}"]
+
+
+def test_every_bad_field_is_named_at_once() -> None:
+    errors = refusal(
+        spec_for(
+            "sac",
+            kind="flow",
+            hyperparameters={"gamma": 1.5},
+            policy={"chunk_size": 4, "hidden_sizes": [32, 64]},
+        )
+    )
+    assert set(errors) == {
+        "policy.kind",
+        "policy.chunk_size",
+        "policy.hidden_sizes",
+        "hyperparameters.gamma",
+    }
+
+
+def test_recap_settings_build_an_indicator_policy_and_sparse_returns_fit_the_horizon() -> None:
+    spec = spec_for(
+        "recap",
+        hyperparameters={"guidance_weight": 1.5, "indicator_dropout": 0, "max_episode_steps": 80},
+    )
+    params = RunParams.from_spec(spec)
+    settings = learner_settings(spec, params)
+    algorithm = build_algorithm(settings, torch.device("cpu"))
+    assert isinstance(algorithm, RECAP)
+    assert algorithm.policy.spec.indicator and algorithm.policy.spec.num_tasks == 2
+    assert algorithm.policy.guidance_weight == 1.5
+    assert algorithm.config.indicator_dropout == 0.0
+    # -1 per step and a failure penalty of one horizon, scaled into [-1, 0].
+    assert algorithm.config.failure_penalty == 80.0
+    assert algorithm.config.return_scale == pytest.approx(1 / 160)
+    assert batch_sampling(spec, params) == {"kind": "uniform", "reward_scale": 1.0}
+    assert agent_options(spec) == {"terminate_on_success": True}
+
+
+def test_sac_settings_build_a_gaussian_actor_with_rlpd_sampling() -> None:
+    spec = spec_for(
+        "sac", hyperparameters={"gamma": 0.95, "reward_scale": 0.2}, buffer={"online_fraction": 0.4}
+    )
+    params = RunParams.from_spec(spec)
+    settings = learner_settings(spec, params)
+    algorithm = build_algorithm(settings, torch.device("cpu"))
+    assert isinstance(algorithm, SACRLPD) and isinstance(algorithm.policy, GaussianPolicy)
+    assert algorithm.config.gamma == 0.95 and algorithm.config.hidden == 32
+    assert batch_sampling(spec, params) == {
+        "kind": "symmetric",
+        "online_fraction": 0.4,
+        "reward_scale": 0.2,
+    }
+    assert agent_options(spec) == {"terminate_on_success": False}
+
+
+def test_hg_dagger_settings_are_unchanged_so_its_checkpoints_still_resume() -> None:
+    spec = spec_for("hg-dagger", hyperparameters={"lr": 0.002})
+    params = RunParams.from_spec(spec)
+    settings = learner_settings(spec, params)
+    assert settings.algorithm_config == {"lr": 0.002}
+    assert settings.policy.kind == "mlp" and settings.sampler == "intervention"
+    assert isinstance(build_algorithm(settings, torch.device("cpu")), HGDAgger)
+    assert batch_sampling(spec, params)["kind"] == "intervention"
+    assert agent_options(spec) == {"terminate_on_success": False}
+
+
+@pytest.mark.parametrize("algorithm", ["hg-dagger", "recap", "sac"])
+def test_demo_builds_a_spec_the_run_manager_accepts(algorithm: str) -> None:
+    args = argparse.Namespace(
+        tasks="reach-v3,push-v3",
+        algorithm=algorithm,
+        control_hz=20.0,
+        robots=2,
+        eval_every=None,
+        minutes=1.0,
+        eval_episodes=2,
+    )
+    spec = demo_spec(args)
+    assert spec.algorithm == algorithm and spec.policy.kind == KINDS[algorithm]
+    RunParams.from_spec(spec)  # raises on anything the run manager would refuse
