@@ -161,6 +161,12 @@ class DataPlaneServer:
             self._sessions[s.token] = s
         return s
 
+    @property
+    def open_sessions(self) -> int:
+        """Sessions whose gRPC stream is still open."""
+        with self._lock:
+            return len(self._sessions)
+
     def offer(self, session: Session) -> pb.DataPlane:
         return pb.DataPlane(
             endpoint=self.endpoint, token=session.token, curve_server_key=self.curve_public_key

@@ -313,28 +313,34 @@ class ExperienceServicer(rpc.ExperienceServicer):
         self, context: grpc.aio.ServicerContext, up: _Upload, msg: pb.StepBatch
     ) -> None:
         """Batches on this stream, split in parts under gRPC's message limit."""
-        s = self.s
         parts: list[bytes] = []
-        size = 0
         while True:
-            if msg.run_id != up.run_id:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
-                )
-            size += len(msg.arrow_ipc)
-            if size > s.settings.max_upload_batch_bytes:
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"step batch over {s.settings.max_upload_batch_bytes} bytes",
-                )
-            parts.append(msg.arrow_ipc)
-            if not msg.more:
-                data = parts[0] if len(parts) == 1 else b"".join(parts)
-                parts, size = [], 0
-                await self._acks(context, up, [data])
+            whole = await self._part(context, up, msg, parts)
+            if whole is not None:
+                await self._acks(context, up, [whole])
             msg = await self._read(context)
             if msg is grpc.aio.EOF:
                 return
+
+    async def _part(
+        self, context: grpc.aio.ServicerContext, up: _Upload, msg: pb.StepBatch, parts: list[bytes]
+    ) -> bytes | None:
+        """Collect one part of a batch sent on the stream; the whole batch after its last part."""
+        if msg.run_id != up.run_id:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
+            )
+        limit = self.s.settings.max_upload_batch_bytes
+        parts.append(msg.arrow_ipc)
+        if sum(len(p) for p in parts) > limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"step batch over {limit} bytes"
+            )
+        if msg.more:
+            return None
+        whole = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        return whole
 
     async def _data_plane(
         self, context: grpc.aio.ServicerContext, up: _Upload, dp: DataPlaneServer
@@ -358,6 +364,7 @@ class ExperienceServicer(rpc.ExperienceServicer):
                     return
 
         reader = asyncio.create_task(pump())
+        parts: list[bytes] = []
         limit = 4 * s.settings.upload_window  # a client keeps at most its window in flight
         try:
             await write(
@@ -377,10 +384,11 @@ class ExperienceServicer(rpc.ExperienceServicer):
                 if kind == "grpc":
                     if got is grpc.aio.EOF:
                         return
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT,
-                        "step batches go on the data plane once it is offered",
-                    )
+                    # A client that could not reach the data plane sends on this stream.
+                    whole = await self._part(context, up, got, parts)
+                    if whole is not None:
+                        await self._acks(context, up, [whole])
+                    continue
                 if inbox.qsize() > limit:
                     await context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -522,9 +530,6 @@ class WeightsServicer(rpc.WeightsServicer):
         closed = False
         dp = self.s.dataplane
         session = dp.open() if dp is not None and first.data_plane else None
-        if session is not None:
-            assert dp is not None
-            await write(self.s, context, pb.WeightMessage(data_plane=dp.offer(session)))
 
         async def read_acks() -> None:
             nonlocal have, done, closed
@@ -538,6 +543,15 @@ class WeightsServicer(rpc.WeightsServicer):
 
         reader = asyncio.create_task(read_acks())
         try:
+            if session is not None:
+                assert dp is not None
+                await write(self.s, context, pb.WeightMessage(data_plane=dp.offer(session)))
+                # Give the subscriber its handshake time, so a version waiting already (a late
+                # joiner, a big model) goes on the data plane too; a robot that cannot reach it
+                # gets its first version that much later, on this stream.
+                deadline = time.monotonic() + self.s.settings.data_plane_handshake_s
+                while not session.bound.is_set() and not closed and time.monotonic() < deadline:
+                    await asyncio.sleep(0.005)
             with _Streams(self.s):
                 while True:
                     await acked.wait()

@@ -194,7 +194,9 @@ def test_corrupted_chunk_is_refused_and_fetched_again(cloud: Cloud) -> None:
     assert pub.flush(10)
     gen = proxy(cloud.address, "corrupt")
     address, faulty = next(gen)
-    client = EdgeClient(make_channel(address, cloud.settings), robot.credential, cloud.settings)
+    # The fault is injected on the gRPC stream: its chunks must travel there.
+    grpc_only = cloud.settings.model_copy(update={"data_plane": False})
+    client = EdgeClient(make_channel(address, grpc_only), robot.credential, grpc_only)
     rx = WeightReceiver()
     src = GrpcWeightSource(client, RUN, rx)
     try:
@@ -217,7 +219,9 @@ def test_truncated_stream_is_never_applied(cloud: Cloud) -> None:
     assert pub.flush(10)
     gen = proxy(cloud.address, "truncate")
     address, faulty = next(gen)
-    client = EdgeClient(make_channel(address, cloud.settings), robot.credential, cloud.settings)
+    # The fault is injected on the gRPC stream: its chunks must travel there.
+    grpc_only = cloud.settings.model_copy(update={"data_plane": False})
+    client = EdgeClient(make_channel(address, grpc_only), robot.credential, grpc_only)
     applied: list[int] = []
     rx = WeightReceiver(on_applied=applied.append)
     src = GrpcWeightSource(client, RUN, rx)

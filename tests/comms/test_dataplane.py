@@ -1,0 +1,316 @@
+"""The ZeroMQ data plane beside gRPC: weight chunks and step batches travel there, checked and
+acknowledged exactly as on gRPC; forged tokens get nothing; an unreachable or failing data
+plane falls back to gRPC bytes; under TLS it is CURVE-encrypted."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import zmq
+
+from comms import dataplane_client
+from comms.client import EdgeClient, make_channel
+from comms.dataplane import BATCH, BATCH_HEADER, HELLO, NO, OK, DataPlaneServer
+from comms.proto import robofleet_pb2 as pb
+from comms.receiver import WeightReceiver
+from comms.server import CloudServer
+from comms.sink import MemorySink
+from comms.uploader import MemorySpool, Uploader
+from comms.weight_codec import EncodedVersion
+from comms.weight_source import GrpcWeightSource
+from robofleet.db.store import MetadataStore
+from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, self_signed_cert, steps
+
+
+def _model(seed: int, n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"w": rng.standard_normal(n).astype(np.float32), "b": np.zeros(7, np.float32)}
+
+
+def _dp(cloud: Cloud) -> DataPlaneServer:
+    dp = cloud.server.state.dataplane
+    assert dp is not None, "the server offers no data plane"
+    return dp
+
+
+def test_weights_travel_on_the_data_plane_and_are_checked_against_the_manifest(
+    cloud: Cloud,
+) -> None:
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    rx = WeightReceiver()
+    src = GrpcWeightSource(client, RUN, rx)
+    pub = cloud.server.publisher(RUN)
+    try:
+        state = _model(1, 3_000_000)  # 12 MB: 12 chunks
+        pub.publish(state)
+        assert rx.wait_for(0, 20)
+        payload = pub.latest().full.manifest.payload_bytes  # type: ignore[union-attr]
+        assert src.data_plane_bytes == src.bytes_received == payload
+        assert _dp(cloud).weight_bytes_sent == payload
+        state["w"][:10] += 1.0
+        pub.publish(state)
+        assert rx.wait_for(1, 20)  # the delta, on the data plane as well
+        assert src.data_plane_bytes == src.bytes_received < payload + 1000
+        for k, v in state.items():
+            np.testing.assert_array_equal(rx.current()[1][k], v)
+        assert src.chunks_refused == 0 and src.refetches == 0
+    finally:
+        src.close()
+        client.close()
+
+
+def test_uploads_travel_on_the_data_plane_whole_and_are_stored_exactly_once(
+    cloud: Cloud,
+) -> None:
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    try:
+        for i in range(20):
+            spool.put(steps(robot.robot_id, i * 5, 5))
+        big = steps(robot.robot_id, 100, 6, payload_bytes=1_000_000)  # 6 MB, one frame
+        spool.put(big)
+        assert up.wait_durable(105, 20), up.last_error
+        assert cloud.sink.seqs(robot.robot_id) == list(range(106))
+        assert cloud.sink.batches[-1][1].equals(big)
+        assert up.data_plane_batches == 21
+        assert _dp(cloud).batches_received == 21
+        assert len(spool) == 0
+    finally:
+        up.close()
+        client.close()
+
+
+def test_upload_on_the_data_plane_resumes_after_a_server_restart_without_duplicates(
+    store: MetadataStore,
+) -> None:
+    settings = fast_settings()
+    sink = MemorySink()
+    server = CloudServer(settings, store, sink)
+    port = server.start()
+    robot = enroll_robot(store, server.address, "arm-1", settings)
+    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    try:
+        spool.put(steps(robot.robot_id, 0, 10))
+        assert up.wait_durable(9, 10)
+        server.stop()
+        spool.put(steps(robot.robot_id, 10, 10))  # spooled while the cloud is away
+        server = CloudServer(settings, store, sink, port=port)
+        server.start()
+        spool.put(steps(robot.robot_id, 20, 10))
+        assert up.wait_durable(29, 20), up.last_error
+        assert sink.seqs(robot.robot_id) == list(range(30))
+        assert up.data_plane_batches >= 3 and up.reconnects >= 1
+    finally:
+        up.close()
+        client.close()
+        server.close()
+
+
+def test_unreachable_data_plane_falls_back_to_grpc_bytes(store: MetadataStore) -> None:
+    # Offers name 127.0.0.2, where nothing listens: every handshake times out.
+    settings = fast_settings(data_advertise_host="127.0.0.2", data_plane_handshake_s=0.3)
+    sink = MemorySink()
+    server = CloudServer(settings, store, sink)
+    server.start()
+    robot = enroll_robot(store, server.address, "arm-1", settings)
+    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    rx = WeightReceiver()
+    src = GrpcWeightSource(client, RUN, rx)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    try:
+        state = _model(2, 1_500_000)
+        server.publisher(RUN).publish(state)
+        for i in range(5):
+            spool.put(steps(robot.robot_id, i * 4, 4))
+        assert rx.wait_for(0, 20)
+        np.testing.assert_array_equal(rx.current()[1]["w"], state["w"])
+        assert src.data_plane_bytes == 0 and src.bytes_received >= 6_000_000
+        assert up.wait_durable(19, 20), up.last_error
+        assert sink.seqs(robot.robot_id) == list(range(20))
+        assert up.data_plane_batches == 0
+    finally:
+        up.close()
+        src.close()
+        client.close()
+        server.close()
+
+
+def _offer(cloud: Cloud, credential: str) -> tuple[Any, pb.DataPlane]:
+    """Open a Subscribe stream asking for the data plane; returns (call, its offer)."""
+    client = EdgeClient(make_channel(cloud.address, cloud.settings), credential, cloud.settings)
+    requests: queue.SimpleQueue[pb.SubscribeRequest | None] = queue.SimpleQueue()
+    requests.put(pb.SubscribeRequest(run_id=RUN, have_version=-1, data_plane=True))
+
+    def gen() -> Any:
+        while (r := requests.get()) is not None:
+            yield r
+
+    call = client.weights.Subscribe(gen(), metadata=client.metadata)
+    first = next(call)
+    assert first.HasField("data_plane")
+    return (call, requests, client), first.data_plane
+
+
+def _hello(endpoint: str, token: bytes) -> bytes | None:
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(endpoint)
+    s.send_multipart([HELLO, token])
+    got = s.recv() if s.poll(2000) else None
+    s.close(0)
+    return got
+
+
+def test_forged_or_reused_tokens_get_nothing_and_unbound_frames_are_dropped(
+    cloud: Cloud,
+) -> None:
+    robot = cloud.robot("arm-1")
+    (call, requests, client), offer = _offer(cloud, robot.credential)
+    dp = _dp(cloud)
+    try:
+        assert _hello(offer.endpoint, b"\0" * 32) == NO  # never handed out
+        assert _hello(offer.endpoint, offer.token) == OK
+        assert _hello(offer.endpoint, offer.token) == NO  # single use
+        # A peer that never proved a token cannot upload: its batch is dropped unread.
+        ctx = zmq.Context.instance()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(offer.endpoint)
+        refused = dp.frames_refused
+        s.send_multipart([BATCH, BATCH_HEADER.pack(4, 0), b"not arrow"])
+        deadline = time.monotonic() + 5
+        while dp.frames_refused == refused and time.monotonic() < deadline:
+            time.sleep(0.01)
+        s.close(0)
+        assert dp.frames_refused == refused + 1
+        assert dp.batches_received == 0 and cloud.sink.batches == []
+    finally:
+        requests.put(None)
+        call.cancel()
+        client.close()
+    # An ended stream's token is dead.
+    (call2, requests2, client2), offer2 = _offer(cloud, robot.credential)
+    requests2.put(None)
+    call2.cancel()
+    client2.close()
+    deadline = time.monotonic() + 5
+    while dp.open_sessions and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dp.open_sessions == 0
+    assert _hello(offer2.endpoint, offer2.token) == NO
+
+
+def test_corrupted_chunk_on_the_data_plane_is_refused_and_fetched_over_grpc(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = EncodedVersion.chunk_view
+    corrupted: list[int] = []
+
+    def flip_once(self: EncodedVersion, index: int) -> memoryview:
+        view = real(self, index)
+        if index == 2 and not corrupted and threading.current_thread().name == "dataplane":
+            corrupted.append(index)
+            bad = bytearray(view)
+            bad[100] ^= 0xFF
+            return memoryview(bytes(bad))
+        return view
+
+    monkeypatch.setattr(EncodedVersion, "chunk_view", flip_once)
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    rx = WeightReceiver()
+    src = GrpcWeightSource(client, RUN, rx)
+    try:
+        state = _model(3, 1_000_000)  # 4 chunks
+        time.sleep(0.3)  # subscribed and bound
+        cloud.server.publisher(RUN).publish(state)
+        assert rx.wait_for(0, 20)
+        assert corrupted == [2]
+        assert src.chunks_refused == 1 and src.refetches == 1
+        np.testing.assert_array_equal(rx.current()[1]["w"], state["w"])
+    finally:
+        src.close()
+        client.close()
+
+
+def test_a_data_plane_that_stops_delivering_is_left_for_the_grpc_stream(
+    store: MetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = fast_settings(data_plane_stall_s=0.3)
+    server = CloudServer(settings, store, MemorySink())
+    server.start()
+    robot = enroll_robot(store, server.address, "arm-1", settings)
+    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    rx = WeightReceiver()
+    src = GrpcWeightSource(client, RUN, rx)
+    pub = server.publisher(RUN)
+    try:
+        state = _model(4, 500_000)
+        time.sleep(0.3)
+        pub.publish(state)
+        assert rx.wait_for(0, 20)
+        on_dp = src.data_plane_bytes
+        assert on_dp > 0
+        # From now on the data plane swallows every chunk (a port blocked mid-run).
+        monkeypatch.setattr(DataPlaneServer, "send_version", lambda *a, **k: None)
+        state["w"][:] += 1.0
+        pub.publish(state)
+        assert rx.wait_for(1, 20)  # completed by Fetch after the stall
+        assert src.refetches == 1
+        state["w"][:] += 1.0
+        pub.publish(state)
+        assert rx.wait_for(2, 20)  # on the gRPC stream: the server was told
+        assert src.refetches == 1 and src.data_plane_bytes == on_dp
+        np.testing.assert_array_equal(rx.current()[1]["w"], state["w"])
+    finally:
+        src.close()
+        client.close()
+        server.close()
+
+
+def test_under_tls_the_data_plane_is_curve_encrypted(tmp_path: Path, store: MetadataStore) -> None:
+    cert, key = self_signed_cert(tmp_path)
+    settings = fast_settings(tls_cert_file=cert, tls_key_file=key, tls_ca_file=cert)
+    sink = MemorySink()
+    server = CloudServer(settings, store, sink)
+    server.start()
+    dp = server.state.dataplane
+    assert dp is not None and len(dp.curve_public_key) == 40
+    robot = enroll_robot(store, server.address, "arm-tls", settings, ca=cert)
+    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    rx = WeightReceiver()
+    src = GrpcWeightSource(client, RUN, rx)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    try:
+        state = _model(5, 1_000_000)
+        time.sleep(0.5)
+        server.publisher(RUN).publish(state)
+        spool.put(steps(robot.robot_id, 0, 8))
+        assert rx.wait_for(0, 20)
+        assert src.data_plane_bytes >= 4_000_000
+        assert up.wait_durable(7, 20) and up.data_plane_batches == 1
+        assert sink.seqs(robot.robot_id) == list(range(8))
+        # A plaintext peer cannot even say hello to a CURVE server.
+        token_offer = pb.DataPlane(endpoint=dp.endpoint, token=b"\1" * 32)
+        assert dataplane_client.connect(token_offer, 0.5) is None
+        # And a client on a TLS channel refuses a plaintext offer.
+        assert dataplane_client.connect(token_offer, 0.5, require_curve=True) is None
+    finally:
+        up.close()
+        src.close()
+        client.close()
+        server.close()
