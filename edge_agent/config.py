@@ -76,7 +76,7 @@ class EdgeSettings(BaseModel):
 
     # --- weights
     weight_apply_at: Literal["episode_end", "chunk_boundary", "every_n_steps"] = Field(
-        default="episode_end",
+        default="chunk_boundary",
         description=(
             "Safe boundary at which a new policy version applies: episode start only; any "
             "action-chunk boundary (every step for single-action policies); or a chunk "
