@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from buffer import ReplayBuffer
 from robofleet.db.models import Lease, Robot, RobotStatus, RunState
 from robofleet.db.store import MetadataStore
+from robofleet.orchestration.accounting import acked_lost, acked_total
 from tests.orchestration.cloudproc import (
     Cloud,
     cli,
@@ -104,6 +106,7 @@ def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(
         hung = events(store, run_id, "learner.hung")
         assert len(hung) == 1 and hung[0]["pid"] == pid
         assert float(hung[0]["silent_s"]) >= HANG_S
+        wait_until(lambda: bool(events(store, run_id, "learner.died")), 30)  # right after
         died = events(store, run_id, "learner.died")[-1]
         assert died["pid"] == pid and died["how"] == "signal 9" and died["hung"] is True
         wait_until(lambda: bool(events(store, run_id, "learner.restarted")), 60, cloud.fail_text)
@@ -117,13 +120,28 @@ def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(
         wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 20, 60, cloud.fail_text)
         assert run_state(store, run_id) in LIVE
 
-        _ok("run", "stop", run_id, data_dir=tmp_path)
-        ended = (RunState.FINISHED, RunState.STOPPED)
-        wait_until(lambda: run_state(store, run_id) in ended, 120, cloud.fail_text)
+        # -- the cloud goes down under a paused run: it stays paused, its robot leased to it
+        _ok("run", "pause", run_id, data_dir=tmp_path)
+        wait_until(lambda: len(events(store, run_id, "run.robots_held")) == 2, 60)
+        cloud.stop()  # SIGTERM: every run lets go of Ray; a paused one keeps its leases
+        assert run_state(store, run_id) == RunState.PAUSED
+        assert _open_leases(store, run_id) == leases
+        assert _robot_statuses(store) == {RobotStatus.LEASED}
+        assert events(store, run_id, "run.placement_suspended")
+
+        # -- stopped with no cloud running: the leases go back, nothing acknowledged was lost
+        out = _ok("run", "stop", run_id, data_dir=tmp_path)
+        assert f"stopped {run_id}" in out
         assert _open_leases(store, run_id) == set()
-        report = json.loads((run_dir(store, run_id) / "report.json").read_text())
-        assert report["acked_lost"] == 0
-        assert report["learner_restarts"] == 1
+        assert _robot_statuses(store) == {RobotStatus.IDLE}
+        rdir = run_dir(store, run_id)
+        assert json.loads((rdir / "progress.json").read_text())["learner_restarts"] == 1
+        buffer = ReplayBuffer.open(rdir / "buffer")
+        try:
+            assert acked_total(rdir / "robots") > 0
+            assert acked_lost(buffer, rdir / "robots") == 0
+        finally:
+            buffer.close()
         assert len(events(store, run_id, "learner.hung")) == 1
     finally:
         cloud.stop()
