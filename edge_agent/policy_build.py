@@ -94,17 +94,11 @@ class CardPolicy:
         card, tensors = split_card(weights)
         if card is not None:
             self._check(card)
-        same = card == self.card
-        candidate = self.policy if same else (card.build() if card else self._fallback())
-        if same:
-            # Load into a copy first: a bad version must not half-overwrite the running one.
-            before = self.policy.get_weights()
-            try:
-                candidate.set_weights(tensors)
-            except ValueError:
-                candidate.set_weights(before)
-                raise
+        if card == self.card:
+            # Names and shapes are checked before any tensor is copied (load_weights_strict).
+            self.policy.set_weights(tensors)
             return
+        candidate = card.build() if card is not None else self._fallback()
         candidate.set_weights(tensors)
         candidate.eval()
         self.policy, self.card = candidate, card
