@@ -92,3 +92,10 @@ class CommsSettings(BaseModel):
         description="A weight version with no chunk on the data plane for this long is "
         "completed over gRPC (Fetch).",
     )
+    weight_thread_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="Nice value added to the threads that read, hash and delta-encode weight "
+        "versions, so publishing never takes CPU from a learner on the same cores (0 = off).",
+    )

@@ -18,6 +18,7 @@ from typing import Any
 
 from comms import tensors as T
 from comms import weight_codec as W
+from comms.priority import lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class WeightPublisher:
         run_id: the run these weights belong to (written into every manifest).
         chunk_bytes: chunk size, at most 1 MiB.
         use_delta: send deltas when they are smaller than the full version.
+        thread_nice: lower the encoder thread's OS priority by this much (see
+            :mod:`comms.priority`); the hashing threads it starts inherit it.
 
     Usage (learner)::
 
@@ -62,7 +65,12 @@ class WeightPublisher:
     """
 
     def __init__(
-        self, run_id: str, chunk_bytes: int = W.MAX_CHUNK_BYTES, *, use_delta: bool = True
+        self,
+        run_id: str,
+        chunk_bytes: int = W.MAX_CHUNK_BYTES,
+        *,
+        use_delta: bool = True,
+        thread_nice: int = 0,
     ) -> None:
         if not 0 < chunk_bytes <= W.MAX_CHUNK_BYTES:
             raise ValueError(f"chunk_bytes must be in 1..{W.MAX_CHUNK_BYTES}, got {chunk_bytes}")
@@ -78,6 +86,7 @@ class WeightPublisher:
         self._listeners: list[Callable[[Published], None]] = []
         self._closed = False
         self.skipped = 0  # snapshots replaced before they were encoded
+        self._thread_nice = thread_nice
         self._thread = threading.Thread(target=self._run, name=f"weights-{run_id}", daemon=True)
         self._thread.start()
 
@@ -178,6 +187,7 @@ class WeightPublisher:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
+        lower_this_thread(self._thread_nice)
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._closed or self._pending is not None)

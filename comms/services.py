@@ -79,7 +79,11 @@ class ServerState:
         with self.publishers_lock:
             pub = self.publishers.get(run_id)
             if pub is None:
-                pub = WeightPublisher(run_id, self.settings.weight_chunk_bytes)
+                pub = WeightPublisher(
+                    run_id,
+                    self.settings.weight_chunk_bytes,
+                    thread_nice=self.settings.weight_thread_nice,
+                )
                 self.attach(pub)
             return pub
 

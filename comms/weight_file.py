@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from comms import tensors as T
+from comms.priority import lower_this_thread
 from comms.publisher import WeightPublisher
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,12 @@ class WeightFileFeed:
     """
 
     def __init__(
-        self, publisher: WeightPublisher, directory: Path, poll_s: float = 0.05, keep: int = 1
+        self,
+        publisher: WeightPublisher,
+        directory: Path,
+        poll_s: float = 0.05,
+        keep: int = 1,
+        thread_nice: int = 10,
     ) -> None:
         self.publisher = publisher
         self.directory = directory
@@ -111,6 +117,7 @@ class WeightFileFeed:
         self.keep = max(1, keep)
         self.published = 0
         self.refused = 0
+        self._thread_nice = thread_nice  # reading a version is bulk work (comms.priority)
         self._last = -1
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="weight-file-feed", daemon=True)
@@ -143,6 +150,7 @@ class WeightFileFeed:
         return True
 
     def _run(self) -> None:
+        lower_this_thread(self._thread_nice)
         while not self._stop.wait(self.poll_s):
             try:
                 self.poll()

@@ -123,3 +123,26 @@ def test_flush_waits_for_the_version_being_encoded(monkeypatch: pytest.MonkeyPat
         assert latest is not None and latest.version == 3
     finally:
         pub.close()
+
+
+def test_publishing_threads_run_at_a_lower_os_priority(tmp_path: Path) -> None:
+    import os
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pub = WeightPublisher("run-nice", thread_nice=5)
+    feed = WeightFileFeed(pub, tmp_path, poll_s=0.01, thread_nice=3)
+    try:
+        write_weights(tmp_path / weight_file_name(1), {"w": np.ones(10, np.float32)})
+        deadline = time.monotonic() + 10
+        while pub.latest() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pub.latest() is not None
+        by_name = {t.name: t.native_id for t in threading.enumerate()}
+        enc_tid, feed_tid = by_name["weights-run-nice"], by_name["weight-file-feed"]
+        assert enc_tid is not None and feed_tid is not None
+        assert os.getpriority(os.PRIO_PROCESS, enc_tid) == min(19, base + 5)
+        assert os.getpriority(os.PRIO_PROCESS, feed_tid) == min(19, base + 3)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base
+    finally:
+        feed.close()
+        pub.close()
