@@ -621,15 +621,17 @@ class ReplayBuffer:
             self.storage.remove_chunks([tail])
         cap = max(self.rows_per_segment, n)
         spare, self._spare = self._spare, None
-        self.storage.spare_bytes = 0
-        if spare is not None and len(spare["action"]) < cap:
-            spare = None
+        if spare is not None:  # it becomes the tail: counted as such from now on
+            self.storage.spare_bytes -= len(spare["action"]) * self.storage.row_bytes
+            if len(spare["action"]) < cap:
+                spare = None
         if spare is None:
-            # The sealer has not pre-faulted a spare yet: make room for a fresh tail first,
-            # so the peak stays inside the budget (it counts as spare until it is the tail).
-            self.storage.spare_bytes = cap * self.storage.row_bytes
+            # No pre-faulted spare (the sealer may be allocating one; that stays counted):
+            # make room for a fresh tail first, so the peak stays inside the budget.
+            extra = cap * self.storage.row_bytes
+            self.storage.spare_bytes += extra
             self.storage.enforce_budget()
-            self.storage.spare_bytes = 0
+            self.storage.spare_bytes -= extra
         self._tail = self.storage.new_tail(self.index.end, cap, spare)
         self._seal_cond.notify_all()
         return self._tail
@@ -651,8 +653,9 @@ class ReplayBuffer:
             if self._spare is None and not self._stop.is_set():
                 # Pre-fault the next tail here, so appends never pay its page faults. Make
                 # room for it in the budget first, so the peak stays inside the budget.
+                # spare_bytes counts it from now until an append takes it as its tail.
                 with self._lock:
-                    self.storage.spare_bytes = self.rows_per_segment * self.storage.row_bytes
+                    self.storage.spare_bytes += self.rows_per_segment * self.storage.row_bytes
                     self.storage.enforce_budget()
                 spare = self.storage.allocate(self.rows_per_segment)
                 with self._lock:

@@ -299,6 +299,8 @@ class TieredStorage:
         base: Any = arr
         while isinstance(base, np.ndarray) and base.base is not None:
             base = base.base
+        if isinstance(base, memoryview):  # np.frombuffer(mmap) holds a memoryview of it
+            base = base.obj
         if not isinstance(base, mmap.mmap) or len(base) < _PAGE:
             return
         nbytes = len(base)
