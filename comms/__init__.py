@@ -47,4 +47,11 @@ A site relay signs each manifest it fans out over ZeroMQ with an HMAC-SHA256 who
 get only over the relay's authenticated gRPC; robots drop unsigned manifests.
 The cloud drops rows already durable against the sink itself (per robot, under a lock), so a
 robot's old and new upload streams overlapping after a reconnect never store a row twice.
+
+Bulk bytes can leave Python gRPC: with ``comms.data_plane`` (default on) the cloud server also
+runs a ZeroMQ data plane (``comms.dataplane.DataPlaneServer``, client side
+``comms.dataplane_client``). gRPC streams hand out a single-use token; weight chunks (zero-copy
+from the shared payload) and step batches then travel as ZeroMQ frames, while manifests, acks
+and every check stay on gRPC. CURVE-encrypted under TLS; an unreachable or failing data plane
+falls back to gRPC bytes. See docs/comms-data-plane.md.
 """
