@@ -24,6 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 SPEC_VERSION: Literal[1] = 1
 
 Algorithm = Literal["hg-dagger", "recap", "sac"]
+# The policy each algorithm trains when the spec names none (SAC's actor is a tanh-Gaussian).
+DEFAULT_POLICY_KIND: dict[str, str] = {"hg-dagger": "mlp", "recap": "mlp", "sac": "gaussian"}
 TASK_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -65,7 +67,11 @@ class PolicySpec(_Strict):
     """The policy architecture; ``kind`` names a policy in cloud_learner."""
 
     kind: str = Field(
-        default="mlp", description="mlp | cnn | flow-chunk | lerobot-act | lerobot-diffusion ..."
+        default="mlp",
+        description=(
+            "mlp | gaussian | cnn | flow-chunk | lerobot-act ...; in a run spec that leaves it "
+            "out, the algorithm's own (DEFAULT_POLICY_KIND)."
+        ),
     )
     hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
     chunk_size: int = Field(default=1, ge=1, le=256)
@@ -132,6 +138,17 @@ class RunSpec(_Strict):
     publish: PublishSpec = Field(default_factory=PublishSpec)
     evaluation: EvalSpec = Field(default_factory=EvalSpec)
     stop: StopSpec = Field(default_factory=StopSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_kind_for_algorithm(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("algorithm") not in DEFAULT_POLICY_KIND:
+            return data
+        policy = data.get("policy", {})
+        if isinstance(policy, dict) and policy.get("kind") in (None, ""):
+            kind = DEFAULT_POLICY_KIND[data["algorithm"]]
+            return {**data, "policy": {**policy, "kind": kind}}
+        return data
 
     @field_validator("tasks")
     @classmethod

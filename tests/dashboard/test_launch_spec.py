@@ -6,11 +6,11 @@ from __future__ import annotations
 import copy
 import re
 import sys
-from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
@@ -103,13 +103,15 @@ def test_run_manager_refusals_name_the_form_fields(
     assert (count(store, Run), count(store, Event)) == before
 
 
+@pytest.mark.parametrize("algorithm", ["hg-dagger", "recap", "sac"])
 def test_form_defaults_make_a_spec_the_run_manager_accepts(
-    settings: Settings, store: MetadataStore, as_role: Callable[[Role], TestClient]
+    settings: Settings, store: MetadataStore, algorithm: str
 ) -> None:
-    """What the form sends with its defaults (plus the three fields without one)."""
+    """What the form sends with its defaults, for each algorithm (plus the fields without a
+    default); the policy kind left to the algorithm."""
     html = TEMPLATE.read_text()
     form = html[html.index('<form id="launch-form"') : html.index("</form>")]
-    body: dict[str, Any] = {"algorithm": "hg-dagger", "name": "defaults", "tasks": ["reach-v3"]}
+    body: dict[str, Any] = {"algorithm": algorithm, "name": "defaults", "tasks": ["reach-v3"]}
     for tag in re.findall(r"<input [^>]*>", form):
         attrs = dict(re.findall(r'(\w+)="([^"]*)"', tag))
         if "value" not in attrs:
@@ -127,6 +129,7 @@ def test_form_defaults_make_a_spec_the_run_manager_accepts(
     body["robots"]["robot_type"] = "metaworld-sawyer"
     spec = RunSpec.model_validate(body)
     assert spec.policy.hidden_sizes == [256, 256]
+    assert spec.policy.kind == ("gaussian" if algorithm == "sac" else "mlp")
     assert RunParams.from_spec(spec).lr == 0.001
     add_robot(store, "sim-00")
     from robofleet.orchestration.manager import validate_launch

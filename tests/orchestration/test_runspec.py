@@ -63,3 +63,22 @@ def test_load_from_yaml(tmp_path: Path) -> None:
     p.write_text("- just\n- a list\n")
     with pytest.raises(RunSpecError, match="must be a mapping"):
         load_run_spec(p)
+
+
+def test_policy_kind_defaults_to_the_algorithms_own() -> None:
+    assert parse_run_spec(GOOD).policy.kind == "mlp"
+    sac = parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"hidden_sizes": [64, 64]}})
+    assert sac.policy.kind == "gaussian" and sac.policy.hidden_sizes == [64, 64]
+    assert parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"kind": ""}}).policy.kind == (
+        "gaussian"
+    )
+    named = parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"kind": "mlp"}})
+    assert named.policy.kind == "mlp"  # what the spec names stays (the run manager judges it)
+    assert parse_run_spec(sac.model_dump()) == sac  # round-trips
+
+
+def test_bad_task_names_are_named() -> None:
+    with pytest.raises(RunSpecError) as err:
+        parse_run_spec({**GOOD, "tasks": ["reach-v3", "bad task!", "reach-v3"]})
+    msg = err.value.errors["tasks"]
+    assert "'bad task!'" in msg and "listed twice" in msg and "reach-v3" in msg
