@@ -29,6 +29,7 @@ from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
 from edge_agent.config import EdgeSettings
 from hal.config import HalSettings
+from robofleet.orchestration.config import OrchestrationSettings
 
 DEFAULT_CONFIG_FILE = Path("robofleet.yaml")
 _config_file: Path | None = None
@@ -75,6 +76,7 @@ class Settings(BaseSettings):
     edge: EdgeSettings = Field(default_factory=EdgeSettings)
     learner: LearnerSettings = Field(default_factory=LearnerSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+    orchestration: OrchestrationSettings = Field(default_factory=OrchestrationSettings)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

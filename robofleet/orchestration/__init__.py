@@ -5,7 +5,10 @@
 * :mod:`robofleet.orchestration.manager` - :class:`RunManager` (launch/stop/pause/resume,
   requests from other processes through the metadata store, resume after a restart).
 * :mod:`robofleet.orchestration.run` - :class:`RunDriver`, one run from lease to report.
-* :mod:`robofleet.orchestration.supervisor` - restart with backoff, crash-loop detection.
+* :mod:`robofleet.orchestration.supervisor` - restart with backoff, crash-loop detection and
+  the hung-process watchdog.
+* :mod:`robofleet.orchestration.hold` - pause/resume pushed to robots until their heartbeats agree.
+* :mod:`robofleet.orchestration.config` - the ``orchestration:`` settings section.
 * :mod:`robofleet.orchestration.learner_proc` - the learner process of a run.
 * :mod:`robofleet.orchestration.batches` - batches from the cloud's buffer to the learner.
 * :mod:`robofleet.orchestration.simfleet` - enrollment, heartbeats and edge agents of

@@ -1,15 +1,8 @@
-"""Run orchestration settings (the ``orchestration:`` section, ``ROBOFLEET_ORCHESTRATION__*``).
-
-Until ``robofleet.settings.Settings`` composes this section, :func:`orchestration_settings`
-reads the same environment variables itself, so the names do not change when it does.
-"""
+"""Run orchestration settings (the ``orchestration:`` section, ``ROBOFLEET_ORCHESTRATION__*``)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class OrchestrationSettings(BaseModel):
@@ -32,19 +25,3 @@ class OrchestrationSettings(BaseModel):
             "normalisation and the behaviour-cloning warm start may be slow on a small machine."
         ),
     )
-
-
-class _FromEnvironment(OrchestrationSettings, BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ROBOFLEET_ORCHESTRATION__", extra="ignore")
-
-
-def orchestration_settings(settings: Any) -> OrchestrationSettings:
-    """``settings.orchestration`` when the settings have that section, else from the env.
-
-    Raises:
-        pydantic.ValidationError: a ``ROBOFLEET_ORCHESTRATION__*`` value is invalid.
-    """
-    section = getattr(settings, "orchestration", None)
-    if isinstance(section, OrchestrationSettings):
-        return section
-    return OrchestrationSettings.model_validate(_FromEnvironment().model_dump())

@@ -37,7 +37,6 @@ from sqlalchemy import select
 
 from robofleet.db.models import Robot, Run, RunState, utcnow
 from robofleet.db.store import MetadataStore
-from robofleet.orchestration.config import orchestration_settings
 from robofleet.orchestration.hold import RobotHold
 from robofleet.orchestration.params import RunParams
 from robofleet.orchestration.simfleet import (
@@ -146,7 +145,7 @@ class RunDriver:
         self._paused_total = 0.0
         self._held_reported = False
         self.hold = RobotHold(ctx.store, ctx.server, run_id)
-        self.orchestration = orchestration_settings(ctx.settings)
+        self.orchestration = ctx.settings.orchestration
         self.allocation: Any = None
         self.buffer: Any = None
         self.learner: ProcessSupervisor | None = None
