@@ -201,7 +201,10 @@ class DataPlaneServer:
         self._inbox.put(item)
         with self._wake_lock:
             if not self._stop or item[0] == "stop":
-                self._wake_tx.send(b"", zmq.NOBLOCK)
+                try:
+                    self._wake_tx.send(b"", zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # wake-ups pending already: the thread will see the inbox
 
     # -- the data-plane thread --------------------------------------------------------------
 
@@ -269,7 +272,10 @@ class DataPlaneServer:
             self.frames_refused += 1
             return
         self.batches_received += 1
-        s.on_batch(last_seq, frames[3])
+        try:
+            s.on_batch(last_seq, frames[3])
+        except RuntimeError:  # the stream's event loop is closed (server stopping)
+            self.frames_refused += 1
 
     def _reply(self, peer: bytes, msg: bytes) -> None:
         try:

@@ -35,6 +35,9 @@ def connect(
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVHWM, 0)  # the server sends at most one version (or acks) at a time
+    # A DEALER blocks sending while it has no peer: a server that went away must not hang
+    # the sender for good (it gives up with zmq.Again and reconnects over gRPC).
+    sock.setsockopt(zmq.SNDTIMEO, max(1, int(handshake_s * 1000)))
     if offer.curve_server_key:
         if not zmq.has("curve"):
             sock.close(0)

@@ -267,7 +267,8 @@ class Uploader:
                 )
             if hello:
                 if st.sock is not None:
-                    st.sock.send_multipart([BATCH, BATCH_HEADER.pack(-1, 0), b""])
+                    if not self._send_frames(st, [BATCH, BATCH_HEADER.pack(-1, 0), b""]):
+                        return
                 else:
                     yield pb.StepBatch(run_id=self._run_id)
                 continue
@@ -290,10 +291,24 @@ class Uploader:
                 if st.sock is not None:
                     # Whole, and without a copy: the frame points at the spooled bytes.
                     head = BATCH_HEADER.pack(e.last_seq, 0)
-                    st.sock.send_multipart([BATCH, head, e.data], copy=False)
+                    if not self._send_frames(st, [BATCH, head, e.data]):
+                        return
                     self.data_plane_batches += 1
                 else:
                     yield from _parts(self._run_id, e, s.upload_part_bytes)
+
+    def _send_frames(self, st: _StreamState, frames: list[bytes]) -> bool:
+        """Send on the data plane; False (and the stream is dropped) when it cannot take it."""
+        assert st.sock is not None
+        try:
+            st.sock.send_multipart(frames, copy=False)
+            return True
+        except zmq.ZMQError as exc:
+            self.last_error = f"data plane: {exc}"
+            log.info("data plane send failed (%s); re-opening the stream", exc)
+            if self._call is not None:
+                self._call.cancel()
+            return False
 
     def wait_durable(self, seq: int, timeout: float) -> bool:
         """Block until the cloud acknowledged ``seq`` as durable."""

@@ -314,3 +314,28 @@ def test_under_tls_the_data_plane_is_curve_encrypted(tmp_path: Path, store: Meta
         src.close()
         client.close()
         server.close()
+
+
+def test_uploader_on_the_data_plane_closes_promptly_when_the_server_is_gone(
+    store: MetadataStore,
+) -> None:
+    settings = fast_settings(data_plane_handshake_s=0.5)
+    server = CloudServer(settings, store, MemorySink())
+    server.start()
+    robot = enroll_robot(store, server.address, "arm-1", settings)
+    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    try:
+        spool.put(steps(robot.robot_id, 0, 4))
+        assert up.wait_durable(3, 10) and up.data_plane_batches == 1
+        server.close()  # never comes back
+        for i in range(1, 20):
+            spool.put(steps(robot.robot_id, i * 4, 4))
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        up.close()
+        assert time.monotonic() - t0 < 5
+        assert up.durable_seq == 3 and len(spool) == 19  # nothing acknowledged is lost
+    finally:
+        client.close()
