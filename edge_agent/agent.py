@@ -14,8 +14,8 @@ cleared; a pause holds at the next step boundary in the middle of the episode (t
 skip the pause) and a resume continues it. The uplink keeps draining the spool meanwhile.
 
 Weight staleness is measured at every step: ``version_lag`` is how many versions the robot
-had received but not yet applied when it acted, ``apply_delay`` how long a received version
-waited for its safe boundary.
+had received but not yet applied when it acted, ``apply_delay`` how long the robot held a
+newer version than the one it ran before a safe boundary let it apply one.
 """
 
 from __future__ import annotations
@@ -165,8 +165,8 @@ class EdgeAgent:
             Path(uplink.spool.directory) / "control.jsonl",
             on_change=self._beat if heartbeat is not None else None,
         )
-        self._seen_version = -1  # newest version the weight source offered so far
-        self._seen_at = 0.0
+        # Since when the source has offered something newer than the applied version.
+        self._newer_since: float | None = None
         self.state = "idle"
         self._stop = threading.Event()
         self._failed_version = -1
@@ -482,8 +482,8 @@ class EdgeAgent:
         if self.weights is None:
             return
         offered = self.weights.current()[0]
-        if offered > self._seen_version:
-            self._seen_version, self._seen_at = offered, time.monotonic()
+        if offered > self.runner.policy_version and self._newer_since is None:
+            self._newer_since = time.monotonic()
         lag = max(0, offered - version) if version >= 0 else 0
         s = self.stats
         s.version_lag_sum += lag
@@ -494,14 +494,15 @@ class EdgeAgent:
         if self.weights is None:
             return
         version, tensors = self.weights.current()
-        if version > self._seen_version:
-            self._seen_version, self._seen_at = version, time.monotonic()
+        if version > self.runner.policy_version and self._newer_since is None:
+            self._newer_since = time.monotonic()
         if version <= self.runner.policy_version or version == self._failed_version:
             return
         try:
             self.runner.set_weights(version, tensors)
             self.stats.weight_swaps += 1
-            delay = time.monotonic() - self._seen_at
+            delay = time.monotonic() - (self._newer_since or time.monotonic())
+            self._newer_since = None
             self.stats.apply_delay_sum += delay
             self.stats.apply_delay_max = max(self.stats.apply_delay_max, delay)
         except ValueError as exc:
