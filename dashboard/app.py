@@ -19,6 +19,7 @@ from dashboard.accounts import Principal
 from dashboard.api import audit, auth, fleet, policies, runs
 from dashboard.api.common import AUTH_ERRORS
 from dashboard.deps import SESSION_COOKIE, require_viewer
+from dashboard.login_throttle import LoginThrottle
 from dashboard.prometheus import make_registry
 from dashboard.run_manager import RunManager, StoreRunManager
 from robofleet import __version__
@@ -73,6 +74,10 @@ def create_app(
     app.state.store = store
     app.state.secret = settings.secret()
     app.state.run_manager = run_manager or StoreRunManager(store, settings.data_dir / "runs")
+    d = settings.dashboard
+    app.state.login_throttle = LoginThrottle(
+        d.login_max_failures, d.login_max_failures_per_client, d.login_window_s
+    )
     registry = make_registry(store)
 
     for module in (auth, fleet, runs, policies, audit):

@@ -15,6 +15,19 @@ class DashboardSettings(BaseModel):
         default=False,
         description="Mark session cookies Secure (set when the dashboard is served over HTTPS).",
     )
+    login_max_failures: int = Field(
+        default=5,
+        ge=1,
+        description="Failed logins of one user from one client per window before a 429.",
+    )
+    login_max_failures_per_client: int = Field(
+        default=20,
+        ge=1,
+        description="Failed logins from one client (any usernames) per window before a 429.",
+    )
+    login_window_s: float = Field(
+        default=300.0, gt=0, description="Sliding window of the failed-login limits, seconds."
+    )
     stream_poll_interval_s: float = Field(
         default=0.5, gt=0, description="How often live streams look for new metrics."
     )

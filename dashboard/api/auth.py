@@ -49,13 +49,30 @@ def _check_new_password(password: str) -> None:
     "/auth/login",
     response_model=Me,
     summary="Log in; sets the session and CSRF cookies",
-    responses={401: {"description": "wrong username or password"}},
+    responses={
+        401: {"description": "wrong username or password"},
+        429: {"description": "too many failed logins from this client; see Retry-After"},
+    },
 )
 def login(body: LoginRequest, request: Request, response: Response) -> Me:
     settings = request.app.state.settings.dashboard
+    throttle = request.app.state.login_throttle
+    client = request.client.host if request.client else "unknown"
+    wait = throttle.retry_after(client, body.username)
+    if wait is not None:
+        store_of(request).record_event(
+            "user.login_throttled", actor="anonymous", username=body.username, client=client
+        )
+        raise HTTPException(
+            429,
+            f"too many failed logins from {client}; try again in {wait:.0f} s",
+            headers={"Retry-After": str(max(1, round(wait)))},
+        )
     token = accounts.login(store_of(request), body.username, body.password, settings.session_ttl_s)
     if token is None:
+        throttle.failed(client, body.username)
         raise HTTPException(401, "wrong username or password")
+    throttle.succeeded(client, body.username)
     csrf = csrf_token(request.app.state.secret, token)
     max_age = int(settings.session_ttl_s)
     secure = settings.cookie_secure

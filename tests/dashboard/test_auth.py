@@ -132,3 +132,54 @@ def test_change_password(app: FastAPI) -> None:
     with TestClient(app) as c:
         r = c.post("/api/auth/login", json={"username": "viewer", "password": PASSWORD})
         assert r.status_code == 401
+
+
+def test_password_guessing_is_throttled_without_locking_out_the_account(
+    app: FastAPI, store: MetadataStore
+) -> None:
+    with TestClient(app) as c:
+        for _ in range(5):  # dashboard.login_max_failures
+            r = c.post("/api/auth/login", json={"username": "viewer", "password": "guess"})
+            assert r.status_code == 401
+        # Now even the right password is not checked from this client for this user.
+        r = c.post("/api/auth/login", json={"username": "viewer", "password": PASSWORD})
+        assert r.status_code == 429 and "too many failed logins" in r.json()["detail"]
+        assert 1 <= int(r.headers["Retry-After"]) <= 300
+        # Another user from the same client is below the per-client limit.
+        r = c.post("/api/auth/login", json={"username": "operator", "password": PASSWORD})
+        assert r.status_code == 200
+    kinds = _kinds(store)
+    assert kinds.count("user.login_failed") == 5 and kinds.count("user.login_throttled") == 1
+
+
+def test_throttle_window_slides_and_the_per_client_limit_spans_usernames(app: FastAPI) -> None:
+    from dashboard.login_throttle import LoginThrottle
+
+    now = [1000.0]
+    app.state.login_throttle = LoginThrottle(2, 3, 60.0, clock=lambda: now[0])
+
+    def attempt(c: TestClient, user: str, password: str = "guess") -> int:
+        r = c.post("/api/auth/login", json={"username": user, "password": password})
+        return r.status_code
+
+    with TestClient(app) as c:
+        assert [attempt(c, "viewer"), attempt(c, "viewer")] == [401, 401]
+        assert attempt(c, "viewer", PASSWORD) == 429
+        now[0] += 61  # both failures left the window
+        assert attempt(c, "viewer", PASSWORD) == 200
+        # The success cleared the user's failures; one more failure is one of two again.
+        assert attempt(c, "viewer") == 401 and attempt(c, "viewer", PASSWORD) == 200
+        # Three failures across usernames reach the per-client limit for every username.
+        assert [attempt(c, "a"), attempt(c, "b")] == [401, 401]
+        assert attempt(c, "operator", PASSWORD) == 429
+
+
+def test_throttle_tracks_a_bounded_number_of_keys() -> None:
+    from dashboard.login_throttle import LoginThrottle
+
+    t = LoginThrottle(1, 100, 60.0, max_keys=10)
+    for i in range(100):
+        t.failed(f"10.0.0.{i}", "admin")
+    assert len(t._failures) == 10
+    assert t.retry_after("10.0.0.99", "admin") is not None  # the newest are kept
+    assert t.retry_after("10.0.0.0", "admin") is None
