@@ -73,12 +73,14 @@ def run_system(
     publish_every_updates: int = PUBLISH_EVERY_UPDATES,
     publish_every_seconds: float = PUBLISH_EVERY_SECONDS,
     weight_apply_at: str | None = WEIGHT_APPLY_AT,
+    updates_per_s: float | None = None,
 ) -> dict[str, Any]:
     """One run of the full system (what ``robofleet demo`` launches) until ``target`` average
     success of the policy alone or ``minutes``; a fresh cloud (local Ray, SQLite, buffers)
     in ``data_dir`` (a temporary directory when None), no dashboard. The learner publishes
     every ``publish_every_updates`` updates or ``publish_every_seconds``; robots apply a new
     version at ``weight_apply_at`` (``edge.weight_apply_at``; None keeps the settings').
+    ``updates_per_s`` caps the learner (None: the run's default, RunParams.updates_per_s).
 
     Returns ``history`` (the run's evals.jsonl rows: wall_s, env_steps, interventions,
     success_mean...), ``env_steps_to_target`` / ``labels_to_target`` / ``wall_s_to_target``
@@ -104,7 +106,10 @@ def run_system(
                 "name": f"bench-efficiency-{robots}",
                 "algorithm": "hg-dagger",
                 "tasks": list(tasks),
-                "hyperparameters": {"control_hz": 20.0},
+                "hyperparameters": {
+                    "control_hz": 20.0,
+                    **({} if updates_per_s is None else {"updates_per_s": updates_per_s}),
+                },
                 "policy": {"kind": "mlp", "hidden_sizes": [128, 128]},
                 "robots": {
                     "robot_type": "metaworld-sawyer",
@@ -302,6 +307,7 @@ def _cadence(args: argparse.Namespace) -> dict[str, Any]:
         "publish_every_updates": args.publish_every_updates,
         "publish_every_seconds": args.publish_every_seconds,
         "weight_apply_at": args.weight_apply_at,
+        "updates_per_s": args.updates_per_s,
     }
 
 
@@ -450,6 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-apply-at", default=WEIGHT_APPLY_AT,
                    choices=["episode_end", "chunk_boundary", "every_n_steps"],
                    help="system: robots' weight boundary (default: edge settings')")  # fmt: skip
+    p.add_argument("--updates-per-s", type=float, default=None,
+                   help="system: learner's update-rate cap (default: the run's)")  # fmt: skip
     return p
 
 
