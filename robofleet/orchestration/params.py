@@ -4,17 +4,16 @@ The run spec (:mod:`robofleet.runspec`) says *what* to train; this module turns 
 settings each part takes. Knobs that the spec leaves open come from ``spec.hyperparameters``
 (defaults in :class:`RunParams`), e.g. ``{"lr": 1e-3, "control_hz": 20}``.
 
-The simulated Meta-World fleet runs three algorithms (``spec.algorithm``):
+The simulated Meta-World fleet runs three algorithms (``spec.algorithm``); for each, the
+policy kind it trains, how its batches are drawn from the run's buffer, and how robots end
+episodes:
 
-==========  ===========  ===================================  ===============================
-algorithm   policy.kind  batches (from the run's buffer)      episodes on the robots
-==========  ===========  ===================================  ===============================
-hg-dagger   mlp          operator-labelled steps only          fixed length
-recap       mlp          every step, uniformly                 end (terminated) at success
-sac         gaussian     RLPD symmetric: half operator          fixed length (truncation is
-                         steps (demos + takeovers), half        not termination)
-                         autonomous (``buffer.online_fraction``)
-==========  ===========  ===================================  ===============================
+* ``hg-dagger``: ``mlp``; operator-labelled steps only; fixed-length episodes.
+* ``recap``: ``mlp`` (indicator-conditioned); every step uniformly; episodes end
+  (``terminated``) at success.
+* ``sac``: ``gaussian``; RLPD's symmetric sampling, ``buffer.online_fraction`` (0.5) of each
+  batch from autonomous steps and the rest from operator steps (demonstrations and
+  takeovers); fixed-length episodes (truncation is not termination).
 
 Rewards: Meta-World's dense shaped reward lies in [0, 10] per step (10 at the goal); SAC
 trains on it times ``reward_scale`` (default 0.1, so [0, 1]). RECAP ignores it and uses
