@@ -162,6 +162,12 @@ class WeightPublisher:
         """The newest encoded version, or None before the first."""
         return self._latest
 
+    @property
+    def last_version(self) -> int:
+        """The newest version handed to :meth:`publish` (encoded or not yet); -1 before any."""
+        with self._cond:
+            return self._last_version
+
     def add_listener(self, fn: Callable[[Published], None]) -> None:
         """Call ``fn(published)`` on the publisher thread after each new version (keep it short)."""
         with self._cond:

@@ -572,15 +572,14 @@ class RunDriver:
 
     def _publish_new_weights(self) -> bool:
         """Hand a newer weight file to comms' publisher; True when one was published."""
-        from safetensors.torch import load
-
         got = self._latest_weights()
         if got is None or got[0] <= self._published_version:
             return False
         version, data = got
         pub = self.ctx.server.publisher(self.run_id)
-        if version > pub._last_version:  # a publisher kept across restarts may be ahead
-            pub.publish(load(data), version=version)
+        if version > pub.last_version:  # a publisher kept across restarts may be ahead
+            # The learner's safetensors file as it is: no tensor decode and re-snapshot.
+            pub.publish_safetensors(bytearray(data), version=version)
         self._published_version = version
         self._latest_bytes = data
         return True
