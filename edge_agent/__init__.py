@@ -6,6 +6,7 @@ Start with :mod:`edge_agent.core` (every seam and the step, in one file). Then:
 * :mod:`edge_agent.gating` - HG-DAgger takeover / handback rule.
 * :mod:`edge_agent.operators` - scripted expert, keyboard (pynput), gamepad (pygame).
 * :mod:`edge_agent.inference` - local and remote (deadline + safe hold) policy runners.
+* :mod:`edge_agent.policy_build` - the robot's policy, built from each version's policy card.
 * :mod:`edge_agent.spool` / :mod:`edge_agent.uplink` - durable bounded spool owning ``seq``;
   comms' ``Uploader`` streams it.
 * :mod:`edge_agent.build` - one builder for ``robofleet edge`` (:mod:`edge_agent.main`) and the

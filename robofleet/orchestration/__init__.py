@@ -9,6 +9,8 @@
   the hung-process watchdog.
 * :mod:`robofleet.orchestration.hold` - pause/resume pushed to robots until their heartbeats agree.
 * :mod:`robofleet.orchestration.config` - the ``orchestration:`` settings section.
+* :mod:`robofleet.orchestration.params` - a run spec's algorithm, hyper-parameters and rewards
+  as the learner, batch server and robots need them.
 * :mod:`robofleet.orchestration.learner_proc` - the learner process of a run.
 * :mod:`robofleet.orchestration.batches` - batches from the cloud's buffer to the learner.
 * :mod:`robofleet.orchestration.simfleet` - enrollment, heartbeats and edge agents of
