@@ -15,6 +15,10 @@ from cloud_learner.bench_efficiency import _sync_schedule, _system_schedule
 from cloud_learner.hgdagger_sim import LabelledSteps, MultiTaskConfig, run_multitask
 
 TASKS = ["reach-v3", "button-press-topdown-v3"]
+# Every evaluation episode must succeed: with a handful of evaluation episodes a lower target
+# can be met by the initial policy's very first evaluation, ending the system run before any
+# robot stepped (robots take tens of seconds to start on a loaded machine).
+PLUMBING_TARGET = 1.0
 
 
 def test_labelled_steps_refuses_empty_sample() -> None:
@@ -74,15 +78,15 @@ def test_bench_runs_all_three_and_ratios_follow_raw_numbers(tmp_path: Path) -> N
             "--robots",
             "1",
             "--system-minutes",
-            "0.75",
+            "1.25",  # robots take tens of seconds to start on a loaded 2-core machine
             "--sync-max-steps",
             "400",
             "--bc-labels",
             "200,400",
             "--eval-episodes",
-            "2",
+            "3",
             "--target",
-            "0.5",
+            str(PLUMBING_TARGET),
             "--out",
             str(tmp_path / "out"),
             "--weight-apply-at",
@@ -100,7 +104,7 @@ def test_bench_runs_all_three_and_ratios_follow_raw_numbers(tmp_path: Path) -> N
     s = json.loads(out.stdout.strip().splitlines()[-1])
     assert "labels_ratio_vs_bc" in "\n".join(out.stdout.splitlines()[:-1])  # the table
     raw = json.loads((tmp_path / "out" / "efficiency_raw.json").read_text())
-    assert s["target_success"] == 0.5 and s["tasks"] == TASKS
+    assert s["target_success"] == PLUMBING_TARGET and s["tasks"] == TASKS
     sync, system, bc = raw["sync"], raw["system"], raw["bc"]
     assert s["sync_env_steps_to_target"] == sync["env_steps_to_target"]
     assert s["system_labels_to_target"] == system["labels_to_target"]
@@ -110,9 +114,9 @@ def test_bench_runs_all_three_and_ratios_follow_raw_numbers(tmp_path: Path) -> N
     # Unreached means null plus the best success, never a number.
     for name, r in (("sync", sync), ("system", system)):
         if r["env_steps_to_target"] is None:
-            assert s[f"{name}_best_success"] < 0.5
+            assert s[f"{name}_best_success"] < PLUMBING_TARGET
         else:
-            assert max(h["success_mean"] for h in r["history"]) >= 0.5
+            assert max(h["success_mean"] for h in r["history"]) >= PLUMBING_TARGET
     a, b = s["system_env_steps_to_target"], s["sync_env_steps_to_target"]
     if a is None or not b:
         assert s["steps_ratio_vs_sync"] is None
