@@ -28,9 +28,12 @@ def record_heartbeat(
         robot.last_heartbeat_at = utcnow()
         if applied_policy_version is not None:
             robot.applied_policy_version = applied_policy_version
+        reported_before = (robot.stats or {}).get("state")
         robot.stats = {**stats, "state": state}
         flagged = _STATUS_FOR_STATE.get(state)
-        if flagged is not None and robot.status != flagged:
+        # Flag on the robot's change of state only: an operator who cleared an e-stop in the
+        # cloud while the robot still reports it (the clear is on its way) is not overruled.
+        if flagged is not None and robot.status != flagged and reported_before != state:
             robot.status = flagged
             store.record_event(
                 f"robot.{state}", actor=f"robot:{robot.name}", robot_id=robot_id, session=s

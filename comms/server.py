@@ -36,6 +36,7 @@ CONTROL_KINDS = {
     "pause": pb.ControlCommand.PAUSE,
     "resume": pb.ControlCommand.RESUME,
     "lease_changed": pb.ControlCommand.LEASE_CHANGED,
+    "clear_estop": pb.ControlCommand.CLEAR_ESTOP,
 }
 
 
@@ -152,7 +153,7 @@ class CloudServer:
         """Queue a command on the robot's Control stream; returns False when it is not connected.
 
         Raises:
-            ValueError: ``kind`` is not one of estop, pause, resume, lease_changed.
+            ValueError: ``kind`` is not one of estop, pause, resume, lease_changed, clear_estop.
         """
         if kind not in CONTROL_KINDS:
             raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")

@@ -47,7 +47,10 @@ PAGES: dict[str, tuple[str, str, Role]] = {
 
 
 def create_app(
-    settings: Settings, store: MetadataStore, run_manager: RunManager | None = None
+    settings: Settings,
+    store: MetadataStore,
+    run_manager: RunManager | None = None,
+    robot_control: Any = None,
 ) -> FastAPI:
     """The dashboard app over ``store``.
 
@@ -56,6 +59,10 @@ def create_app(
         store: the metadata store, migrated to head (``robofleet db upgrade``).
         run_manager: launches and controls runs; None records requests in the store only
             (:class:`dashboard.run_manager.StoreRunManager`).
+        robot_control: comms' ``CloudServer`` when the dashboard runs in the cloud process:
+            an e-stop or clear is pushed to the robot at once. Without it (or when the robot
+            is not connected) the cloud's e-stop sync (``robofleet.orchestration.estop``)
+            delivers it from the store within a second.
     """
     app = FastAPI(
         title="robofleet dashboard",
@@ -72,6 +79,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.store = store
+    app.state.robot_control = robot_control
     app.state.secret = settings.secret()
     app.state.run_manager = run_manager or StoreRunManager(store, settings.data_dir / "runs")
     d = settings.dashboard

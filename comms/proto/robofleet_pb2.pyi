@@ -197,11 +197,13 @@ class ControlCommand(_message.Message):
         PAUSE: _ClassVar[ControlCommand.Kind]
         RESUME: _ClassVar[ControlCommand.Kind]
         LEASE_CHANGED: _ClassVar[ControlCommand.Kind]
+        CLEAR_ESTOP: _ClassVar[ControlCommand.Kind]
     NOOP: ControlCommand.Kind
     ESTOP: ControlCommand.Kind
     PAUSE: ControlCommand.Kind
     RESUME: ControlCommand.Kind
     LEASE_CHANGED: ControlCommand.Kind
+    CLEAR_ESTOP: ControlCommand.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]

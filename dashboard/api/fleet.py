@@ -131,9 +131,19 @@ def _set_status(
     responses={**AUTH_ERRORS, **NOT_FOUND},
 )
 def estop(robot_id: int, principal: Operator, request: Request) -> RobotOut:
-    return _set_status(
+    out = _set_status(
         request, robot_id, principal, "estopped", None, RobotStatus.ESTOPPED, release=False
     )
+    _push(request, robot_id, "estop", principal)
+    return out
+
+
+def _push(request: Request, robot_id: int, kind: str, principal: Principal) -> None:
+    """Tell the robot now when the cloud's comms server is in this process (else the cloud's
+    e-stop sync delivers it from the store)."""
+    control = request.app.state.robot_control
+    if control is not None:
+        control.push_control(robot_id, kind, reason=f"dashboard: {principal.actor}")
 
 
 @router.post(
@@ -143,7 +153,7 @@ def estop(robot_id: int, principal: Operator, request: Request) -> RobotOut:
     responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
 )
 def clear_estop(robot_id: int, principal: Operator, request: Request) -> RobotOut:
-    return _set_status(
+    out = _set_status(
         request,
         robot_id,
         principal,
@@ -152,6 +162,8 @@ def clear_estop(robot_id: int, principal: Operator, request: Request) -> RobotOu
         RobotStatus.IDLE,
         release=True,
     )
+    _push(request, robot_id, "clear_estop", principal)
+    return out
 
 
 @router.post(

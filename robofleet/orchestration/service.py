@@ -136,6 +136,7 @@ class CloudService:
         self.manager.resume_interrupted()
         self._spawn(self._liveness, "fleet-liveness")
         self._spawn(self._poll_runs, "run-requests")
+        self._spawn(self._estop_sync, "estop-sync")
         return self
 
     def _spawn(self, fn: Any, name: str) -> None:
@@ -159,6 +160,18 @@ class CloudService:
             except Exception as exc:
                 log.warning("mark_offline failed: %s", exc)
 
+    def _estop_sync(self) -> None:
+        """E-stops and clears in the store reach the robots (robofleet.orchestration.estop)."""
+        from robofleet.orchestration.estop import EstopSync
+
+        assert self.store is not None and self.server is not None
+        sync = EstopSync(self.store, self.server)
+        while not self._stop.wait(0.5):
+            try:
+                sync.sync()
+            except Exception:
+                log.exception("e-stop sync failed")
+
     def _poll_runs(self) -> None:
         assert self.manager is not None
         while not self._stop.wait(1.0):
@@ -175,7 +188,9 @@ class CloudService:
 
         assert self.store is not None and self.dashboard_port is not None
         self.admin_login = ensure_bootstrap_admin(self.store)
-        app = create_app(self.settings, self.store, run_manager=self.manager)
+        app = create_app(
+            self.settings, self.store, run_manager=self.manager, robot_control=self.server
+        )
         host = self.settings.dashboard.bind_host
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
