@@ -70,7 +70,8 @@ def demo_spec(args: argparse.Namespace) -> Any:
                 "count": args.robots,
             },
             "learner": {"num_cpus": 1.0},
-            "publish": {"every_updates": 50, "every_seconds": 5.0},
+            # Fresh weights reach robots within ~15 env steps (robots swap at every step).
+            "publish": {"every_updates": 10, "every_seconds": 1.0},
             "evaluation": {
                 "every_seconds": args.eval_every or max(15.0, args.minutes * 6.0),
                 "episodes_per_task": args.eval_episodes,

@@ -3,7 +3,8 @@
 An episode succeeds when Meta-World reports success within ``max_steps``; an episode an
 operator rescued cannot count, because no operator is attached. Seeds ``10_000 + i`` (goal
 variation ``seed % 50`` of hal's Meta-World driver) are the fixed evaluation configurations;
-training robots start their seeds at 100_000 * (robot number + 1), demonstrations at 20_000.
+training robot i starts its seeds at 100_000 * (i + 1) + 13 * i (so robots cover different
+variations at the same time), demonstrations at 20_000.
 
 The evaluated policy is built exactly as on a robot (``edge_agent.policy_build.CardPolicy``,
 from the version's policy card) but acts deterministically: SAC's Gaussian with its mean
