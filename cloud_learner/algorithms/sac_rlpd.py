@@ -21,6 +21,29 @@ Per batch (r = reward, d = terminated; truncation is not termination)::
     a~, logp ~ pi(. | s)
     actor    = mean_b (alpha logp - mean_i Q_i(s, a~))
     temp     = mean_b (-log_alpha (logp + target_entropy))       target_entropy = -A
+
+Starting from a behaviour-cloned actor (:mod:`cloud_learner.warm_start`) with untrained
+critics, the first actor updates follow the critics' noise and the entropy bonus, and the
+clone is lost within tens of updates. Three standard remedies, each off by default here (plain
+SAC/RLPD) and switched on by the run's hyper-parameters (:mod:`robofleet.orchestration.params`):
+
+  * ``critic_warmup_updates``: the first N updates train the critics only, actor and
+    temperature frozen, so the critics evaluate the cloned policy before it follows them
+    (the policy-evaluation warm-up of offline-to-online RL, e.g. Nair et al. 2020, AWAC,
+    arXiv:2006.09359; Uchendu et al. 2023, JSRL, arXiv:2204.02372).
+  * ``bc_weight``: TD3+BC's behaviour regularisation (Fujimoto & Gu 2021, arXiv:2106.06860)
+    on the operator rows of each batch (``is_intervention``: demonstrations and takeovers).
+    As in TD3+BC the Q term is divided by ``mean_b |Q|`` (detached), so the weight does not
+    depend on the reward's scale::
+
+        actor = mean_b (alpha logp - mean_i Q_i(s, a~)) / mean_b |mean_i Q_i(s, a~)|
+                + bc_weight * (mse + nll)   on operator rows
+
+    with ``mse``/``nll`` of :func:`gaussian_bc_loss` (the warm start's own objective: the
+    pre-squash mean towards ``atanh`` of the operator's action, the spread by likelihood
+    around it). TD3+BC's alpha = 2.5 is ``bc_weight = 0.4``.
+  * ``target_entropy`` (None = -A, SAC's heuristic) and ``init_temperature``: a cloned actor
+    is already narrow, so a small initial alpha keeps the entropy bonus from widening it.
 """
 
 from __future__ import annotations
@@ -36,7 +59,7 @@ from torch import nn
 
 from cloud_learner.core import Batch, Metrics, Weights
 from cloud_learner.policies.base import TorchPolicy, load_weights_strict
-from cloud_learner.policies.gaussian import GaussianPolicy
+from cloud_learner.policies.gaussian import GaussianPolicy, tanh_gaussian_log_prob
 
 
 @dataclass
@@ -51,6 +74,38 @@ class SACConfig:
     hidden: int = 256
     init_temperature: float = 0.1
     grad_clip_norm: float = 10.0
+    target_entropy: float | None = None  # None: -action_dim
+    critic_warmup_updates: int = 0
+    bc_weight: float = 0.0
+
+
+# Operator actions at the bounds (scripted experts saturate at +-1) would need an infinite
+# pre-squash value; they are read as +-0.97 (atanh = 2.09).
+ACTION_LIMIT = 0.97
+
+
+def gaussian_bc_loss(
+    policy: GaussianPolicy, batch: Batch, rows: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mse, nll), scalars, of the batch's actions before the squash,
+    ``u = atanh(clip(batch["action"], +-0.97))`` (B, A): ``mean |mu - u|^2`` over rows and
+    dimensions for the mean, and the mean negative log-likelihood of the actions under the
+    tanh-Gaussian with ``mu`` held fixed, for ``log_std``. ``rows`` (B,) bool selects rows
+    (None: all; none selected: two zeros). Regressing ``mu`` on ``u`` rather than
+    ``tanh(mu)`` on the action keeps the mean of a saturated dimension near 2.09 instead of
+    drifting deep into the flat part of tanh, where the spread fitted around it would blow up.
+    """
+    action = batch["action"].float()
+    mean, log_std = policy.distribution(batch)
+    if rows is not None:
+        if not bool(rows.any()):
+            zero = mean.sum() * 0.0
+            return zero, zero
+        action, mean, log_std = action[rows], mean[rows], log_std[rows]
+    u = torch.atanh(action.clamp(-ACTION_LIMIT, ACTION_LIMIT))
+    mse = ((mean - u) ** 2).mean()
+    nll = -tanh_gaussian_log_prob(u, mean.detach(), log_std).mean()
+    return mse, nll
 
 
 class Critic(nn.Module):
@@ -107,6 +162,14 @@ class SACRLPD:
                 f"critic_subset must be in [1, num_critics={cfg.num_critics}], "
                 f"got {cfg.critic_subset}"
             )
+        bad = {
+            "critic_warmup_updates": "must be >= 0" if cfg.critic_warmup_updates < 0 else "",
+            "bc_weight": "must be >= 0" if cfg.bc_weight < 0 else "",
+            "init_temperature": "must be > 0" if cfg.init_temperature <= 0 else "",
+        }
+        wrong = [f"{k} {why}, got {getattr(cfg, k)!r}" for k, why in bad.items() if why]
+        if wrong:
+            raise ValueError("SACConfig: " + "; ".join(wrong))
         a = policy.spec.action_dim
         self.critics = nn.ModuleList(
             Critic(GaussianPolicy(policy.spec), a, cfg.hidden) for _ in range(cfg.num_critics)
@@ -116,7 +179,7 @@ class SACRLPD:
         self.critics_target = copy.deepcopy(self.critics).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device)
         self.log_alpha.requires_grad_(True)
-        self.target_entropy = -float(a)
+        self.target_entropy = -float(a) if cfg.target_entropy is None else cfg.target_entropy
         self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
         self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=cfg.lr)
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
@@ -148,10 +211,41 @@ class SACRLPD:
         torch.nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.grad_clip_norm)
         self.critic_optimizer.step()
 
+        metrics: Metrics = {
+            "critic_loss": float(critic_loss.detach()),
+            "q_mean": float(q.detach().mean()),
+            "alpha": alpha,
+        }
+        if self.updates >= cfg.critic_warmup_updates:
+            metrics.update(self._update_actor_and_temperature(batch, alpha))
+        else:  # critic warm-up: the actor (and alpha) wait for critics worth following
+            with torch.no_grad():
+                _, logp = self.policy.sample(batch)
+            metrics["entropy"] = float(-logp.mean())
+
+        with torch.no_grad():
+            for p, pt in zip(
+                self.critics.parameters(), self.critics_target.parameters(), strict=True
+            ):
+                pt.lerp_(p, cfg.tau)
+        self.updates += 1
+        metrics["actor_frozen"] = float(self.updates <= cfg.critic_warmup_updates)
+        return metrics
+
+    def _update_actor_and_temperature(self, batch: Batch, alpha: float) -> Metrics:
+        cfg = self.config
         self.critics.requires_grad_(False)
         action, logp = self.policy.sample(batch)
         q_pi = torch.stack([c(batch, action) for c in self.critics])
         loss_pi = actor_loss(q_pi, logp, alpha)
+        out: Metrics = {"q_pi": float(q_pi.detach().mean())}
+        if cfg.bc_weight > 0:
+            # TD3+BC: the Q term normalised by its own (detached) magnitude.
+            scale = q_pi.detach().mean(dim=0).abs().mean().clamp_min(1e-6)
+            rows = batch["is_intervention"].bool()
+            mse, nll = gaussian_bc_loss(self.policy, batch, rows)
+            loss_pi = loss_pi / scale + cfg.bc_weight * (mse + nll)
+            out.update(bc_mse=float(mse.detach()), bc_nll=float(nll.detach()))
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss_pi.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip_norm)
@@ -162,20 +256,8 @@ class SACRLPD:
         self.alpha_optimizer.zero_grad(set_to_none=True)
         temp_loss.backward()
         self.alpha_optimizer.step()
-
-        with torch.no_grad():
-            for p, pt in zip(
-                self.critics.parameters(), self.critics_target.parameters(), strict=True
-            ):
-                pt.lerp_(p, cfg.tau)
-        self.updates += 1
-        return {
-            "loss": float(loss_pi.detach()),
-            "critic_loss": float(critic_loss.detach()),
-            "q_mean": float(q.detach().mean()),
-            "alpha": alpha,
-            "entropy": float(-logp.detach().mean()),
-        }
+        out.update(loss=float(loss_pi.detach()), entropy=float(-logp.detach().mean()))
+        return out
 
     def get_weights(self) -> Weights:
         return self.policy.get_weights()

@@ -128,6 +128,57 @@ def test_sac_settings_build_a_gaussian_actor_with_rlpd_sampling() -> None:
     assert agent_options(spec) == {"terminate_on_success": False}
 
 
+def test_sac_warm_start_protection_reaches_the_algorithm_with_documented_defaults() -> None:
+    spec = spec_for("sac")
+    params = RunParams.from_spec(spec)
+    algorithm = build_algorithm(learner_settings(spec, params), torch.device("cpu"))
+    assert isinstance(algorithm, SACRLPD)
+    cfg = algorithm.config
+    assert (cfg.critic_warmup_updates, cfg.bc_weight) == (400, 1.0)
+    assert cfg.init_temperature == 0.01 and algorithm.target_entropy == -4.0
+    assert float(algorithm.log_alpha.detach().exp()) == pytest.approx(0.01)
+    # Each one is a hyper-parameter of the run; an entropy may be negative, zero turns a
+    # remedy off (plain SAC/RLPD).
+    spec = spec_for(
+        "sac",
+        hyperparameters={
+            "critic_warmup_updates": 0,
+            "bc_weight": 0,
+            "init_temperature": 0.1,
+            "target_entropy": -2.5,
+        },
+    )
+    algorithm = build_algorithm(
+        learner_settings(spec, RunParams.from_spec(spec)), torch.device("cpu")
+    )
+    assert isinstance(algorithm, SACRLPD)
+    assert (algorithm.config.critic_warmup_updates, algorithm.config.bc_weight) == (0, 0.0)
+    assert algorithm.target_entropy == -2.5
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("bc_weight", -1.0, "must be positive"),
+        ("critic_warmup_updates", 2.5, "must be an integer"),
+        ("critic_warmup_updates", -10, "must be positive"),
+        ("init_temperature", 0, "must be positive"),
+        ("target_entropy", "low", "must be a number"),
+    ],
+)
+def test_bad_sac_warm_start_settings_are_refused_by_name(key: str, value: Any, why: str) -> None:
+    errors = refusal(spec_for("sac", hyperparameters={key: value}))
+    assert set(errors) == {f"hyperparameters.{key}"}
+    assert why in errors[f"hyperparameters.{key}"]
+
+
+@pytest.mark.parametrize("key", ["bc_weight", "critic_warmup_updates", "target_entropy"])
+def test_sac_warm_start_settings_are_refused_for_other_algorithms(key: str) -> None:
+    errors = refusal(spec_for("recap", hyperparameters={key: 1}))
+    assert set(errors) == {f"hyperparameters.{key}"}
+    assert "'sac'" in errors[f"hyperparameters.{key}"]
+
+
 def test_hg_dagger_settings_are_unchanged_so_its_checkpoints_still_resume() -> None:
     spec = spec_for("hg-dagger", hyperparameters={"lr": 0.002})
     params = RunParams.from_spec(spec)
