@@ -216,13 +216,8 @@ class SACRLPD:
             "q_mean": float(q.detach().mean()),
             "alpha": alpha,
         }
-        if self.updates >= cfg.critic_warmup_updates:
-            metrics.update(self._update_actor_and_temperature(batch, alpha))
-        else:  # critic warm-up: the actor (and alpha) wait for critics worth following
-            with torch.no_grad():
-                _, logp = self.policy.sample(batch)
-            metrics["entropy"] = float(-logp.mean())
-
+        frozen = self.updates < cfg.critic_warmup_updates
+        metrics.update(self._update_actor_and_temperature(batch, alpha, step=not frozen))
         with torch.no_grad():
             for p, pt in zip(
                 self.critics.parameters(), self.critics_target.parameters(), strict=True
@@ -232,31 +227,36 @@ class SACRLPD:
         metrics["actor_frozen"] = float(self.updates <= cfg.critic_warmup_updates)
         return metrics
 
-    def _update_actor_and_temperature(self, batch: Batch, alpha: float) -> Metrics:
+    def _update_actor_and_temperature(self, batch: Batch, alpha: float, step: bool) -> Metrics:
+        """Actor and temperature losses; their optimizer steps only when ``step`` (during the
+        critic warm-up the losses are still reported, so the curves have no gap)."""
         cfg = self.config
         self.critics.requires_grad_(False)
-        action, logp = self.policy.sample(batch)
-        q_pi = torch.stack([c(batch, action) for c in self.critics])
-        loss_pi = actor_loss(q_pi, logp, alpha)
-        out: Metrics = {"q_pi": float(q_pi.detach().mean())}
-        if cfg.bc_weight > 0:
-            # TD3+BC: the Q term normalised by its own (detached) magnitude.
-            scale = q_pi.detach().mean(dim=0).abs().mean().clamp_min(1e-6)
-            rows = batch["is_intervention"].bool()
-            mse, nll = gaussian_bc_loss(self.policy, batch, rows)
-            loss_pi = loss_pi / scale + cfg.bc_weight * (mse + nll)
-            out.update(bc_mse=float(mse.detach()), bc_nll=float(nll.detach()))
+        with torch.set_grad_enabled(step):
+            action, logp = self.policy.sample(batch)
+            q_pi = torch.stack([c(batch, action) for c in self.critics])
+            loss_pi = actor_loss(q_pi, logp, alpha)
+            out: Metrics = {"q_pi": float(q_pi.detach().mean())}
+            if cfg.bc_weight > 0:
+                # TD3+BC: the Q term normalised by its own (detached) magnitude.
+                scale = q_pi.detach().mean(dim=0).abs().mean().clamp_min(1e-6)
+                rows = batch["is_intervention"].bool()
+                mse, nll = gaussian_bc_loss(self.policy, batch, rows)
+                loss_pi = loss_pi / scale + cfg.bc_weight * (mse + nll)
+                out.update(bc_mse=float(mse.detach()), bc_nll=float(nll.detach()))
+        self.critics.requires_grad_(True)
+        out.update(loss=float(loss_pi.detach()), entropy=float(-logp.detach().mean()))
+        if not step:
+            return out
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss_pi.backward()
         torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip_norm)
         self.actor_optimizer.step()
-        self.critics.requires_grad_(True)
 
         temp_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         self.alpha_optimizer.zero_grad(set_to_none=True)
         temp_loss.backward()
         self.alpha_optimizer.step()
-        out.update(loss=float(loss_pi.detach()), entropy=float(-logp.detach().mean()))
         return out
 
     def get_weights(self) -> Weights:
