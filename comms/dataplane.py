@@ -256,11 +256,11 @@ class DataPlaneServer:
                     self._by_peer[peer] = s
                 else:
                     s = None
+            if s is None:  # counted before the reply, so whoever gets the NO sees it
+                self.frames_refused += 1
             self._reply(peer, OK if s is not None else NO)
             if s is not None:
                 s.bound.set()
-            else:
-                self.frames_refused += 1
             return
         s = self._by_peer.get(peer)
         if s is None or s.closed or kind != BATCH or len(frames) != 4 or s.on_batch is None:
