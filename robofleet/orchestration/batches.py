@@ -43,7 +43,7 @@ import zmq
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from buffer.samplers import Picks, Sampler, SamplingView, uniform_rows
+from buffer.samplers import Picks, Sampler, SamplingView
 from cloud_learner.batch import to_torch_batch
 from cloud_learner.core import Batch
 
@@ -85,21 +85,24 @@ class SymmetricSampler(Sampler):
     def sample_indices(
         self, view: SamplingView, batch_size: int, rng: np.random.Generator
     ) -> Picks:
-        interv = view.buffer.index.cols["is_intervention"]
+        # One snapshot of the window's flags, and the draws come from the pools counted in it:
+        # appends change the index concurrently, and counting in one read but drawing in
+        # another once found "no eligible transition" for a side that had been counted.
         seg = slice(view.lo - view.base, view.hi - view.base)
-        elig = view.eligible[seg]
-        n_prior = int(np.count_nonzero(elig & interv[seg]))
-        n_online = int(np.count_nonzero(elig)) - n_prior
-        if n_prior + n_online == 0:
+        elig = np.asarray(view.eligible[seg], dtype=bool)
+        interv = np.asarray(view.buffer.index.cols["is_intervention"][seg], dtype=bool)
+        prior = np.flatnonzero(elig & interv) + view.lo
+        online = np.flatnonzero(elig & ~interv) + view.lo
+        if prior.size + online.size == 0:
             raise ValueError("nothing to sample: no eligible transition")
         k = int(round(batch_size * self.online_fraction))
-        if n_online == 0:
+        if online.size == 0:
             k = 0
-        elif n_prior == 0:
+        elif prior.size == 0:
             k = batch_size
         parts = [
-            uniform_rows(view, view.lo, view.hi, k, rng, accept=~interv),
-            uniform_rows(view, view.lo, view.hi, batch_size - k, rng, accept=interv),
+            rng.choice(online, size=k) if k else np.empty(0, np.int64),
+            rng.choice(prior, size=batch_size - k) if batch_size > k else np.empty(0, np.int64),
         ]
         return [(view.online, np.concatenate(parts), np.ones(batch_size, np.float32))]
 

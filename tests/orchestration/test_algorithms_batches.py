@@ -175,3 +175,43 @@ def test_an_unknown_sampling_kind_is_refused_by_name_and_the_server_keeps_servin
         assert good.sampler_state() == {"sampler": {}}
     finally:
         good.close()
+
+
+def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) -> None:
+    """Appends grow the index under the sampler; every batch still has exact halves."""
+    import threading
+
+    from buffer.samplers import SamplingView
+    from robofleet.orchestration.batches import SymmetricSampler
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def robot() -> None:
+        seq, index = 1000, 10
+        try:
+            while not stop.is_set():
+                rows = episode("robot-2", index, 25, interventions=3)
+                for rec in rows:
+                    rec["seq"] = seq
+                    seq += 1
+                buffer.append(buffer.schema.batch_from_records(rows))
+                index += 1
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    t = threading.Thread(target=robot)
+    t.start()
+    sampler, rng = SymmetricSampler(0.5), np.random.default_rng(0)
+    try:
+        for _ in range(300):
+            n = len(buffer)
+            view = SamplingView(buffer, 0, n, [])
+            ((_, rows, _),) = sampler.sample_indices(view, 64, rng)
+            assert rows.min() >= 0 and rows.max() < n
+            flags = buffer.index.cols["is_intervention"][rows - buffer.index.base]
+            assert int(flags.sum()) == 32
+    finally:
+        stop.set()
+        t.join()
+    assert not errors and len(buffer) > 60
