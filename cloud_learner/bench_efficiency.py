@@ -150,6 +150,8 @@ def run_system(
                 else []
             )
             robot_stats.update(_robot_stats(cloud.store))
+            # The agents' own final reports are complete; the last heartbeat seen may not be.
+            robot_stats.update(driver.robot_reports)
         finally:
             cloud.close()
     if not result:

@@ -137,6 +137,10 @@ class RunDriver:
         self.progress: dict[str, Any] = {"state": "pending"}
         self._thread = threading.Thread(target=self._main, name=f"run-{run_id}", daemon=True)
         self._agents: dict[str, Any] = {}  # robot name -> (actor, run ref)
+        # Robot name -> its edge agent's final report (EdgeAgent.report(): steps, episodes,
+        # interventions, staleness...), returned by the agent's run when it stops; heartbeats
+        # carry the same figures only while it runs.
+        self.robot_reports: dict[str, dict[str, float]] = {}
         self._agent_restarts: dict[str, list[float]] = {}
         self._checkpoint_requested = False
         self.want_pause = False  # set/cleared by the run manager; the loop follows it
@@ -739,6 +743,11 @@ class RunDriver:
             refs.append(ref)
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=30)
+        for name, (_actor, ref, _i) in self._agents.items():
+            try:
+                self.robot_reports[name] = dict(ray.get(ref, timeout=1))
+            except Exception as exc:  # an agent that died has no report; its heartbeats stay
+                log.info("no final report from the edge agent of %s: %s", name, exc)
         for name, (actor, _ref, _i) in list(self._agents.items()):
             try:
                 ray.get(actor.drain.remote(30.0), timeout=40)
