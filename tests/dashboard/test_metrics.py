@@ -123,4 +123,6 @@ def test_prometheus_fleet_buffer_learner(as_role: Client, store: MetadataStore) 
     assert 'robofleet_run_success_rate{robot="",run="run-a",task="reach-v3"} 0.75' in text
     assert 'robofleet_robot_policy_version{robot="r1",run="run-a",task=""} 3.0' in text
     assert 'robofleet_robot_control_loop_p99_ms{robot="r1"} 3.25' in text
-    assert "999" not in text  # finished runs are not exported
+    # Finished runs are not exported: no series names run-old and its value appears nowhere.
+    assert 'run="run-old"' not in text
+    assert not any(line.endswith(" 999.0") for line in text.splitlines())
