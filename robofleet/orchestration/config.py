@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 
 class OrchestrationSettings(BaseModel):
-    """Supervision of a run's learner process."""
+    """Supervision of a run's learner process, robot start-up and evaluation."""
 
     learner_hang_s: float = Field(
         default=120.0,
@@ -23,5 +23,33 @@ class OrchestrationSettings(BaseModel):
         description=(
             "The same limit until the run's first policy version: start-up, state "
             "normalisation and the behaviour-cloning warm start may be slow on a small machine."
+        ),
+    )
+    robots_ready_timeout_s: float = Field(
+        default=180.0,
+        gt=0,
+        description=(
+            "How long a run waits for its edge agents to be built (driver, policy, uplink, "
+            "weight subscription) before its clock starts; one still starting then joins late "
+            "(event edge_agent.slow_start)."
+        ),
+    )
+    eval_backlog: int = Field(
+        default=120,
+        ge=1,
+        description=(
+            "Policy snapshots that may wait for the evaluator; beyond it the oldest waiting one "
+            "is dropped (event run.evaluation_dropped). 120 covers 20 minutes of 10-second "
+            "snapshots; each holds one version's weights."
+        ),
+    )
+    evaluator_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description=(
+            "Niceness of the evaluation process: evaluation is the measuring instrument, so it "
+            "takes only CPU the robots and the learner leave; its results come later, each "
+            "stamped with the time its snapshot was taken."
         ),
     )

@@ -13,6 +13,7 @@ from the version's policy card) but acts deterministically: SAC's Gaussian with 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,10 +61,14 @@ def evaluate(policy: Any, tasks: Sequence[str], episodes: int, max_steps: int) -
 class Evaluator:
     """Plain class behind the evaluation Ray actor (one per run, its own process)."""
 
-    def __init__(self, tasks: Sequence[str], hidden: int, episodes: int, max_steps: int) -> None:
+    def __init__(
+        self, tasks: Sequence[str], hidden: int, episodes: int, max_steps: int, nice: int = 0
+    ) -> None:
         import torch
 
         torch.set_num_threads(1)
+        if nice:
+            os.nice(nice)  # the measuring instrument yields the CPU to what it measures
         self.tasks = list(tasks)
         self.policy = build_policy(len(self.tasks), hidden)
         self.episodes = episodes

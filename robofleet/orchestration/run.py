@@ -3,10 +3,11 @@
 Life of a run (every state change is an event in the metadata store)::
 
     pending/resuming -> lease robots (hal scheduler) -> open the buffer (+ demonstrations on a
-    fresh run) -> learner process (supervised) -> first version -> edge agents (Ray actors
-    placed on the robots' bundles) -> running/degraded
-        loop: supervise learner and agents, hand new weight files to comms, evaluate, metrics,
-              reconcile robots, stop conditions
+    fresh run) -> learner process (supervised) and edge agents (Ray actors placed on the
+    robots' bundles) start side by side -> robots ready and first version out: the run's clock
+    starts -> running/degraded
+        loop: supervise learner and agents, hand new weight files to comms, snapshot the policy
+              for evaluation, metrics, reconcile robots, stop conditions
         pause: robots hold at a step boundary (a Control command to each edge agent, re-sent
                until its heartbeat says ``paused``; spools keep draining); the leases, the Ray
                placement, the agents and the learner are KEPT; resume continues the episodes
@@ -37,6 +38,7 @@ from sqlalchemy import select
 
 from robofleet.db.models import Robot, Run, RunState, utcnow
 from robofleet.db.store import MetadataStore
+from robofleet.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
 from robofleet.orchestration.hold import RobotHold
 from robofleet.orchestration.params import RunParams
 from robofleet.orchestration.simfleet import (
@@ -155,10 +157,10 @@ class RunDriver:
         self.learner: ProcessSupervisor | None = None
         self.batch_server: Any = None
         self.evaluator: Any = None
-        # (result ref, policy version, wall s, robot-hours, env steps, interventions) at submit
-        self._eval_pending: tuple[Any, int, float, float, int, int] | None = None
+        self._evals: EvaluationQueue | None = None  # policy snapshots for the evaluator
         self._published_version = 0
         self._last_eval_at = -1e9
+        self._last_snapshot_version = -1
         self._demo_rows = 0
         self._elapsed_base = 0.0
         self._t0 = time.monotonic()
@@ -312,18 +314,26 @@ class RunDriver:
             spec.policy.hidden_sizes[0],
             spec.evaluation.episodes_per_task,
             self.params.eval_max_steps,
+            self.orchestration.evaluator_nice,
+        )
+        self._evals = EvaluationQueue(
+            self.evaluator.evaluate.remote, self.orchestration.eval_backlog
         )
         setup_t0 = time.monotonic()
+        # Edge agents boot (connect, subscribe, wait for the first version) while the learner
+        # starts and warm-starts: on a real fleet each robot's computer does this on its own.
+        for i, name in enumerate(sorted(self.allocation.members)):
+            self._start_agent(name, i)
+        self._wait_agents_ready(self.orchestration.robots_ready_timeout_s)
         self._wait_first_version()
-        # The run's clock (stop.minutes, wall_s of every evaluation) starts when the first
-        # version is out and robots start acting; the learner's start-up and the BC warm start
-        # before it are reported apart as ``setup_s``, so a loaded machine cannot eat the budget.
+        # The run's clock (stop.minutes, wall_s of every evaluation) starts when the robots are
+        # up and the first version is out, so robots act from its first second; the learner's
+        # start-up, the BC warm start and the agents' start-up before it are reported apart as
+        # ``setup_s``, so a loaded machine cannot eat the budget.
         self._t0 = time.monotonic()
         self.progress.setdefault("setup_s", round(self._t0 - setup_t0, 2))
         if not (self.run_dir / "evals.jsonl").exists():
-            self._evaluate_now(blocking=False)  # the initial policy's success (version 1)
-        for i, name in enumerate(sorted(self.allocation.members)):
-            self._start_agent(name, i)
+            self._snapshot_for_eval()  # the initial policy's success (version 1)
         state = (
             RunState.DEGRADED
             if len(self.allocation.active) < spec.robots.count
@@ -352,6 +362,26 @@ class RunDriver:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+
+    def _wait_agents_ready(self, timeout_s: float) -> None:
+        """Wait until every started edge agent is built (driver, policy, uplink, weight
+        subscription); one still starting after ``timeout_s`` is noted and joins late."""
+        import ray
+
+        calls = {
+            name: actor.applied_version.remote() for name, (actor, _, _) in self._agents.items()
+        }
+        deadline = time.monotonic() + timeout_s
+        pending = list(calls.values())
+        while pending and self.stop_reason is None and not self.detach:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 1.0))
+            self._poll_learner()
+        late = sorted(name for name, ref in calls.items() if ref in pending)
+        if late:
+            self._event("edge_agent.slow_start", robots=late, waited_s=timeout_s)
 
     def _wait_first_version(self, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -443,8 +473,8 @@ class RunDriver:
             self._supervise_agents()  # a restarted agent is told to hold by _follow_hold
             if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
                 every = self.ctx.eval_every_s or spec.evaluation.every_seconds
-                if now - self._last_eval_at >= every and self._eval_pending is None:
-                    self._evaluate_now(blocking=False)
+                if now - self._last_eval_at >= every:
+                    self._snapshot_for_eval()
                 if now - last_reconcile >= self.ctx.settings.hal.heartbeat_interval_s * 5:
                     last_reconcile = now
                     self._reconcile()
@@ -591,43 +621,51 @@ class RunDriver:
         self._latest_bytes = data
         return True
 
-    def _evaluate_now(self, blocking: bool) -> None:
-        import ray
-
-        if self._published_version == 0:
-            return
-        ref = self.evaluator.evaluate.remote(self._latest_bytes)
-        steps, interventions = self._counts()
-        self._eval_pending = (
-            ref,
-            self._published_version,
-            self._elapsed(),
-            self._robot_s_base / 3600,
-            steps,
-            interventions,
-        )
+    def _snapshot_for_eval(self, final: bool = False) -> None:
+        """Queue the published policy for evaluation, stamped with the run's clock and counts
+        now (:mod:`robofleet.orchestration.evalqueue`). A version already queued is not queued
+        again, except for the ``final`` evaluation."""
         self._last_eval_at = time.monotonic()
-        if blocking:
-            ray.get(ref)
+        if self._published_version == 0 or self._evals is None:
+            return
+        if self._published_version == self._last_snapshot_version and not final:
+            return
+        steps, interventions = self._counts()
+        dropped = self._evals.add(
+            EvalSnapshot(
+                self._published_version,
+                self._latest_bytes,
+                self._elapsed(),
+                self._robot_s_base / 3600,
+                steps,
+                interventions,
+            )
+        )
+        self._last_snapshot_version = self._published_version
+        if dropped is not None:
+            self._event(
+                "run.evaluation_dropped", policy_version=dropped.version, backlog=len(self._evals)
+            )
+
+    def _drain_evals(self) -> None:
+        """Evaluate every queued snapshot (at the end of a run)."""
+        while self._evals is not None and len(self._evals):
             self._collect_eval(wait=True)
 
     def _collect_eval(self, wait: bool = False) -> None:
-        import ray
-
-        if self._eval_pending is None:
+        if self._evals is None:
             return
-        ref, version, started, robot_hours, steps, interventions = self._eval_pending
-        done, _ = ray.wait([ref], timeout=None if wait else 0)
-        if not done:
+        got = self._evals.poll(wait)
+        if got is None:
             return
-        self._eval_pending = None
-        success: dict[str, float] = ray.get(ref)
+        snap, success = got
+        version = snap.version
         mean = float(np.mean(list(success.values())))
         row = {
-            "wall_s": started,
-            "robot_hours": robot_hours,
-            "env_steps": steps,
-            "interventions": interventions,
+            "wall_s": snap.wall_s,
+            "robot_hours": snap.robot_hours,
+            "env_steps": snap.env_steps,
+            "interventions": snap.interventions,
             "policy_version": version,
             "success": success,
             "success_mean": mean,
@@ -776,7 +814,8 @@ class RunDriver:
             self._publish_new_weights()
             self._record_progress()
             if self._published_version:
-                self._evaluate_now(blocking=True)
+                self._snapshot_for_eval(final=True)
+            self._drain_evals()
             from robofleet.orchestration.accounting import acked_lost
             from robofleet.orchestration.report import write_report
 
