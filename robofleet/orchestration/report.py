@@ -31,8 +31,9 @@ def write_report(
 ) -> dict[str, Any]:
     """Write ``report.json`` and the plots; returns the report's summary keys.
 
-    ``elapsed_s`` is the run's clock (from the first policy version on); ``setup_s`` the
-    learner start-up and BC warm start before it (None when unknown, e.g. a resumed run).
+    ``elapsed_s`` is the run's clock (from the moment the robots are up and the first policy
+    version is out); ``setup_s`` the learner's start-up and BC warm start and the edge agents'
+    start-up before it (None when unknown, e.g. a resumed run).
     """
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
