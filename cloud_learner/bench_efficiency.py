@@ -54,6 +54,11 @@ TARGET = 0.9
 PUBLISH_EVERY_UPDATES = 10
 PUBLISH_EVERY_SECONDS = 1.0
 WEIGHT_APPLY_AT: str | None = "chunk_boundary"  # None: the edge settings' own
+# The sync loop's update schedule, 0.5 updates per env step at batch 128, held by the system
+# with Reverb's samples-per-insert rule (robofleet.orchestration.learner_proc.updates_allowed)
+# and an update-rate cap high enough that the rule, not the cap, binds up to 8 robots.
+SAMPLES_PER_INSERT = 64.0
+UPDATES_PER_S = 100.0
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -73,14 +78,17 @@ def run_system(
     publish_every_updates: int = PUBLISH_EVERY_UPDATES,
     publish_every_seconds: float = PUBLISH_EVERY_SECONDS,
     weight_apply_at: str | None = WEIGHT_APPLY_AT,
-    updates_per_s: float | None = None,
+    updates_per_s: float | None = UPDATES_PER_S,
+    samples_per_insert: float | None = SAMPLES_PER_INSERT,
 ) -> dict[str, Any]:
     """One run of the full system (what ``robofleet demo`` launches) until ``target`` average
     success of the policy alone or ``minutes``; a fresh cloud (local Ray, SQLite, buffers)
     in ``data_dir`` (a temporary directory when None), no dashboard. The learner publishes
     every ``publish_every_updates`` updates or ``publish_every_seconds``; robots apply a new
     version at ``weight_apply_at`` (``edge.weight_apply_at``; None keeps the settings').
-    ``updates_per_s`` caps the learner (None: the run's default, RunParams.updates_per_s).
+    ``updates_per_s`` caps the learner (None: the run's default, RunParams.updates_per_s);
+    ``samples_per_insert`` ties its updates to the robots' data (``buffer.samples_per_insert``;
+    None: only the cap).
 
     Returns ``history`` (the run's evals.jsonl rows: wall_s, env_steps, interventions,
     success_mean...), ``env_steps_to_target`` / ``labels_to_target`` / ``wall_s_to_target``
@@ -117,6 +125,7 @@ def run_system(
                     "count": robots,
                 },
                 "learner": {"num_cpus": 1.0},
+                "buffer": {"samples_per_insert": samples_per_insert},
                 "publish": {
                     "every_updates": publish_every_updates,
                     "every_seconds": publish_every_seconds,
@@ -309,7 +318,8 @@ def _cadence(args: argparse.Namespace) -> dict[str, Any]:
         "publish_every_updates": args.publish_every_updates,
         "publish_every_seconds": args.publish_every_seconds,
         "weight_apply_at": args.weight_apply_at,
-        "updates_per_s": args.updates_per_s,
+        "updates_per_s": args.updates_per_s or None,
+        "samples_per_insert": args.samples_per_insert or None,
     }
 
 
@@ -458,8 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-apply-at", default=WEIGHT_APPLY_AT,
                    choices=["episode_end", "chunk_boundary", "every_n_steps"],
                    help="system: robots' weight boundary (default: edge settings')")  # fmt: skip
-    p.add_argument("--updates-per-s", type=float, default=None,
-                   help="system: learner's update-rate cap (default: the run's)")  # fmt: skip
+    p.add_argument("--updates-per-s", type=float, default=UPDATES_PER_S,
+                   help="system: learner's update-rate cap (0: the run's default)")  # fmt: skip
+    p.add_argument("--samples-per-insert", type=float, default=SAMPLES_PER_INSERT,
+                   help="system: sampled rows per robot row inserted (0: no rule)")  # fmt: skip
     return p
 
 

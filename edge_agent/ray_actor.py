@@ -39,6 +39,11 @@ class EdgeAgentWorker:
     def applied_version(self) -> int:
         return self._built.agent.applied_version
 
+    def is_running(self) -> bool:
+        """Whether ``run`` has connected the robot and entered its loop (it may be waiting for
+        the first policy version, or held by the cloud)."""
+        return self._built.agent.state == "running"
+
     def stop(self) -> None:
         self._built.agent.stop()
 

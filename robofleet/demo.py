@@ -62,7 +62,10 @@ def demo_spec(args: argparse.Namespace) -> Any:
             "name": "demo",
             "algorithm": args.algorithm,
             "tasks": tasks,
-            "hyperparameters": {"control_hz": args.control_hz},
+            # The synchronous loop's schedule, 0.5 updates per env step (samples per insert
+            # 64 at batch 128), whatever the fleet's size; the cap only guards the CPU.
+            "hyperparameters": {"control_hz": args.control_hz, "updates_per_s": 100.0},
+            "buffer": {"samples_per_insert": 64.0},
             "policy": {"kind": POLICY_KINDS[args.algorithm], "hidden_sizes": [128, 128]},
             "robots": {
                 "robot_type": "metaworld-sawyer",

@@ -99,7 +99,13 @@ class BufferSpec(_Strict):
         default=0.5, ge=0, le=1, description="Online share of each batch."
     )
     samples_per_insert: float | None = Field(
-        default=None, gt=0, description="Rate limit (Reverb rule)."
+        default=None,
+        gt=0,
+        description=(
+            "Sampled rows per online row inserted (Reverb's SampleToInsertRatio, sampling side"
+            " only: the learner waits for data, robots are never blocked). 64 at batch 128 ="
+            " 0.5 updates per env step. None: only hyperparameters.updates_per_s caps it."
+        ),
     )
     min_size: int = Field(default=256, ge=1, description="Transitions before training starts.")
     offline_data: list[str] = Field(

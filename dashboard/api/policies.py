@@ -1,4 +1,4 @@
-"""Checkpoints and policy versions: list, download, promote to the fleet, roll back."""
+"""Checkpoints and policy versions: list, download, mark one promoted (approved to deploy) or roll back."""
 
 from __future__ import annotations
 
@@ -41,11 +41,12 @@ def list_policy_versions(
 @router.post(
     "/policy-versions/{version_id}/promote",
     response_model=PolicyVersionOut,
-    summary="Promote a version to the fleet (promoting an older one is a roll-back)",
+    summary="Mark a version as the run's promoted one (an older one: a roll-back)",
     description=(
-        "Marks this version as the run's promoted one (and no other). The weight distributor"
-        " serves the promoted version to robots; the event is `policy_version.promoted` or"
-        " `policy_version.rolled_back` when an newer version was promoted before."
+        "Records this version as the run's promoted one (and no other), with the event"
+        " `policy_version.promoted`, or `policy_version.rolled_back` when a newer version was"
+        " promoted before. It is the record of which version is approved to deploy; it does"
+        " not change what a running learner streams: robots in a run follow its newest version."
     ),
     responses={**AUTH_ERRORS, **NOT_FOUND},
 )

@@ -7,9 +7,12 @@ acknowledged data; it asks the cloud for batches here.
 Wire (REQ/REP on loopback): the request is one JSON frame
 ``{"op": "sample" | "size" | "sampler_state" | "load_sampler_state", ...}``; the reply is a JSON
 frame and, for ``sample``, a second frame with the batch in the safetensors layout (raw
-tensors plus a JSON header, never pickle). A ``sample`` request also carries the learner's
-latest statistics (``stats``), which the run driver shows and stores as metrics, and may name
-the ``sampling`` its algorithm needs (absent: the server's own sampler):
+tensors plus a JSON header, never pickle). ``sample`` and ``size`` replies carry ``size`` (rows
+in the buffer) and ``online`` (rows from robots, i.e. without the offline/demonstration rows
+the run mounted: the learner's update-to-data ratio counts these). A ``sample`` or ``size``
+request may carry the learner's latest statistics (``stats``), which the run driver shows and
+stores as metrics; a ``sample`` request may name the ``sampling`` its algorithm needs
+(absent: the server's own sampler):
 
 * ``{"kind": "intervention"}``: the server's sampler (HG-DAgger: operator-labelled steps);
 * ``{"kind": "uniform"}``: every step alike (RECAP);
@@ -115,10 +118,19 @@ class BatchServer:
         tasks: the run's task list (``task_index`` = position).
         sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform;
             used for requests without ``sampling`` or with kind ``intervention``.
+        offline_rows: rows of the buffer that are not robots' online steps (demonstrations,
+            mounted data); ``online`` in replies is ``len(buffer) - offline_rows``.
+
+    ``requests`` counts every request answered: the run's hang watchdog reads it, so a learner
+    that waits for data (its update-to-data ratio reached) and polls ``size`` is alive.
     """
 
-    def __init__(self, buffer: Any, tasks: Sequence[str], sampler: Any = None) -> None:
+    def __init__(
+        self, buffer: Any, tasks: Sequence[str], sampler: Any = None, offline_rows: int = 0
+    ) -> None:
         self.buffer = buffer
+        self.offline_rows = offline_rows
+        self.requests = 0
         self.tasks = {t: i for i, t in enumerate(tasks)}
         self.sampler = sampler
         self._samplers: dict[tuple[str, float], Any] = {}
@@ -145,6 +157,7 @@ class BatchServer:
             if not poller.poll(100):
                 continue
             request = self._sock.recv()
+            self.requests += 1
             try:
                 header, payload = self._handle(json.loads(request))
             except Exception as exc:  # the learner gets the reason; the server keeps serving
@@ -175,8 +188,11 @@ class BatchServer:
 
     def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
         op = req.get("op")
+        stats = req.get("stats")
+        if op in ("size", "sample") and isinstance(stats, dict):
+            self.learner_stats = {str(k): float(v) for k, v in stats.items()}
         if op == "size":
-            return {"size": len(self.buffer)}, None
+            return self._sizes(), None
         sampler = self.sampler_for(req.get("sampling"))
         if op == "sampler_state":
             get = getattr(sampler, "state_dict", None)
@@ -187,15 +203,16 @@ class BatchServer:
                 load(dict(req["state"]))
             return {}, None
         if op == "sample":
-            stats = req.get("stats")
-            if isinstance(stats, dict):
-                self.learner_stats = {str(k): float(v) for k, v in stats.items()}
             n = int(req["batch_size"])
             if len(self.buffer) == 0:
-                return {"empty": True, "size": 0}, None
+                return {"empty": True, **self._sizes()}, None
             arrays = self.buffer.sample(n, sampler=sampler, timeout=1.0)
-            return {"size": len(self.buffer)}, st_save(self._batch(arrays))
+            return self._sizes(), st_save(self._batch(arrays))
         raise ValueError(f"unknown op {op!r}")
+
+    def _sizes(self) -> dict[str, int]:
+        size = len(self.buffer)
+        return {"size": size, "online": max(0, size - self.offline_rows)}
 
     def _batch(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         out = {k: np.ascontiguousarray(arrays[k]) for k in KEYS if k in arrays}
@@ -222,6 +239,7 @@ class RemoteBufferSource:
             server's own sampler.
         reward_scale: multiplies ``reward`` of every batch (e.g. 0.1 maps Meta-World's
             0..10 dense reward into 0..1 for SAC).
+        device: where ``sample`` puts the batch's tensors (the learner's device).
 
     Raises (from ``sample``): ``RuntimeError`` with the server's reason, or ``TimeoutError``
     when the server does not answer within ``timeout_s`` (the cloud is gone).
@@ -233,13 +251,16 @@ class RemoteBufferSource:
         timeout_s: float = 30.0,
         sampling: Mapping[str, Any] | None = None,
         reward_scale: float = 1.0,
+        device: torch.device | str = "cpu",
     ) -> None:
         self.address = address
+        self.device = torch.device(device)
         self.sampling = dict(sampling) if sampling else None
         self.reward_scale = reward_scale
         self.timeout_ms = int(timeout_s * 1000)
         self.stats: dict[str, float] = {}
         self._size = 0
+        self._online = 0
         self._size_at = float("-inf")
         self._ctx: zmq.Context[Any] = zmq.Context.instance()
         self._sock = self._connect()
@@ -268,10 +289,20 @@ class RemoteBufferSource:
     def num_transitions(self) -> int:
         # Refreshed by every sample; ask explicitly only when the figure is stale.
         if time.monotonic() - self._size_at > 1.0:
-            header, _ = self._call({"op": "size"})
-            self._size = int(header["size"])
-            self._size_at = time.monotonic()
+            header, _ = self._call({"op": "size", "stats": self.stats})
+            self._note_sizes(header)
         return self._size
+
+    def online_transitions(self) -> int:
+        """Rows from robots (the buffer without its offline rows), at most 1 s old; asking
+        also hands the server the learner's latest ``stats``."""
+        self.num_transitions()
+        return self._online
+
+    def _note_sizes(self, header: Mapping[str, Any]) -> None:
+        self._size = int(header.get("size", 0))
+        self._online = int(header.get("online", self._size))
+        self._size_at = time.monotonic()
 
     def can_sample(self, batch_size: int) -> bool:
         return self._size > 0 or self.num_transitions() > 0
@@ -286,8 +317,7 @@ class RemoteBufferSource:
                     "sampling": self.sampling,
                 }
             )
-            self._size = int(header.get("size", 0))
-            self._size_at = time.monotonic()
+            self._note_sizes(header)
             if payload is not None:
                 arrays = dict(st_load(payload))
                 if self.reward_scale != 1.0 and "reward" in arrays:
@@ -296,7 +326,7 @@ class RemoteBufferSource:
             time.sleep(0.1)
 
     def sample(self, batch_size: int) -> Batch:
-        return to_torch_batch(self.sample_numpy(batch_size), torch.device("cpu"))
+        return to_torch_batch(self.sample_numpy(batch_size), self.device)
 
     def sampler_state(self) -> dict[str, Any]:
         header, _ = self._call({"op": "sampler_state", "sampling": self.sampling})

@@ -5,7 +5,9 @@ ProcessSupervisor`. It resumes from the run directory's latest checkpoint; on a 
 first fits the state normalisation and trains the weak initial policy by behaviour cloning on
 the demonstrations already in the buffer, publishes it as a version and checkpoints. Then it
 trains online (``cloud_learner.loop.Learner``) on batches from the cloud's
-:class:`~robofleet.orchestration.batches.BatchServer`.
+:class:`~robofleet.orchestration.batches.BatchServer`, at most ``updates_per_s`` updates per
+second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
+insert data (:func:`updates_allowed`).
 
 Weights are written with ``cloud_learner.publisher.FileWeightPublisher`` under
 ``<run-dir>/weights``; the cloud process hands each new file to comms' weight publisher, so
@@ -26,6 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 EXIT_REFUSED = 4
 log = logging.getLogger("robofleet.learner")
@@ -72,10 +75,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = parse_run_spec(json.loads((args.run_dir / "spec.json").read_text()))
     params = RunParams.from_spec(spec)
     settings = learner_settings(spec, params)
-    algorithm = build_algorithm(settings, torch.device("cpu"))
+    try:
+        device = learner_device(spec.learner.num_gpus)
+    except RuntimeError as exc:
+        print(f"learner: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    algorithm = build_algorithm(settings, device)
     sampling = batch_sampling(spec, params)
     reward_scale = float(sampling.pop("reward_scale"))
-    source = RemoteBufferSource(args.batches, sampling=sampling, reward_scale=reward_scale)
+    source = RemoteBufferSource(
+        args.batches, sampling=sampling, reward_scale=reward_scale, device=device
+    )
     # Every version carries its policy card, so robots and the evaluator build the right
     # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
     publisher = CardPublisher(
@@ -106,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _initial_policy(learner, source, params)
 
     period = 1.0 / params.updates_per_s if params.updates_per_s > 0 else 0.0
+    spi = spec.buffer.samples_per_insert
     window: list[float] = []
     last: dict[str, float] = {"loss": float("nan")}
     try:
@@ -117,6 +128,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flags["checkpoint"] = False
                 learner.save_checkpoint()
             t0 = time.monotonic()
+            if spi is not None and not updates_allowed(
+                learner.step - params.bc_updates,
+                spi,
+                source.online_transitions(),
+                params.batch_size,
+            ):
+                # Robots run in real time and are never blocked: the learner waits for data.
+                window = [t for t in window if t0 - t < 5.0]
+                source.stats = {**source.stats, "updates_per_s": len(window) / 5.0}
+                time.sleep(0.05)
+                continue
             metrics = learner.train_step()
             # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go
             # to the run driver with the counters.
@@ -141,6 +163,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(lock_fd)
     log.info("stopped at learner step %d, policy version %d", learner.step, learner.version)
     return 0
+
+
+def learner_device(num_gpus: float) -> Any:
+    """The learner's torch device: CUDA when the spec reserves a GPU (``learner.num_gpus``),
+    else the CPU. The learner runs beside the cloud process, so the GPU must be on that node.
+
+    Raises:
+        RuntimeError: a GPU was asked for and torch sees no CUDA device here.
+    """
+    import torch
+
+    if num_gpus <= 0:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"learner.num_gpus is {num_gpus} but torch sees no CUDA device on the cloud's node "
+            "(the learner process runs beside the cloud); set learner.num_gpus: 0"
+        )
+    return torch.device("cuda")
+
+
+def updates_allowed(
+    online_updates: int, samples_per_insert: float, online_rows: int, batch_size: int
+) -> bool:
+    """Whether the learner may take one more update under the run's samples-per-insert rate.
+
+    The sampling side of Reverb's rate limiter (Cassirer et al. 2021, "Reverb: A Framework
+    for Experience Replay", SampleToInsertRatio): each update samples ``batch_size`` rows, so
+    after ``online_updates`` updates (BC warm-start updates excluded) the learner has drawn
+    ``online_updates * batch_size`` samples against ``online_rows`` rows the robots inserted;
+    it may go on while that stays below ``samples_per_insert * online_rows``. The insert side
+    is never limited: robots act in real time and an acknowledged step is never refused
+    (``buffer.RateLimiter`` blocks both sides, for in-process learners fed from a buffer).
+
+    Args:
+        online_updates: updates taken since the warm start (>= 0; negative counts as 0).
+        samples_per_insert: sampled rows per inserted online row (> 0); e.g. 64 at batch 128
+            is 0.5 updates per environment step.
+        online_rows: rows in the buffer from robots (demonstrations excluded).
+        batch_size: rows per update (> 0).
+
+    Raises:
+        ValueError: a non-positive ``samples_per_insert`` or ``batch_size``.
+    """
+    if samples_per_insert <= 0 or batch_size <= 0:
+        raise ValueError(
+            f"samples_per_insert ({samples_per_insert}) and batch_size ({batch_size}) must be > 0"
+        )
+    return (max(0, online_updates) + 1) * batch_size <= samples_per_insert * online_rows
 
 
 def _initial_policy(learner: object, source: object, params: object) -> None:

@@ -50,6 +50,7 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
     for field in ("init_checkpoint", "init_from_run"):
         if getattr(spec.policy, field) is not None:
             errors[f"policy.{field}"] = "the run manager starts policies from scratch for now"
+    errors.update(_unapplied_buffer_fields(spec))
     demand = spec.robots
     with store.session() as s:
         q = select(Robot).where(Robot.status != RobotStatus.RETIRED)
@@ -69,6 +70,30 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
         )
     if errors:
         raise RunSpecError(errors)
+
+
+def _unapplied_buffer_fields(spec: RunSpec) -> dict[str, str]:
+    """``buffer`` fields a run would accept and then ignore: refused by name instead.
+
+    The algorithm picks its sampler (HG-DAgger: operator steps; RECAP: uniform; SAC: RLPD's
+    symmetric halves, ``buffer.online_fraction``), training starts on the demonstrations'
+    warm start rather than at a minimum size, and mounting offline data into a run's buffer
+    is not built yet (``buffer.ReplayBuffer.mount`` exists; the run does not call it).
+    """
+    default = type(spec.buffer)()
+    errors: dict[str, str] = {}
+    if spec.buffer.sampler != default.sampler:
+        errors["buffer.sampler"] = (
+            f"runs use their algorithm's sampler ({spec.algorithm}); leave it out"
+        )
+    if spec.buffer.min_size != default.min_size:
+        errors["buffer.min_size"] = (
+            "runs train from the demonstrations' warm start; pace them with"
+            " buffer.samples_per_insert instead"
+        )
+    if spec.buffer.offline_data:
+        errors["buffer.offline_data"] = "mounting offline data into a run is not built yet"
+    return errors
 
 
 def submit_run(store: MetadataStore, spec: RunSpec, runs_dir: Path, *, actor: str) -> str:

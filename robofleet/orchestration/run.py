@@ -278,7 +278,12 @@ class RunDriver:
 
         driver = MetaWorldDriver("schema", tasks=list(spec.tasks))
         schema = StepSchema.from_features(driver.observation_features, driver.action_features)
-        self.buffer = ReplayBuffer.open(self.run_dir / "buffer", schema, ctx.settings.buffer)
+        buffer_config = ctx.settings.buffer
+        if spec.buffer.memory_budget_bytes is not None:  # the run's own hot-tier budget
+            buffer_config = buffer_config.model_copy(
+                update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
+            )
+        self.buffer = ReplayBuffer.open(self.run_dir / "buffer", schema, buffer_config)
         self._demo_rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
         if self._demo_rows == 0:
             records = demonstration_records(
@@ -288,7 +293,9 @@ class RunDriver:
             self._demo_rows = len(records)
             self._event("run.demonstrations", steps=len(records))
         ctx.sinks[self.run_id] = BufferSink(self.buffer)
-        self.batch_server = BatchServer(self.buffer, spec.tasks, InterventionSampler())
+        self.batch_server = BatchServer(
+            self.buffer, spec.tasks, InterventionSampler(), offline_rows=self._demo_rows
+        )
         self.learner = ProcessSupervisor(
             "learner",
             [
@@ -364,24 +371,28 @@ class RunDriver:
                 time.sleep(1.0)
 
     def _wait_agents_ready(self, timeout_s: float) -> None:
-        """Wait until every started edge agent is built (driver, policy, uplink, weight
-        subscription); one still starting after ``timeout_s`` is noted and joins late."""
+        """Wait until every started edge agent runs its loop (robot connected, policy built,
+        uplink and weight subscription up, waiting for the first version); one still starting
+        after ``timeout_s`` is noted (event ``edge_agent.slow_start``) and joins late."""
         import ray
 
-        calls = {
-            name: actor.applied_version.remote() for name, (actor, _, _) in self._agents.items()
-        }
         deadline = time.monotonic() + timeout_s
-        pending = list(calls.values())
-        while pending and self.stop_reason is None and not self.detach:
-            left = deadline - time.monotonic()
-            if left <= 0:
+        waiting = set(self._agents)
+        while waiting and self.stop_reason is None and not self.detach:
+            calls = {name: self._agents[name][0].is_running.remote() for name in waiting}
+            try:
+                answers = ray.get(list(calls.values()), timeout=5.0)
+            except ray.exceptions.GetTimeoutError:
+                answers = [False] * len(calls)
+            except ray.exceptions.RayError:  # an agent died starting: supervision restarts it
                 break
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(left, 1.0))
+            waiting = {name for name, up in zip(calls, answers, strict=True) if not up}
+            if not waiting or time.monotonic() > deadline:
+                break
             self._poll_learner()
-        late = sorted(name for name, ref in calls.items() if ref in pending)
-        if late:
-            self._event("edge_agent.slow_start", robots=late, waited_s=timeout_s)
+            time.sleep(0.25)
+        if waiting:
+            self._event("edge_agent.slow_start", robots=sorted(waiting), waited_s=timeout_s)
 
     def _wait_first_version(self, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -484,12 +495,13 @@ class RunDriver:
     def _poll_learner(self) -> None:
         """Supervise the learner: crashes, and hangs (alive, but no batch taken, no update).
 
-        Progress is the batch server's sample count and the learner's reported step; the
-        limit is longer until the run's first policy version (start-up and BC warm start).
+        Progress is the batch server's request count (a learner waiting for data at its
+        update-to-data ratio still polls it) and the learner's reported step; the limit is
+        longer until the run's first policy version (start-up and BC warm start).
         """
         assert self.learner is not None and self.batch_server is not None
         self.learner.note_progress(
-            (self.batch_server.samples, self.batch_server.learner_stats.get("learner_step"))
+            (self.batch_server.requests, self.batch_server.learner_stats.get("learner_step"))
         )
         o = self.orchestration
         self.learner.hang_after_s = (

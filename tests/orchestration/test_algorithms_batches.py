@@ -215,3 +215,32 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
         stop.set()
         t.join()
     assert not errors and len(buffer) > 60
+
+
+def test_replies_count_online_rows_without_the_demonstrations_and_size_carries_stats(
+    buffer: ReplayBuffer,
+) -> None:
+    """The update-to-data rule counts robots' rows only; a learner waiting for data polls
+    ``size``, which still counts as a request (watchdog) and hands over its statistics."""
+    srv = BatchServer(buffer, TASKS, InterventionSampler(), offline_rows=10)
+    src = source(srv)
+    try:
+        assert src.online_transitions() == 50  # 60 rows, 10 of them the demonstration
+        assert src.num_transitions() == 60
+        assert srv.requests == 1  # the second figure was fresh: no second request
+        src.stats = {"learner_step": 7.0}
+        src._size_at = float("-inf")  # stale: ask again
+        assert src.online_transitions() == 50
+        assert srv.requests == 2
+        assert srv.learner_stats == {"learner_step": 7.0}
+        src.sample_numpy(8)
+        assert srv.requests == 3
+        rows = episode("robot-2", 3, 5)
+        for seq, rec in enumerate(rows, start=100):
+            rec["seq"] = seq
+        buffer.append(buffer.schema.batch_from_records(rows))
+        src.sample_numpy(8)  # every sample reply refreshes the counts
+        assert src._online == 55
+    finally:
+        src.close()
+        srv.close()

@@ -72,6 +72,32 @@ def test_refuses_robots_with_tags_nobody_has(tmp_path: Path) -> None:
     assert _counts(tmp_path) == (0, 0)
 
 
+def test_buffer_fields_a_run_would_ignore_are_refused_by_name(tmp_path: Path) -> None:
+    _fleet(tmp_path, 1)
+    spec = parse_run_spec(
+        {
+            "algorithm": "hg-dagger",
+            "tasks": ["reach-v3"],
+            "robots": {"robot_type": "metaworld-sawyer", "count": 1},
+            "buffer": {
+                "sampler": "prioritized",
+                "min_size": 1000,
+                "offline_data": ["/data/old-run"],
+                "samples_per_insert": 64,  # applied: not refused
+                "memory_budget_bytes": 1 << 26,
+            },
+        }
+    )
+    store = store_for(tmp_path)
+    with pytest.raises(RunSpecError) as err:
+        submit_run(store, spec, tmp_path / "runs", actor="test")
+    errors = err.value.errors
+    assert set(errors) == {"buffer.sampler", "buffer.min_size", "buffer.offline_data"}
+    assert "hg-dagger" in errors["buffer.sampler"]
+    store.close()
+    assert _counts(tmp_path) == (0, 0)
+
+
 def test_a_servable_spec_is_recorded_pending(tmp_path: Path) -> None:
     _fleet(tmp_path, 2)
     out = cli(tmp_path, "run", "launch", str(spec_file(tmp_path / "s.yaml", "ok", 2)), "--json")
