@@ -36,7 +36,8 @@ class AgentOptions:
         server: cloud gRPC ``host:port``; None runs offline (spool only).
         token: one-time enrollment token (only needed before the first credential exists).
         operator: ``none``, ``scripted``, ``keyboard`` or ``gamepad``.
-        max_episode_steps: the driver's episode length.
+        max_episode_steps: episode length: Meta-World's driver ends episodes there; for other
+            drivers the agent truncates them there unless ``edge.max_episode_steps`` is set.
         spool_dir: overrides ``edge.spool_dir`` (one directory per robot).
         hidden: hidden width of the local fallback MLP (weights without a policy card; a
             version's card, see ``edge_agent.policy_build``, decides the policy otherwise).
@@ -46,6 +47,11 @@ class AgentOptions:
             replay different goals. Default 0 (every robot the same sequence, as before).
         terminate_on_success: end an episode (``terminated``) when the task succeeds
             (sparse-return learners such as RECAP need success as the terminal signal).
+        driver: the robot's ``hal`` driver kind (``hal.drivers.DRIVER_KINDS``): ``metaworld``
+            (the simulated fleet; ``tasks``, ``seed``, ``max_episode_steps`` and
+            ``terminate_on_success`` apply), ``gymnasium``, ``lerobot`` or ``ros2``.
+        driver_options: keyword options of that driver (e.g. ``env_id`` for gymnasium,
+            ``type`` and ``config`` for lerobot, ``joints`` for ros2).
     """
 
     robot_name: str
@@ -59,6 +65,8 @@ class AgentOptions:
     hidden: int = 64
     seed: int = 0
     terminate_on_success: bool = False
+    driver: str = "metaworld"
+    driver_options: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -102,24 +110,54 @@ def _credential(
     return robot_id, credential
 
 
+def _driver(opts: AgentOptions) -> tuple[Any, list[str], Any]:
+    """The robot's driver (not connected), its task names, and the scripted expert of each
+    task (Meta-World's policies; None for drivers without one)."""
+    if opts.driver == "metaworld":
+        from hal.drivers.metaworld import MetaWorldDriver, expert_policy
+
+        mw = MetaWorldDriver(
+            opts.robot_name,
+            tasks=opts.tasks,
+            max_episode_steps=opts.max_episode_steps,
+            seed=opts.seed,
+            terminate_on_success=opts.terminate_on_success,
+            **opts.driver_options,
+        )
+        return mw, list(opts.tasks), {t: expert_policy(t) for t in opts.tasks}
+    from hal.drivers import make_driver
+
+    driver = make_driver(opts.driver, opts.robot_name, **opts.driver_options)
+    tasks = list(opts.tasks) or list(driver.spec.tasks) or [driver.spec.robot_type]
+    if "observation.state" not in driver.observation_features:
+        raise ValueError(
+            f"robot {opts.robot_name}: the {opts.driver} driver has no observation.state "
+            f"(features {sorted(driver.observation_features)}); the edge policy acts on state"
+        )
+    return driver, tasks, None
+
+
 def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgent:
-    """Build a Meta-World robot's agent (the simulated fleet) from settings and options.
+    """Build a robot's agent from settings and options, for any ``hal`` driver
+    (``opts.driver``; Meta-World for the simulated fleet).
 
     Raises:
-        ValueError: unknown task/operator, or no credential and no token.
+        ValueError: unknown task/operator/driver kind, bad driver options, a scripted
+            operator for a driver without an expert, or no credential and no token.
         grpc.RpcError: enrollment refused (bad token) or the cloud unreachable at enrollment.
     """
     from buffer.schema import StepSchema
-    from hal.drivers.metaworld import MetaWorldDriver, expert_policy
 
     closers: list[Any] = []
-    driver = MetaWorldDriver(
-        opts.robot_name,
-        tasks=opts.tasks,
-        max_episode_steps=opts.max_episode_steps,
-        seed=opts.seed,
-        terminate_on_success=opts.terminate_on_success,
-    )
+    driver, tasks, experts = _driver(opts)
+    if opts.operator == "scripted" and experts is None:
+        raise ValueError(
+            f"the scripted operator is Meta-World's expert; a {opts.driver} robot takes "
+            "--operator keyboard, gamepad or none"
+        )
+    if opts.driver != "metaworld" and edge.max_episode_steps is None:
+        # Meta-World's driver ends its own episodes; the agent truncates other robots' there.
+        edge = edge.model_copy(update={"max_episode_steps": opts.max_episode_steps})
     spool_dir = opts.spool_dir or edge.spool_dir / opts.robot_name
     spool = Spool(spool_dir, edge.spool_max_bytes, edge.spool_full_policy)
     schema = StepSchema.from_features(driver.observation_features, driver.action_features)
@@ -154,7 +192,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         act = EdgeActClient(client, opts.run_id)
         closers.append(act.close)
         runner = RemotePolicyRunner(
-            act, action_dim, opts.tasks, edge.remote_deadline_s, edge.hold_keep_dims
+            act, action_dim, tasks, edge.remote_deadline_s, edge.hold_keep_dims
         )
     else:
         import torch
@@ -166,7 +204,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         # The network is whatever each weight version's policy card says (MLP, RECAP's
         # indicator-conditioned MLP, SAC's Gaussian sampling while training).
         policy = CardPolicy(
-            state_dim, action_dim, len(opts.tasks), opts.hidden, stochastic=True, seed=opts.seed
+            state_dim, action_dim, len(tasks), opts.hidden, stochastic=True, seed=opts.seed
         )
         runner = LocalPolicyRunner(policy, action_dim)
         if client is not None:
@@ -179,11 +217,11 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
             weights = receiver
 
     expert = None
-    if opts.operator == "scripted":
-        experts = {t: expert_policy(t) for t in opts.tasks}
+    if opts.operator == "scripted" and experts is not None:
+        scripted = experts
 
         def expert(obs: Any) -> Any:  # the expert of the episode's task
-            return experts[driver.episode.task or opts.tasks[0]](obs)
+            return scripted[driver.episode.task or tasks[0]](obs)
 
     gate = HGDaggerGate(
         edge.gating_threshold, edge.handback_steps, edge.gating_norm, edge.risk_regions
@@ -210,7 +248,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         edge,
         robot_id=str(robot_id),
         run_id=opts.run_id,
-        tasks=opts.tasks,
+        tasks=tasks,
         operator=operator,
         weights=weights,
         heartbeat=heartbeat,

@@ -4,6 +4,12 @@ Example::
 
     robofleet edge --config edge.yaml --server cloud:50051 --token T --robot sawyer-1 \\
         --task reach-v3 --run run-1 --operator scripted --seed 1000
+    robofleet edge --server cloud:50051 --robot arm-1 --run run-1 --operator gamepad \\
+        --driver lerobot --driver-option type=so101_follower \\
+        --driver-option 'config={"port": "/dev/ttyACM0"}'
+
+``--driver`` picks the robot's ``hal`` driver (Meta-World by default; gymnasium, lerobot and
+ros2 need only the ``edge`` extra, plus ``ros`` for ros2).
 
 The first start enrolls with ``--token`` and keeps the credential in the spool directory
 (mode 0600); later starts reuse it. ``--report`` prints the control-loop statistics as one JSON
@@ -20,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from edge_agent.build import AgentOptions
@@ -33,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", default=None, help="one-time enrollment token (first start only)")
     p.add_argument("--robot", default="edge-robot", help="robot name")
     p.add_argument(
-        "--task", action="append", default=None, help="Meta-World task (repeat for several)"
+        "--task",
+        action="append",
+        default=None,
+        help="task name (repeat for several); Meta-World tasks for the metaworld driver",
     )
     p.add_argument("--run", default="default", help="run id the steps belong to")
     p.add_argument(
@@ -47,18 +56,54 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="episode seed of the first episode (then +1 each); differ per robot for other goals",
     )
+    p.add_argument(
+        "--driver",
+        default="metaworld",
+        choices=["metaworld", "gymnasium", "lerobot", "ros2"],
+        help="the robot's hal driver (default: a simulated Meta-World Sawyer)",
+    )
+    p.add_argument(
+        "--driver-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a driver option, VALUE as JSON if it parses (e.g. env_id=Pendulum-v1, "
+        'type=so101_follower, config=\'{"port": "/dev/ttyACM0"}\', joints=\'["j1","j2"]\')',
+    )
     p.add_argument("--spool-dir", type=Path, default=None, help="overrides edge.spool_dir/<robot>")
     p.add_argument("--report", action="store_true", help="print loop statistics as JSON at exit")
     return p
+
+
+def driver_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as driver options; a VALUE that parses as JSON is taken as
+    JSON (numbers, lists, objects), any other as a string.
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty key, named.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--driver-option {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 def options_from_args(args: argparse.Namespace) -> AgentOptions:
     """The agent options a parsed ``robofleet edge`` command line asks for."""
     from edge_agent.build import AgentOptions
 
+    default_tasks = ["reach-v3"] if args.driver == "metaworld" else []
     return AgentOptions(
         robot_name=args.robot,
-        tasks=args.task or ["reach-v3"],
+        tasks=args.task or default_tasks,
+        driver=args.driver,
+        driver_options=driver_options(args.driver_option),
         run_id=args.run,
         server=args.server,
         token=args.token,
@@ -77,8 +122,8 @@ def main(argv: Sequence[str]) -> int:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     from edge_agent.build import build_agent
 
-    opts = options_from_args(args)
     try:
+        opts = options_from_args(args)
         built = build_agent(settings.edge, settings.comms, opts)
     except ValueError as exc:
         print(f"robofleet edge: {exc}", file=sys.stderr)

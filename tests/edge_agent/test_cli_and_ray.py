@@ -107,3 +107,51 @@ def test_the_same_agent_runs_as_a_ray_actor(tmp_path):
         assert final["next_seq"] == 20
     finally:
         ray.shutdown()
+
+
+def test_robofleet_edge_drives_a_gymnasium_robot_without_metaworld(tmp_path):
+    """A non-Meta-World robot (hal's Gymnasium driver, Pendulum-v1: 3-D state, 1-D action)
+    runs offline: every step lands in the spool with the driver's own shapes."""
+    from buffer.schema import StepSchema
+    from edge_agent.spool import Spool
+    from hal.drivers import make_driver
+
+    spool_dir = tmp_path / "spool"
+    config = tmp_path / "edge.yaml"
+    config.write_text("edge:\n  control_hz: 100\n  wait_for_first_weights: false\n")
+    proc = robofleet(
+        "--config", str(config), "edge", "--driver", "gymnasium",
+        "--driver-option", "env_id=Pendulum-v1", "--driver-option", "control_hz=100",
+        "--operator", "none", "--episodes", "2", "--max-steps", "15",
+        "--spool-dir", str(spool_dir), "--report",
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["steps"] == 30 and report["episodes"] == 2
+    driver = make_driver("gymnasium", "probe", env_id="Pendulum-v1")
+    schema = StepSchema.from_features(driver.observation_features, driver.action_features)
+    spool = Spool(spool_dir, 1 << 30)
+    rows = [spool.read(e) for e in spool.pending()]
+    batches = [b for b in rows if b is not None]
+    assert sum(b.num_rows for b in batches) == 30
+    first = batches[0].to_pylist()[0]
+    assert len(first["observation.state"]) == 3 and len(first["action"]) == 1
+    assert {r["task"] for b in batches for r in b.to_pylist()} == {"pendulum-v1"}
+    assert set(schema.arrow_schema.names) == set(batches[0].schema.names)  # the driver's schema
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--driver", "gymnasium", "--driver-option", "env_id=Pendulum-v1"], "scripted operator"),
+        (["--driver", "gymnasium", "--driver-option", "no-equals-sign"], "KEY=VALUE"),
+        (["--driver", "gymnasium", "--driver-option", "env_id=NoSuchEnv-v9",
+          "--operator", "none"], "NoSuchEnv-v9"),
+    ],
+)  # fmt: skip
+def test_robofleet_edge_names_a_bad_driver_set_up(tmp_path, capsys, args, message):
+    from edge_agent.main import main
+
+    assert main([*args, "--spool-dir", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
