@@ -1,8 +1,8 @@
 """``robofleet cloud``: the cloud side (gRPC services, buffers, learners, run manager, API).
 
 Runs until SIGINT/SIGTERM; then every run checkpoints and lets go of its robots, and the next
-``robofleet cloud`` resumes the runs that were running (``--no-auto-resume`` marks them
-crashed instead, for a one-click resume). A cloud that is killed outright leaves its runs
+``robofleet cloud`` resumes the runs that were running (``orchestration.auto_resume: false``
+or ``--no-auto-resume`` marks them crashed instead, for a one-click resume). A cloud that is killed outright leaves its runs
 ``running`` in the metadata store; they resume the same way.
 """
 
@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,9 +25,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="dashboard port (default: settings)")
     p.add_argument("--grpc-port", type=int, default=None, help="comms port (default: settings)")
     p.add_argument("--no-dashboard", action="store_true")
-    p.add_argument("--no-auto-resume", action="store_true")
+    p.add_argument(
+        "--no-auto-resume",
+        action="store_true",
+        help="mark runs left running as crashed (default: orchestration.auto_resume)",
+    )
     p.add_argument("--eval-every", type=float, default=None, metavar="SECONDS")
     return p
+
+
+def auto_resume(settings: Any, args: argparse.Namespace) -> bool:
+    """Whether this start resumes runs left running: the setting, unless the flag says no."""
+    return bool(settings.orchestration.auto_resume) and not args.no_auto_resume
 
 
 def main(argv: Sequence[str] = ()) -> int:
@@ -44,7 +54,7 @@ def main(argv: Sequence[str] = ()) -> int:
         if args.no_dashboard
         else (settings.dashboard.port if args.port is None else args.port),
         grpc_port=args.grpc_port,
-        auto_resume=not args.no_auto_resume,
+        auto_resume=auto_resume(settings, args),
         eval_every_s=args.eval_every,
     )
     done = threading.Event()

@@ -43,6 +43,14 @@ class OrchestrationSettings(BaseModel):
             "snapshots; each holds one version's weights."
         ),
     )
+    auto_resume: bool = Field(
+        default=True,
+        description=(
+            "On start, resume the runs a previous cloud left running (stopped or crashed). "
+            "False marks them crashed instead, for a one-click resume from the dashboard or "
+            "`robofleet resume RUN`; `robofleet cloud --no-auto-resume` sets it for one start."
+        ),
+    )
     evaluator_nice: int = Field(
         default=10,
         ge=0,

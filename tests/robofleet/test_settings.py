@@ -77,3 +77,17 @@ def test_secret_is_masked_and_generated_once(tmp_path: Path) -> None:
     first = g.secret()
     assert len(first) > 40 and g.secret() == first
     assert (tmp_path / "d" / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_auto_resume_comes_from_settings_and_the_flag_can_only_turn_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from robofleet.cloud import auto_resume, build_parser
+
+    flag_off = build_parser().parse_args(["--no-auto-resume"])
+    no_flag = build_parser().parse_args([])
+    on = load_settings(None, data_dir=tmp_path)
+    assert auto_resume(on, no_flag) and not auto_resume(on, flag_off)
+    monkeypatch.setenv("ROBOFLEET_ORCHESTRATION__AUTO_RESUME", "false")
+    off = load_settings(None, data_dir=tmp_path)
+    assert not auto_resume(off, no_flag)
