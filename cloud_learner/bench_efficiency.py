@@ -320,6 +320,7 @@ def _cadence(args: argparse.Namespace) -> dict[str, Any]:
         "weight_apply_at": args.weight_apply_at,
         "updates_per_s": args.updates_per_s or None,
         "samples_per_insert": args.samples_per_insert or None,
+        "eval_every_s": args.eval_every,
     }
 
 
@@ -460,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-max-steps", type=int, default=None, help="cap of the sync loop")
     p.add_argument("--bc-labels", type=lambda s: [int(x) for x in s.split(",")], default=None)
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes per task")
+    p.add_argument("--eval-every", type=float, default=10.0, metavar="SECONDS",
+                   help="system: policy snapshot cadence, the wall-time resolution")  # fmt: skip
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="plots go here")
     p.add_argument("--publish-every-updates", type=int, default=PUBLISH_EVERY_UPDATES,
                    help="system: learner publishes a version every N updates")  # fmt: skip
