@@ -2,8 +2,8 @@
 
 Runs until SIGINT/SIGTERM; then every run checkpoints and lets go of its robots, and the next
 ``robofleet cloud`` resumes the runs that were running (``orchestration.auto_resume: false``
-or ``--no-auto-resume`` marks them crashed instead, for a one-click resume). A cloud that is killed outright leaves its runs
-``running`` in the metadata store; they resume the same way.
+or ``--no-auto-resume`` marks them crashed instead, for a one-click resume). A cloud that is
+killed outright leaves its runs ``running`` in the metadata store; they resume the same way.
 """
 
 from __future__ import annotations
