@@ -33,6 +33,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
+import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -325,68 +328,109 @@ def _cadence(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def scaling(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
-    """Wall time to the target with each robot count; efficiency = (T1 / TN) / N."""
-    rows = []
-    for n in args.robots_list:
-        r = run_system(
-            args.tasks,
-            n,
-            args.system_minutes or (3.0 if args.quick else 10.0),
-            target=args.target,
-            eval_episodes=args.eval_episodes,
-            config=args.config,
-            **_cadence(args),
-        )
-        rows.append(r)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with open(out_dir / "scaling_runs.jsonl", "a") as f:  # kept if a later count fails
-            f.write(json.dumps(r, default=str) + "\n")
-    rows.sort(key=lambda r: int(r["robots"]))
-    base = next((r for r in rows if r["robots"] == 1), None)
-    t1 = base["wall_s_to_target"] if base else None
+    """Wall time to the target with each robot count, ``args.repeats`` runs of each.
+
+    Runs are interleaved (1, 2, 4, 8, 1, 2, ...), so drift in the machine's load hits every
+    count alike. A count's time is the median of its runs (a run that never reached the
+    target counts as infinitely slow: a median among those is reported as not reached);
+    speed-up = median T1 / median TN, efficiency = speed-up / N (the issue's definition).
+    Every run is appended to ``out_dir/scaling_runs.jsonl`` as it ends; the plot goes to
+    ``out_dir/scaling.png``.
+    """
+    runs: list[dict[str, Any]] = []
+    for rep in range(args.repeats):
+        for n in args.robots_list:
+            r = run_system(
+                args.tasks,
+                n,
+                args.system_minutes or (3.0 if args.quick else 10.0),
+                target=args.target,
+                eval_episodes=args.eval_episodes,
+                config=args.config,
+                **_cadence(args),
+            )
+            r["repeat"] = rep
+            runs.append(r)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            with open(out_dir / "scaling_runs.jsonl", "a") as f:  # kept if a later run fails
+                f.write(json.dumps(r, default=str) + "\n")
+    counts = sorted(set(args.robots_list))
+    medians = {n: _median_time([r for r in runs if r["robots"] == n]) for n in counts}
+    t1 = medians.get(1)
     table = []
-    for r in rows:
-        tn = r["wall_s_to_target"]
-        speedup = _ratio(t1, tn)
+    for n in counts:
+        mine = [r for r in runs if r["robots"] == n]
+        speedup = _ratio(t1, medians[n])
         table.append(
             {
-                "robots": r["robots"],
-                "wall_s_to_target": tn,
-                "best_success": r["best_success"],
-                "minutes_run": round(r["minutes"], 2),
-                "env_steps": r["env_steps"],
-                "env_steps_per_s_per_robot": r["env_steps_per_s_per_robot"],
+                "robots": n,
+                "runs": len(mine),
+                "wall_s_to_target": medians[n],
+                "wall_s_each": " / ".join(
+                    "-" if r["wall_s_to_target"] is None else f"{r['wall_s_to_target']:.1f}"
+                    for r in mine
+                ),
+                "env_steps_to_target": _median_or_none([r["env_steps_to_target"] for r in mine]),
+                "env_steps_per_s_per_robot": statistics.median(
+                    r["env_steps_per_s_per_robot"] for r in mine
+                ),
                 "speedup": speedup,
-                "efficiency": None if speedup is None else round(speedup / r["robots"], 3),
+                "efficiency": None if speedup is None else round(speedup / n, 3),
             }
         )
     plot = out_dir / "scaling.png"
-    _plot_scaling(rows, plot, args.target)
-    return {"bench": "efficiency-scaling", "tasks": list(args.tasks), "rows": table,
-            "target_success": args.target,
-            "plot": str(plot)}  # fmt: skip
+    _plot_scaling(runs, medians, plot, args.target)
+    return {
+        "bench": "efficiency-scaling",
+        "tasks": list(args.tasks),
+        "target_success": args.target,
+        "repeats": args.repeats,
+        "rows": table,
+        "efficiency_at_max_robots": table[-1]["efficiency"] if table else None,
+        "plot": str(plot),
+    }
 
 
-def _plot_scaling(rows: list[dict[str, Any]], path: Path, target: float) -> None:
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    """Median where None is +inf (never reached); None when the median is unreached."""
+    if not values:
+        return None
+    m = statistics.median(math.inf if v is None else float(v) for v in values)
+    return None if math.isinf(m) else round(m, 1)
+
+
+def _median_time(runs: Sequence[dict[str, Any]]) -> float | None:
+    return _median_or_none([r["wall_s_to_target"] for r in runs])
+
+
+def _plot_scaling(
+    runs: list[dict[str, Any]], medians: dict[int, float | None], path: Path, target: float
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    for r in rows:
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    counts = sorted(medians)
+    for r in runs:
         h = r["history"]
-        ax1.plot([e["wall_s"] for e in h], [e["success_mean"] for e in h], marker="o",
-                 label=f"{r['robots']} robots")  # fmt: skip
+        c = colors[counts.index(r["robots"]) % len(colors)]
+        label = f"{r['robots']} robots" if r.get("repeat", 0) == 0 else None
+        ax1.plot([e["wall_s"] for e in h], [e["success_mean"] for e in h], marker=".", color=c,
+                 alpha=0.8, label=label)  # fmt: skip
     ax1.axhline(target, color="grey", ls="--")
     ax1.set_xlabel("wall time (s)")
     ax1.set_ylabel("average success (policy alone)")
     ax1.legend()
-    xs = [r["robots"] for r in rows if r["wall_s_to_target"] is not None]
-    ax2.plot(xs, [r["wall_s_to_target"] for r in rows if r["wall_s_to_target"] is not None],
-             marker="o")  # fmt: skip
+    each = [(r["robots"], r["wall_s_to_target"]) for r in runs if r["wall_s_to_target"] is not None]
+    ax2.scatter([n for n, _ in each], [t for _, t in each], color="grey", s=12, label="each run")
+    reached = [(n, t) for n, t in medians.items() if t is not None]
+    ax2.plot([n for n, _ in reached], [t for _, t in reached], marker="o", label="median")
     ax2.set_xlabel("robots")
     ax2.set_ylabel(f"wall s to success {target} (unreached: not drawn)")
+    ax2.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -400,9 +444,12 @@ def _print_tables(summary: dict[str, Any]) -> None:
     def fmt(v: Any) -> str:
         return "not reached" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
 
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)  # a log file keeps columns
     if summary["bench"] == "efficiency-scaling":
-        t = Table(title=f"fleet scaling: wall time to success {summary['target_success']}")
+        t = Table(
+            title=f"fleet scaling: wall time to success {summary['target_success']} "
+            f"(median of {summary['repeats']} run(s) per count)"
+        )
         for col in summary["rows"][0]:
             t.add_column(col, justify="right")
         for r in summary["rows"]:
@@ -456,6 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=lambda s: [t for t in s.split(",") if t],
                    default=list(DEFAULT_TASKS))  # fmt: skip
     p.add_argument("--target", type=float, default=TARGET, help="target average success")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="--scaling: runs per robot count (interleaved); medians are reported")  # fmt: skip
     p.add_argument("--robots", type=int, default=4, help="robots of the system run")
     p.add_argument("--system-minutes", type=float, default=None, help="cap of a system run")
     p.add_argument("--sync-max-steps", type=int, default=None, help="cap of the sync loop")
@@ -479,7 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    args = build_parser().parse_args(list(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     import torch
 
     torch.set_num_threads(1)

@@ -97,6 +97,7 @@ class MetaWorldDriver(RobotDriver):
         name: robot name.
         task: the task of the first episode (default: first of ``tasks``).
         tasks: tasks this robot may run (default: ``[task]``); ``reset(task=...)`` switches.
+            ``connect`` builds the scene of every one of them.
         max_episode_steps: truncation limit (default 500, Meta-World's).
         cameras: camera names of the Meta-World scene to render (``corner``, ``topview``,
             ``behindGripper``, ``gripperPOV``, ...); empty for state only.
@@ -174,6 +175,11 @@ class MetaWorldDriver(RobotDriver):
                     f"robot {self.name}: cameras need MuJoCo rendering but neither EGL nor "
                     "OSMesa is installed (set MUJOCO_GL or drop cameras)"
                 )
+        # Every task's scene is built now, not at the first reset into it: building one
+        # (MT1's goal list plus the MuJoCo model) costs ~0.3 s of CPU, which inside a run would
+        # stall the robot's first episode of each task; a real cell is set up before its run.
+        for task in self.spec.tasks:
+            self._env_for(task)
         self._env = self._env_for(self._first_task)
         import mujoco
 

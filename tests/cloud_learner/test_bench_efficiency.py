@@ -151,3 +151,51 @@ def test_system_schedule_weights_each_robot_by_its_steps() -> None:
     assert sched["labels_per_episode"] == 25.0 and sched["intervention_rate"] == 0.25
     assert sched["version_lag_mean"] == 0.75 and sched["stale_step_fraction"] == 0.375
     assert sched["apply_delay_mean_s"] == 0.5 and sched["robot_steps"] == 400
+
+
+def test_scaling_reports_medians_of_interleaved_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--scaling --repeats: runs interleave by count; a count's time is the median of its runs
+    with an unreached run as infinitely slow; efficiency = (T1 / TN) / N."""
+    import cloud_learner.bench_efficiency as be
+
+    times = {1: [200.0, 240.0, None], 8: [30.0, None, None]}
+    order: list[int] = []
+
+    def fake_run_system(tasks: object, robots: int, minutes: float, **kw: object) -> dict:
+        t = times[robots][sum(1 for n in order if n == robots)]
+        order.append(robots)
+        hist = [{"wall_s": 0.0, "success_mean": 0.3}]
+        if t is not None:
+            hist.append({"wall_s": t, "success_mean": 0.95})
+        return {
+            "robots": robots,
+            "history": hist,
+            "wall_s_to_target": t,
+            "env_steps_to_target": None if t is None else int(t * 20 * robots),
+            "env_steps_per_s_per_robot": 19.0,
+        }
+
+    monkeypatch.setattr(be, "run_system", fake_run_system)
+    args = be.build_parser().parse_args(
+        ["--scaling", "--robots-list", "1,8", "--repeats", "3", "--out", str(tmp_path)]
+    )
+    summary = be.scaling(args, tmp_path)
+    assert order == [1, 8, 1, 8, 1, 8]
+    rows = {r["robots"]: r for r in summary["rows"]}
+    assert rows[1]["wall_s_to_target"] == 240.0  # median of 200, 240, inf
+    assert rows[1]["wall_s_each"] == "200.0 / 240.0 / -"
+    assert rows[8]["wall_s_to_target"] is None  # two of three never reached it
+    assert rows[8]["efficiency"] is None and summary["efficiency_at_max_robots"] is None
+    assert len((tmp_path / "scaling_runs.jsonl").read_text().splitlines()) == 6
+    assert (tmp_path / "scaling.png").stat().st_size > 0
+
+    times[8] = [30.0, 40.0, None]
+    order.clear()
+    (tmp_path / "scaling_runs.jsonl").unlink()
+    summary = be.scaling(args, tmp_path)
+    rows = {r["robots"]: r for r in summary["rows"]}
+    assert rows[8]["wall_s_to_target"] == 40.0
+    assert rows[8]["speedup"] == 6.0 and rows[8]["efficiency"] == 0.75
+    assert summary["efficiency_at_max_robots"] == 0.75
