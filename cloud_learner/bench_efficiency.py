@@ -186,6 +186,10 @@ def run_system(
         "acked_lost": result.get("acked_lost"),
         "minutes": run_minutes,
         "env_steps_per_s_per_robot": round(env_steps / max(run_minutes * 60, 1e-9) / robots, 2),
+        # Up to the target only: after it the run waits for that evaluation and stops.
+        "env_steps_per_s_per_robot_to_target": None
+        if hit is None or hit["wall_s"] <= 0
+        else round(hit["env_steps"] / hit["wall_s"] / robots, 2),
         "learner_updates_per_s": progress.get("learner_updates_per_s"),
         "publish": {"every_updates": publish_every_updates, "every_seconds": publish_every_seconds},
         "weight_apply_at": weight_apply_at or settings.edge.weight_apply_at,
@@ -371,8 +375,8 @@ def scaling(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                     for r in mine
                 ),
                 "env_steps_to_target": _median_or_none([r["env_steps_to_target"] for r in mine]),
-                "env_steps_per_s_per_robot": statistics.median(
-                    r["env_steps_per_s_per_robot"] for r in mine
+                "env_steps_per_s_per_robot_to_target": _median_or_none(
+                    [r.get("env_steps_per_s_per_robot_to_target") for r in mine]
                 ),
                 "speedup": speedup,
                 "efficiency": None if speedup is None else round(speedup / n, 3),

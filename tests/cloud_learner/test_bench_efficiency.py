@@ -174,7 +174,7 @@ def test_scaling_reports_medians_of_interleaved_runs(
             "history": hist,
             "wall_s_to_target": t,
             "env_steps_to_target": None if t is None else int(t * 20 * robots),
-            "env_steps_per_s_per_robot": 19.0,
+            "env_steps_per_s_per_robot_to_target": None if t is None else 20.0,
         }
 
     monkeypatch.setattr(be, "run_system", fake_run_system)
@@ -186,6 +186,10 @@ def test_scaling_reports_medians_of_interleaved_runs(
     rows = {r["robots"]: r for r in summary["rows"]}
     assert rows[1]["wall_s_to_target"] == 240.0  # median of 200, 240, inf
     assert rows[1]["wall_s_each"] == "200.0 / 240.0 / -"
+    assert (
+        rows[1]["env_steps_to_target"] == 4800
+        and rows[1]["env_steps_per_s_per_robot_to_target"] == 20.0
+    )
     assert rows[8]["wall_s_to_target"] is None  # two of three never reached it
     assert rows[8]["efficiency"] is None and summary["efficiency_at_max_robots"] is None
     assert len((tmp_path / "scaling_runs.jsonl").read_text().splitlines()) == 6
