@@ -23,7 +23,8 @@ Reports env steps to reach the target for (a) and (b) and labels for (b) and (c)
 ``steps_ratio_vs_sync`` = system / sync (target <= 1.5), ``labels_ratio_vs_bc`` = system / bc
 (target <= 0.5). Whatever does not reach the target within its cap is reported as null with
 the best success it reached. ``--scaling`` instead times the system to the target with 1, 2,
-4, 8 robots (``--robots-list``) and writes a PNG plot; efficiency = speed-up / robots.
+4, 8 robots (``--robots-list``), ``--repeats`` interleaved runs of each, and reports each
+count's median time and a PNG plot; efficiency = speed-up / robots.
 
 The last stdout line is one JSON object.
 """

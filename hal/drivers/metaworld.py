@@ -175,9 +175,10 @@ class MetaWorldDriver(RobotDriver):
                     f"robot {self.name}: cameras need MuJoCo rendering but neither EGL nor "
                     "OSMesa is installed (set MUJOCO_GL or drop cameras)"
                 )
-        # Every task's scene is built now, not at the first reset into it: building one
-        # (MT1's goal list plus the MuJoCo model) costs ~0.3 s of CPU, which inside a run would
-        # stall the robot's first episode of each task; a real cell is set up before its run.
+        # Every task's scene is built now, not at the first reset into it: MT1's goal list plus
+        # the MuJoCo model (2.8 s of CPU for the demo's four tasks on an idle core, Meta-World's
+        # import included) would otherwise stall the robot's first episode of each task inside
+        # a run; a real cell is set up before its run.
         for task in self.spec.tasks:
             self._env_for(task)
         self._env = self._env_for(self._first_task)
