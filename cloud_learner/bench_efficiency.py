@@ -359,12 +359,13 @@ def scaling(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
             out_dir.mkdir(parents=True, exist_ok=True)
             with open(out_dir / "scaling_runs.jsonl", "a") as f:  # kept if a later run fails
                 f.write(json.dumps(r, default=str) + "\n")
-    counts = sorted(set(args.robots_list))
-    medians = {n: _median_time([r for r in runs if r["robots"] == n]) for n in counts}
+    by_count = {n: [r for r in runs if r["robots"] == n] for n in sorted(set(args.robots_list))}
+    medians = {
+        n: _median_or_none([r["wall_s_to_target"] for r in rs]) for n, rs in by_count.items()
+    }
     t1 = medians.get(1)
     table = []
-    for n in counts:
-        mine = [r for r in runs if r["robots"] == n]
+    for n, mine in by_count.items():
         speedup = _ratio(t1, medians[n])
         table.append(
             {
@@ -402,10 +403,6 @@ def _median_or_none(values: Sequence[float | None]) -> float | None:
         return None
     m = statistics.median(math.inf if v is None else float(v) for v in values)
     return None if math.isinf(m) else round(m, 1)
-
-
-def _median_time(runs: Sequence[dict[str, Any]]) -> float | None:
-    return _median_or_none([r["wall_s_to_target"] for r in runs])
 
 
 def _plot_scaling(
