@@ -53,8 +53,10 @@ lint: venv
 typecheck: venv
 	"$(VENV)/bin/mypy" robofleet buffer comms hal edge_agent cloud_learner dashboard deploy
 
+# The postgres-marked tests run against a throwaway loopback server (tools/with-postgres starts
+# it, installing PostgreSQL when missing; a ROBOFLEET_TEST_PG_URL already set is used instead).
 unit: venv
-	"$(VENV)/bin/python" -m pytest --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	tools/with-postgres "$(VENV)/bin/python" -m pytest --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

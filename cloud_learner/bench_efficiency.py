@@ -203,7 +203,7 @@ def _robot_stats(store: Any) -> dict[str, dict[str, Any]]:
     came from the idle simulated host (no agent running: no ``steps``) are left out."""
     from sqlalchemy import select
 
-    from robofleet.db.models import Robot
+    from robofleet.store.models import Robot
 
     with store.session() as s:
         return {

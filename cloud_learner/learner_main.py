@@ -82,8 +82,8 @@ def make_evaluate(settings: LearnerSettings, policy: Any) -> Any:
 
 def metadata_hook(database_url: str, run_id: str) -> Any:
     """Records published versions and checkpoints in the metadata store (for the dashboard)."""
-    from robofleet.db.models import Checkpoint, PolicyVersion
-    from robofleet.db.store import MetadataStore
+    from robofleet.store.models import Checkpoint, PolicyVersion
+    from robofleet.store.store import MetadataStore
 
     store = MetadataStore(database_url)
 

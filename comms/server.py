@@ -27,7 +27,7 @@ from comms.publisher import WeightPublisher
 from comms.ratelimit import AsyncByteRate
 from comms.services import ActHandler, ServerState, add_servicers, control_command, server_options
 from comms.sink import SinkResolver, StepSink
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from comms.ratelimit import AsyncByteRate
 from comms.registry import record_heartbeat
 from comms.sink import Backpressure, SinkRejected, SinkResolver, StepSink
 from comms.weight_codec import EncodedVersion
-from robofleet.db.store import EnrollmentError, MetadataStore
+from robofleet.store.store import EnrollmentError, MetadataStore
 
 log = logging.getLogger(__name__)
 

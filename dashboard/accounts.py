@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from dashboard.security import DUMMY_HASH, hash_password, new_token, verify_password
-from robofleet.db.auth_models import ApiToken, Role, TokenKind, User
-from robofleet.db.models import utcnow
-from robofleet.db.store import MetadataStore, hash_secret
+from robofleet.store.accounts import ApiToken, Role, TokenKind, User
+from robofleet.store.models import utcnow
+from robofleet.store.store import MetadataStore, hash_secret
 
 BOOTSTRAP_USERNAME = "admin"
 MIN_PASSWORD_LENGTH = 10
@@ -40,10 +40,6 @@ class Principal:
     @property
     def actor(self) -> str:
         return f"user:{self.username}"
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def check_password_strength(password: str) -> None:
@@ -130,9 +126,9 @@ def resolve(store: MetadataStore, token: str, kind: TokenKind) -> Principal | No
         tok, user = row
         if tok.revoked_at is not None or user.disabled:
             return None
-        if tok.expires_at is not None and _aware(tok.expires_at) <= now:
+        if tok.expires_at is not None and tok.expires_at <= now:
             return None
-        if tok.last_used_at is None or now - _aware(tok.last_used_at) > _TOUCH_EVERY:
+        if tok.last_used_at is None or now - tok.last_used_at > _TOUCH_EVERY:
             tok.last_used_at = now
         return Principal(user.id, user.username, user.role, kind, tok.id)
 

@@ -23,9 +23,9 @@ from dashboard.login_throttle import LoginThrottle
 from dashboard.prometheus import make_registry
 from dashboard.run_manager import RunManager, StoreRunManager
 from robofleet import __version__
-from robofleet.db.auth_models import Role, TokenKind
-from robofleet.db.store import MetadataStore
 from robofleet.settings import Settings
+from robofleet.store.accounts import Role, TokenKind
+from robofleet.store.store import MetadataStore
 
 HERE = Path(__file__).parent
 # Everything is served from here; the policy forbids any other origin (no CDN, no inline code).

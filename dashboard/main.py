@@ -30,7 +30,7 @@ def main(argv: Sequence[str]) -> int:
 
     from dashboard.accounts import ensure_bootstrap_admin
     from dashboard.app import create_app
-    from robofleet.db.store import MetadataStore, upgrade
+    from robofleet.store.store import MetadataStore, upgrade
 
     upgrade(settings.database_url)
     store = MetadataStore(settings.database_url)

@@ -16,9 +16,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import func, select
 
-from robofleet.db.auth_models import Metric
-from robofleet.db.models import Lease, Robot, RobotStatus, Run, RunState
-from robofleet.db.store import MetadataStore
+from robofleet.store.metrics import Metric
+from robofleet.store.models import Lease, Robot, RobotStatus, Run, RunState
+from robofleet.store.store import MetadataStore
 
 # metric name -> (prometheus name, help)
 RUN_GAUGES: dict[str, tuple[str, str]] = {

@@ -16,9 +16,9 @@ from typing import Protocol, runtime_checkable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from robofleet.db.models import Lease, Robot, RobotStatus, Run, RunState, utcnow
-from robofleet.db.store import MetadataStore
 from robofleet.runspec import RunSpec
+from robofleet.store.models import Lease, Robot, RobotStatus, Run, RunState, utcnow
+from robofleet.store.store import MetadataStore
 
 
 class RunNotFound(LookupError):

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from robofleet.db.auth_models import Role
-from robofleet.db.models import RobotStatus, RunState
+from robofleet.store.accounts import Role
+from robofleet.store.models import RobotStatus, RunState
 
 
 class Message(BaseModel):

@@ -31,7 +31,7 @@ def main(argv: Sequence[str]) -> int:
     from hal.discovery import probe
     from hal.fleet import list_robots, report_robots
     from hal.resources import node_resources, ray_start_command, shell_line
-    from robofleet.db.store import MetadataStore, upgrade
+    from robofleet.store.store import MetadataStore, upgrade
     from robofleet.settings import load_settings
 
     args = _parser().parse_args(list(argv))

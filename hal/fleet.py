@@ -1,6 +1,6 @@
 """The fleet in the metadata store: robots reported by node probes, heartbeats, offline marking.
 
-Status rules (``robofleet.db.models.RobotStatus``), each change an audit event
+Status rules (``robofleet.store.models.RobotStatus``), each change an audit event
 ``robot.status`` with ``{"from", "to", "reason"}``:
 
 - a heartbeat from an e-stopped robot -> ``estopped``; from a faulty one -> ``unhealthy``;
@@ -14,15 +14,15 @@ Status rules (``robofleet.db.models.RobotStatus``), each change an audit event
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hal.spec import validate_name
-from robofleet.db.models import Lease, Robot, RobotStatus, utcnow
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Lease, Robot, RobotStatus, utcnow
+from robofleet.store.store import MetadataStore
 
 _LIVE = {RobotStatus.IDLE, RobotStatus.LEASED, RobotStatus.UNHEALTHY, RobotStatus.ESTOPPED}
 
@@ -38,10 +38,6 @@ class RobotReport:
     options: dict[str, Any] = field(default_factory=dict)
     tags: dict[str, Any] = field(default_factory=dict)
     source: str = "config"  # config | serial | dds
-
-
-def _aware(ts: datetime | None) -> datetime | None:
-    return ts if ts is None or ts.tzinfo is not None else ts.replace(tzinfo=UTC)
 
 
 def _set_status(
@@ -152,7 +148,7 @@ def mark_offline(
     marked: list[str] = []
     with store.session() as s:
         for robot in s.scalars(select(Robot).where(Robot.status.in_(_LIVE))):
-            last = _aware(robot.last_heartbeat_at)
+            last = robot.last_heartbeat_at
             if last is None or last < cutoff:
                 _set_status(
                     store, s, robot, RobotStatus.OFFLINE, f"no heartbeat for {offline_after_s}s"

@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import select
 
 from hal.resources import robot_resource, type_resource
-from robofleet.db.models import Robot, RobotStatus
-from robofleet.db.store import LeaseConflict, MetadataStore
+from robofleet.store.models import Robot, RobotStatus
+from robofleet.store.store import LeaseConflict, MetadataStore
 
 # Ray's automatic per-node resource has capacity 1; a tiny share pins without excluding others.
 _NODE_SHARE = 0.001

@@ -85,7 +85,7 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from robofleet.db.store import current_revision, upgrade
+    from robofleet.store.store import current_revision, upgrade
 
     settings = _settings(args)
     url = settings.database_url
@@ -97,7 +97,7 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_current(args: argparse.Namespace) -> int:
-    from robofleet.db.store import current_revision
+    from robofleet.store.store import current_revision
 
     print(current_revision(_settings(args).database_url) or "(empty)")
     return 0

@@ -18,7 +18,7 @@ def main(argv: Sequence[str] = ()) -> int:
     p.add_argument("run_id")
     args = p.parse_args(list(argv))
     from dashboard.run_manager import RunNotFound, RunStateError
-    from robofleet.db.store import MetadataStore, upgrade
+    from robofleet.store.store import MetadataStore, upgrade
     from robofleet.orchestration.manager import request
     from robofleet.orchestration.service import cloud_running
     from robofleet.settings import load_settings

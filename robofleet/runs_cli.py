@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
     from dashboard.run_manager import RunNotFound, RunStateError
-    from robofleet.db.models import Run
-    from robofleet.db.store import MetadataStore, upgrade
+    from robofleet.store.models import Run
+    from robofleet.store.store import MetadataStore, upgrade
     from robofleet.orchestration.manager import request, submit_run
     from robofleet.orchestration.run import set_state
     from robofleet.orchestration.service import cloud_running
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] = ()) -> int:
             print(f"pausing {args.run_id} (robots hold still and stay leased to it)")
             return 0
         if cloud_running(settings.data_dir) is None:
-            from robofleet.db.models import RunState
+            from robofleet.store.models import RunState
 
             store.release_leases(args.run_id, actor="cli")
             set_state(store, args.run_id, RunState.STOPPED, "stopped with no cloud running")

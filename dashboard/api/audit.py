@@ -10,7 +10,7 @@ from sqlalchemy import select
 from dashboard.api.common import AUTH_ERRORS, all_rows
 from dashboard.deps import Viewer
 from dashboard.schemas import EventOut
-from robofleet.db.models import Event
+from robofleet.store.models import Event
 
 router = APIRouter(tags=["audit"])
 

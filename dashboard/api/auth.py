@@ -31,8 +31,8 @@ from dashboard.schemas import (
     UserUpdate,
 )
 from dashboard.security import csrf_token, hash_password
-from robofleet.db.auth_models import ApiToken, Role, TokenKind, User
-from robofleet.db.models import utcnow
+from robofleet.store.accounts import ApiToken, Role, TokenKind, User
+from robofleet.store.models import utcnow
 
 router = APIRouter(tags=["auth"])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -21,18 +21,14 @@ from dashboard.schemas import (
     SiteCreate,
     SiteOut,
 )
-from robofleet.db.models import EnrollmentToken, Lease, Robot, RobotStatus, Site, utcnow
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import EnrollmentToken, Lease, Robot, RobotStatus, Site, utcnow
+from robofleet.store.store import MetadataStore
 
 router = APIRouter(tags=["fleet"])
 
 
-def _aware(ts: datetime | None) -> datetime | None:
-    return None if ts is None else (ts if ts.tzinfo else ts.replace(tzinfo=UTC))
-
-
 def _robot_out(robot: Robot, lease_run: str | None, now: datetime) -> RobotOut:
-    hb = _aware(robot.last_heartbeat_at)
+    hb = robot.last_heartbeat_at
     p99 = robot.stats.get("control_loop_p99_ms") if isinstance(robot.stats, dict) else None
     return RobotOut(
         id=robot.id,

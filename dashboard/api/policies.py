@@ -15,7 +15,7 @@ from starlette.background import BackgroundTask
 from dashboard.api.common import AUTH_ERRORS, NOT_FOUND, all_rows, get_or_404
 from dashboard.deps import Operator, Viewer, store_of
 from dashboard.schemas import CheckpointOut, PolicyVersionOut
-from robofleet.db.models import Checkpoint, PolicyVersion
+from robofleet.store.models import Checkpoint, PolicyVersion
 
 router = APIRouter(tags=["policies"])
 RunFilter = Annotated[str | None, Query(max_length=64, description="only this run's")]

@@ -22,12 +22,12 @@ from dashboard.api.common import (
     not_found,
 )
 from dashboard.deps import Operator, Viewer, store_of
-from dashboard.metrics_feed import metrics_after
 from dashboard.run_manager import RunManager, RunNotFound, RunStateError
 from dashboard.schemas import MetricPoint, RunCreated, RunDetail, RunOut
-from robofleet.db.models import Lease, Robot, Run, RunState
-from robofleet.db.store import MetadataStore
 from robofleet.runspec import RunSpec, RunSpecError
+from robofleet.store.metrics import metrics_after
+from robofleet.store.models import Lease, Robot, Run, RunState
+from robofleet.store.store import MetadataStore
 
 router = APIRouter(tags=["runs"])
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from robofleet.db.models import Robot, RobotStatus
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Robot, RobotStatus
+from robofleet.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

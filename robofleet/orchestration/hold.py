@@ -17,8 +17,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from robofleet.db.models import Robot
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Robot
+from robofleet.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

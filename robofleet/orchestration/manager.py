@@ -21,8 +21,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from dashboard.run_manager import RunNotFound, RunStateError, new_run_id
-from robofleet.db.models import Robot, RobotStatus, Run, RunState
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Robot, RobotStatus, Run, RunState
+from robofleet.store.store import MetadataStore
 from robofleet.orchestration.params import RunParams
 from robofleet.orchestration.run import ACTIVE_STATES, CloudContext, RunDriver, set_state
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from robofleet.db.models import Robot, Run, RunState, utcnow
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Robot, Run, RunState, utcnow
+from robofleet.store.store import MetadataStore
 from robofleet.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
 from robofleet.orchestration.hold import RobotHold
 from robofleet.orchestration.params import RunParams
@@ -685,7 +685,7 @@ class RunDriver:
         with open(self.run_dir / "evals.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         self.progress.update(success=success, success_mean=mean, eval_version=version)
-        from dashboard.metrics_feed import insert_metrics
+        from robofleet.store.metrics import insert_metrics
 
         insert_metrics(
             self.ctx.store,
@@ -706,7 +706,7 @@ class RunDriver:
         return total - self._demo_rows, interventions - self._demo_rows
 
     def _record_progress(self) -> None:
-        from dashboard.metrics_feed import insert_metrics
+        from robofleet.store.metrics import insert_metrics
 
         steps, interventions = self._counts()
         now, elapsed = time.monotonic(), self._elapsed()

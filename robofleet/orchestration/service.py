@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.store import MetadataStore, upgrade
 from robofleet.orchestration.manager import RunManager
 from robofleet.orchestration.run import CloudContext
 from robofleet.orchestration.simfleet import SIM_TAG, SimFleetHost, enroll_sim_robots
@@ -84,7 +84,7 @@ class CloudService:
         from sqlalchemy import select
 
         from comms.server import CloudServer
-        from robofleet.db.models import Robot
+        from robofleet.store.models import Robot
 
         s = self.settings
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,8 @@ from comms.config import CommsSettings
 from edge_agent.build import AgentOptions
 from edge_agent.config import EdgeSettings
 from edge_agent.ray_actor import EdgeAgentWorker
-from robofleet.db.models import Robot
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Robot
+from robofleet.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

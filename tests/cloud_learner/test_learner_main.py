@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from cloud_learner.learner_main import EXIT_REFUSED, main
 from cloud_learner.metrics import read_metrics
-from robofleet.db.models import Checkpoint, Event, PolicyVersion, Run
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.models import Checkpoint, Event, PolicyVersion, Run
+from robofleet.store.store import MetadataStore, upgrade
 from tests.cloud_learner.helpers import columns
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from comms.server import CloudServer
 from comms.sink import MemorySink
-from robofleet.db.models import Run
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.models import Run
+from robofleet.store.store import MetadataStore, upgrade
 from tests.comms.helpers import RUN, Cloud, fast_settings
 
 

@@ -15,7 +15,7 @@ from comms.client import EdgeClient, enroll, make_channel
 from comms.config import CommsSettings
 from comms.server import CloudServer
 from comms.sink import MemorySink
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 
 RUN = "run-1"
 

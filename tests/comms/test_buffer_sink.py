@@ -14,7 +14,7 @@ from comms.buffer_sink import BufferSink
 from comms.client import EdgeClient, make_channel
 from comms.server import CloudServer
 from comms.uploader import MemorySpool, Uploader
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 from tests.comms.helpers import RUN, enroll_robot, fast_settings
 
 SCHEMA = StepSchema.from_features(

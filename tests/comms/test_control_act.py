@@ -14,7 +14,7 @@ from comms.client import ControlListener, EdgeClient, make_channel
 from comms.proto import robofleet_pb2 as pb
 from comms.server import CloudServer
 from comms.sink import MemorySink
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, rpc_code
 
 

@@ -24,7 +24,7 @@ from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from comms.weight_codec import EncodedVersion
 from comms.weight_source import GrpcWeightSource
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, self_signed_cert, steps
 
 

@@ -10,7 +10,7 @@ import pytest
 from comms.client import EdgeClient, make_channel
 from comms.server import CloudServer
 from comms.sink import MemorySink
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 from tests.comms.helpers import enroll_robot, fast_settings, rpc_code, self_signed_cert
 
 

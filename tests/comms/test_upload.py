@@ -16,7 +16,7 @@ import pytest
 from comms.server import CloudServer
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, rpc_code, steps
 
 

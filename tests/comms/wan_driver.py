@@ -31,8 +31,8 @@ def _cloud(host: str, db_url: str, n: int, version_floats: int) -> None:
     from comms.config import CommsSettings
     from comms.server import CloudServer
     from comms.sink import MemorySink
-    from robofleet.db.models import Run
-    from robofleet.db.store import MetadataStore, upgrade
+    from robofleet.store.models import Run
+    from robofleet.store.store import MetadataStore, upgrade
 
     upgrade(db_url)
     store = MetadataStore(db_url)

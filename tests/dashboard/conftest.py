@@ -19,8 +19,8 @@ from dashboard.accounts import create_user
 from dashboard.app import create_app
 from dashboard.config import DashboardSettings
 from dashboard.deps import CSRF_HEADER
-from robofleet.db.auth_models import Role
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.accounts import Role
+from robofleet.store.store import MetadataStore, upgrade
 from robofleet.settings import Settings
 
 PASSWORD = "correct horse battery"

@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from robofleet.db.models import Robot, RobotStatus
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Robot, RobotStatus
+from robofleet.store.store import MetadataStore
 
 VALID_SPEC: dict[str, Any] = {
     "name": "sawyer-dagger",

@@ -16,10 +16,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
-import robofleet.db.auth_models  # noqa: F401  (registers the 0003 tables on Base.metadata)
+import robofleet.store.store  # noqa: F401  (registers every table on Base.metadata)
 from dashboard.app import CSP
-from robofleet.db.models import Base
-from robofleet.db.store import alembic_config, current_revision, make_engine, upgrade
+from robofleet.store.models import Base
+from robofleet.store.store import alembic_config, current_revision, make_engine, upgrade
 
 REPO = Path(__file__).resolve().parents[2]
 

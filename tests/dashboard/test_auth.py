@@ -8,9 +8,9 @@ from sqlalchemy import select
 
 from dashboard.accounts import ensure_bootstrap_admin
 from dashboard.security import hash_password, verify_password
-from robofleet.db.auth_models import ApiToken, Role, User
-from robofleet.db.models import Event
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.accounts import ApiToken, Role, User
+from robofleet.store.models import Event
+from robofleet.store.store import MetadataStore, upgrade
 from tests.dashboard.conftest import PASSWORD, login
 
 

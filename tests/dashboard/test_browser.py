@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dashboard.metrics_feed import insert_metrics
-from robofleet.db.models import Event, Robot, RobotStatus, Run, RunState, utcnow
+from robofleet.store.metrics import insert_metrics
+from robofleet.store.models import Event, Robot, RobotStatus, Run, RunState, utcnow
 from tests.dashboard.conftest import PASSWORD, LiveServer
 
 CHROMIUM = "/usr/bin/chromium"

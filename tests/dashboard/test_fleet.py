@@ -7,9 +7,9 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from robofleet.db.auth_models import Role
-from robofleet.db.models import Event, Robot, RobotStatus, Run, utcnow
-from robofleet.db.store import MetadataStore
+from robofleet.store.accounts import Role
+from robofleet.store.models import Event, Robot, RobotStatus, Run, utcnow
+from robofleet.store.store import MetadataStore
 from tests.dashboard.helpers import add_robot
 
 Client = Callable[[Role], TestClient]

@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from dashboard.app import create_app
-from robofleet.db.auth_models import Role
-from robofleet.db.models import Event, Run
-from robofleet.db.store import MetadataStore
+from robofleet.store.accounts import Role
+from robofleet.store.models import Event, Run
+from robofleet.store.store import MetadataStore
 from robofleet.orchestration.manager import RunManager
 from robofleet.orchestration.params import RunParams
 from robofleet.orchestration.run import CloudContext

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import httpx
 from fastapi.testclient import TestClient
 
-from dashboard.metrics_feed import insert_metrics
-from robofleet.db.auth_models import Role
-from robofleet.db.models import Robot, Run, RunState, utcnow
-from robofleet.db.store import MetadataStore
+from robofleet.store.metrics import insert_metrics
+from robofleet.store.accounts import Role
+from robofleet.store.models import Robot, Run, RunState, utcnow
+from robofleet.store.store import MetadataStore
 from tests.dashboard.conftest import PASSWORD, LiveServer
 from tests.dashboard.helpers import add_robot
 

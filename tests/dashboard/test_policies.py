@@ -10,9 +10,9 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from robofleet.db.auth_models import Role
-from robofleet.db.models import Checkpoint, Event, PolicyVersion, Run
-from robofleet.db.store import MetadataStore
+from robofleet.store.accounts import Role
+from robofleet.store.models import Checkpoint, Event, PolicyVersion, Run
+from robofleet.store.store import MetadataStore
 from robofleet.settings import Settings
 
 Client = Callable[[Role], TestClient]

@@ -13,9 +13,9 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from dashboard.deps import CSRF_HEADER
-from robofleet.db.auth_models import Role
-from robofleet.db.models import Event
-from robofleet.db.store import MetadataStore
+from robofleet.store.accounts import Role
+from robofleet.store.models import Event
+from robofleet.store.store import MetadataStore
 from tests.dashboard.conftest import login
 from tests.dashboard.helpers import count
 

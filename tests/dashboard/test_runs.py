@@ -9,9 +9,9 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from robofleet.db.auth_models import Role
-from robofleet.db.models import Event, Lease, Robot, RobotStatus, Run
-from robofleet.db.store import MetadataStore
+from robofleet.store.accounts import Role
+from robofleet.store.models import Event, Lease, Robot, RobotStatus, Run
+from robofleet.store.store import MetadataStore
 from tests.dashboard.helpers import VALID_SPEC, add_robot, count
 from tests.dashboard.test_route_guard import routes
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 from buffer.replay_buffer import ReplayBuffer
 from buffer.schema import StepSchema
 from comms.server import CloudServer
-from robofleet.db.store import MetadataStore
+from robofleet.store.store import MetadataStore
 
 
 def metaworld_schema() -> StepSchema:

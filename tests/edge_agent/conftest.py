@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from robofleet.db.models import Run
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.models import Run
+from robofleet.store.store import MetadataStore, upgrade
 
 RUN = "run-1"
 

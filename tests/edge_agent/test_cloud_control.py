@@ -22,7 +22,7 @@ from comms.server import CloudServer
 from edge_agent.build import AgentOptions, build_agent
 from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
-from robofleet.db.models import Event, Robot, RobotStatus
+from robofleet.store.models import Event, Robot, RobotStatus
 from tests.comms.helpers import fast_settings
 from tests.edge_agent.cloud_proc import BufferSink, metaworld_schema
 from tests.edge_agent.conftest import RUN

@@ -16,7 +16,7 @@ from comms.server import CloudServer
 from comms.sink import MemorySink
 from edge_agent.build import AgentOptions, build_agent
 from edge_agent.config import EdgeSettings
-from robofleet.db.models import Robot
+from robofleet.store.models import Robot
 from tests.comms.helpers import fast_settings
 from tests.edge_agent.conftest import RUN
 

@@ -8,8 +8,8 @@ import ray
 
 from hal.fleet import RobotReport, heartbeat, report_robots
 from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest
-from robofleet.db.models import Run
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.models import Run
+from robofleet.store.store import MetadataStore, upgrade
 
 
 @ray.remote(num_cpus=0.1)

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import select
 
 from hal.fleet import RobotReport, heartbeat, list_robots, mark_offline, report_robots, set_status
-from robofleet.db.models import Event, Robot, RobotStatus, Run, utcnow
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.models import Event, Robot, RobotStatus, Run, utcnow
+from robofleet.store.store import MetadataStore, upgrade
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import ray
 from hal.fleet import RobotReport, heartbeat, mark_offline, report_robots, set_status
 from hal.resources import node_resources
 from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest, SchedulingError
-from robofleet.db.models import RobotStatus, Run, utcnow
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.models import RobotStatus, Run, utcnow
+from robofleet.store.store import MetadataStore, upgrade
 
 ROBOTS = [f"sawyer-{i}" for i in range(4)]
 TYPE = "metaworld-sawyer"

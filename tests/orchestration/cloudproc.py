@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 from sqlalchemy import select
 
-from robofleet.db.models import Event, Lease, Run, RunState
-from robofleet.db.store import MetadataStore
+from robofleet.store.models import Event, Lease, Run, RunState
+from robofleet.store.store import MetadataStore
 
 ROBOFLEET = [sys.executable, "-m", "robofleet.cli"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from buffer import ReplayBuffer
 from cloud_learner.metrics import read_metrics
-from robofleet.db.models import RunState
+from robofleet.store.models import RunState
 from tests.orchestration.cloudproc import (
     FAST,
     Cloud,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from robofleet.db.models import RunState
+from robofleet.store.models import RunState
 from robofleet.orchestration.accounting import acked_total
 from tests.orchestration.cloudproc import (
     Cloud,

@@ -15,8 +15,8 @@ import pytest
 from comms.client import ControlListener, EdgeClient, enroll, make_channel
 from comms.proto import robofleet_pb2 as pb
 from comms.server import CloudServer
-from robofleet.db.models import Robot, RobotStatus
-from robofleet.db.store import MetadataStore, upgrade
+from robofleet.store.models import Robot, RobotStatus
+from robofleet.store.store import MetadataStore, upgrade
 from robofleet.orchestration.estop import EstopSync
 from tests.comms.helpers import fast_settings
 
@@ -117,7 +117,7 @@ def test_dashboard_estop_in_the_cloud_process_reaches_the_robot_at_once(
 ) -> None:
     from dashboard.accounts import create_user
     from dashboard.app import create_app
-    from robofleet.db.auth_models import Role
+    from robofleet.store.accounts import Role
     from tests.dashboard.conftest import PASSWORD, login, make_settings
 
     create_user(store, "op", PASSWORD, Role.OPERATOR, actor="test")

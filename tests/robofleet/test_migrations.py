@@ -4,8 +4,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from robofleet.db.models import Base
-from robofleet.db.store import current_revision, make_engine, upgrade
+from robofleet.store.models import Base
+from robofleet.store.store import current_revision, make_engine, upgrade
 
 
 def test_models_match_migrations(db_url: str) -> None:

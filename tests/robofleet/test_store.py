@@ -4,8 +4,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from robofleet.db.models import Event, Robot, RobotStatus, Run
-from robofleet.db.store import (
+from robofleet.store.models import Event, Robot, RobotStatus, Run
+from robofleet.store.store import (
     EnrollmentError,
     LeaseConflict,
     MetadataStore,

@@ -10,7 +10,7 @@ import hashlib
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from robofleet.db.models import (
+# Every table module, so Base.metadata (and Alembic's comparison) holds the whole schema.
+from robofleet.store import accounts as _accounts  # noqa: F401
+from robofleet.store import metrics as _metrics  # noqa: F401
+from robofleet.store.models import (
     EnrollmentToken,
     Event,
     Lease,
@@ -201,7 +204,7 @@ class MetadataStore:
                 raise EnrollmentError("unknown enrollment token")
             if tok.used_at is not None:
                 raise EnrollmentError("enrollment token already used")
-            if _aware(tok.expires_at) <= now:
+            if tok.expires_at <= now:
                 raise EnrollmentError("enrollment token expired")
             name = tok.robot_name or robot_name
             robot = Robot(
@@ -295,8 +298,3 @@ class MetadataStore:
     def get_run(self, run_id: str) -> Run | None:
         with self.session() as s:
             return s.get(Run, run_id)
-
-
-def _aware(ts: datetime) -> datetime:
-    """SQLite returns naive datetimes; everything stored is UTC."""
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)

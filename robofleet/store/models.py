@@ -2,46 +2,28 @@
 
 Tables: sites, robots, enrollment tokens, runs, leases, policy versions, checkpoints and events
 (an append-only audit log). Timestamps are timezone-aware UTC. The schema is owned by the
-Alembic migrations in ``robofleet/db/migrations``; a test checks that they agree with these models.
+Alembic migrations in ``robofleet/store/migrations``; a test checks that they agree with these models.
 """
 
 from __future__ import annotations
 
 import enum
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
-    DateTime,
     Enum,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-NAMING = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING)
-    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime(timezone=True)}
+from robofleet.store.base import Base, utcnow
 
 
 class RobotStatus(enum.StrEnum):
@@ -208,8 +190,3 @@ class Event(Base):
     run_id: Mapped[str | None] = mapped_column(String(64), index=True)
     robot_id: Mapped[int | None] = mapped_column(Integer)
     data: Mapped[dict[str, Any]] = mapped_column(default=dict)
-
-
-# Tables of migration 0003 (people, API tokens, metrics) live beside these; import them so
-# Base.metadata (and Alembic's comparison) sees every table.
-from robofleet.db import auth_models as _auth_models  # noqa: E402,F401

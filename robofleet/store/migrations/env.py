@@ -1,9 +1,9 @@
-"""Alembic environment: runs migrations on the URL set by robofleet.db.store.alembic_config."""
+"""Alembic environment: runs migrations on the URL set by robofleet.store.store.alembic_config."""
 
 from alembic import context
 
-from robofleet.db.models import Base
-from robofleet.db.store import make_engine
+from robofleet.store.base import Base
+from robofleet.store.store import make_engine
 
 config = context.config
 target_metadata = Base.metadata
