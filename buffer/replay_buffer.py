@@ -51,11 +51,11 @@ from buffer.wal import (
     FILE_MAGIC,
     StripedWal,
     WalRecord,
-    fsync_dir,
     list_wals,
     record_header,
     scan_wal,
 )
+from robofleet.durable import atomic_write_text, fsync_dir, replace_durably
 
 SCHEMA_FILE = "schema.json"
 
@@ -195,12 +195,7 @@ class ReplayBuffer:
         if not read_only:
             buf._lock_directory()
             if not stored.exists():
-                tmp = stored.with_suffix(".json.tmp")
-                tmp.write_text(schema.to_json())
-                with open(tmp, "rb+") as f:
-                    os.fsync(f.fileno())
-                os.replace(tmp, stored)
-                fsync_dir(directory)
+                atomic_write_text(stored, schema.to_json())
         try:
             buf._recover()
         except BaseException:
@@ -1164,7 +1159,7 @@ def _keep_only(path: Path, recs: list[WalRecord], kept: set[int]) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
+    replace_durably(tmp, path)
 
 
 def _stripe_of(path: Path) -> int:

@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from buffer.errors import CorruptDataError
-from buffer.wal import FILE_HEADER_BYTES, REC_HEADER, REC_MAGIC, check_marker, fsync_dir
+from buffer.wal import FILE_HEADER_BYTES, REC_HEADER, REC_MAGIC, check_marker
+from robofleet.durable import fsync_dir
 
 SEALED_GLOB = "seg-*-*-*.wal"
 

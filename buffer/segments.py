@@ -21,7 +21,7 @@ import pyarrow.ipc as ipc
 
 from buffer.errors import CorruptDataError, UnsupportedFormatError
 from buffer.format import FORMAT_VERSION, SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
-from buffer.wal import fsync_dir
+from robofleet.durable import fsync_file, replace_durably
 
 SEGMENT_GLOB = "seg-*.arrow"
 
@@ -59,13 +59,8 @@ def write_segment(directory: Path, first_row: int, batch: pa.RecordBatch) -> Pat
     with pa.OSFile(str(tmp), "wb") as sink:
         with ipc.new_file(sink, batch.schema) as writer:
             writer.write_batch(batch)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, final)
-    fsync_dir(directory)
+    fsync_file(tmp)
+    replace_durably(tmp, final)
     return final
 
 

@@ -35,6 +35,7 @@ import xxhash
 
 from buffer.errors import UnsupportedFormatError
 from buffer.format import SUPPORTED_FORMAT_VERSIONS, WAL_MARKER_PREFIX, wal_marker
+from robofleet.durable import fsync_dir
 
 FILE_MAGIC = wal_marker()
 # Version 1 WALs have the same record layout; only sealing differs (see buffer.format).
@@ -47,15 +48,6 @@ FILE_HEADER_BYTES = FILE_HEADER.size
 
 def wal_name(first_row: int, stripe: int = 0) -> str:
     return f"wal-{first_row:016d}-{stripe:02d}.log"
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a create/rename/unlink in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -13,5 +13,5 @@ Start with :mod:`cloud_learner.core` (every seam and the loop in one file). Then
   demonstrations.
 """
 
-# No imports here: robofleet.settings imports cloud_learner.config, and every CLI call would
+# No imports here: robofleet.app.settings imports cloud_learner.config, and every CLI call would
 # otherwise pay for importing torch.

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from cloud_learner.fsutil import fsync_dir, fsync_tree
+from robofleet.durable import fsync_dir, fsync_tree
 
 CHECKPOINT_FORMAT = 1
 

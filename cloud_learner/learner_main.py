@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    from robofleet.settings import SettingsError, load_settings
+    from robofleet.app.settings import SettingsError, load_settings
 
     try:
         overrides: dict[str, Any] = {}

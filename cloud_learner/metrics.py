@@ -13,6 +13,8 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
+from robofleet.durable import atomic_write_text
+
 
 class MetricsWriter:
     """Writes ``{name: value}`` at a step to ``<run_dir>/tensorboard`` and ``metrics.jsonl``."""
@@ -54,9 +56,7 @@ def _truncate_after(path: Path, step: int) -> None:
                 kept.append(line)
         except (ValueError, KeyError):
             continue  # a torn last line from the crash
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in kept))
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(f"{line}\n" for line in kept))
 
 
 def read_metrics(run_dir: Path | str, prefix: str = "learner") -> list[dict[str, float]]:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from cloud_learner.fsutil import fsync_dir
+from robofleet.durable import fsync_dir
 
 
 class InMemoryWeightPublisher:

@@ -1,6 +1,6 @@
 """The FastAPI application: REST API under ``/api``, pages, static assets, ``/metrics``.
 
-Build it with :func:`create_app`; ``robofleet dashboard`` (``dashboard.main``) serves it.
+Build it with :func:`create_app`; ``robofleet dashboard`` (``robofleet.app.commands.dashboard``) serves it.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from dashboard import accounts
 from dashboard.accounts import Principal
 from dashboard.api import audit, auth, fleet, policies, runs
 from dashboard.api.common import AUTH_ERRORS
+from dashboard.config import AppSettings
 from dashboard.deps import SESSION_COOKIE, require_viewer
 from dashboard.login_throttle import LoginThrottle
 from dashboard.prometheus import make_registry
-from dashboard.run_manager import RunManager, StoreRunManager
 from robofleet import __version__
-from robofleet.settings import Settings
+from robofleet.contracts import RobotControl, RunManager
 from robofleet.store.accounts import Role, TokenKind
 from robofleet.store.store import MetadataStore
 
@@ -47,21 +47,21 @@ PAGES: dict[str, tuple[str, str, Role]] = {
 
 
 def create_app(
-    settings: Settings,
+    settings: AppSettings,
     store: MetadataStore,
-    run_manager: RunManager | None = None,
-    robot_control: Any = None,
+    run_manager: RunManager,
+    robot_control: RobotControl | None = None,
 ) -> FastAPI:
     """The dashboard app over ``store``.
 
     Args:
         settings: effective settings (``dashboard`` section, ``data_dir``, secret key).
         store: the metadata store, migrated to head (``robofleet db upgrade``).
-        run_manager: launches and controls runs; None records requests in the store only
-            (:class:`dashboard.run_manager.StoreRunManager`).
+        run_manager: launches and controls runs (the cloud's own, or one that records
+            requests for a cloud in another process to act on).
         robot_control: comms' ``CloudServer`` when the dashboard runs in the cloud process:
             an e-stop or clear is pushed to the robot at once. Without it (or when the robot
-            is not connected) the cloud's e-stop sync (``robofleet.orchestration.estop``)
+            is not connected) the cloud's e-stop sync (``robofleet.app.orchestration.estop``)
             delivers it from the store within a second.
     """
     app = FastAPI(
@@ -81,7 +81,7 @@ def create_app(
     app.state.store = store
     app.state.robot_control = robot_control
     app.state.secret = settings.secret()
-    app.state.run_manager = run_manager or StoreRunManager(store, settings.data_dir / "runs")
+    app.state.run_manager = run_manager
     d = settings.dashboard
     app.state.login_throttle = LoginThrottle(
         d.login_max_failures, d.login_max_failures_per_client, d.login_window_s

@@ -1,6 +1,14 @@
-"""Dashboard settings (the ``dashboard:`` section, ``ROBOFLEET_DASHBOARD__*``)."""
+"""Dashboard settings (the ``dashboard:`` section, ``ROBOFLEET_DASHBOARD__*``) and what the
+app reads of the composed settings (:class:`AppSettings`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
 
 from pydantic import BaseModel, Field
+
+from comms.config import CommsSettings
 
 
 class DashboardSettings(BaseModel):
@@ -41,3 +49,20 @@ class DashboardSettings(BaseModel):
             "token, robot_name, robot_type (the latter two are NAME/TYPE when not fixed)."
         ),
     )
+
+
+class AppSettings(Protocol):
+    """What the app reads of robofleet's settings (``robofleet.app.settings.Settings``)."""
+
+    @property
+    def data_dir(self) -> Path: ...
+
+    @property
+    def dashboard(self) -> DashboardSettings: ...
+
+    @property
+    def comms(self) -> CommsSettings: ...
+
+    def secret(self) -> str:
+        """The key that signs sessions and robot credentials."""
+        ...

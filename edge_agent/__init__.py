@@ -9,7 +9,7 @@ Start with :mod:`edge_agent.core` (every seam and the step, in one file). Then:
 * :mod:`edge_agent.policy_build` - the robot's policy, built from each version's policy card.
 * :mod:`edge_agent.spool` / :mod:`edge_agent.uplink` - durable bounded spool owning ``seq``;
   comms' ``Uploader`` streams it.
-* :mod:`edge_agent.build` - one builder for ``robofleet edge`` (:mod:`edge_agent.main`) and the
+* :mod:`edge_agent.build` - one builder for ``robofleet edge`` (:mod:`robofleet.app.commands.edge`) and the
   Ray actor (:mod:`edge_agent.ray_actor`).
 * :mod:`edge_agent.latency_report` - control-loop p50/p99 of N agents on one machine.
 """

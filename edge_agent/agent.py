@@ -36,8 +36,8 @@ from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
 from edge_agent.core import Driver, InterventionSource, Observation, PolicyRunner
 from edge_agent.operators import NoOperator
-from edge_agent.spool import _write_durably
 from edge_agent.uplink import UplinkWorker
+from robofleet.durable import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -522,7 +522,7 @@ class EdgeAgent:
 
     def _save_episode_index(self) -> None:
         data = json.dumps({"next_episode_index": self.next_episode_index}).encode()
-        _write_durably(self._state_file, data)
+        atomic_write_bytes(self._state_file, data)
 
     def _log_episode(self, index: int, task: str, steps: int, label: str | None) -> None:
         line = {"episode_index": index, "task": task, "steps": steps, "label": label}

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from robofleet.durable import append_line
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +145,7 @@ class CloudControl:
             return
         line = {"t": time.time(), "kind": kind, "reason": reason, "seq": seq, "run_id": run_id}
         try:
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            try:
-                os.write(fd, (json.dumps(line) + "\n").encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_line(self.log_path, json.dumps(line))
         except OSError as exc:  # a full disk must not stop an e-stop from taking effect
             log.error("could not log control command %s: %s", kind, exc)
 

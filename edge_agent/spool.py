@@ -27,7 +27,6 @@ comms' :class:`~comms.uploader.Uploader` streams it to the cloud; every method i
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from typing import Literal
 import pyarrow as pa
 
 from comms.uploader import SpoolEntry as WireEntry
+from robofleet.durable import append_line, atomic_write_bytes, atomic_write_json
 
 FullPolicy = Literal["drop_oldest", "drop_newest"]
 _STATE = "state.json"
@@ -55,24 +55,6 @@ class SpoolEntry:
     last: int
     path: Path
     nbytes: int
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durably(path: Path, data: bytes | memoryview) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
 
 
 class Spool:
@@ -142,7 +124,7 @@ class Spool:
             "dropped_steps": self.dropped_steps,
             "dropped_batches": self.dropped_batches,
         }
-        _write_durably(self.directory / _STATE, json.dumps(data).encode())
+        atomic_write_json(self.directory / _STATE, data)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -199,7 +181,7 @@ class Spool:
             if not self._make_room(size, first, last):
                 return None
             path = self.batch_dir / f"{first:020d}-{last:020d}.arrow"
-            _write_durably(path, memoryview(data))
+            atomic_write_bytes(path, data)
             entry = SpoolEntry(first, last, path, size)
             self._entries[first] = entry
             self.next_seq = last + 1
@@ -237,10 +219,7 @@ class Spool:
             "seq_released": seq_released,
             "time": time.time(),
         }
-        with open(self.directory / _DROPPED, "a") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.directory / _DROPPED, json.dumps(line))
 
     def dropped_log(self) -> list[dict[str, object]]:
         """Every drop so far (the lines of ``dropped.jsonl``)."""

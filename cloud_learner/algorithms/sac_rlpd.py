@@ -25,7 +25,7 @@ Per batch (r = reward, d = terminated; truncation is not termination)::
 Starting from a behaviour-cloned actor (:mod:`cloud_learner.warm_start`) with untrained
 critics, the first actor updates follow the critics' noise and the entropy bonus, and the
 clone is lost within tens of updates. Three standard remedies, each off by default here (plain
-SAC/RLPD) and switched on by the run's hyper-parameters (:mod:`robofleet.orchestration.params`):
+SAC/RLPD) and switched on by the run's hyper-parameters (:mod:`robofleet.app.orchestration.params`):
 
   * ``critic_warmup_updates``: the first N updates train the critics only, actor and
     temperature frozen, so the critics evaluate the cloned policy before it follows them

@@ -22,11 +22,12 @@ from dashboard.api.common import (
     not_found,
 )
 from dashboard.deps import Operator, Viewer, store_of
-from dashboard.run_manager import RunManager, RunNotFound, RunStateError
 from dashboard.schemas import MetricPoint, RunCreated, RunDetail, RunOut
+from robofleet.contracts import RunManager
 from robofleet.runspec import RunSpec, RunSpecError
 from robofleet.store.metrics import metrics_after
 from robofleet.store.models import Lease, Robot, Run, RunState
+from robofleet.store.runs import RunNotFound, RunStateError
 from robofleet.store.store import MetadataStore
 
 router = APIRouter(tags=["runs"])

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cloud_learner.hgdagger_sim import SimConfig, run
+from robofleet.app.sim.hgdagger import SimConfig, run
 
 
 @pytest.mark.slow

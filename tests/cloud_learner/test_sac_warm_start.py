@@ -14,7 +14,7 @@ from cloud_learner.algorithms.sac_rlpd import SACRLPD, SACConfig, gaussian_bc_lo
 from cloud_learner.policies import PolicySpec
 from cloud_learner.policies.gaussian import GaussianPolicy
 from cloud_learner.warm_start import bc_update, fit_state_normalization
-from robofleet.orchestration.params import RunParams
+from robofleet.app.orchestration.params import RunParams
 
 D, A, B, HIDDEN = 6, 4, 64, 32
 BC_UPDATES, WARMUP, SAC_UPDATES = 200, 20, 100

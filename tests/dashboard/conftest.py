@@ -19,9 +19,10 @@ from dashboard.accounts import create_user
 from dashboard.app import create_app
 from dashboard.config import DashboardSettings
 from dashboard.deps import CSRF_HEADER
+from robofleet.app.orchestration.manager import QueuedRunManager
+from robofleet.app.settings import Settings
 from robofleet.store.accounts import Role
 from robofleet.store.store import MetadataStore, upgrade
-from robofleet.settings import Settings
 
 PASSWORD = "correct horse battery"
 ROLES = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
@@ -53,7 +54,7 @@ def settings(tmp_path: Path, store: MetadataStore) -> Settings:
 
 @pytest.fixture
 def app(settings: Settings, store: MetadataStore) -> FastAPI:
-    return create_app(settings, store)
+    return create_app(settings, store, QueuedRunManager(store, settings.data_dir))
 
 
 @pytest.fixture
@@ -98,7 +99,8 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     st = MetadataStore(url)
     for role in ROLES:
         create_user(st, role.value, PASSWORD, role, actor="test")
-    app = create_app(make_settings(tmp_path / "data", url), st)
+    settings = make_settings(tmp_path / "data", url)
+    app = create_app(settings, st, QueuedRunManager(st, settings.data_dir))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

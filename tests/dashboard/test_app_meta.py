@@ -81,7 +81,7 @@ def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> Non
 
     def start() -> tuple[subprocess.Popen[str], list[str]]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "robofleet.cli", "dashboard"],
+            [sys.executable, "-m", "robofleet.app.cli", "dashboard"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,

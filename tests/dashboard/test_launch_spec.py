@@ -15,14 +15,14 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from dashboard.app import create_app
+from robofleet.app.orchestration.manager import RunManager
+from robofleet.app.orchestration.params import RunParams
+from robofleet.app.orchestration.run import CloudContext
+from robofleet.app.settings import Settings
+from robofleet.runspec import RunSpec
 from robofleet.store.accounts import Role
 from robofleet.store.models import Event, Run
 from robofleet.store.store import MetadataStore
-from robofleet.orchestration.manager import RunManager
-from robofleet.orchestration.params import RunParams
-from robofleet.orchestration.run import CloudContext
-from robofleet.runspec import RunSpec
-from robofleet.settings import Settings
 from tests.dashboard.conftest import login
 from tests.dashboard.helpers import VALID_SPEC, add_robot, count
 
@@ -132,6 +132,6 @@ def test_form_defaults_make_a_spec_the_run_manager_accepts(
     assert spec.policy.kind == ("gaussian" if algorithm == "sac" else "mlp")
     assert RunParams.from_spec(spec).lr == 0.001
     add_robot(store, "sim-00")
-    from robofleet.orchestration.manager import validate_launch
+    from robofleet.app.orchestration.manager import validate_launch
 
     validate_launch(store, spec)  # raises on any refusal

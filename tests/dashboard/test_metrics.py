@@ -9,8 +9,8 @@ from collections.abc import Callable
 import httpx
 from fastapi.testclient import TestClient
 
-from robofleet.store.metrics import insert_metrics
 from robofleet.store.accounts import Role
+from robofleet.store.metrics import insert_metrics
 from robofleet.store.models import Robot, Run, RunState, utcnow
 from robofleet.store.store import MetadataStore
 from tests.dashboard.conftest import PASSWORD, LiveServer

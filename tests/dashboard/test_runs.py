@@ -1,4 +1,5 @@
-"""Launching and controlling runs through the store-backed run manager; 422s and 404s."""
+"""Launching and controlling runs through the dashboard with no cloud in its process
+(``QueuedRunManager``: requests recorded for a cloud to act on); 422s and 404s."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import copy
 import re
 from collections.abc import Callable
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -16,6 +18,12 @@ from tests.dashboard.helpers import VALID_SPEC, add_robot, count
 from tests.dashboard.test_route_guard import routes
 
 Client = Callable[[Role], TestClient]
+
+
+@pytest.fixture(autouse=True)
+def fleet(store: MetadataStore) -> list[int]:
+    """The two robots VALID_SPEC asks for: a launch is validated against the fleet."""
+    return [add_robot(store, "sawyer-1"), add_robot(store, "sawyer-2")]
 
 
 def test_launch_records_pending_run_and_event(as_role: Client, store: MetadataStore) -> None:
@@ -82,7 +90,7 @@ def test_state_machine_and_conflicts(as_role: Client, store: MetadataStore) -> N
     assert act("resume")[0] == 409  # pending runs are not resumable
     assert act("pause") == (200, "paused")
     assert act("checkpoint") == (200, "paused")
-    assert act("stop") == (200, "stopped")
+    assert act("stop") == (200, "stopped")  # no cloud is running: stopped at once
     code, detail = act("pause")
     assert code == 409 and "stopped" in detail
     assert act("resume") == (200, "resuming")
@@ -92,8 +100,9 @@ def test_state_machine_and_conflicts(as_role: Client, store: MetadataStore) -> N
         "run.launched",
         "run.paused",
         "run.checkpoint_requested",
+        "run.stopping",
         "run.stopped",
-        "run.resume_requested",
+        "run.resuming",
     ]
 
 

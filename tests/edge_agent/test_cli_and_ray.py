@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def robofleet(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "robofleet.cli", *args],
+        [sys.executable, "-m", "robofleet.app.cli", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -151,7 +151,7 @@ def test_robofleet_edge_drives_a_gymnasium_robot_without_metaworld(tmp_path):
     ],
 )  # fmt: skip
 def test_robofleet_edge_names_a_bad_driver_set_up(tmp_path, capsys, args, message):
-    from edge_agent.main import main
+    from robofleet.app.commands.edge import main
 
     assert main([*args, "--spool-dir", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err

@@ -6,8 +6,8 @@ import numpy as np
 
 from edge_agent.build import AgentOptions, build_agent
 from edge_agent.config import EdgeSettings
-from edge_agent.main import build_parser, options_from_args
 from hal.drivers.metaworld import MetaWorldDriver
+from robofleet.app.commands.edge import build_parser, options_from_args
 
 
 def _agent_goals(tmp_path, name: str, **kw) -> list[np.ndarray]:

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import tests.hal.fake_lerobot  # noqa: F401  (registers the fake_follower LeRobot type)
-from hal.cli import main as hal_main
 from hal.config import HalSettings, RobotDeclaration
 from hal.discovery import probe
+from robofleet.app.commands.hal import main as hal_main
 from tests.hal.conftest import EchoRobot
 
 

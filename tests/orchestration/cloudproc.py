@@ -18,7 +18,7 @@ from sqlalchemy import select
 from robofleet.store.models import Event, Lease, Run, RunState
 from robofleet.store.store import MetadataStore
 
-ROBOFLEET = [sys.executable, "-m", "robofleet.cli"]
+ROBOFLEET = [sys.executable, "-m", "robofleet.app.cli"]
 
 FAST = {
     "bc_updates": 40,

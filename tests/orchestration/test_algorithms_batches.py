@@ -13,7 +13,7 @@ import pytest
 
 from buffer import InterventionSampler, ReplayBuffer, StepSchema
 from hal.drivers.metaworld import MetaWorldDriver
-from robofleet.orchestration.batches import BatchServer, RemoteBufferSource
+from robofleet.app.orchestration.batches import BatchServer, RemoteBufferSource
 
 TASKS = ["reach-v3", "push-v3"]
 
@@ -182,7 +182,7 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
     import threading
 
     from buffer.samplers import SamplingView
-    from robofleet.orchestration.batches import SymmetricSampler
+    from robofleet.app.orchestration.batches import SymmetricSampler
 
     stop = threading.Event()
     errors: list[BaseException] = []

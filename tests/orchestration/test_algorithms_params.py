@@ -12,8 +12,8 @@ import torch
 from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger
 from cloud_learner.factory import build_algorithm
 from cloud_learner.policies.gaussian import GaussianPolicy
-from robofleet.demo import demo_spec
-from robofleet.orchestration.params import (
+from robofleet.app.commands.demo import demo_spec
+from robofleet.app.orchestration.params import (
     RunParams,
     agent_options,
     batch_sampling,

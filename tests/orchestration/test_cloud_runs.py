@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from robofleet.app.orchestration.accounting import acked_total
 from robofleet.store.models import RunState
-from robofleet.orchestration.accounting import acked_total
 from tests.orchestration.cloudproc import (
     Cloud,
     active_lease_robots,

@@ -15,9 +15,9 @@ import pytest
 from comms.client import ControlListener, EdgeClient, enroll, make_channel
 from comms.proto import robofleet_pb2 as pb
 from comms.server import CloudServer
+from robofleet.app.orchestration.estop import EstopSync
 from robofleet.store.models import Robot, RobotStatus
 from robofleet.store.store import MetadataStore, upgrade
-from robofleet.orchestration.estop import EstopSync
 from tests.comms.helpers import fast_settings
 
 
@@ -117,6 +117,7 @@ def test_dashboard_estop_in_the_cloud_process_reaches_the_robot_at_once(
 ) -> None:
     from dashboard.accounts import create_user
     from dashboard.app import create_app
+    from robofleet.app.orchestration.manager import QueuedRunManager
     from robofleet.store.accounts import Role
     from tests.dashboard.conftest import PASSWORD, login, make_settings
 
@@ -124,7 +125,9 @@ def test_dashboard_estop_in_the_cloud_process_reaches_the_robot_at_once(
     server = CloudServer(fast_settings(), store, lambda _run: None, port=0)
     server.start()
     robot = LatchingRobot(server, store, deaf=0)
-    app = create_app(make_settings(tmp_path / "data", store.url), store, robot_control=server)
+    settings = make_settings(tmp_path / "data", store.url)
+    manager = QueuedRunManager(store, settings.data_dir)
+    app = create_app(settings, store, manager, robot_control=server)
     try:
         assert robot.listener.connected.wait(10)
         time.sleep(0.3)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from robofleet.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
+from robofleet.app.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
 
 
 class SlowEvaluator:

@@ -13,9 +13,9 @@ import pytest
 from comms.client import ControlListener, EdgeClient, enroll, make_channel
 from comms.proto import robofleet_pb2 as pb
 from comms.server import CloudServer
+from robofleet.app.orchestration.hold import RobotHold
 from robofleet.store.models import Run, RunState
 from robofleet.store.store import MetadataStore, upgrade
-from robofleet.orchestration.hold import RobotHold
 from tests.comms.helpers import fast_settings
 
 RUN = "run-hold"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from robofleet.app.orchestration.manager import submit_run
+from robofleet.runspec import RunSpecError, parse_run_spec
 from robofleet.store.models import Lease, Robot, RobotStatus, Run
 from robofleet.store.store import upgrade
-from robofleet.orchestration.manager import submit_run
-from robofleet.runspec import RunSpecError, parse_run_spec
 from tests.orchestration.cloudproc import cli, spec_file, store_for
 
 
@@ -108,8 +108,8 @@ def test_a_servable_spec_is_recorded_pending(tmp_path: Path) -> None:
 
 
 def test_resume_and_stop_requests_follow_the_run_states(tmp_path: Path) -> None:
+    from robofleet.app.orchestration.run import set_state
     from robofleet.store.models import RunState
-    from robofleet.orchestration.run import set_state
 
     _fleet(tmp_path, 1)
     out = cli(tmp_path, "run", "launch", str(spec_file(tmp_path / "s.yaml", "r", 1)), "--json")

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from buffer import ReplayBuffer
+from robofleet.app.orchestration.accounting import acked_lost, acked_total
 from robofleet.store.models import Lease, Robot, RobotStatus, RunState
 from robofleet.store.store import MetadataStore
-from robofleet.orchestration.accounting import acked_lost, acked_total
 from tests.orchestration.cloudproc import (
     Cloud,
     cli,

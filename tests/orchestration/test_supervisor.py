@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from robofleet.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
+from robofleet.app.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
 
 FAST = Backoff(initial_s=0.1, max_s=0.4, stable_after_s=60, max_restarts=3, window_s=60)
 

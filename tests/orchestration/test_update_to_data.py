@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from robofleet.orchestration.learner_proc import learner_device, updates_allowed
+from robofleet.app.orchestration.learner_proc import learner_device, updates_allowed
 
 
 def test_half_an_update_per_env_step_at_batch_128() -> None:

@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select
 
@@ -37,23 +38,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
-    from dashboard.run_manager import RunNotFound, RunStateError
-    from robofleet.store.models import Run
-    from robofleet.store.store import MetadataStore, upgrade
-    from robofleet.orchestration.manager import request, submit_run
-    from robofleet.orchestration.run import set_state
-    from robofleet.orchestration.service import cloud_running
+    from robofleet.app.orchestration.manager import QueuedRunManager
+    from robofleet.app.orchestration.pidfile import cloud_running
+    from robofleet.app.settings import load_settings
     from robofleet.runspec import RunSpecError, load_run_spec
-    from robofleet.settings import load_settings
+    from robofleet.store.models import Run
+    from robofleet.store.runs import RunNotFound, RunStateError
+    from robofleet.store.store import MetadataStore, upgrade
 
     settings = load_settings(args.config)
     upgrade(settings.database_url)
     store = MetadataStore(settings.database_url)
+    manager = QueuedRunManager(store, settings.data_dir)
     try:
         if args.action == "launch":
             try:
-                spec = load_run_spec(args.spec)
-                run_id = submit_run(store, spec, settings.data_dir / "runs", actor="cli")
+                run_id = manager.launch(load_run_spec(args.spec), actor="cli")
             except RunSpecError as exc:
                 print(f"robofleet run launch: {exc}", file=sys.stderr)
                 return 2
@@ -67,45 +67,42 @@ def main(argv: Sequence[str] = ()) -> int:
         if args.action == "list":
             with store.session() as s:
                 runs = list(s.scalars(select(Run).order_by(Run.created_at)))
-            rows = [
-                {
-                    "run_id": r.id,
-                    "name": r.name,
-                    "state": r.state.value,
-                    "reason": r.reason,
-                    "created_at": r.created_at.isoformat(),
-                }
-                for r in runs
-            ]
-            if args.json:
-                print(json.dumps(rows))
-            else:
-                from rich.console import Console
-                from rich.table import Table
-
-                t = Table("run", "name", "state", "reason", "created")
-                for row in rows:
-                    t.add_row(
-                        row["run_id"], row["name"], row["state"], row["reason"], row["created_at"]
-                    )
-                Console().print(t)
+            _print_runs(runs, args.json)
             return 0
         try:
-            request(store, args.run_id, args.action, actor="cli")
+            getattr(manager, args.action)(args.run_id, actor="cli")
         except (RunNotFound, RunStateError) as exc:
             print(f"robofleet run {args.action}: {exc}", file=sys.stderr)
             return 2
         if args.action == "pause":
             print(f"pausing {args.run_id} (robots hold still and stay leased to it)")
-            return 0
-        if cloud_running(settings.data_dir) is None:
-            from robofleet.store.models import RunState
-
-            store.release_leases(args.run_id, actor="cli")
-            set_state(store, args.run_id, RunState.STOPPED, "stopped with no cloud running")
+        elif cloud_running(settings.data_dir) is None:
             print(f"stopped {args.run_id}")
         else:
             print(f"stopping {args.run_id} (the cloud writes the final checkpoint and report)")
         return 0
     finally:
         store.close()
+
+
+def _print_runs(runs: Sequence[Any], as_json: bool) -> None:
+    rows = [
+        {
+            "run_id": r.id,
+            "name": r.name,
+            "state": r.state.value,
+            "reason": r.reason,
+            "created_at": r.created_at.isoformat(),
+        }
+        for r in runs
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("run", "name", "state", "reason", "created")
+    for row in rows:
+        t.add_row(row["run_id"], row["name"], row["state"], row["reason"], row["created_at"])
+    Console().print(t)

@@ -1,8 +1,7 @@
-"""The ``robofleet`` command line.
+"""The ``robofleet`` command line: parses the top level and dispatches.
 
-Subcommands that belong to a component live in that component (``buffer/bench.py`` ...);
-this module only parses the top level and dispatches. A subcommand whose module does not
-exist yet says so plainly and exits 3.
+Every subcommand is a module of :mod:`robofleet.app.commands` (or a component's benchmark)
+with ``main(argv) -> int``; it parses its own options. Exit code 2: bad settings.
 """
 
 from __future__ import annotations
@@ -17,55 +16,47 @@ from typing import Any
 from robofleet import __version__
 
 EXIT_BAD_SETTINGS = 2
-EXIT_NOT_BUILT = 3
 
-# Component subcommands: name -> (module whose ``main(argv) -> int`` runs it, issue, help).
-COMPONENT_COMMANDS: dict[str, tuple[str, int, str]] = {
-    "demo": ("robofleet.demo", 11, "post-train a simulated Meta-World fleet with HG-DAgger, live"),
+# Subcommands: name -> (module whose ``main(argv) -> int`` runs it, help).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": (
+        "robofleet.app.commands.demo",
+        "post-train a simulated Meta-World fleet with HG-DAgger, live",
+    ),
     "cloud": (
-        "robofleet.cloud",
-        8,
+        "robofleet.app.commands.cloud",
         "run the cloud side: gRPC services, buffer, learner, run manager, API",
     ),
-    "edge": ("edge_agent.main", 6, "run an edge agent on a robot computer"),
-    "relay": ("comms.relay_main", 4, "run a site relay for the robots of one site"),
-    "dashboard": ("dashboard.main", 9, "serve the web dashboard and REST API"),
-    "resume": ("robofleet.resume", 8, "resume a crashed or stopped run from its last checkpoint"),
-    "run": ("robofleet.runs_cli", 8, "launch, list and stop runs"),
-    "hal": ("hal.cli", 5, "robots and nodes: probe, list, node-command"),
+    "edge": ("robofleet.app.commands.edge", "run an edge agent on a robot computer"),
+    "relay": ("robofleet.app.commands.relay", "run a site relay for the robots of one site"),
+    "dashboard": ("robofleet.app.commands.dashboard", "serve the web dashboard and REST API"),
+    "resume": (
+        "robofleet.app.commands.resume",
+        "resume a crashed or stopped run from its last checkpoint",
+    ),
+    "run": ("robofleet.app.commands.runs", "launch, list and stop runs"),
+    "hal": ("robofleet.app.commands.hal", "robots and nodes: probe, list, node-command"),
 }
 
-# Benchmarks: name -> (module with ``main(argv) -> int``, issue).
-BENCHMARKS: dict[str, tuple[str, int]] = {
-    "buffer": ("buffer.bench", 3),
-    "crash": ("buffer.bench_crash", 3),
-    "weights": ("comms.bench_weights", 4),
-    "transport": ("comms.bench_transport", 4),
-    "efficiency": ("cloud_learner.bench_efficiency", 11),
-    "edge": ("edge_agent.latency_report", 6),
+# Benchmarks: name -> module with ``main(argv) -> int``. A component measures itself; a
+# benchmark that wires several components lives in the roof (robofleet.app.bench).
+BENCHMARKS: dict[str, str] = {
+    "buffer": "buffer.bench",
+    "crash": "buffer.bench_crash",
+    "weights": "comms.bench_weights",
+    "transport": "comms.bench_transport",
+    "efficiency": "robofleet.app.bench.efficiency",
+    "edge": "edge_agent.latency_report",
 }
 
 
-def _load_main(module: str) -> Callable[[Sequence[str]], int] | None:
-    """The module's ``main``, or None when the module is not part of this build yet."""
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        # Only the module itself being absent means "not built"; a missing dependency is a bug.
-        if exc.name is not None and module.startswith(exc.name):
-            return None
-        raise
-    main: Callable[[Sequence[str]], int] = mod.main
+def _load_main(module: str) -> Callable[[Sequence[str]], int]:
+    main: Callable[[Sequence[str]], int] = importlib.import_module(module).main
     return main
 
 
-def _not_built(what: str, issue: int) -> int:
-    print(f"robofleet {what}: not built yet (tracked in issue #{issue}).", file=sys.stderr)
-    return EXIT_NOT_BUILT
-
-
 def _settings(args: argparse.Namespace) -> Any:
-    from robofleet.settings import load_settings
+    from robofleet.app.settings import load_settings
 
     return load_settings(args.config)
 
@@ -130,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_cur = db_sub.add_parser("current", help="print the database's migration revision")
     p_cur.set_defaults(func=_cmd_db_current)
 
-    for name, (_module, _issue, help_text) in COMPONENT_COMMANDS.items():
+    for name, (_module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, add_help=False)
         p.add_argument(
             "args", nargs=argparse.REMAINDER, help="arguments of the subcommand (see its --help)"
@@ -162,13 +153,13 @@ def _split_component(argv: list[str]) -> tuple[list[str], str | None, list[str]]
         if arg.startswith("-"):
             return argv, None, []
         break
-    if i < len(argv) and (argv[i] in COMPONENT_COMMANDS or argv[i] == "bench"):
+    if i < len(argv) and (argv[i] in COMMANDS or argv[i] == "bench"):
         return argv[:i], argv[i], argv[i + 1 :]
     return argv, None, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from robofleet.settings import SettingsError
+    from robofleet.app.settings import SettingsError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -182,14 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(
                     f"bench: unknown benchmark {name!r} (choose from {', '.join(sorted(BENCHMARKS))})"
                 )
-            module, issue = BENCHMARKS[name]
-            what = f"bench {name}"
+            module = BENCHMARKS[name]
         else:
-            module, issue, _ = COMPONENT_COMMANDS[command]
-            what = command
+            module, _ = COMMANDS[command]
         entry = _load_main(module)
-        if entry is None:
-            return _not_built(what, issue)
         try:
             return entry([*config_args, *rest])
         except SettingsError as err:

@@ -9,20 +9,19 @@ nodes that offer their ``robot/<name>`` resources.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from robofleet.app.orchestration.manager import RunManager
+from robofleet.app.orchestration.pidfile import remove_pidfile, write_pidfile
+from robofleet.app.orchestration.run import CloudContext
+from robofleet.app.sim.fleet import SIM_TAG, SimFleetHost, enroll_sim_robots
 from robofleet.store.store import MetadataStore, upgrade
-from robofleet.orchestration.manager import RunManager
-from robofleet.orchestration.run import CloudContext
-from robofleet.orchestration.simfleet import SIM_TAG, SimFleetHost, enroll_sim_robots
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +160,8 @@ class CloudService:
                 log.warning("mark_offline failed: %s", exc)
 
     def _estop_sync(self) -> None:
-        """E-stops and clears in the store reach the robots (robofleet.orchestration.estop)."""
-        from robofleet.orchestration.estop import EstopSync
+        """E-stops and clears in the store reach the robots (robofleet.app.orchestration.estop)."""
+        from robofleet.app.orchestration.estop import EstopSync
 
         assert self.store is not None and self.server is not None
         sync = EstopSync(self.store, self.server)
@@ -208,8 +207,7 @@ class CloudService:
         self._spawn(lambda: self._uvicorn.run(sockets=[sock]), "dashboard")
 
     def _write_pidfile(self, address: str) -> None:
-        data = {"pid": os.getpid(), "grpc": address, "dashboard": self.dashboard_url}
-        (self.data_dir / "cloud.json").write_text(json.dumps(data))
+        write_pidfile(self.data_dir, grpc=address, dashboard=self.dashboard_url)
 
     # -- stop ------------------------------------------------------------------------------
 
@@ -232,26 +230,4 @@ class CloudService:
             ray.shutdown()
         if self.store is not None:
             self.store.close()
-        (self.data_dir / "cloud.json").unlink(missing_ok=True)
-
-
-def cloud_running(data_dir: Path) -> dict[str, Any] | None:
-    """The pid file of a live cloud using ``data_dir``, or None."""
-    path = data_dir / "cloud.json"
-    if not path.exists():
-        return None
-    data: dict[str, Any] = json.loads(path.read_text())
-    try:
-        os.kill(int(data["pid"]), 0)
-    except (ProcessLookupError, PermissionError):
-        return None
-    return data
-
-
-def wait_for(predicate: Any, timeout_s: float, interval_s: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
+        remove_pidfile(self.data_dir)

@@ -8,7 +8,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from robofleet.settings import load_settings
+from robofleet.app.settings import load_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +30,7 @@ def main(argv: Sequence[str]) -> int:
 
     from dashboard.accounts import ensure_bootstrap_admin
     from dashboard.app import create_app
+    from robofleet.app.orchestration.manager import QueuedRunManager
     from robofleet.store.store import MetadataStore, upgrade
 
     upgrade(settings.database_url)
@@ -42,7 +43,7 @@ def main(argv: Sequence[str]) -> int:
             f" under Account):\n  username: {user}\n  password: {password}",
             flush=True,
         )
-    app = create_app(settings, store)
+    app = create_app(settings, store, run_manager=QueuedRunManager(store, settings.data_dir))
     # Bind first so that port 0 works and the printed address is the real one.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

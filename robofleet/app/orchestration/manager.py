@@ -3,9 +3,10 @@
 The metadata store is the source of truth. ``robofleet run launch`` (another process) writes a
 ``pending`` run; ``robofleet run stop`` marks it ``stopping``, ``robofleet run pause`` marks it
 ``paused``; ``robofleet resume`` marks it ``resuming``. :meth:`RunManager.poll`, called every
-second by the cloud, turns those requests into :class:`~robofleet.orchestration.run.RunDriver`
+second by the cloud, turns those requests into :class:`~robofleet.app.orchestration.run.RunDriver`
 threads and requests to them. The dashboard calls the same methods directly
-(``dashboard.run_manager.RunManager`` protocol).
+(``robofleet.contracts.RunManager``); a dashboard without a cloud in its process records the
+requests with :class:`QueuedRunManager`.
 
 Pause keeps the run's leases: the driver stops the edge agents (robots hold still, spools
 drain) and keeps its robots, Ray placement and learner; resume restarts the agents on the same
@@ -20,12 +21,20 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from dashboard.run_manager import RunNotFound, RunStateError, new_run_id
-from robofleet.store.models import Robot, RobotStatus, Run, RunState
-from robofleet.store.store import MetadataStore
-from robofleet.orchestration.params import RunParams
-from robofleet.orchestration.run import ACTIVE_STATES, CloudContext, RunDriver, set_state
+from robofleet.app.orchestration.params import RunParams
+from robofleet.app.orchestration.pidfile import cloud_running
+from robofleet.app.orchestration.run import CloudContext, RunDriver
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
+from robofleet.store.models import Robot, RobotStatus, Run, RunState
+from robofleet.store.runs import (
+    ACTIVE_STATES,
+    RunNotFound,
+    RunStateError,
+    record_run,
+    request,
+    set_state,
+)
+from robofleet.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -97,52 +106,53 @@ def _unapplied_buffer_fields(spec: RunSpec) -> dict[str, str]:
 
 
 def submit_run(store: MetadataStore, spec: RunSpec, runs_dir: Path, *, actor: str) -> str:
-    """Validate and record a ``pending`` run (a running cloud starts it); returns its id."""
-    validate_launch(store, spec)
-    run_id = new_run_id()
-    with store.session() as s:
-        s.add(
-            Run(
-                id=run_id,
-                name=spec.name,
-                algorithm=spec.algorithm,
-                state=RunState.PENDING,
-                spec=spec.model_dump(mode="json"),
-                run_dir=str(runs_dir / run_id),
-            )
-        )
-        s.flush()
-        store.record_event("run.launched", actor=actor, run_id=run_id, session=s, name=spec.name)
-    return run_id
-
-
-def request(store: MetadataStore, run_id: str, action: str, *, actor: str) -> RunState:
-    """Record a stop / resume request for a cloud to act on; returns the new state.
+    """Validate and record a ``pending`` run (a running cloud starts it); returns its id.
 
     Raises:
-        RunNotFound / RunStateError: unknown run, or a state that forbids the action.
+        RunSpecError: :func:`validate_launch` refused the spec; nothing was recorded.
     """
-    allowed = {
-        "stop": (ACTIVE_STATES | {RunState.PAUSED}, RunState.STOPPING),
-        "resume": ({RunState.PAUSED, RunState.STOPPED, RunState.CRASHED}, RunState.RESUMING),
-        "pause": (ACTIVE_STATES, RunState.PAUSED),
-    }
-    sources, target = allowed[action]
-    with store.session() as s:
-        run = s.get(Run, run_id)
+    validate_launch(store, spec)
+    return record_run(store, spec, runs_dir, actor=actor)
+
+
+class QueuedRunManager:
+    """Runs through the metadata store alone, for a process without a cloud in it
+    (``robofleet dashboard``, ``robofleet run``): every request is recorded for the cloud
+    that drives the run to act on within a second (:meth:`RunManager.poll`). With no cloud
+    running on ``data_dir``, ``stop`` ends the run at once and releases its robots.
+    """
+
+    def __init__(self, store: MetadataStore, data_dir: Path) -> None:
+        self.store = store
+        self.data_dir = data_dir
+
+    def launch(self, spec: RunSpec, *, actor: str) -> str:
+        return submit_run(self.store, spec, self.data_dir / "runs", actor=actor)
+
+    def stop(self, run_id: str, *, actor: str) -> None:
+        request(self.store, run_id, "stop", actor=actor)
+        if cloud_running(self.data_dir) is None:
+            self.store.release_leases(run_id, actor=actor)
+            set_state(self.store, run_id, RunState.STOPPED, "stopped with no cloud running")
+
+    def pause(self, run_id: str, *, actor: str) -> None:
+        request(self.store, run_id, "pause", actor=actor)
+
+    def resume(self, run_id: str, *, actor: str) -> None:
+        request(self.store, run_id, "resume", actor=actor)
+
+    def checkpoint_now(self, run_id: str, *, actor: str) -> None:
+        """Recorded as an event; only a cloud with the run's learner can act on it."""
+        run = self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
-        if run.state not in sources:
-            raise RunStateError(
-                f"cannot {action} run {run_id} while it is {run.state.value} "
-                f"(allowed from: {', '.join(sorted(x.value for x in sources))})"
-            )
-    set_state(store, run_id, target, f"{action} requested by {actor}")
-    return target
+        if run.state not in ACTIVE_STATES | {RunState.PAUSED}:
+            raise RunStateError(f"run {run_id} has no running learner ({run.state.value})")
+        self.store.record_event("run.checkpoint_requested", actor=actor, run_id=run_id)
 
 
 class RunManager:
-    """Runs of one cloud (implements ``dashboard.run_manager.RunManager``).
+    """Runs of one cloud (a ``robofleet.contracts.RunManager``).
 
     Args:
         ctx: the cloud's shared services.
@@ -159,7 +169,7 @@ class RunManager:
         self.drivers: dict[str, RunDriver] = {}
         self._lock = threading.RLock()
 
-    # -- dashboard protocol ----------------------------------------------------------------
+    # -- robofleet.contracts.RunManager ----------------------------------------------------
 
     def launch(self, spec: RunSpec, *, actor: str) -> str:
         run_id = submit_run(self.store, spec, self.runs_dir, actor=actor)

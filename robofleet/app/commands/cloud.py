@@ -41,8 +41,8 @@ def auto_resume(settings: Any, args: argparse.Namespace) -> bool:
 
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
-    from robofleet.orchestration.service import CloudService
-    from robofleet.settings import load_settings
+    from robofleet.app.cloud import CloudService
+    from robofleet.app.settings import load_settings
 
     settings = load_settings(args.config)
     cloud = CloudService(

@@ -6,9 +6,9 @@ control to the scripted expert, 5 agreeing steps hand it back) and the same upda
 (0.5 updates per env step):
 
 (a) ``sync``: the synchronous single-process HG-DAgger loop
-    (:func:`cloud_learner.hgdagger_sim.run_multitask`, fine-tunes after each intervened
+    (:func:`robofleet.app.sim.hgdagger.run_multitask`, fine-tunes after each intervened
     episode);
-(b) ``system``: the full system (:class:`robofleet.orchestration.service.CloudService`, the
+(b) ``system``: the full system (:class:`robofleet.app.cloud.CloudService`, the
     run the demo launches) with a stop condition on the target success or a time cap;
 (c) ``bc``: behaviour cloning on expert demonstrations, growing the labels until the target.
 
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cloud_learner.hgdagger_sim import (
+from robofleet.app.sim.hgdagger import (
     DEFAULT_TASKS,
     MultiTaskConfig,
     run_bc_growth,
@@ -59,7 +59,7 @@ PUBLISH_EVERY_UPDATES = 10
 PUBLISH_EVERY_SECONDS = 1.0
 WEIGHT_APPLY_AT: str | None = "chunk_boundary"  # None: the edge settings' own
 # The sync loop's update schedule, 0.5 updates per env step at batch 128, held by the system
-# with Reverb's samples-per-insert rule (robofleet.orchestration.learner_proc.updates_allowed)
+# with Reverb's samples-per-insert rule (robofleet.app.orchestration.learner_proc.updates_allowed)
 # and an update-rate cap high enough that the rule, not the cap, binds up to 8 robots.
 SAMPLES_PER_INSERT = 64.0
 UPDATES_PER_S = 100.0
@@ -102,9 +102,9 @@ def run_system(
     Raises:
         RuntimeError: the cloud did not start or the run produced no result.
     """
-    from robofleet.orchestration.service import CloudService
+    from robofleet.app.cloud import CloudService
+    from robofleet.app.settings import load_settings
     from robofleet.runspec import parse_run_spec
-    from robofleet.settings import load_settings
 
     with tempfile.TemporaryDirectory(prefix="bench-eff-") as tmp:
         root = data_dir or Path(tmp)
@@ -223,7 +223,7 @@ def _system_schedule(
     ``stale_step_fraction``: share of such steps; ``apply_delay_mean_s``: how long a received
     version waited for its safe boundary.
     """
-    from robofleet.orchestration.params import RunParams
+    from robofleet.app.orchestration.params import RunParams
 
     steps = sum(float(r.get("steps", 0)) for r in robots)
     swaps = sum(float(r.get("weight_swaps", 0)) for r in robots)

@@ -9,7 +9,7 @@ runs held-out seeded episodes where the operator never acts.
 Also trains the baseline: plain BC on expert demonstrations with the same number of operator
 labels and the same number of updates.
 
-``python -m cloud_learner.hgdagger_sim`` prints the table used in the closing note.
+``python -m robofleet.app.sim.hgdagger`` prints the table used in the closing note.
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ class MultiTaskConfig:
     """The synchronous multi-task HG-DAgger loop, with the distributed run's defaults.
 
     Policy, gating, data, evaluation and update rate match ``robofleet demo``
-    (robofleet.orchestration.params.RunParams, edge_agent gating defaults): a shared MLP on
+    (robofleet.app.orchestration.params.RunParams, edge_agent gating defaults): a shared MLP on
     the 39-d Meta-World state plus a task one-hot, one scripted demonstration per task and
     ``bc_updates`` BC updates as the weak start, the L2 action gap > ``gap`` hands control to
     the expert, ``handback_steps`` agreeing steps hand it back, and only labelled steps are
@@ -382,7 +382,7 @@ def _mt_train(algo: HGDAgger, data: LabelledSteps, updates: int, batch_size: int
 
 def _mt_evaluate(policy: MLPPolicy, cfg: MultiTaskConfig) -> dict[str, float]:
     # The very evaluation the distributed run uses (fixed seeds, no operator).
-    from robofleet.orchestration.evaluator import evaluate
+    from robofleet.app.orchestration.evaluator import evaluate
 
     return evaluate(policy, cfg.tasks, cfg.eval_episodes, cfg.max_episode_steps)
 

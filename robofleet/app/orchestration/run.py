@@ -36,23 +36,23 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from robofleet.store.models import Robot, Run, RunState, utcnow
-from robofleet.store.store import MetadataStore
-from robofleet.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
-from robofleet.orchestration.hold import RobotHold
-from robofleet.orchestration.params import RunParams
-from robofleet.orchestration.simfleet import (
+from robofleet.app.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
+from robofleet.app.orchestration.hold import RobotHold
+from robofleet.app.orchestration.params import RunParams
+from robofleet.app.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
+from robofleet.app.sim.fleet import (
     DEMO_ROBOT,
     SimFleetHost,
     SimRobotWorker,
     demonstration_records,
 )
-from robofleet.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
+from robofleet.durable import atomic_write_json
 from robofleet.runspec import RunSpec
+from robofleet.store.models import Robot, RunState
+from robofleet.store.runs import set_state
+from robofleet.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
-
-ACTIVE_STATES = {RunState.PENDING, RunState.RUNNING, RunState.DEGRADED, RunState.RESUMING}
 
 
 @dataclass
@@ -68,45 +68,6 @@ class CloudContext:
     python: str
     learner_backoff: Backoff = field(default_factory=Backoff)
     eval_every_s: float | None = None
-
-
-def set_state(
-    store: MetadataStore,
-    run_id: str,
-    state: RunState,
-    reason: str = "",
-    *,
-    only_from: set[RunState] | None = None,
-    **data: Any,
-) -> bool:
-    """Move the run to ``state`` and record ``run.<state>`` with the previous state.
-
-    With ``only_from``, nothing happens (returns False) when the run is in another state:
-    a request that arrived meanwhile (pause, stop) is not overwritten.
-
-    Raises:
-        LookupError: no run ``run_id``.
-    """
-    with store.session() as s:
-        run = s.get(Run, run_id, with_for_update=True)
-        if run is None:
-            raise LookupError(run_id)
-        if only_from is not None and run.state not in only_from:
-            return False
-        before = run.state
-        run.state = state
-        run.reason = reason
-        run.updated_at = utcnow()
-        store.record_event(
-            f"run.{state.value}",
-            run_id=run_id,
-            session=s,
-            before=before.value,
-            after=state.value,
-            reason=reason,
-            **data,
-        )
-    return True
 
 
 class RunDriver:
@@ -246,8 +207,8 @@ class RunDriver:
         from comms.buffer_sink import BufferSink
         from hal.drivers.metaworld import MetaWorldDriver
         from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest
-        from robofleet.orchestration.batches import BatchServer
-        from robofleet.orchestration.evaluator import remote_evaluator
+        from robofleet.app.orchestration.batches import BatchServer
+        from robofleet.app.orchestration.evaluator import remote_evaluator
 
         ctx, spec = self.ctx, self.spec
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -301,7 +262,7 @@ class RunDriver:
             [
                 ctx.python,
                 "-m",
-                "robofleet.orchestration.learner_proc",
+                "robofleet.app.orchestration.learner_proc",
                 "--run-dir",
                 str(self.run_dir),
                 "--run-id",
@@ -416,8 +377,8 @@ class RunDriver:
         import ray
 
         from edge_agent.build import AgentOptions
-        from robofleet.orchestration.params import agent_options
-        from robofleet.orchestration.simfleet import spool_dir
+        from robofleet.app.orchestration.params import agent_options
+        from robofleet.app.sim.fleet import spool_dir
 
         ctx = self.ctx
         spool = self.run_dir / "robots" / name
@@ -635,7 +596,7 @@ class RunDriver:
 
     def _snapshot_for_eval(self, final: bool = False) -> None:
         """Queue the published policy for evaluation, stamped with the run's clock and counts
-        now (:mod:`robofleet.orchestration.evalqueue`). A version already queued is not queued
+        now (:mod:`robofleet.app.orchestration.evalqueue`). A version already queued is not queued
         again, except for the ``final`` evaluation."""
         self._last_eval_at = time.monotonic()
         if self._published_version == 0 or self._evals is None:
@@ -745,7 +706,7 @@ class RunDriver:
         }
         with open(self.run_dir / "progress.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
-        _write_json(
+        atomic_write_json(
             self.run_dir / "progress.json",
             {
                 "elapsed_s": elapsed,
@@ -828,8 +789,8 @@ class RunDriver:
             if self._published_version:
                 self._snapshot_for_eval(final=True)
             self._drain_evals()
-            from robofleet.orchestration.accounting import acked_lost
-            from robofleet.orchestration.report import write_report
+            from robofleet.app.orchestration.accounting import acked_lost
+            from robofleet.app.orchestration.report import write_report
 
             self.result = write_report(
                 self.run_dir,
@@ -856,9 +817,3 @@ class RunDriver:
             else:
                 self.allocation.release()
         self.ctx.server.invalidate_auth()
-
-
-def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)

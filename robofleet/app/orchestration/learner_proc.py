@@ -1,11 +1,11 @@
-"""The learner process of a run: ``python -m robofleet.orchestration.learner_proc ...``.
+"""The learner process of a run: ``python -m robofleet.app.orchestration.learner_proc ...``.
 
-Started (and restarted after a crash) by the run's :class:`~robofleet.orchestration.supervisor.
+Started (and restarted after a crash) by the run's :class:`~robofleet.app.orchestration.supervisor.
 ProcessSupervisor`. It resumes from the run directory's latest checkpoint; on a fresh run it
 first fits the state normalisation and trains the weak initial policy by behaviour cloning on
 the demonstrations already in the buffer, publishes it as a version and checkpoints. Then it
 trains online (``cloud_learner.loop.Learner``) on batches from the cloud's
-:class:`~robofleet.orchestration.batches.BatchServer`, at most ``updates_per_s`` updates per
+:class:`~robofleet.app.orchestration.batches.BatchServer`, at most ``updates_per_s`` updates per
 second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
 insert data (:func:`updates_allowed`).
 
@@ -49,7 +49,7 @@ def _lock(run_dir: Path, timeout_s: float = 30.0) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="robofleet.orchestration.learner_proc")
+    parser = argparse.ArgumentParser(prog="robofleet.app.orchestration.learner_proc")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--batches", required=True, help="BatchServer address (tcp://...)")
@@ -65,8 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cloud_learner.loop import Learner
     from cloud_learner.policy_card import CardPublisher, card_for
     from cloud_learner.publisher import FileWeightPublisher
-    from robofleet.orchestration.batches import RemoteBufferSource
-    from robofleet.orchestration.params import RunParams, batch_sampling, learner_settings
+    from robofleet.app.orchestration.batches import RemoteBufferSource
+    from robofleet.app.orchestration.params import RunParams, batch_sampling, learner_settings
     from robofleet.runspec import parse_run_spec
 
     torch.set_num_threads(1)
@@ -219,8 +219,8 @@ def _initial_policy(learner: object, source: object, params: object) -> None:
     (``cloud_learner.warm_start``: each algorithm's way of cloning the demonstrations)."""
     from cloud_learner.loop import Learner
     from cloud_learner.warm_start import bc_update, fit_state_normalization
-    from robofleet.orchestration.batches import RemoteBufferSource
-    from robofleet.orchestration.params import RunParams
+    from robofleet.app.orchestration.batches import RemoteBufferSource
+    from robofleet.app.orchestration.params import RunParams
 
     assert isinstance(learner, Learner)
     assert isinstance(source, RemoteBufferSource)

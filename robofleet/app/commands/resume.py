@@ -17,17 +17,17 @@ def main(argv: Sequence[str] = ()) -> int:
     p.add_argument("--config", default=None, help="YAML settings file")
     p.add_argument("run_id")
     args = p.parse_args(list(argv))
-    from dashboard.run_manager import RunNotFound, RunStateError
+    from robofleet.app.orchestration.manager import QueuedRunManager
+    from robofleet.app.orchestration.pidfile import cloud_running
+    from robofleet.app.settings import load_settings
+    from robofleet.store.runs import RunNotFound, RunStateError
     from robofleet.store.store import MetadataStore, upgrade
-    from robofleet.orchestration.manager import request
-    from robofleet.orchestration.service import cloud_running
-    from robofleet.settings import load_settings
 
     settings = load_settings(args.config)
     upgrade(settings.database_url)
     store = MetadataStore(settings.database_url)
     try:
-        request(store, args.run_id, "resume", actor="cli")
+        QueuedRunManager(store, settings.data_dir).resume(args.run_id, actor="cli")
     except (RunNotFound, RunStateError) as exc:
         print(f"robofleet resume: {exc}", file=sys.stderr)
         return 2

@@ -31,8 +31,8 @@ def main(argv: Sequence[str]) -> int:
     from hal.discovery import probe
     from hal.fleet import list_robots, report_robots
     from hal.resources import node_resources, ray_start_command, shell_line
+    from robofleet.app.settings import load_settings
     from robofleet.store.store import MetadataStore, upgrade
-    from robofleet.settings import load_settings
 
     args = _parser().parse_args(list(argv))
     settings = load_settings(args.config)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from robofleet import __version__
-from robofleet.cli import BENCHMARKS, COMPONENT_COMMANDS, main
+from robofleet.app.cli import BENCHMARKS, COMMANDS, main
 
 
 def run_cli(
@@ -16,7 +16,7 @@ def run_cli(
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("ROBOFLEET_")}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "robofleet.cli", *args],
+        [sys.executable, "-m", "robofleet.app.cli", *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,
@@ -34,7 +34,7 @@ def test_version(tmp_path: Path) -> None:
 def test_help_lists_every_subcommand(tmp_path: Path) -> None:
     r = run_cli("--help", cwd=tmp_path)
     assert r.returncode == 0
-    for name in [*COMPONENT_COMMANDS, "config", "db", "bench"]:
+    for name in [*COMMANDS, "config", "db", "bench"]:
         assert name in r.stdout
 
 
@@ -63,18 +63,7 @@ def test_db_upgrade_creates_sqlite_store(tmp_path: Path) -> None:
     assert again.stdout.strip() == "0003"
 
 
-def test_unbuilt_subcommand_says_so(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setitem(COMPONENT_COMMANDS, "demo", ("robofleet.not_a_module", 11, "x"))
-    monkeypatch.setitem(BENCHMARKS, "buffer", ("buffer.not_a_bench", 3))
-    assert main(["demo"]) == 3
-    assert "not built yet" in capsys.readouterr().err
-    assert main(["bench", "buffer"]) == 3
-    assert "issue #3" in capsys.readouterr().err
-
-
-def test_missing_dependency_is_not_reported_as_unbuilt(
+def test_missing_dependency_of_a_subcommand_is_raised(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     pkg = tmp_path / "fakepkg_rf"
@@ -82,7 +71,7 @@ def test_missing_dependency_is_not_reported_as_unbuilt(
     (pkg / "__init__.py").write_text("")
     (pkg / "broken.py").write_text("import definitely_missing_dependency_xyz\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(COMPONENT_COMMANDS, "demo", ("fakepkg_rf.broken", 11, "x"))
+    monkeypatch.setitem(COMMANDS, "demo", ("fakepkg_rf.broken", "x"))
     with pytest.raises(ModuleNotFoundError, match="definitely_missing_dependency_xyz"):
         main(["demo"])
 
@@ -95,8 +84,8 @@ def test_component_options_pass_through(monkeypatch: pytest.MonkeyPatch, tmp_pat
         "import json\nSEEN = []\ndef main(argv):\n    SEEN.append(list(argv))\n    return 7\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setitem(COMPONENT_COMMANDS, "dashboard", ("fakepkg_pass.entry", 9, "x"))
-    monkeypatch.setitem(BENCHMARKS, "buffer", ("fakepkg_pass.entry", 3))
+    monkeypatch.setitem(COMMANDS, "dashboard", ("fakepkg_pass.entry", "x"))
+    monkeypatch.setitem(BENCHMARKS, "buffer", "fakepkg_pass.entry")
     import fakepkg_pass.entry as entry  # type: ignore[import-not-found]
 
     assert main(["--config", "c.yaml", "dashboard", "--port", "0"]) == 7

@@ -31,7 +31,7 @@ def main(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(list(argv))
 
-    from robofleet.settings import load_settings
+    from robofleet.app.settings import load_settings
 
     settings = load_settings(args.config)
     comms = settings.comms

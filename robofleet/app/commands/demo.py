@@ -11,7 +11,7 @@ interventions, versions_published, acked_lost, learner_restarts.
 ``--algorithm`` picks the learner: ``hg-dagger`` (the default; MLP trained on the operator's
 corrections), ``recap`` (pi*0.6's advantage-conditioned MLP; robots act on "positive") or
 ``sac`` (SAC with RLPD's symmetric sampling; a tanh-Gaussian actor that samples on the robots,
-operator takeovers as the prior half of each batch). See ``robofleet.orchestration.params``.
+operator takeovers as the prior half of each batch). See ``robofleet.app.orchestration.params``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def demo_spec(args: argparse.Namespace) -> Any:
-    from robofleet.orchestration.params import POLICY_KINDS
+    from robofleet.app.orchestration.params import POLICY_KINDS
     from robofleet.runspec import parse_run_spec
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -87,7 +87,7 @@ def demo_spec(args: argparse.Namespace) -> Any:
 def _table(progress: dict[str, Any], tasks: list[str], algorithm: str = "hg-dagger") -> Any:
     from rich.table import Table
 
-    from robofleet.orchestration.params import DISPLAY_NAMES
+    from robofleet.app.orchestration.params import DISPLAY_NAMES
 
     name = DISPLAY_NAMES.get(algorithm, algorithm)
     t = Table(title=f"robofleet demo: {name} on a simulated fleet", expand=False)
@@ -117,9 +117,9 @@ def main(argv: Sequence[str] = ()) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from robofleet.orchestration.service import CloudService
+    from robofleet.app.cloud import CloudService
+    from robofleet.app.settings import load_settings
     from robofleet.runspec import RunSpecError
-    from robofleet.settings import load_settings
 
     console = Console(stderr=args.json)
     settings = load_settings(args.config)

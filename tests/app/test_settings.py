@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from robofleet.settings import SettingsError, load_settings
+from robofleet.app.settings import SettingsError, load_settings
 
 
 def test_defaults_are_embedded_and_loopback(
@@ -82,7 +82,7 @@ def test_secret_is_masked_and_generated_once(tmp_path: Path) -> None:
 def test_auto_resume_comes_from_settings_and_the_flag_can_only_turn_it_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from robofleet.cloud import auto_resume, build_parser
+    from robofleet.app.commands.cloud import auto_resume, build_parser
 
     flag_off = build_parser().parse_args(["--no-auto-resume"])
     no_flag = build_parser().parse_args([])

@@ -115,7 +115,7 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
 
 
 def main(argv: Sequence[str]) -> int:
-    from robofleet.settings import load_settings
+    from robofleet.app.settings import load_settings
 
     args = build_parser().parse_args(list(argv))
     settings = load_settings(args.config)

@@ -29,7 +29,7 @@ from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
 from edge_agent.config import EdgeSettings
 from hal.config import HalSettings
-from robofleet.orchestration.config import OrchestrationSettings
+from robofleet.app.orchestration.config import OrchestrationSettings
 
 DEFAULT_CONFIG_FILE = Path("robofleet.yaml")
 _config_file: Path | None = None

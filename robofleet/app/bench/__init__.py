@@ -1,0 +1,1 @@
+"""Benchmarks that wire several components (``robofleet bench efficiency``)."""
