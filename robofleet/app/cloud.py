@@ -186,6 +186,7 @@ class CloudService:
         from dashboard.app import create_app
 
         assert self.store is not None and self.dashboard_port is not None
+        assert self.manager is not None
         self.admin_login = ensure_bootstrap_admin(self.store)
         app = create_app(
             self.settings, self.store, run_manager=self.manager, robot_control=self.server
