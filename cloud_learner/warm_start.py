@@ -1,4 +1,5 @@
-"""The weak initial policy of a run: state normalisation and behaviour cloning on demonstrations.
+"""The weak initial policy of a run: state normalisation, then behaviour cloning on
+demonstrations with each algorithm's own ``bc_update``.
 
 Every algorithm starts from a policy cloned from a handful of demonstrations (issue 11's weak
 start), then learns online:
@@ -23,11 +24,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from cloud_learner.algorithms.sac_rlpd import SACRLPD, gaussian_bc_loss
-from cloud_learner.core import Batch, Metrics
 from cloud_learner.policies.base import TorchPolicy
-
-__all__ = ["bc_update", "fit_state_normalization", "gaussian_bc_loss"]
 
 
 def fit_state_normalization(algorithm: Any, states: np.ndarray, min_std: float) -> int:
@@ -43,18 +40,3 @@ def fit_state_normalization(algorithm: Any, states: np.ndarray, min_std: float) 
                 module.set_state_normalization(states, min_std=min_std)
                 seen.add(id(module))
     return len(seen)
-
-
-def bc_update(algorithm: Any, batch: Batch) -> Metrics:
-    """One behaviour-cloning step of ``algorithm``'s policy on demonstrations (see above)."""
-    if isinstance(algorithm, SACRLPD):
-        policy = algorithm.policy
-        policy.train()
-        mse, nll = gaussian_bc_loss(policy, batch)
-        algorithm.actor_optimizer.zero_grad(set_to_none=True)
-        (mse + nll).backward()
-        nn.utils.clip_grad_norm_(policy.parameters(), algorithm.config.grad_clip_norm)
-        algorithm.actor_optimizer.step()
-        return {"bc_mse": float(mse.detach()), "bc_nll": float(nll.detach())}
-    metrics: Metrics = algorithm.update(batch)
-    return metrics

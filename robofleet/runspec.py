@@ -15,6 +15,8 @@ next to its field. Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,8 +65,9 @@ class LearnerResources(_Strict):
     num_gpus: float = Field(default=0.0, ge=0)
 
 
-class PolicySpec(_Strict):
-    """The policy architecture; ``kind`` names a policy in cloud_learner."""
+class PolicyConfig(_Strict):
+    """The run spec's ``policy:`` section: which policy to train and how big (``kind`` names
+    a policy of cloud_learner, whose ``PolicySpec`` holds the built network's shapes)."""
 
     kind: str = Field(
         default="mlp",
@@ -136,7 +139,7 @@ class RunSpec(_Strict):
     name: str = Field(default="", max_length=256)
     algorithm: Algorithm
     hyperparameters: dict[str, float | int | str | bool] = Field(default_factory=dict)
-    policy: PolicySpec = Field(default_factory=PolicySpec)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
     tasks: list[str] = Field(min_length=1, description="Meta-World or other task names.")
     robots: RobotDemand
     learner: LearnerResources = Field(default_factory=LearnerResources)
@@ -224,3 +227,88 @@ def load_run_spec(path: Path | str) -> RunSpec:
     except yaml.YAMLError as exc:
         raise RunSpecError({"(file)": f"not valid YAML: {exc}"}) from None
     return parse_run_spec(data)
+
+
+# -- hyper-parameters ------------------------------------------------------------------------
+#
+# ``spec.hyperparameters`` is one flat mapping. The knobs every run has are :class:`RunParams`;
+# each algorithm declares its own in its module (``cloud_learner.algorithms``), with the same
+# :func:`knob` fields, and ``cloud_learner.run_settings`` splits the mapping between them.
+
+
+def knob(
+    default: float | int,
+    *,
+    zero_ok: bool = False,
+    signed: bool = False,
+    within: tuple[Callable[[float], bool], str] | None = None,
+) -> Any:
+    """A hyper-parameter field: positive by default (``zero_ok`` admits 0, ``signed`` any
+    real number), optionally ``within`` a range given as (predicate, text), e.g.
+    ``(lambda v: 0 < v < 1, "(0, 1)")``. Its type (int or float) is the annotation's."""
+    return field(default=default, metadata={"zero_ok": zero_ok, "signed": signed, "within": within})
+
+
+def knob_names(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def parse_knobs[K](cls: type[K], values: Mapping[str, Any]) -> tuple[K | None, dict[str, str]]:
+    """``cls(**values)`` checked field by field; (None, errors) when any is bad.
+
+    Errors map ``hyperparameters.<key>`` to why: not a number, not an integer, not positive,
+    out of its range. Keys that are not fields of ``cls`` are the caller's to report.
+    """
+    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    errors: dict[str, str] = {}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        f = known[key]
+        want = int if f.type in ("int", int) else float
+        where = f"hyperparameters.{key}"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            errors[where] = f"must be a number, got {value!r}"
+        elif want is int and not float(value).is_integer():
+            errors[where] = f"must be an integer, got {value!r}"
+        elif not f.metadata["signed"] and (value < 0 or (value == 0 and not f.metadata["zero_ok"])):
+            errors[where] = f"must be positive, got {value!r}"
+        elif f.metadata["within"] is not None and not f.metadata["within"][0](value):
+            errors[where] = f"must be in {f.metadata['within'][1]}, got {value!r}"
+        else:
+            out[key] = want(value)
+    if errors:
+        return None, errors
+    return cls(**out), errors
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """The knobs of every run, with their defaults (``spec.hyperparameters`` overrides by name).
+
+    Attributes:
+        lr: learning rate of the policy's optimizer.
+        batch_size: rows per update.
+        bc_updates: behaviour-cloning updates on the demonstrations before any robot moves
+            (the weak initial policy).
+        demos_per_task: demonstration episodes per task for that initial policy.
+        updates_per_s: upper bound on learner updates per second (0 = unbounded); keeps the
+            learner from starving real-time robots on small machines.
+        checkpoint_every_updates: learner checkpoint cadence.
+        control_hz: robots' control rate (Hz).
+        max_episode_steps: training episode length (steps).
+        eval_max_steps: evaluation episode limit (steps).
+        min_state_std: floor of the state normalisation's standard deviation.
+        seed: learner seed.
+    """
+
+    lr: float = knob(1e-3)
+    batch_size: int = knob(128)
+    bc_updates: int = knob(300, zero_ok=True)
+    demos_per_task: int = knob(1)
+    updates_per_s: float = knob(40.0, zero_ok=True)
+    checkpoint_every_updates: int = knob(200)
+    control_hz: float = knob(20.0)
+    max_episode_steps: int = knob(100)
+    eval_max_steps: int = knob(100)
+    min_state_std: float = knob(0.05)
+    seed: int = knob(0, zero_ok=True)

@@ -1,7 +1,25 @@
-"""Learning rules: HG-DAgger, RECAP, SAC/RLPD; one file each, readable top to bottom."""
+"""Learning rules: HG-DAgger, RECAP, SAC/RLPD; one file each, readable top to bottom, each
+ending with its builder (what a run needs of it: :mod:`cloud_learner.algorithms.builder`)."""
 
-from cloud_learner.algorithms.hg_dagger import HGDAgger, HGDAggerConfig
-from cloud_learner.algorithms.recap import RECAP, RECAPConfig
-from cloud_learner.algorithms.sac_rlpd import SACRLPD, SACConfig
+from cloud_learner.algorithms.builder import AlgorithmBuilder
+from cloud_learner.algorithms.hg_dagger import HGDAgger, HGDAggerBuilder, HGDAggerConfig
+from cloud_learner.algorithms.recap import RECAP, RECAPBuilder, RECAPConfig, RECAPOptions
+from cloud_learner.algorithms.sac_rlpd import SACRLPD, SACBuilder, SACConfig, SACOptions
 
-__all__ = ["RECAP", "SACRLPD", "HGDAgger", "HGDAggerConfig", "RECAPConfig", "SACConfig"]
+# The run spec's algorithm name -> its builder.
+BUILDERS: dict[str, AlgorithmBuilder] = {
+    b.name: b for b in (HGDAggerBuilder(), RECAPBuilder(), SACBuilder())
+}
+
+__all__ = [
+    "BUILDERS",
+    "RECAP",
+    "SACRLPD",
+    "AlgorithmBuilder",
+    "HGDAgger",
+    "HGDAggerConfig",
+    "RECAPConfig",
+    "RECAPOptions",
+    "SACConfig",
+    "SACOptions",
+]

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cloud_learner.algorithms.builder import AlgorithmBuilder
 from cloud_learner.core import Batch, Metrics, Weights
 from cloud_learner.policies.base import TorchPolicy, load_weights_strict
 from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter
+
+if TYPE_CHECKING:
+    from robofleet.runspec import RunParams, RunSpec
 
 
 @dataclass
@@ -95,6 +99,11 @@ class HGDAgger:
         metrics["grad_norm"] = float(grad)
         return metrics
 
+    def bc_update(self, batch: Batch) -> Metrics:
+        """One behaviour-cloning step on demonstrations (the run's warm start): this
+        algorithm's own update, since every demonstration step is an operator's label."""
+        return self.update(batch)
+
     def get_weights(self) -> Weights:
         return self.policy.get_weights()
 
@@ -110,3 +119,18 @@ class HGDAgger:
         load_weights_strict(self.policy, state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
+
+
+class HGDAggerBuilder(AlgorithmBuilder):
+    """HG-DAgger in a run: trains on operator-labelled steps only (the buffer's
+    intervention sampler: demonstrations and takeovers); fixed-length episodes."""
+
+    name = "hg-dagger"
+    learner_name = "hg_dagger"
+    display_name = "HG-DAgger"
+
+    def algorithm_config(self, options: Any, run: RunParams, spec: RunSpec) -> dict[str, Any]:
+        return {"lr": run.lr}
+
+    def sampling(self, options: Any, spec: RunSpec) -> dict[str, Any]:
+        return {"kind": "intervention"}

@@ -30,10 +30,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from cloud_learner.algorithms.builder import AlgorithmBuilder
 from cloud_learner.core import Batch, Metrics, Weights
 from cloud_learner.policies.base import (
     INDICATOR_NEGATIVE,
@@ -43,6 +44,10 @@ from cloud_learner.policies.base import (
     load_weights_strict,
 )
 from cloud_learner.policies.mlp import MLPPolicy
+from robofleet.runspec import knob
+
+if TYPE_CHECKING:
+    from robofleet.runspec import RunParams, RunSpec
 
 
 @dataclass
@@ -177,6 +182,11 @@ class RECAP:
             "positive_fraction": float((indicator == INDICATOR_POSITIVE).float().mean()),
         }
 
+    def bc_update(self, batch: Batch) -> Metrics:
+        """One behaviour-cloning step on demonstrations (the run's warm start): this
+        algorithm's own update, since every demonstration step is an operator's label."""
+        return self.update(batch)
+
     def get_weights(self) -> Weights:
         return self.policy.get_weights()
 
@@ -202,3 +212,48 @@ class RECAP:
         self.thresholds = state["thresholds"].clone().to(self.thresholds.device)
         self.thresholds_seen = state["thresholds_seen"].clone().bool()
         self.updates = int(state["updates"])
+
+
+@dataclass(frozen=True)
+class RECAPOptions:
+    """RECAP's hyper-parameters in a run spec.
+
+    Attributes:
+        guidance_weight: classifier-free guidance weight w of the robots'
+            "positive"-conditioned actions (1 = plain conditioning).
+        positive_fraction: share of each task's data labelled an improvement.
+        indicator_dropout: probability of training the unconditional branch.
+    """
+
+    guidance_weight: float = knob(1.0)
+    positive_fraction: float = knob(0.3, within=(lambda v: 0 < v < 1, "(0, 1)"))
+    indicator_dropout: float = knob(0.3, zero_ok=True, within=(lambda v: 0 <= v < 1, "[0, 1)"))
+
+
+class RECAPBuilder(AlgorithmBuilder):
+    """RECAP in a run: every step sampled uniformly; robots end episodes (``terminated``) at
+    success. It ignores the robots' reward and uses pi*0.6's sparse return: -1 per step and a
+    failure penalty of one episode length when an episode ends without success, scaled by
+    ``1 / (2 * max_episode_steps)`` into [-1, 0]."""
+
+    name = "recap"
+    learner_name = "recap"
+    display_name = "RECAP"
+    options = RECAPOptions
+    terminate_on_success = True
+
+    def algorithm_config(self, options: Any, run: RunParams, spec: RunSpec) -> dict[str, Any]:
+        assert isinstance(options, RECAPOptions)
+        horizon = run.max_episode_steps
+        return {
+            "lr": run.lr,
+            "value_lr": run.lr,
+            "guidance_weight": options.guidance_weight,
+            "positive_fraction": options.positive_fraction,
+            "indicator_dropout": options.indicator_dropout,
+            "failure_penalty": float(horizon),
+            "return_scale": 1.0 / (2.0 * horizon),
+        }
+
+    def sampling(self, options: Any, spec: RunSpec) -> dict[str, Any]:
+        return {"kind": "uniform"}

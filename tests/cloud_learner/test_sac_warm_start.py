@@ -10,11 +10,12 @@ import dataclasses
 import pytest
 import torch
 
+from cloud_learner.algorithms import SACOptions
 from cloud_learner.algorithms.sac_rlpd import SACRLPD, SACConfig, gaussian_bc_loss
 from cloud_learner.policies import PolicySpec
 from cloud_learner.policies.gaussian import GaussianPolicy
-from cloud_learner.warm_start import bc_update, fit_state_normalization
-from robofleet.app.orchestration.params import RunParams
+from cloud_learner.warm_start import fit_state_normalization
+from robofleet.runspec import RunParams
 
 D, A, B, HIDDEN = 6, 4, 64, 32
 BC_UPDATES, WARMUP, SAC_UPDATES = 200, 20, 100
@@ -39,22 +40,23 @@ def demo_batch(seed: int) -> dict[str, torch.Tensor]:
 
 
 def run_config() -> SACConfig:
-    """The run's SAC settings (RunParams defaults), warm-up shortened to keep the test fast."""
-    p = RunParams()
+    """The run's SAC settings (RunParams and SACOptions defaults), warm-up shortened to keep
+    the test fast."""
+    o = SACOptions()
     return SACConfig(
-        lr=p.lr,
-        gamma=p.gamma,
+        lr=RunParams().lr,
+        gamma=o.gamma,
         hidden=HIDDEN,
-        init_temperature=p.init_temperature,
-        target_entropy=p.target_entropy,
+        init_temperature=o.init_temperature,
+        target_entropy=o.target_entropy,
         critic_warmup_updates=WARMUP,
-        bc_weight=p.bc_weight,
+        bc_weight=o.bc_weight,
     )
 
 
 def plain_config() -> SACConfig:
     """Plain SAC/RLPD: no warm-up, no behaviour term, alpha 0.1, target entropy -A."""
-    return SACConfig(lr=RunParams().lr, gamma=RunParams().gamma, hidden=HIDDEN)
+    return SACConfig(lr=RunParams().lr, gamma=SACOptions().gamma, hidden=HIDDEN)
 
 
 def cloned(config: SACConfig) -> tuple[SACRLPD, dict[str, torch.Tensor]]:
@@ -63,7 +65,7 @@ def cloned(config: SACConfig) -> tuple[SACRLPD, dict[str, torch.Tensor]]:
     demo = demo_batch(0)
     fit_state_normalization(sac, demo["observation.state"].numpy(), min_std=0.05)
     for _ in range(BC_UPDATES):
-        bc_update(sac, demo)
+        sac.bc_update(demo)
     return sac, demo
 
 

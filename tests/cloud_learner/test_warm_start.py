@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger
-from cloud_learner.algorithms.sac_rlpd import SACConfig
+from cloud_learner.algorithms.sac_rlpd import SACConfig, gaussian_bc_loss
 from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.policies.base import TorchPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
-from cloud_learner.warm_start import bc_update, fit_state_normalization, gaussian_bc_loss
+from cloud_learner.warm_start import fit_state_normalization
 
 D, A, B = 6, 2, 64
 
@@ -62,9 +62,9 @@ def test_sac_warm_start_clones_the_mean_and_narrows_the_spread() -> None:
     batch = demo_batch()
     fit_state_normalization(sac, batch["observation.state"].numpy(), min_std=0.05)
     critics_before = {k: v.clone() for k, v in sac.critics.state_dict().items()}
-    first = bc_update(sac, batch)
+    first = sac.bc_update(batch)
     for _ in range(300):
-        last = bc_update(sac, batch)
+        last = sac.bc_update(batch)
     assert set(last) == {"bc_mse", "bc_nll"}
     assert last["bc_mse"] < 0.1 * first["bc_mse"]
     assert last["bc_nll"] < first["bc_nll"] - 1.0
@@ -97,9 +97,9 @@ def test_regression_algorithms_warm_start_with_their_own_update(kind: str) -> No
         else RECAP(MLPPolicy(PolicySpec(D, A, hidden=16, indicator=True)))
     )
     batch = demo_batch()
-    first = bc_update(algorithm, batch)
+    first = algorithm.bc_update(batch)
     for _ in range(200):
-        last = bc_update(algorithm, batch)
+        last = algorithm.bc_update(batch)
     assert "loss" in last and last["loss"] < 0.5 * first["loss"]
     if kind == "recap":
         assert last["positive_fraction"] == 1.0  # demonstrations are interventions: positive

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import re
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +13,13 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
+from cloud_learner.algorithms import BUILDERS
+from cloud_learner.run_plan import RunPlan
 from dashboard.app import create_app
 from robofleet.app.orchestration.manager import RunManager
-from robofleet.app.orchestration.params import RunParams
 from robofleet.app.orchestration.run import CloudContext
 from robofleet.app.settings import Settings
-from robofleet.runspec import RunSpec
+from robofleet.runspec import RunParams, RunSpec, knob_names
 from robofleet.store.accounts import Role
 from robofleet.store.models import Event, Run
 from robofleet.store.store import MetadataStore
@@ -39,12 +39,14 @@ def _form_fields() -> tuple[set[str], set[str]]:
 
 
 def _resolves(path: str) -> bool:
-    """Whether a dotted path names a RunSpec field (hyper-parameters: a RunParams knob)."""
+    """Whether a dotted path names a RunSpec field (hyper-parameters: a knob of every run or
+    of an algorithm)."""
     model: type[BaseModel] = RunSpec
     parts = path.split(".")
     for i, part in enumerate(parts):
         if model is RunSpec and part == "hyperparameters" and i + 1 < len(parts):
-            return parts[i + 1] in {f.name for f in fields(RunParams)} and i + 2 == len(parts)
+            knobs = knob_names(RunParams).union(*(knob_names(b.options) for b in BUILDERS.values()))
+            return parts[i + 1] in knobs and i + 2 == len(parts)
         info = model.model_fields.get(part)
         if info is None:
             return False
@@ -130,7 +132,7 @@ def test_form_defaults_make_a_spec_the_run_manager_accepts(
     spec = RunSpec.model_validate(body)
     assert spec.policy.hidden_sizes == [256, 256]
     assert spec.policy.kind == ("gaussian" if algorithm == "sac" else "mlp")
-    assert RunParams.from_spec(spec).lr == 0.001
+    assert RunPlan.from_spec(spec).params.lr == 0.001
     add_robot(store, "sim-00")
     from robofleet.app.orchestration.manager import validate_launch
 

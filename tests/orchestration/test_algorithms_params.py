@@ -12,13 +12,8 @@ import torch
 from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger
 from cloud_learner.factory import build_algorithm
 from cloud_learner.policies.gaussian import GaussianPolicy
+from cloud_learner.run_plan import RunPlan
 from robofleet.app.commands.demo import demo_spec
-from robofleet.app.orchestration.params import (
-    RunParams,
-    agent_options,
-    batch_sampling,
-    learner_settings,
-)
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
 
 KINDS = {"hg-dagger": "mlp", "recap": "mlp", "sac": "gaussian"}
@@ -39,7 +34,7 @@ def spec_for(algorithm: str, kind: str | None = None, **extra: Any) -> RunSpec:
 
 def refusal(spec: RunSpec) -> dict[str, str]:
     with pytest.raises(RunSpecError) as info:
-        RunParams.from_spec(spec)
+        RunPlan.from_spec(spec)
     errors: dict[str, str] = info.value.errors
     return errors
 
@@ -97,8 +92,8 @@ def test_recap_settings_build_an_indicator_policy_and_sparse_returns_fit_the_hor
         "recap",
         hyperparameters={"guidance_weight": 1.5, "indicator_dropout": 0, "max_episode_steps": 80},
     )
-    params = RunParams.from_spec(spec)
-    settings = learner_settings(spec, params)
+    plan = RunPlan.from_spec(spec)
+    settings = plan.learner_settings(39, 4)
     algorithm = build_algorithm(settings, torch.device("cpu"))
     assert isinstance(algorithm, RECAP)
     assert algorithm.policy.spec.indicator and algorithm.policy.spec.num_tasks == 2
@@ -107,31 +102,32 @@ def test_recap_settings_build_an_indicator_policy_and_sparse_returns_fit_the_hor
     # -1 per step and a failure penalty of one horizon, scaled into [-1, 0].
     assert algorithm.config.failure_penalty == 80.0
     assert algorithm.config.return_scale == pytest.approx(1 / 160)
-    assert batch_sampling(spec, params) == {"kind": "uniform", "reward_scale": 1.0}
-    assert agent_options(spec) == {"terminate_on_success": True}
+    assert plan.batch_sampling() == {"kind": "uniform", "reward_scale": 1.0}
+    assert plan.terminate_on_success
 
 
 def test_sac_settings_build_a_gaussian_actor_with_rlpd_sampling() -> None:
     spec = spec_for(
         "sac", hyperparameters={"gamma": 0.95, "reward_scale": 0.2}, buffer={"online_fraction": 0.4}
     )
-    params = RunParams.from_spec(spec)
-    settings = learner_settings(spec, params)
+    plan = RunPlan.from_spec(spec)
+    settings = plan.learner_settings(39, 4)
     algorithm = build_algorithm(settings, torch.device("cpu"))
     assert isinstance(algorithm, SACRLPD) and isinstance(algorithm.policy, GaussianPolicy)
     assert algorithm.config.gamma == 0.95 and algorithm.config.hidden == 32
-    assert batch_sampling(spec, params) == {
+    assert plan.batch_sampling() == {
         "kind": "symmetric",
         "online_fraction": 0.4,
         "reward_scale": 0.2,
     }
-    assert agent_options(spec) == {"terminate_on_success": False}
+    assert not plan.terminate_on_success
 
 
 def test_sac_warm_start_protection_reaches_the_algorithm_with_documented_defaults() -> None:
     spec = spec_for("sac")
-    params = RunParams.from_spec(spec)
-    algorithm = build_algorithm(learner_settings(spec, params), torch.device("cpu"))
+    algorithm = build_algorithm(
+        RunPlan.from_spec(spec).learner_settings(39, 4), torch.device("cpu")
+    )
     assert isinstance(algorithm, SACRLPD)
     cfg = algorithm.config
     assert (cfg.critic_warmup_updates, cfg.bc_weight) == (400, 1.0)
@@ -149,7 +145,7 @@ def test_sac_warm_start_protection_reaches_the_algorithm_with_documented_default
         },
     )
     algorithm = build_algorithm(
-        learner_settings(spec, RunParams.from_spec(spec)), torch.device("cpu")
+        RunPlan.from_spec(spec).learner_settings(39, 4), torch.device("cpu")
     )
     assert isinstance(algorithm, SACRLPD)
     assert (algorithm.config.critic_warmup_updates, algorithm.config.bc_weight) == (0, 0.0)
@@ -181,13 +177,13 @@ def test_sac_warm_start_settings_are_refused_for_other_algorithms(key: str) -> N
 
 def test_hg_dagger_settings_are_unchanged_so_its_checkpoints_still_resume() -> None:
     spec = spec_for("hg-dagger", hyperparameters={"lr": 0.002})
-    params = RunParams.from_spec(spec)
-    settings = learner_settings(spec, params)
+    plan = RunPlan.from_spec(spec)
+    settings = plan.learner_settings(39, 4)
     assert settings.algorithm_config == {"lr": 0.002}
     assert settings.policy.kind == "mlp" and settings.sampler == "intervention"
     assert isinstance(build_algorithm(settings, torch.device("cpu")), HGDAgger)
-    assert batch_sampling(spec, params)["kind"] == "intervention"
-    assert agent_options(spec) == {"terminate_on_success": False}
+    assert plan.batch_sampling()["kind"] == "intervention"
+    assert not plan.terminate_on_success
 
 
 @pytest.mark.parametrize("algorithm", ["hg-dagger", "recap", "sac"])
@@ -203,4 +199,4 @@ def test_demo_builds_a_spec_the_run_manager_accepts(algorithm: str) -> None:
     )
     spec = demo_spec(args)
     assert spec.algorithm == algorithm and spec.policy.kind == KINDS[algorithm]
-    RunParams.from_spec(spec)  # raises on anything the run manager would refuse
+    RunPlan.from_spec(spec)  # raises on anything the run manager would refuse

@@ -223,7 +223,7 @@ def _system_schedule(
     ``stale_step_fraction``: share of such steps; ``apply_delay_mean_s``: how long a received
     version waited for its safe boundary.
     """
-    from robofleet.app.orchestration.params import RunParams
+    from robofleet.runspec import RunParams
 
     steps = sum(float(r.get("steps", 0)) for r in robots)
     swaps = sum(float(r.get("weight_swaps", 0)) for r in robots)

@@ -11,7 +11,7 @@ interventions, versions_published, acked_lost, learner_restarts.
 ``--algorithm`` picks the learner: ``hg-dagger`` (the default; MLP trained on the operator's
 corrections), ``recap`` (pi*0.6's advantage-conditioned MLP; robots act on "positive") or
 ``sac`` (SAC with RLPD's symmetric sampling; a tanh-Gaussian actor that samples on the robots,
-operator takeovers as the prior half of each batch). See ``robofleet.app.orchestration.params``.
+operator takeovers as the prior half of each batch). See ``cloud_learner.algorithms`` (each algorithm's builder).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def demo_spec(args: argparse.Namespace) -> Any:
-    from robofleet.app.orchestration.params import POLICY_KINDS
+    from cloud_learner.algorithms import BUILDERS
     from robofleet.runspec import parse_run_spec
 
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -66,7 +66,7 @@ def demo_spec(args: argparse.Namespace) -> Any:
             # 64 at batch 128), whatever the fleet's size; the cap only guards the CPU.
             "hyperparameters": {"control_hz": args.control_hz, "updates_per_s": 100.0},
             "buffer": {"samples_per_insert": 64.0},
-            "policy": {"kind": POLICY_KINDS[args.algorithm], "hidden_sizes": [128, 128]},
+            "policy": {"kind": BUILDERS[args.algorithm].policy_kind, "hidden_sizes": [128, 128]},
             "robots": {
                 "robot_type": "metaworld-sawyer",
                 "tags": {"simulated": "true"},
@@ -87,9 +87,9 @@ def demo_spec(args: argparse.Namespace) -> Any:
 def _table(progress: dict[str, Any], tasks: list[str], algorithm: str = "hg-dagger") -> Any:
     from rich.table import Table
 
-    from robofleet.app.orchestration.params import DISPLAY_NAMES
+    from cloud_learner.algorithms import BUILDERS
 
-    name = DISPLAY_NAMES.get(algorithm, algorithm)
+    name = BUILDERS[algorithm].display_name if algorithm in BUILDERS else algorithm
     t = Table(title=f"robofleet demo: {name} on a simulated fleet", expand=False)
     t.add_column("metric")
     t.add_column("value", justify="right")

@@ -9,8 +9,6 @@
   the hung-process watchdog.
 * :mod:`robofleet.app.orchestration.hold` - pause/resume pushed to robots until their heartbeats agree.
 * :mod:`robofleet.app.orchestration.config` - the ``orchestration:`` settings section.
-* :mod:`robofleet.app.orchestration.params` - a run spec's algorithm, hyper-parameters and rewards
-  as the learner, batch server and robots need them.
 * :mod:`robofleet.app.orchestration.learner_proc` - the learner process of a run.
 * :mod:`robofleet.app.orchestration.batches` - batches from the cloud's buffer to the learner.
 * :mod:`robofleet.app.sim.fleet` - enrollment, heartbeats and edge agents of

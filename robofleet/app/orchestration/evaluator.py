@@ -26,7 +26,7 @@ def build_policy(num_tasks: int, hidden: int) -> Any:
     """The edge agents' policy (``edge_agent.build``) in evaluation mode: built from each
     version's policy card, an MLP on state + task one-hot ``hidden`` wide without one."""
     from edge_agent.policy_build import CardPolicy
-    from robofleet.app.orchestration.params import ACTION_DIM, STATE_DIM
+    from robofleet.app.sim.fleet import ACTION_DIM, STATE_DIM
 
     return CardPolicy(STATE_DIM, ACTION_DIM, num_tasks, hidden, stochastic=False)
 

@@ -65,23 +65,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cloud_learner.loop import Learner
     from cloud_learner.policy_card import CardPublisher, card_for
     from cloud_learner.publisher import FileWeightPublisher
+    from cloud_learner.run_plan import RunPlan
     from robofleet.app.orchestration.batches import RemoteBufferSource
-    from robofleet.app.orchestration.params import RunParams, batch_sampling, learner_settings
     from robofleet.runspec import parse_run_spec
 
     torch.set_num_threads(1)
     parent = os.getppid()
     lock_fd = _lock(args.run_dir)
     spec = parse_run_spec(json.loads((args.run_dir / "spec.json").read_text()))
-    params = RunParams.from_spec(spec)
-    settings = learner_settings(spec, params)
+    plan = RunPlan.from_spec(spec)
+    params = plan.params
+    settings = plan.learner_settings(*_run_dims(args.run_dir))
     try:
         device = learner_device(spec.learner.num_gpus)
     except RuntimeError as exc:
         print(f"learner: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     algorithm = build_algorithm(settings, device)
-    sampling = batch_sampling(spec, params)
+    sampling = plan.batch_sampling()
     reward_scale = float(sampling.pop("reward_scale"))
     source = RemoteBufferSource(
         args.batches, sampling=sampling, reward_scale=reward_scale, device=device
@@ -214,13 +215,21 @@ def updates_allowed(
     return (max(0, online_updates) + 1) * batch_size <= samples_per_insert * online_rows
 
 
+def _run_dims(run_dir: Path) -> tuple[int, int]:
+    """(D, A): the sizes of ``observation.state`` and ``action`` in the run's buffer schema."""
+    from buffer import StepSchema
+
+    schema = StepSchema.from_json((run_dir / "buffer" / "schema.json").read_text())
+    return schema.observations["observation.state"].size, schema.action.size
+
+
 def _initial_policy(learner: object, source: object, params: object) -> None:
     """Normalisation from the demonstrations, BC updates, publish v1 and checkpoint
-    (``cloud_learner.warm_start``: each algorithm's way of cloning the demonstrations)."""
+    (``cloud_learner.warm_start``; each algorithm's ``bc_update`` clones the demonstrations)."""
     from cloud_learner.loop import Learner
-    from cloud_learner.warm_start import bc_update, fit_state_normalization
+    from cloud_learner.warm_start import fit_state_normalization
     from robofleet.app.orchestration.batches import RemoteBufferSource
-    from robofleet.app.orchestration.params import RunParams
+    from robofleet.runspec import RunParams
 
     assert isinstance(learner, Learner)
     assert isinstance(source, RemoteBufferSource)
@@ -230,7 +239,7 @@ def _initial_policy(learner: object, source: object, params: object) -> None:
     fit_state_normalization(learner.algorithm, states, params.min_state_std)
     metrics: dict[str, float] = {}
     for _ in range(params.bc_updates):
-        metrics = bc_update(learner.algorithm, source.sample(params.batch_size))
+        metrics = learner.algorithm.bc_update(source.sample(params.batch_size))
         learner.step += 1
     log.info(
         "initial policy: %d BC updates on the demonstrations (last %s)", params.bc_updates, metrics

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from robofleet.app.orchestration.params import RunParams
+from cloud_learner.run_plan import RunPlan
 from robofleet.app.orchestration.pidfile import cloud_running
 from robofleet.app.orchestration.run import CloudContext, RunDriver
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
@@ -50,7 +50,7 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
 
     errors: dict[str, str] = {}
     try:
-        RunParams.from_spec(spec)
+        RunPlan.from_spec(spec)
     except RunSpecError as exc:
         errors.update(exc.errors)
     unknown = [t for t in spec.tasks if t not in ENV_POLICY_MAP]

@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from cloud_learner.run_plan import RunPlan
 from robofleet.app.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
 from robofleet.app.orchestration.hold import RobotHold
-from robofleet.app.orchestration.params import RunParams
 from robofleet.app.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
 from robofleet.app.sim.fleet import (
     DEMO_ROBOT,
@@ -91,7 +91,8 @@ class RunDriver:
         self.run_id = run_id
         self.spec = spec
         self.run_dir = run_dir
-        self.params = RunParams.from_spec(spec)
+        self.plan = RunPlan.from_spec(spec)
+        self.params = self.plan.params
         self.on_end = on_end
         self.stop_reason: str | None = None  # set: end the run (requested or condition)
         self.detach = False  # set: cloud shutting down, leave the run to be resumed
@@ -377,7 +378,6 @@ class RunDriver:
         import ray
 
         from edge_agent.build import AgentOptions
-        from robofleet.app.orchestration.params import agent_options
         from robofleet.app.sim.fleet import spool_dir
 
         ctx = self.ctx
@@ -401,7 +401,7 @@ class RunDriver:
             max_episode_steps=self.params.max_episode_steps,
             spool_dir=spool,
             hidden=self.spec.policy.hidden_sizes[0],
-            **agent_options(self.spec),  # e.g. RECAP's episodes end at success
+            terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
         )
         actor_options: dict[str, Any] = {"max_concurrency": 4, "num_cpus": 0}
         Worker: Any = ray.remote(**actor_options)(SimRobotWorker)

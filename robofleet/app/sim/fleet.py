@@ -38,6 +38,9 @@ from robofleet.store.store import MetadataStore
 log = logging.getLogger(__name__)
 
 ROBOT_TYPE = "metaworld-sawyer"
+# Meta-World's goal-observable state and the Sawyer's action (hal.drivers.metaworld).
+STATE_DIM = 39
+ACTION_DIM = 4
 DEMO_ROBOT = "demo"
 SIM_TAG = "simulated"
 

@@ -311,7 +311,7 @@ class MultiTaskConfig:
     """The synchronous multi-task HG-DAgger loop, with the distributed run's defaults.
 
     Policy, gating, data, evaluation and update rate match ``robofleet demo``
-    (robofleet.app.orchestration.params.RunParams, edge_agent gating defaults): a shared MLP on
+    (robofleet.runspec.RunParams, edge_agent gating defaults): a shared MLP on
     the 39-d Meta-World state plus a task one-hot, one scripted demonstration per task and
     ``bc_updates`` BC updates as the weak start, the L2 action gap > ``gap`` hands control to
     the expert, ``handback_steps`` agreeing steps hand it back, and only labelled steps are
