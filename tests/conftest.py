@@ -17,14 +17,15 @@ PG_URL = os.environ.get("ROBOFLEET_TEST_PG_URL", "")
 
 
 def _postgres_param() -> object:
-    # Locally, PostgreSQL tests need .ci/run's server; in CI its absence is a failure, not a skip.
+    # `make test` runs the suite under tools/with-postgres, which sets the URL; a bare pytest
+    # without it skips these (in CI their absence is a failure, not a skip).
     if PG_URL or os.environ.get("CI"):
         return pytest.param("postgres", marks=pytest.mark.postgres)
     return pytest.param(
         "postgres",
         marks=[
             pytest.mark.postgres,
-            pytest.mark.skip(reason="ROBOFLEET_TEST_PG_URL not set (run .ci/run)"),
+            pytest.mark.skip(reason="ROBOFLEET_TEST_PG_URL not set (make test, or tools/with-postgres pytest ...)"),
         ],
     )
 
@@ -35,7 +36,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: pytest.TempPathFactory) -> 
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/meta.db"
         return
-    assert PG_URL, "CI must export ROBOFLEET_TEST_PG_URL (.ci/run starts PostgreSQL)"
+    assert PG_URL, "CI must export ROBOFLEET_TEST_PG_URL (make test starts PostgreSQL)"
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
