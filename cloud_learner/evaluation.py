@@ -1,83 +1,55 @@
-"""Evaluation episodes on simulated robots (Meta-World), success rate per task.
+"""Evaluation episodes: the policy alone on a robot (the operator never acts), seeded per task.
 
-Uses Meta-World's Gymnasium API directly (``gymnasium.make("Meta-World/MT1", ...)``); the
-operator never acts here. Episodes are seeded, so a held-out seed range gives a fixed test set.
+One function serves every evaluator: the run's evaluation process on simulated robots, the
+single-process HG-DAgger loop, the benches. It runs on any ``hal`` driver (the driver
+contract's ``reset(task, seed)``, ``send_action``, ``get_observation`` and its episode state),
+so the same episodes run on a simulated robot and on a real one whose driver reports success.
+
+An episode succeeds when the driver's episode reports ``success`` within ``max_steps`` actions
+(Meta-World's ``info["success"]``); it fails when it terminates, is truncated or runs out of
+steps first. Seeds make the episodes a fixed test set: the same seeds, the same start states.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from cloud_learner.core import Policy
 
-
-def make_metaworld_env(env_name: str, seed: int, max_episode_steps: int) -> Any:
-    """One Meta-World MT1 environment (random goal per reset, set by the reset seed)."""
-    import gymnasium as gym
-    import metaworld  # noqa: F401  (registers the Meta-World/* environments)
-
-    return gym.make(
-        "Meta-World/MT1", env_name=env_name, seed=seed, max_episode_steps=max_episode_steps
-    )
+if TYPE_CHECKING:
+    from hal.driver import RobotDriver
 
 
-def scripted_expert(env_name: str) -> Any:
-    """Meta-World's scripted policy for ``env_name`` (e.g. reach-v3 -> SawyerReachV3Policy)."""
-    from metaworld import policies
-
-    name = "Sawyer" + "".join(p.capitalize() for p in env_name.split("-")[:-1])
-    name += env_name.split("-")[-1].upper() + "Policy"
-    return getattr(policies, name)()
-
-
-@dataclass
-class EvalResult:
-    """Success rate (0..1) and mean episode length of one task."""
-
-    task: str
-    success_rate: float
-    mean_length: float
-    episodes: int
-
-
-def evaluate_metaworld(
+def evaluate(
     policy: Policy,
-    env_names: Sequence[str],
+    driver: RobotDriver,
+    tasks: Sequence[str],
     seeds: Sequence[int],
-    max_episode_steps: int = 150,
-    state_indices: Sequence[int] | None = None,
-) -> list[EvalResult]:
-    """Run ``len(seeds)`` episodes per task with the policy alone; task index = position.
+    max_steps: int,
+) -> dict[str, float]:
+    """Success rate (0..1) per task over one episode per seed; ``task_index`` = position in
+    ``tasks``. Actions are clipped to [-1, 1] (the policies' range). ``driver`` must be
+    connected; it is left connected."""
+    out: dict[str, float] = {}
+    for task_index, task in enumerate(tasks):
+        wins = sum(_episode(policy, driver, task, task_index, seed, max_steps) for seed in seeds)
+        out[task] = wins / len(seeds)
+    return out
 
-    ``state_indices`` selects what the robot observes from Meta-World's 39-d vector (all when
-    None); an episode succeeds when ``info["success"]`` is reached within the step limit.
-    """
-    results = []
-    for task_index, env_name in enumerate(env_names):
-        env = make_metaworld_env(env_name, seed=int(seeds[0]), max_episode_steps=max_episode_steps)
-        successes, lengths = 0, []
-        try:
-            for seed in seeds:
-                obs, _ = env.reset(seed=int(seed))
-                steps = 0
-                while steps < max_episode_steps:
-                    steps += 1
-                    state = obs if state_indices is None else obs[list(state_indices)]
-                    action = policy.act({"observation.state": state.astype(np.float32)}, task_index)
-                    obs, _r, terminated, truncated, info = env.step(np.clip(action, -1, 1))
-                    if info.get("success", 0.0) >= 1.0:
-                        successes += 1
-                        break
-                    if terminated or truncated:
-                        break
-                lengths.append(steps)
-        finally:
-            env.close()
-        results.append(
-            EvalResult(env_name, successes / len(seeds), float(np.mean(lengths)), len(seeds))
-        )
-    return results
+
+def _episode(
+    policy: Policy, driver: RobotDriver, task: str, task_index: int, seed: int, max_steps: int
+) -> bool:
+    obs = driver.reset(task=task, seed=seed)
+    for _ in range(max_steps):
+        driver.send_action({"action": np.clip(policy.act(obs, task_index), -1.0, 1.0)})
+        episode = driver.episode
+        if episode.success:
+            return True
+        if episode.terminated or episode.truncated:
+            return False
+        obs = driver.get_observation()
+    return False

@@ -25,7 +25,9 @@ def _postgres_param() -> object:
         "postgres",
         marks=[
             pytest.mark.postgres,
-            pytest.mark.skip(reason="ROBOFLEET_TEST_PG_URL not set (make test, or tools/with-postgres pytest ...)"),
+            pytest.mark.skip(
+                reason="ROBOFLEET_TEST_PG_URL not set (make test, or tools/with-postgres pytest ...)"
+            ),
         ],
     )
 

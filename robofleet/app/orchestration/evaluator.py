@@ -17,8 +17,6 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 EVAL_SEED = 10_000
 
 
@@ -32,30 +30,18 @@ def build_policy(num_tasks: int, hidden: int) -> Any:
 
 
 def evaluate(policy: Any, tasks: Sequence[str], episodes: int, max_steps: int) -> dict[str, float]:
-    """Success rate (0..1) per task over ``episodes`` seeded episodes each."""
+    """Success rate (0..1) per task over ``episodes`` seeded episodes each, on a simulated
+    Meta-World robot (``cloud_learner.evaluation.evaluate``)."""
+    from cloud_learner.evaluation import evaluate as evaluate_on
     from hal.drivers.metaworld import MetaWorldDriver
 
     driver = MetaWorldDriver("eval", tasks=list(tasks), max_episode_steps=max_steps)
     driver.connect()
-    out: dict[str, float] = {}
     try:
-        for task_index, task in enumerate(tasks):
-            wins = 0
-            for i in range(episodes):
-                obs = driver.reset(task=task, seed=EVAL_SEED + i)
-                for _ in range(max_steps):
-                    action = np.clip(policy.act(obs, task_index), -1.0, 1.0)
-                    driver.send_action({"action": action})
-                    if driver.episode.success:
-                        wins += 1
-                        break
-                    if driver.episode.terminated or driver.episode.truncated:
-                        break
-                    obs = driver.get_observation()
-            out[task] = wins / episodes
+        seeds = [EVAL_SEED + i for i in range(episodes)]
+        return evaluate_on(policy, driver, tasks, seeds, max_steps)
     finally:
         driver.disconnect()
-    return out
 
 
 class Evaluator:
