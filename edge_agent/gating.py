@@ -6,7 +6,9 @@ states, handing control back once the situation is recovered. A scripted expert 
 the human here: it takes over when ``||novice - expert|| > threshold`` or when the state is in
 a configured risk region, and hands back after ``handback_steps`` consecutive steps in which the
 novice's proposal agrees with the expert (distance <= threshold) and the state is outside every
-risk region.
+risk region. The k-th agreeing step itself belongs to the expert (the edge agent's rule) or,
+with ``handback_step="novice"``, already to the novice (the single-task sync loop of
+:mod:`robofleet.app.sim.hgdagger`).
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ class HGDaggerGate:
         handback_steps: k consecutive agreeing steps before control returns to the novice.
         norm: ``"l2"`` or ``"linf"`` of ``novice - expert``.
         risk_regions: state boxes in which the expert always acts.
+        handback_step: who acts on the k-th agreeing step, the one that hands control back:
+            ``"expert"`` (control returns on the next step) or ``"novice"`` (on this one).
 
     Raises:
-        ValueError: threshold <= 0, handback_steps < 1, or a risk region whose dims/low/high
-            lengths differ or whose low exceeds high.
+        ValueError: threshold <= 0, handback_steps < 1, handback_step neither ``"expert"`` nor
+            ``"novice"``, or a risk region whose dims/low/high lengths differ or whose low
+            exceeds high.
     """
 
     def __init__(
@@ -49,11 +54,14 @@ class HGDaggerGate:
         handback_steps: int,
         norm: Literal["l2", "linf"] = "l2",
         risk_regions: Sequence[RiskRegion] = (),
+        handback_step: Literal["expert", "novice"] = "expert",
     ) -> None:
         if threshold <= 0:
             raise ValueError(f"gating threshold must be > 0, got {threshold}")
         if handback_steps < 1:
             raise ValueError(f"handback_steps must be >= 1, got {handback_steps}")
+        if handback_step not in ("expert", "novice"):
+            raise ValueError(f"handback_step must be 'expert' or 'novice', got {handback_step!r}")
         for i, r in enumerate(risk_regions):
             if not len(r.dims) == len(r.low) == len(r.high):
                 raise ValueError(
@@ -65,6 +73,7 @@ class HGDaggerGate:
         self.threshold = float(threshold)
         self.handback_steps = int(handback_steps)
         self.norm = norm
+        self.handback_step = handback_step
         self._regions = [
             (np.asarray(r.dims), np.asarray(r.low, np.float64), np.asarray(r.high, np.float64))
             for r in risk_regions
@@ -117,9 +126,9 @@ class HGDaggerGate:
                 self._expert, self._agree = True, 0
                 return GateDecision(True, dist, "divergence")
             return GateDecision(False, dist, "novice")
-        # Expert in control: count agreeing steps; the k-th one still belongs to the expert.
+        # Expert in control: count agreeing steps; the k-th one hands control back.
         self._agree = self._agree + 1 if agrees else 0
         if self._agree >= self.handback_steps:
             self._expert, self._agree = False, 0
-            return GateDecision(True, dist, "handback")
+            return GateDecision(self.handback_step == "expert", dist, "handback")
         return GateDecision(True, dist, "risk_region" if risky else "expert")

@@ -58,6 +58,19 @@ def test_takeover_at_divergence_and_handback_after_k_agreeing_steps(trace):
     assert all(d.distance <= 0.3 for d in who[:10])
 
 
+def test_novice_handback_gives_the_kth_agreeing_step_back_to_the_novice(trace):
+    # The single-task sync loop's rule (robofleet.app.sim.hgdagger.run): same takeover, the
+    # handback step is the novice's and is not labelled.
+    k = 4
+    gate = HGDaggerGate(threshold=0.3, handback_steps=k, norm="linf", handback_step="novice")
+    nov = novice_from(trace["expert"], range(10, 15), offset=0.5, jitter=0.1)
+    who = [gate.decide(n, e) for n, e in zip(nov, trace["expert"], strict=True)]
+    assert [i for i, d in enumerate(who) if d.expert_in_control] == list(range(10, 15 + k - 1))
+    assert who[10].reason == "divergence"
+    assert who[15 + k - 1].reason == "handback" and not who[15 + k - 1].expert_in_control
+    assert not gate.expert_in_control
+
+
 def test_disagreement_during_handback_restarts_the_count(trace):
     gate = HGDaggerGate(threshold=0.3, handback_steps=3, norm="linf")
     nov = novice_from(trace["expert"], [10, 13], offset=0.6, jitter=0.05)
@@ -120,6 +133,7 @@ def test_scripted_operator_returns_the_expert_label_when_it_takes_over(trace):
             },
             "one entry each",
         ),
+        ({"threshold": 0.1, "handback_steps": 1, "handback_step": "both"}, "handback_step"),
     ],
 )
 def test_bad_gate_settings_are_named(kwargs, message):

@@ -2,9 +2,10 @@
 
 Start: behaviour cloning on a few expert demonstrations (a weak policy). Then rounds of:
 the robot runs the novice (weights as published by the learner), the simulated operator
-takes over when the novice strays (:mod:`cloud_learner.sim_operator`), the labelled steps
-join the learner's data, and the learner trains and publishes the next version. Evaluation
-runs held-out seeded episodes where the operator never acts.
+takes over when the novice strays (:class:`edge_agent.gating.HGDaggerGate`: a max abs action
+gap over 0.3 takes over, 5 agreeing steps hand back, the 5th already the novice's), the
+labelled steps join the learner's data, and the learner trains and publishes the next
+version. Evaluation runs held-out seeded episodes where the operator never acts.
 
 Also trains the baseline: plain BC on expert demonstrations with the same number of operator
 labels and the same number of updates.
@@ -32,8 +33,8 @@ from cloud_learner.evaluation import evaluate_metaworld, make_metaworld_env, scr
 from cloud_learner.loop import Learner
 from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.publisher import InMemoryWeightPublisher
-from cloud_learner.sim_operator import SimulatedOperator
 from cloud_learner.sources import InMemorySource
+from edge_agent.gating import HGDaggerGate
 
 
 @dataclass
@@ -88,7 +89,7 @@ def run_episode(
     episode_index: int,
     rows: Rows,
     novice: MLPPolicy | None,
-    operator: SimulatedOperator | None,
+    operator: HGDaggerGate | None,
     max_steps: int,
     hold_steps: int = 0,
     state_indices: Sequence[int] | None = None,
@@ -117,8 +118,8 @@ def run_episode(
             proposal = np.clip(
                 novice.act({"observation.state": obs[idx].astype(np.float32)}, 0), -1, 1
             )
-            decision = operator.step(proposal, expert_action)
-            action, inter = decision.action, decision.is_intervention
+            inter = operator.decide(proposal, expert_action).expert_in_control
+            action = np.asarray(expert_action if inter else proposal, np.float32)
         next_obs, reward, terminated, truncated, info = env.step(action)
         success = info.get("success", 0.0) >= 1.0
         if success and succeeded_at is None:
@@ -237,7 +238,7 @@ def run(cfg: SimConfig, run_dir: Path) -> dict[str, Any]:
             "policy_version": learner.version,
         }
     ]
-    operator = SimulatedOperator(takeover_threshold=0.3, handback_steps=5)
+    operator = HGDaggerGate(0.3, 5, "linf", handback_step="novice")
     source = learner.source
     assert isinstance(source, InMemorySource)
     for r in range(1, cfg.max_rounds + 1):
@@ -434,8 +435,6 @@ def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
     _mt_train(algo, data, cfg.bc_updates, cfg.batch_size)
     policy = algo.policy
     assert isinstance(policy, MLPPolicy)
-    from edge_agent.gating import HGDaggerGate
-
     gate = HGDaggerGate(cfg.gap, cfg.handback_steps, "l2")
     env_steps = labels = 0
     updates = cfg.bc_updates
