@@ -1,119 +1,73 @@
-"""The edge agent: one robot's control loop, recording, uplink and weight apply.
+"""The edge agent: one robot's control loop, composed of one collaborator per job.
 
 See :mod:`edge_agent.core` for the step, in full. Timing: the loop ticks at ``control_hz``
 (the driver's rate unless the ``edge.control_hz`` setting overrides it). A step's *latency* is
 the time from reading the observation to the row being queued for upload (policy, operator,
 ``send_action`` and recording); a step whose latency plus the wait exceeds the period is an
-*overrun* and the next tick starts at once instead of bursting to catch up.
-Each step's row is queued one step late, so that a stop in the middle of an episode can still
-mark the last row ``truncated`` with its real final observation.
+*overrun* and the next tick starts at once instead of bursting to catch up
+(:mod:`edge_agent.pacing`). Each step's row is queued one step late, so that a stop in the
+middle of an episode can still mark the last row ``truncated`` with its real final
+observation (:mod:`edge_agent.recording`).
 
 Cloud control (:mod:`edge_agent.control`): an e-stop latches the driver on the listener's
 thread and wakes the loop, which closes the episode as truncated and holds until the latch is
 cleared; a pause holds at the next step boundary in the middle of the episode (timestamps
-skip the pause) and a resume continues it. The uplink keeps draining the spool meanwhile.
+skip the pause) and a resume continues it. The uplink keeps draining the spool meanwhile
+(:mod:`edge_agent.holds`).
 
-Weight staleness is measured at every step: ``version_lag`` is how many versions the robot
-had received but not yet applied when it acted, ``apply_delay`` how long the robot held a
-newer version than the one it ran before a safe boundary let it apply one.
+New weights apply only at safe boundaries and their staleness is measured at every step
+(:mod:`edge_agent.weights`); episode indices survive restarts (:mod:`edge_agent.episodes`);
+heartbeats go out on a timer (:mod:`edge_agent.heartbeat`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 import numpy as np
 
 from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
-from edge_agent.core import Driver, InterventionSource, Observation, PolicyRunner
+from edge_agent.core import (
+    Driver,
+    EpisodeView,
+    Heartbeat,
+    InterventionSource,
+    Observation,
+    OperatorInput,
+    PolicyRunner,
+    WeightSource,
+)
+from edge_agent.episodes import EpisodeLog
+from edge_agent.heartbeat import HeartbeatLoop
+from edge_agent.holds import Holds
 from edge_agent.operators import NoOperator
+from edge_agent.pacing import StepClock
+from edge_agent.recording import EpisodeRecorder
+from edge_agent.stats import LoopStats
 from edge_agent.uplink import UplinkWorker
-from robofleet.durable import atomic_write_bytes
+from edge_agent.weights import WeightApplier
 
 log = logging.getLogger(__name__)
 
-Heartbeat = Callable[[str, int, Mapping[str, float]], object]
-
-
-class WeightSource(Protocol):
-    """Where new weights appear: ``current() -> (version, {name: tensor})``, version -1 = none.
-
-    ``comms.receiver.WeightReceiver`` is one; :class:`StagedWeights` is the in-process one.
-    """
-
-    def current(self) -> tuple[int, Mapping[str, Any]]: ...
-
-
-class StagedWeights:
-    """A thread-safe single slot: ``offer`` a version from any thread; the latest wins."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._current: tuple[int, Mapping[str, Any]] = (-1, {})
-
-    def offer(self, version: int, weights: Mapping[str, Any]) -> None:
-        with self._lock:
-            if version > self._current[0]:
-                self._current = (version, weights)
-
-    def current(self) -> tuple[int, Mapping[str, Any]]:
-        with self._lock:
-            return self._current
-
 
 @dataclass
-class LoopStats:
-    """Control-loop accounting (latencies in seconds, last ``window`` steps)."""
+class _Episode:
+    """The running state of one episode, advanced step by step."""
 
-    window: int = 20_000
-    steps: int = 0
-    overruns: int = 0
-    episodes: int = 0
-    interventions: int = 0
-    discarded_episodes: int = 0
-    weight_swaps: int = 0
-    weight_errors: int = 0
-    version_lag_sum: int = 0  # sum over steps of (received - applied) versions at act time
-    version_lag_max: int = 0
-    stale_steps: int = 0  # steps acted with a newer version already received
-    apply_delay_sum: float = 0.0  # seconds received versions waited for their boundary
-    apply_delay_max: float = 0.0
-    hold_s: float = 0.0  # seconds held by a cloud e-stop or pause
-    weights_wait_s: float = 0.0  # seconds waited for the first policy version
-    labels: dict[str, int] = field(default_factory=lambda: {"success": 0, "failure": 0})
-    latencies: deque[float] = field(default_factory=deque)
-    periods: deque[float] = field(default_factory=deque)
-
-    def record(self, latency: float, period: float | None) -> None:
-        self.steps += 1
-        self.latencies.append(latency)
-        if len(self.latencies) > self.window:
-            self.latencies.popleft()
-        if period is not None:
-            self.periods.append(period)
-            if len(self.periods) > self.window:
-                self.periods.popleft()
-
-    def percentiles_ms(self) -> dict[str, float]:
-        lat = np.asarray(self.latencies, np.float64) * 1e3
-        per = np.asarray(self.periods, np.float64)
-        out = {
-            "latency_p50_ms": float(np.percentile(lat, 50)) if lat.size else 0.0,
-            "latency_p99_ms": float(np.percentile(lat, 99)) if lat.size else 0.0,
-            "latency_max_ms": float(lat.max()) if lat.size else 0.0,
-            "loop_hz": float(1.0 / per.mean()) if per.size else 0.0,
-            "period_p99_ms": float(np.percentile(per, 99) * 1e3) if per.size else 0.0,
-        }
-        return out
+    task: str
+    task_index: int
+    index: int
+    recorder: EpisodeRecorder
+    clock: StepClock
+    obs: Observation
+    frame: int = 0
+    label: str | None = None  # the operator's: success / failure / rerecord
 
 
 class EdgeAgent:
@@ -160,18 +114,18 @@ class EdgeAgent:
         self.weights = weights
         self.heartbeat = heartbeat
         self.stats = LoopStats()
+        self._heartbeats = HeartbeatLoop(self._send_heartbeat, settings.heartbeat_interval_s)
+        spool_dir = Path(uplink.spool.directory)
         self.control = CloudControl(
             driver,
-            Path(uplink.spool.directory) / "control.jsonl",
-            on_change=self._beat if heartbeat is not None else None,
+            spool_dir / "control.jsonl",
+            on_change=self._heartbeats.beat if heartbeat is not None else None,
         )
-        # Since when the source has offered something newer than the applied version.
-        self._newer_since: float | None = None
         self.state = "idle"
         self._stop = threading.Event()
-        self._failed_version = -1
-        self._state_file = Path(uplink.spool.directory) / "agent_state.json"
-        self.next_episode_index = self._load_episode_index()
+        self._applier = WeightApplier(weights, runner, settings, self.stats)
+        self._holds = Holds(self.control, uplink, self._stop, self.stats)
+        self._episodes = EpisodeLog(spool_dir)
         hz = settings.control_hz or float(driver.control_hz)
         self.period = 1.0 / hz
 
@@ -180,6 +134,11 @@ class EdgeAgent:
     @property
     def applied_version(self) -> int:
         return self.runner.policy_version
+
+    @property
+    def next_episode_index(self) -> int:
+        """The ``episode_index`` the next episode gets (kept across restarts)."""
+        return self._episodes.next_index
 
     def stop(self) -> None:
         """Finish the current step, close the episode as truncated, return from ``run``."""
@@ -243,302 +202,184 @@ class EdgeAgent:
         if self.settings.realtime_priority is not None:
             _set_realtime(self.settings.realtime_priority)
         self.driver.connect()
-        beat_stop = threading.Event()
-        beat_thread = None
-        if self.heartbeat is not None:
-            beat_thread = threading.Thread(
-                target=self._beat_loop, args=(beat_stop,), name="edge-heartbeat", daemon=True
-            )
-            beat_thread.start()
-        self.state = "running"
-        try:
-            done = 0
-            while (episodes is None or done < episodes) and not self._stop.is_set():
-                if self.control.holding:
-                    self._hold()
-                    continue
-                if self._needs_first_weights():
-                    self._wait_first_weights()
-                    continue
-                name = task or self.tasks[self.next_episode_index % len(self.tasks)]
-                if self._episode(name):
-                    done += 1
-        finally:
-            self.state = "estopped" if self.heartbeat_state == "estopped" else "stopped"
-            self.uplink.flush()
-            beat_stop.set()
-            if beat_thread is not None:
-                beat_thread.join(5)
-                self._beat()  # the final numbers of this run
+        beating: AbstractContextManager[None] = (
+            self._heartbeats.running() if self.heartbeat is not None else nullcontext()
+        )
+        with beating:  # the last beat, after the loop's end, carries the run's final numbers
+            self.state = "running"
+            try:
+                done = 0
+                while (episodes is None or done < episodes) and not self._stop.is_set():
+                    if self.control.holding:
+                        self._holds.cloud_hold()
+                        continue
+                    if self._applier.awaiting_first():
+                        self._holds.first_weights(self._applier.awaiting_first)
+                        continue
+                    name = task or self.tasks[self._episodes.next_index % len(self.tasks)]
+                    if self._episode(name):
+                        done += 1
+            finally:
+                self.state = "estopped" if self.heartbeat_state == "estopped" else "stopped"
+                self.uplink.flush()
         return self.report()
 
-    # -- the loop ----------------------------------------------------------------------------
-
-    def _hold(self, in_episode: bool = False) -> float:
-        """Send nothing while the cloud holds the robot (the uplink drains meanwhile); returns
-        the seconds held. Returns at once on :meth:`stop`; ``in_episode`` (a pause inside an
-        episode) also returns on an e-stop, so that the episode gets closed."""
-        t0 = time.monotonic()
-        self.uplink.flush()  # what is recorded so far goes to the spool and on to the cloud now
-
-        def holding() -> bool:
-            c = self.control
-            return (c.paused and not c.estopped) if in_episode else c.holding
-
-        while holding() and not self._stop.is_set():
-            self.control.wait(0.1)
-        held = time.monotonic() - t0
-        self.stats.hold_s += held
-        return held
-
-    def _needs_first_weights(self) -> bool:
-        return (
-            self.settings.wait_for_first_weights
-            and self.weights is not None
-            and self.runner.policy_version < 0
-            and self.weights.current()[0] < 0
-        )
-
-    def _wait_first_weights(self) -> None:
-        """Hold until a version arrives (or a command or :meth:`stop` interrupts)."""
-        t0 = time.monotonic()
-        while self._needs_first_weights() and not self.control.holding:
-            if self._stop.is_set():
-                break
-            self.control.wait(0.05)
-        self.stats.weights_wait_s += time.monotonic() - t0
+    # -- one episode -------------------------------------------------------------------------
 
     def _episode(self, task: str) -> bool:
         """Run one episode; False when a cloud e-stop came before its first step."""
-        self._apply_weights()  # an episode start is always a safe boundary
-        episode_index = self.next_episode_index
-        self.next_episode_index += 1
-        self._save_episode_index()
+        ep = self._begin(task)
+        if ep is None:
+            return False
+        while self._step(ep):
+            pass
+        return self._finish(ep)
+
+    def _begin(self, task: str) -> _Episode | None:
+        """Start an episode of ``task``; None when an e-stop refused the driver's reset."""
+        self._applier.apply()  # an episode start is always a safe boundary
+        index = self._episodes.begin()
         task_index = self.tasks.index(task)
         try:
             obs = self.driver.reset(task=task)
         except Exception:
             if not self.control.estopped:
                 raise
-            self.next_episode_index -= 1  # e-stopped before it began: it never existed
-            self._save_episode_index()
-            return False
+            self._episodes.forget()  # e-stopped before it began: it never existed
+            return None
         self.runner.reset()
         self.operator.reset()
-        held: list[dict[str, Any]] = []
+        ids = {
+            "robot_id": self.robot_id,
+            "run_id": self.run_id,
+            "task": task,
+            "episode_index": index,
+        }
         hold_all = self.settings.episode_commit == "episode_end"
-        emit = held.append if hold_all else self.uplink.submit
-        pending: dict[str, Any] | None = None
-        t0 = time.monotonic()
-        next_tick = t0
-        last_tick: float | None = None
-        frame = 0
-        limit = self.settings.max_episode_steps
-        label: str | None = None
-        while True:
-            if self.control.paused and not self.control.estopped:
-                t0 += self._hold(in_episode=True)  # at a step boundary; the clock skips it
-                next_tick, last_tick = time.monotonic(), None
-                if self._stop.is_set() and not self.control.estopped:
-                    self._close_early(pending, obs, emit)
-                    break
-                if not self.control.estopped:
-                    obs = self.driver.get_observation()  # the world may have moved meanwhile
-            if self.control.estopped:
-                self._close_early(pending, obs, emit)
-                break
-            start = time.monotonic()
-            if frame == 0:
-                t0 = next_tick = start  # timestamp 0 at the first step, as LeRobot stores it
-            if self._boundary(frame):
-                self._apply_weights()
-            proposed, version = self.runner.act(obs, task_index)
-            self._account_staleness(version)
-            op = self.operator.step(obs, proposed)
-            command = op.action if (op.is_intervention and op.action is not None) else proposed
-            try:
-                reply = self.driver.send_action({"action": command})
-            except Exception:
-                if not self.control.estopped:
-                    raise
-                # Latched between our check and the send: the robot refused, the step never
-                # happened; the episode ends at the last executed step.
-                self._close_early(pending, obs, emit)
-                break
-            sent = np.asarray(reply["action"], np.float32)
-            intervening = bool(op.is_intervention)
-            if isinstance(self.operator, NoOperator):
-                # Only with no source attached may the robot's own device (a leader arm that
-                # overrode this step) claim it; an attached source's flag is never overridden.
-                info = getattr(self.driver.episode, "info", None) or {}
-                intervening = bool(info.get("is_intervention", False))
-            if hasattr(self.runner, "last_executed"):
-                self.runner.last_executed = sent
-            next_obs = self.driver.get_observation()
-            ep = self.driver.episode
-            terminated, truncated = bool(ep.terminated), bool(ep.truncated)
-            if limit is not None and frame + 1 >= limit:
-                truncated = True
-            if op.command == "estop":
-                self.driver.estop()
-                self.state = "estopped"
-                self._stop.set()
-            elif op.command in ("success", "failure"):
-                label = op.command
-                terminated = True
-            elif op.command == "rerecord":
-                label = "rerecord"
-                truncated = True
-            if pending is not None:
-                emit(pending)
-            pending = {
-                "robot_id": self.robot_id,
-                "run_id": self.run_id,
-                "task": task,
-                "episode_index": episode_index,
-                "frame_index": frame,
-                "timestamp": start - t0,
-                "reward": float(ep.reward),
-                "terminated": terminated,
-                "truncated": truncated,
-                "is_intervention": intervening,
-                "policy_version": int(version),
-                "action": sent,
-                "action.policy": None if np.array_equal(proposed, sent) else proposed,
-                "action.operator": (
-                    op.action
-                    if op.is_intervention
-                    and op.action is not None
-                    and not np.array_equal(op.action, sent)
-                    else None
-                ),
-                **{k: v for k, v in obs.items() if k.startswith("observation.")},
-            }
-            if intervening:
-                self.stats.interventions += 1
-            frame += 1
-            end_episode = terminated or truncated or self._stop.is_set()
-            if end_episode:
-                pending["truncated"] = pending["truncated"] or not pending["terminated"]
-                pending.update(_final(next_obs))
-                emit(pending)
-            now = time.monotonic()
-            self.stats.record(now - start, None if last_tick is None else start - last_tick)
-            last_tick = start
-            if end_episode:
-                break
-            obs = next_obs
-            next_tick += self.period
-            if now > next_tick:
-                self.stats.overruns += 1
-                next_tick = now
-            else:
-                # A cloud e-stop or pause wakes the loop at once; anything else sleeps on.
-                while now < next_tick and not self.control.holding and not self._stop.is_set():
-                    self.control.wait(next_tick - now)
-                    now = time.monotonic()
-        if frame == 0:  # e-stopped before the first step: the episode never happened
-            self.next_episode_index -= 1
-            self._save_episode_index()
+        recorder = EpisodeRecorder(self.uplink, hold_all, ids)
+        return _Episode(task, task_index, index, recorder, StepClock(self.period, self.stats), obs)
+
+    def _step(self, ep: _Episode) -> bool:
+        """One control step (see :mod:`edge_agent.core`); False once the episode has ended."""
+        if not self._step_boundary(ep):
             return False
-        self.stats.episodes += 1
-        if label in ("success", "failure"):
-            self.stats.labels[label] += 1
-        if label == "rerecord" and hold_all:
-            self.stats.discarded_episodes += 1
-            self.next_episode_index -= 1  # the episode never existed: reuse its index
-            self._save_episode_index()
-            return True
-        if label == "rerecord":
-            log.warning("rerecord in stream mode: episode %d was already uploaded", episode_index)
-        for rec in held:
-            self.uplink.submit(rec)
-        self._log_episode(episode_index, task, frame, label)
+        start = ep.clock.start(first=ep.frame == 0)
+        if self._applier.due(ep.frame):
+            self._applier.apply()
+        proposed, version = self.runner.act(ep.obs, ep.task_index)
+        self._applier.account(version)
+        op = self.operator.step(ep.obs, proposed)
+        command = op.action if (op.is_intervention and op.action is not None) else proposed
+        try:
+            reply = self.driver.send_action({"action": command})
+        except Exception:
+            if not self.control.estopped:
+                raise
+            # Latched between our check and the send: the robot refused, the step never
+            # happened; the episode ends at the last executed step.
+            ep.recorder.close(ep.obs)
+            return False
+        executed = np.asarray(reply["action"], np.float32)
+        intervening = self._claimed_by_operator(op)
+        if hasattr(self.runner, "last_executed"):
+            self.runner.last_executed = executed
+        next_obs = self.driver.get_observation()
+        view = self.driver.episode
+        terminated, truncated = self._outcome(ep, view, op)
+        ep.recorder.record(
+            frame=ep.frame,
+            timestamp=ep.clock.timestamp(start),
+            reward=float(view.reward),
+            terminated=terminated,
+            truncated=truncated,
+            is_intervention=intervening,
+            policy_version=int(version),
+            observation=ep.obs,
+            proposed=proposed,
+            executed=executed,
+            op=op,
+        )
+        if intervening:
+            self.stats.interventions += 1
+        ep.frame += 1
+        end_episode = terminated or truncated or self._stop.is_set()
+        if end_episode:
+            ep.recorder.close(next_obs)
+        now = ep.clock.done(start)
+        if end_episode:
+            return False
+        ep.obs = next_obs
+        # A cloud e-stop or pause wakes the loop at once; anything else sleeps on.
+        ep.clock.wait_next(now, self.control.wait, self._interrupted)
         return True
 
-    def _close_early(
-        self, pending: dict[str, Any] | None, obs: Observation, emit: Callable[[Any], None]
-    ) -> None:
-        """End the episode at its last executed step (truncated, final observation ``obs``)."""
-        if pending is None:
-            return
-        pending["truncated"] = pending["truncated"] or not pending["terminated"]
-        pending.update(_final(obs))
-        emit(pending)
-
-    # -- weights -----------------------------------------------------------------------------
-
-    def _boundary(self, frame: int) -> bool:
-        """Whether a new version may apply before step ``frame`` (episode start is handled
-        by the caller)."""
-        at = self.settings.weight_apply_at
-        if at == "episode_end" or not self.runner.at_chunk_boundary:
+    def _step_boundary(self, ep: _Episode) -> bool:
+        """Honour a pause (held here, the clock skips it) or an e-stop before the next step;
+        False when the episode must end now (closed at its last executed step)."""
+        if self.control.paused and not self.control.estopped:
+            ep.clock.skip(self._holds.cloud_hold(in_episode=True))
+            if self._stop.is_set() and not self.control.estopped:
+                ep.recorder.close(ep.obs)
+                return False
+            if not self.control.estopped:
+                ep.obs = self.driver.get_observation()  # the world may have moved meanwhile
+        if self.control.estopped:
+            ep.recorder.close(ep.obs)
             return False
-        if at == "every_n_steps":
-            return frame % self.settings.weight_apply_every_steps == 0
-        return True  # chunk_boundary
+        return True
 
-    def _account_staleness(self, version: int) -> None:
-        if self.weights is None:
-            return
-        offered = self.weights.current()[0]
-        if offered > self.runner.policy_version and self._newer_since is None:
-            self._newer_since = time.monotonic()
-        lag = max(0, offered - version) if version >= 0 else 0
-        s = self.stats
-        s.version_lag_sum += lag
-        s.version_lag_max = max(s.version_lag_max, lag)
-        s.stale_steps += lag > 0
+    def _claimed_by_operator(self, op: OperatorInput) -> bool:
+        """The step's ``is_intervention`` flag."""
+        if not isinstance(self.operator, NoOperator):
+            return bool(op.is_intervention)
+        # Only with no source attached may the robot's own device (a leader arm that
+        # overrode this step) claim it; an attached source's flag is never overridden.
+        info = getattr(self.driver.episode, "info", None) or {}
+        return bool(info.get("is_intervention", False))
 
-    def _apply_weights(self) -> None:
-        if self.weights is None:
-            return
-        version, tensors = self.weights.current()
-        if version > self.runner.policy_version and self._newer_since is None:
-            self._newer_since = time.monotonic()
-        if version <= self.runner.policy_version or version == self._failed_version:
-            return
-        try:
-            self.runner.set_weights(version, tensors)
-            self.stats.weight_swaps += 1
-            delay = time.monotonic() - (self._newer_since or time.monotonic())
-            self._newer_since = None
-            self.stats.apply_delay_sum += delay
-            self.stats.apply_delay_max = max(self.stats.apply_delay_max, delay)
-        except ValueError as exc:
-            self._failed_version = version
-            self.stats.weight_errors += 1
-            log.error("keeping policy version %d: %s", self.runner.policy_version, exc)
+    def _outcome(self, ep: _Episode, view: EpisodeView, op: OperatorInput) -> tuple[bool, bool]:
+        """``(terminated, truncated)`` of the step just sent: the driver's, the step limit's,
+        and the operator's episode command (which also sets ``ep.label``)."""
+        terminated, truncated = bool(view.terminated), bool(view.truncated)
+        limit = self.settings.max_episode_steps
+        if limit is not None and ep.frame + 1 >= limit:
+            truncated = True
+        if op.command == "estop":
+            self.driver.estop()
+            self.state = "estopped"
+            self._stop.set()
+        elif op.command in ("success", "failure"):
+            ep.label = op.command
+            terminated = True
+        elif op.command == "rerecord":
+            ep.label = "rerecord"
+            truncated = True
+        return terminated, truncated
 
-    # -- persistence -------------------------------------------------------------------------
+    def _finish(self, ep: _Episode) -> bool:
+        """Count and keep (or discard) the ended episode; False when it never had a step."""
+        if ep.frame == 0:  # e-stopped before the first step: the episode never happened
+            self._episodes.forget()
+            return False
+        self.stats.episodes += 1
+        if ep.label in ("success", "failure"):
+            self.stats.labels[ep.label] += 1
+        if ep.label == "rerecord" and ep.recorder.hold_all:
+            self.stats.discarded_episodes += 1
+            self._episodes.forget()  # the episode never existed: reuse its index
+            return True
+        if ep.label == "rerecord":
+            log.warning("rerecord in stream mode: episode %d was already uploaded", ep.index)
+        ep.recorder.commit()
+        self._episodes.log(ep.index, ep.task, ep.frame, ep.label)
+        return True
 
-    def _load_episode_index(self) -> int:
-        if not self._state_file.exists():
-            return 0
-        try:
-            return int(json.loads(self._state_file.read_text())["next_episode_index"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{self._state_file}: unreadable agent state ({exc})") from None
+    def _interrupted(self) -> bool:
+        return self.control.holding or self._stop.is_set()
 
-    def _save_episode_index(self) -> None:
-        data = json.dumps({"next_episode_index": self.next_episode_index}).encode()
-        atomic_write_bytes(self._state_file, data)
-
-    def _log_episode(self, index: int, task: str, steps: int, label: str | None) -> None:
-        line = {"episode_index": index, "task": task, "steps": steps, "label": label}
-        with open(Path(self.uplink.spool.directory) / "episodes.jsonl", "a") as f:
-            f.write(json.dumps(line) + "\n")
-
-    def _beat_loop(self, stop: threading.Event) -> None:
-        while not stop.wait(self.settings.heartbeat_interval_s):
-            self._beat()
-
-    def _beat(self) -> None:
+    def _send_heartbeat(self) -> None:
         assert self.heartbeat is not None
-        try:
-            self.heartbeat(self.heartbeat_state, self.applied_version, self.report())
-        except Exception as exc:  # a cloud outage must not stop the robot
-            log.info("heartbeat failed: %s", exc)
+        self.heartbeat(self.heartbeat_state, self.applied_version, self.report())
 
 
 def _set_realtime(priority: int) -> None:
@@ -549,7 +390,3 @@ def _set_realtime(priority: int) -> None:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except (AttributeError, PermissionError, OSError) as exc:
         log.warning("control thread keeps the default scheduler (SCHED_FIFO refused: %s)", exc)
-
-
-def _final(next_obs: Observation) -> dict[str, Any]:
-    return {f"next.{k}": v for k, v in next_obs.items() if k.startswith("observation.")}

@@ -5,9 +5,7 @@ Used by the CLI (``robofleet edge``) and the Ray actor alike, so both run the sa
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,12 @@ import numpy as np
 
 from edge_agent.agent import EdgeAgent
 from edge_agent.config import EdgeSettings
+from edge_agent.credential import (
+    RobotCredential,
+    credential_path,
+    read_credential,
+    write_credential,
+)
 from edge_agent.gating import HGDaggerGate
 from edge_agent.inference import LocalPolicyRunner, RemotePolicyRunner
 from edge_agent.operators import make_operator
@@ -91,22 +95,20 @@ def _credential(
     """The stored credential, or enroll with the token once and store it (mode 0600)."""
     from comms.client import enroll, make_channel
 
-    path = spool_dir / "credential.json"
-    if path.exists():
-        data = json.loads(path.read_text())
-        return int(data["robot_id"]), str(data["credential"])
+    stored = read_credential(spool_dir)
+    if stored is not None:
+        return stored.robot_id, stored.credential
     if not opts.token:
-        raise ValueError(f"no credential in {path} and no --token to enroll with")
+        raise ValueError(
+            f"no credential in {credential_path(spool_dir)} and no --token to enroll with"
+        )
     assert opts.server is not None
     ch = make_channel(opts.server, comms)
     try:
         robot_id, credential = enroll(ch, opts.token, opts.robot_name, spec["robot_type"], spec)
     finally:
         ch.close()
-    spool_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"robot_id": robot_id, "credential": credential}, f)
+    write_credential(spool_dir, RobotCredential(robot_id, credential))
     return robot_id, credential
 
 

@@ -2,13 +2,26 @@
 
 One control step of :class:`edge_agent.agent.EdgeAgent`, in full::
 
-    obs = driver.get_observation()                      # Driver (hal contract)
-    weights.apply_if_due(boundary)                      # WeightSlot: swap only at a safe boundary
-    proposed, version = runner.act(obs, task)           # PolicyRunner: local policy or cloud Act
+    # pause / e-stop?  Holds (edge_agent.holds) wait; an e-stop closes the episode
+    if applier.due(frame): applier.apply()              # WeightApplier (edge_agent.weights):
+                                                        #   swap only at a safe boundary
+    proposed, version = runner.act(obs, task_index)     # PolicyRunner: local policy or cloud Act
+    applier.account(version)                            #   version_lag / apply_delay
     op = operator.step(obs, proposed)                   # InterventionSource: expert/keyboard/pad
     command = op.action if op.is_intervention else proposed
-    executed = driver.send_action(command)              # what the robot REALLY did
-    uplink.submit(row)                                  # -> durable spool (seq) -> comms Uploader
+    executed = driver.send_action({"action": command})  # Driver: what the robot REALLY did
+    next_obs = driver.get_observation()                 # Driver (hal contract)
+    recorder.record(...)                                # EpisodeRecorder (edge_agent.recording):
+                                                        #   row one step late -> uplink.submit
+                                                        #   -> durable spool (seq) -> Uploader
+    clock.wait_next(...)                                # StepClock (edge_agent.pacing)
+
+Around the steps: an episode starts with ``applier.apply()`` (always a safe boundary) and
+``driver.reset(task=...)``, takes its ``episode_index`` from the EpisodeLog
+(edge_agent.episodes) and ends with ``recorder.close(final_obs)``. While the agent runs, a
+:class:`~edge_agent.heartbeat.HeartbeatLoop` sends :data:`Heartbeat` every
+``heartbeat_interval_s``; new versions appear in a :class:`WeightSource` (the applier's
+source).
 
 Shapes: ``observation.state`` is ``(D,) float32``; ``observation.images.<cam>`` is
 ``(H, W, C) uint8``; ``action`` is ``(A,) float32``. A policy may return a chunk ``(T, A)``.
@@ -16,13 +29,18 @@ Shapes: ``observation.state`` is ``(D,) float32``; ``observation.images.<cam>`` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 Observation = dict[str, Any]
+
+Heartbeat = Callable[[str, int, Mapping[str, float]], object]
+"""``(state, applied_version, stats) -> anything``: one report to the cloud (comms'
+``EdgeClient.heartbeat``). ``state`` is ``running`` / ``paused`` / ``estopped`` / ``stopped`` /
+``idle``; ``stats`` is :meth:`edge_agent.agent.EdgeAgent.report`."""
 
 
 class EpisodeView(Protocol):
@@ -123,3 +141,13 @@ class InterventionSource(Protocol):
     def reset(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class WeightSource(Protocol):
+    """Where new weights appear: ``current() -> (version, {name: tensor})``, version -1 = none.
+
+    ``comms.receiver.WeightReceiver`` is one; :class:`edge_agent.weights.StagedWeights` is the
+    in-process one. Called from the control loop; offered from any thread.
+    """
+
+    def current(self) -> tuple[int, Mapping[str, Any]]: ...

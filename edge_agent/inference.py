@@ -35,22 +35,44 @@ class ActClient(Protocol):
     ) -> Future[tuple[np.ndarray, int]]: ...
 
 
-class _Chunks:
-    def __init__(self) -> None:
-        self.queue: deque[np.ndarray] = deque()
+class _ChunkRunner:
+    """What both runners share: the action chunk being executed (one action per step) and the
+    policy version that produced it; a new chunk is loaded only at a chunk boundary."""
 
-    def load(self, out: np.ndarray, action_dim: int) -> None:
+    def __init__(self, action_dim: int, version: int = NO_POLICY) -> None:
+        self.action_dim = action_dim
+        self._version = version
+        self._queue: deque[np.ndarray] = deque()
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def at_chunk_boundary(self) -> bool:
+        return not self._queue
+
+    def reset(self) -> None:
+        """Drop the rest of the chunk (a new episode starts with a new chunk)."""
+        self._queue.clear()
+
+    def _load(self, out: np.ndarray) -> None:
+        """Queue ``out``, ``(A,)`` or ``(T, A)``. Raises ValueError on any other shape."""
         arr = np.asarray(out, dtype=np.float32)
         if arr.ndim == 1:
             arr = arr[None, :]
-        if arr.ndim != 2 or arr.shape[1] != action_dim or arr.shape[0] == 0:
+        if arr.ndim != 2 or arr.shape[1] != self.action_dim or arr.shape[0] == 0:
             raise ValueError(
-                f"policy returned shape {arr.shape}; expected ({action_dim},) or (T, {action_dim})"
+                f"policy returned shape {arr.shape}; "
+                f"expected ({self.action_dim},) or (T, {self.action_dim})"
             )
-        self.queue.extend(arr)
+        self._queue.extend(arr)
+
+    def _next(self) -> tuple[np.ndarray, int]:
+        return self._queue.popleft(), self._version
 
 
-class LocalPolicyRunner:
+class LocalPolicyRunner(_ChunkRunner):
     """Runs a ``cloud_learner.core.Policy`` here.
 
     Args:
@@ -62,29 +84,16 @@ class LocalPolicyRunner:
     """
 
     def __init__(self, policy: Any, action_dim: int, version: int = NO_POLICY) -> None:
+        super().__init__(action_dim, version)
         self.policy = policy
-        self.action_dim = action_dim
-        self._version = version
-        self._chunks = _Chunks()
         self._lock = threading.Lock()
 
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    @property
-    def at_chunk_boundary(self) -> bool:
-        return not self._chunks.queue
-
-    def reset(self) -> None:
-        self._chunks.queue.clear()
-
     def act(self, observation: Observation, task: int) -> tuple[np.ndarray, int]:
-        if not self._chunks.queue:
+        if self.at_chunk_boundary:
             with self._lock:
                 out = self.policy.act(observation, task)
-            self._chunks.load(np.asarray(out), self.action_dim)
-        return self._chunks.queue.popleft(), self._version
+            self._load(np.asarray(out))
+        return self._next()
 
     def set_weights(self, version: int, weights: Mapping[str, Any]) -> None:
         """Swap to ``version`` all-or-nothing: on any error the previous weights stay.
@@ -113,7 +122,7 @@ def _as_torch(weights: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class RemotePolicyRunner:
+class RemotePolicyRunner(_ChunkRunner):
     """Asks the cloud's Act service for action chunks, with a per-step deadline.
 
     Args:
@@ -137,29 +146,16 @@ class RemotePolicyRunner:
             raise ValueError(f"hold_keep_dims {bad} outside an action of {action_dim} dims")
         if deadline_s <= 0:
             raise ValueError(f"deadline_s must be > 0, got {deadline_s}")
+        super().__init__(action_dim)
         self.client = client
-        self.action_dim = action_dim
         self.tasks = list(tasks)
         self.deadline_s = deadline_s
         self.hold_keep_dims = list(hold_keep_dims)
         self.last_executed = np.zeros(action_dim, np.float32)
-        self._chunks = _Chunks()
-        self._version = NO_POLICY
         self._inflight: Future[tuple[np.ndarray, int]] | None = None
         self.holds = 0
         self.late_replies = 0
         self.errors = 0
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
-
-    @property
-    def at_chunk_boundary(self) -> bool:
-        return not self._chunks.queue
-
-    def reset(self) -> None:
-        self._chunks.queue.clear()
 
     def hold(self) -> np.ndarray:
         out = np.zeros(self.action_dim, np.float32)
@@ -167,8 +163,8 @@ class RemotePolicyRunner:
         return out
 
     def act(self, observation: Observation, task: int) -> tuple[np.ndarray, int]:
-        if self._chunks.queue:
-            return self._chunks.queue.popleft(), self._version
+        if not self.at_chunk_boundary:
+            return self._next()
         if self._inflight is not None:
             # One call at a time: a call that missed its deadline is still running; hold until
             # it ends rather than piling requests onto a slow link. Its reply is stale.
@@ -181,7 +177,7 @@ class RemotePolicyRunner:
         future = self.client.request(observation, name)
         try:
             chunk, version = future.result(timeout=self.deadline_s)
-            self._chunks.load(chunk, self.action_dim)
+            self._load(chunk)
             self._version = version
         except FutureTimeout:
             self._inflight = future
@@ -191,7 +187,7 @@ class RemotePolicyRunner:
             self.errors += 1
             self.holds += 1
             return self.hold(), NO_POLICY
-        return self._chunks.queue.popleft(), self._version
+        return self._next()
 
     def set_weights(self, version: int, weights: Mapping[str, Any]) -> None:
         """Weights live in the cloud for a remote policy; nothing to apply here."""

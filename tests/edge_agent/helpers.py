@@ -12,12 +12,13 @@ import pyarrow as pa
 import torch
 
 from buffer.schema import StepSchema
-from edge_agent.agent import EdgeAgent, StagedWeights
+from edge_agent.agent import EdgeAgent
 from edge_agent.config import EdgeSettings
 from edge_agent.core import InterventionSource
 from edge_agent.inference import LocalPolicyRunner
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
+from edge_agent.weights import StagedWeights
 
 
 class BiasPolicy:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from edge_agent.agent import StagedWeights
 from edge_agent.config import EdgeSettings
 from edge_agent.core import Driver
 from edge_agent.operators import NoOperator
+from edge_agent.weights import StagedWeights
 from tests.edge_agent.helpers import BiasPolicy, FakeRobot, FixedOperator, make_agent, spooled_rows
 
 

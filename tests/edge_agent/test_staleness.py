@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edge_agent.agent import StagedWeights
 from edge_agent.config import EdgeSettings
+from edge_agent.weights import StagedWeights
 from tests.edge_agent.helpers import BiasPolicy, FakeRobot, make_agent, spooled_rows
 
 

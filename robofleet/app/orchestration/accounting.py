@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.credential import read_credential
+
 
 def stored_mask(buffer: Any, robot_key: str, seqs: np.ndarray) -> np.ndarray:
     """Which of ``seqs`` of robot ``robot_key`` the buffer holds durably (bool array)."""
@@ -23,11 +25,12 @@ def stored_mask(buffer: Any, robot_key: str, seqs: np.ndarray) -> np.ndarray:
 
 def robot_ledger(spool: Path) -> tuple[str, int, set[int]] | None:
     """(robot key in the buffer, acked seq, dropped seqs) of one robot's spool, or None."""
-    state, cred = spool / "state.json", spool / "credential.json"
-    if not state.exists() or not cred.exists():
+    state = spool / "state.json"
+    cred = read_credential(spool) if state.exists() else None
+    if cred is None:
         return None
     acked = int(json.loads(state.read_text()).get("acked_seq", -1))
-    robot_key = str(json.loads(cred.read_text())["robot_id"])
+    robot_key = str(cred.robot_id)
     dropped: set[int] = set()
     log = spool / "dropped.jsonl"
     if log.exists():

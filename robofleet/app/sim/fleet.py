@@ -14,9 +14,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -31,6 +29,12 @@ from sqlalchemy import select
 from comms.config import CommsSettings
 from edge_agent.build import AgentOptions
 from edge_agent.config import EdgeSettings
+from edge_agent.credential import (
+    RobotCredential,
+    credential_path,
+    read_credential,
+    write_credential,
+)
 from edge_agent.ray_actor import EdgeAgentWorker
 from robofleet.store.models import Robot
 from robofleet.store.store import MetadataStore
@@ -69,7 +73,7 @@ def enroll_sim_robots(
     ids: list[int] = []
     for name in names:
         directory = spool_dir(data_dir, name)
-        cred_path = directory / "credential.json"
+        cred_path = credential_path(directory)
         with store.session() as s:
             robot = s.scalar(select(Robot).where(Robot.name == name))
         if robot is not None and cred_path.exists():
@@ -86,10 +90,7 @@ def enroll_sim_robots(
             robot_id, credential = enroll(ch, token, name, ROBOT_TYPE, spec)
         finally:
             ch.close()
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(cred_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:  # the layout edge_agent.build reads
-            json.dump({"robot_id": robot_id, "credential": credential}, f)
+        write_credential(directory, RobotCredential(robot_id, credential))
         with store.session() as s:
             row = s.get(Robot, robot_id)
             assert row is not None
@@ -134,8 +135,11 @@ class SimFleetHost:
 
         c = self._clients.get(name)
         if c is None:
-            cred = json.loads((spool_dir(self.data_dir, name) / "credential.json").read_text())
-            c = EdgeClient(make_channel(self.server, self.comms), cred["credential"], self.comms)
+            directory = spool_dir(self.data_dir, name)
+            cred = read_credential(directory)
+            if cred is None:
+                raise FileNotFoundError(f"{credential_path(directory)}: robot {name} not enrolled")
+            c = EdgeClient(make_channel(self.server, self.comms), cred.credential, self.comms)
             self._clients[name] = c
         return c
 
