@@ -23,58 +23,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from buffer.replay_buffer import ReplayBuffer
+from buffer.view import Picks, SamplingView, Source
 
-
-@dataclass
-class Source:
-    """Where picked rows come from: a buffer and (for offline views) its allowed rows."""
-
-    buffer: ReplayBuffer
-    rows: np.ndarray | None
-    name: str
-    source_id: int = 0
-
-
-class SamplingView:
-    """What a sampler sees: the online window ``[lo, hi)`` and the mounted offline sources."""
-
-    def __init__(self, buffer: ReplayBuffer, lo: int, hi: int, offline: list[Source]) -> None:
-        self.buffer = buffer
-        self.lo = lo
-        self.hi = hi
-        self.online = Source(buffer, None, "online", 0)
-        self.offline = offline
-        for i, s in enumerate(offline):
-            s.source_id = i + 1
-
-    @property
-    def eligible(self) -> np.ndarray:
-        return self.buffer.index.cols["eligible"]
-
-    @property
-    def base(self) -> int:
-        return self.buffer.index.base
-
-    def hot_ranges(self) -> list[tuple[int, int]]:
-        """Row ranges held in RAM, clipped to the window."""
-        out = []
-        with self.buffer._lock:  # noqa: SLF001
-            for c in self.buffer.storage.chunks:
-                if c.hot:
-                    lo, hi = max(c.first_row, self.lo), min(c.first_row + c.capacity, self.hi)
-                    if hi > lo:
-                        out.append((lo, hi))
-        return out
-
-
-Picks = list[tuple[Source, np.ndarray, np.ndarray]]
+__all__ = [
+    "CacheAwareSampler",
+    "InterventionSampler",
+    "MixSampler",
+    "Picks",
+    "PrioritizedSampler",
+    "RecencySampler",
+    "Sampler",
+    "SamplingView",
+    "Source",
+    "SumTree",
+    "UniformSampler",
+    "uniform_rows",
+]
 
 
 class Sampler:
@@ -231,8 +199,7 @@ class InterventionSampler(Sampler):
     def sample_indices(
         self, view: SamplingView, batch_size: int, rng: np.random.Generator
     ) -> Picks:
-        idx = view.buffer.index
-        interv = idx.cols["is_intervention"]
+        interv = view.column("is_intervention")
         b = view.base
         lo, hi = view.lo, view.hi
         if self.weight is None:
@@ -458,7 +425,7 @@ class MixSampler(Sampler):
         per_task = self.adaptive or isinstance(self.online_fraction, Mapping)
         if not per_task:
             return self._draw(view, None, batch_size, rng)
-        tasks = _task_names(view)
+        tasks = view.task_names()
         counts = rng.multinomial(batch_size, self.task_weights(tasks))
         picks: Picks = []
         for t, k in zip(tasks, counts, strict=True):
@@ -472,15 +439,14 @@ class MixSampler(Sampler):
         online_accept = None
         has_online = view.hi > view.lo
         if task is not None:
-            idx = view.buffer.index
-            code = idx.tasks.codes.get(task)
+            code = view.task_code(task)
             if code is None:
                 has_online = False
             else:
-                online_accept = idx.cols["task"] == code
+                online_accept = view.column("task") == code
                 seg = slice(view.lo - view.base, view.hi - view.base)
                 has_online = bool((view.eligible[seg] & online_accept[seg]).any())
-        offline = [(s, _task_rows(s, task)) for s in view.offline]
+        offline = [(s, s.task_rows(task)) for s in view.offline]
         offline = [(s, r) for s, r in offline if len(r)]
         n_on = int(round(n * self._fraction(task))) if offline else n
         if not has_online:
@@ -504,21 +470,3 @@ class MixSampler(Sampler):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.success = {str(k): float(v) for k, v in dict(state["success"]).items()}
-
-
-def _task_names(view: SamplingView) -> list[str]:
-    names = set(view.buffer.index.tasks.names)
-    for s in view.offline:
-        names.update(s.buffer.index.tasks.names)
-    return sorted(names)
-
-
-def _task_rows(src: Source, task: str | None) -> np.ndarray:
-    rows = src.rows if src.rows is not None else np.empty(0, dtype=np.int64)
-    if task is None or len(rows) == 0:
-        return rows
-    idx = src.buffer.index
-    code = idx.tasks.codes.get(task)
-    if code is None:
-        return np.empty(0, dtype=np.int64)
-    return rows[idx.cols["task"][rows - idx.base] == code]
