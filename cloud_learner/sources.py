@@ -4,7 +4,6 @@
   ``sample(batch_size, sampler=...)``, the rate limiter and sampler state, and converts the
   numpy batch with :func:`cloud_learner.batch.to_torch_batch`.
 * :class:`InMemorySource` holds numpy columns in memory (tests, offline pre-training).
-* :class:`SymmetricSource` draws half of each batch from each of two sources (RLPD).
 """
 
 from __future__ import annotations
@@ -76,36 +75,6 @@ class InMemorySource:
     def load_sampler_state(self, state: Mapping[str, Any]) -> None:
         self.rng.bit_generator.state = dict(state["rng"])
         self.samples = int(state["samples"])
-
-
-class SymmetricSource:
-    """RLPD's symmetric sampling: ``batch_size // 2`` rows online, the rest offline."""
-
-    def __init__(self, online: InMemorySource, offline: InMemorySource) -> None:
-        self.online = online
-        self.offline = offline
-
-    def num_transitions(self) -> int:
-        return self.online.num_transitions()
-
-    def can_sample(self, batch_size: int) -> bool:
-        return self.online.can_sample(batch_size // 2) and self.offline.can_sample(
-            batch_size - batch_size // 2
-        )
-
-    def sample(self, batch_size: int) -> Batch:
-        half = batch_size // 2
-        a = self.online.sample_numpy(half)
-        b = self.offline.sample_numpy(batch_size - half)
-        common = sorted(set(a) & set(b))
-        return to_torch_batch({k: np.concatenate([a[k], b[k]]) for k in common}, self.online.device)
-
-    def sampler_state(self) -> dict[str, Any]:
-        return {"online": self.online.sampler_state(), "offline": self.offline.sampler_state()}
-
-    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
-        self.online.load_sampler_state(state["online"])
-        self.offline.load_sampler_state(state["offline"])
 
 
 class BufferSource:

@@ -181,8 +181,7 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
     """Appends grow the index under the sampler; every batch still has exact halves."""
     import threading
 
-    from buffer.samplers import SamplingView
-    from robofleet.app.orchestration.batches import SymmetricSampler
+    from buffer.samplers import MixSampler, SamplingView
 
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -202,7 +201,7 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
 
     t = threading.Thread(target=robot)
     t.start()
-    sampler, rng = SymmetricSampler(0.5), np.random.default_rng(0)
+    sampler, rng = MixSampler(0.5, prior="interventions"), np.random.default_rng(0)
     try:
         for _ in range(300):
             n = len(buffer)

@@ -19,7 +19,7 @@ stores as metrics; a ``sample`` request may name the ``sampling`` its algorithm 
 * ``{"kind": "symmetric", "online_fraction": 0.5}``: RLPD's symmetric sampling (Ball et al.
   2023) with HIL-SERL's prior data: ``1 - online_fraction`` of each batch from operator steps
   (demonstrations and takeovers, ``is_intervention``), the rest from autonomous steps
-  (:class:`SymmetricSampler`).
+  (``buffer.samplers.MixSampler`` with ``prior="interventions"``).
 
 Batch keys (B = batch size): ``observation.state`` (B, 39) float32, ``next.observation.state``
 (B, 39) float32, ``action`` (B, 4) float32, ``task_index`` (B,) int64, ``is_intervention`` (B,)
@@ -46,7 +46,7 @@ import zmq
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from buffer.samplers import Picks, Sampler, SamplingView
+from buffer.samplers import MixSampler
 from cloud_learner.batch import to_torch_batch
 from cloud_learner.core import Batch
 
@@ -67,47 +67,6 @@ KEYS = (
 
 DEMO_ROBOT = "demo"  # robot_id of the scripted demonstrations (simfleet.DEMO_ROBOT)
 SAMPLING_KINDS = ("intervention", "uniform", "symmetric")
-
-
-class SymmetricSampler(Sampler):
-    """RLPD's symmetric sampling over one buffer: operator steps vs autonomous steps.
-
-    ``round(B * online_fraction)`` rows come uniformly from autonomous steps (the policy's own
-    online data) and the rest uniformly from ``is_intervention`` steps (demonstrations and
-    operator takeovers: the prior data, as HIL-SERL stores them). When one side has no
-    eligible row yet the whole batch comes from the other.
-
-    Raises (from ``sample_indices``): ValueError when nothing is eligible at all.
-    """
-
-    def __init__(self, online_fraction: float = 0.5) -> None:
-        if not 0.0 <= online_fraction <= 1.0:
-            raise ValueError(f"online_fraction must be in [0, 1], got {online_fraction}")
-        self.online_fraction = online_fraction
-
-    def sample_indices(
-        self, view: SamplingView, batch_size: int, rng: np.random.Generator
-    ) -> Picks:
-        # One snapshot of the window's flags, and the draws come from the pools counted in it:
-        # appends change the index concurrently, and counting in one read but drawing in
-        # another once found "no eligible transition" for a side that had been counted.
-        seg = slice(view.lo - view.base, view.hi - view.base)
-        elig = np.asarray(view.eligible[seg], dtype=bool)
-        interv = np.asarray(view.buffer.index.cols["is_intervention"][seg], dtype=bool)
-        prior = np.flatnonzero(elig & interv) + view.lo
-        online = np.flatnonzero(elig & ~interv) + view.lo
-        if prior.size + online.size == 0:
-            raise ValueError("nothing to sample: no eligible transition")
-        k = int(round(batch_size * self.online_fraction))
-        if online.size == 0:
-            k = 0
-        elif prior.size == 0:
-            k = batch_size
-        parts = [
-            rng.choice(online, size=k) if k else np.empty(0, np.int64),
-            rng.choice(prior, size=batch_size - k) if batch_size > k else np.empty(0, np.int64),
-        ]
-        return [(view.online, np.concatenate(parts), np.ones(batch_size, np.float32))]
 
 
 class BatchServer:
@@ -183,7 +142,9 @@ class BatchServer:
         fraction = float(sampling.get("online_fraction", 0.5))
         key = (str(kind), fraction)
         if key not in self._samplers:
-            self._samplers[key] = None if kind == "uniform" else SymmetricSampler(fraction)
+            self._samplers[key] = (
+                None if kind == "uniform" else MixSampler(fraction, prior="interventions")
+            )
         return self._samplers[key]
 
     def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
