@@ -3,6 +3,9 @@
 * :class:`BufferSource` wraps the replay buffer (``buffer.ReplayBuffer``): it forwards
   ``sample(batch_size, sampler=...)``, the rate limiter and sampler state, and converts the
   numpy batch with :func:`cloud_learner.batch.to_torch_batch`.
+* :class:`TransitionBatchSource` wraps any ``robofleet.contracts.TransitionSource`` (e.g.
+  ``buffer.service.RemoteBuffer``, the run's buffer in the cloud process): numpy rows become
+  torch batches on the learner's device, rewards scaled on the learner's side.
 * :class:`InMemorySource` holds numpy columns in memory (tests, offline pre-training).
 """
 
@@ -16,6 +19,62 @@ import torch
 
 from cloud_learner.batch import BatchError, to_torch_batch
 from cloud_learner.core import Batch
+from robofleet.contracts import TransitionSource
+
+
+class TransitionBatchSource:
+    """A :class:`~cloud_learner.core.BatchSource` over any ``TransitionSource``.
+
+    Args:
+        source: where rows come from (``robofleet.contracts.TransitionSource``).
+        device: where ``sample`` puts the batch's tensors (the learner's device).
+        reward_scale: multiplies ``reward`` of every batch (e.g. 0.1 maps Meta-World's
+            0..10 dense reward into 0..1 for SAC).
+
+    ``can_sample`` is True once the source holds a transition (a remote buffer paces nothing:
+    the learner applies samples-per-insert itself, ``buffer.RateLimiter``). Sampler state is
+    the source's own (stored in checkpoints as is).
+
+    Raises (from ``sample``): ``cloud_learner.batch.BatchError`` for a malformed batch, and
+    whatever the source raises (``buffer.service.RemoteBuffer``: ``TimeoutError`` when the
+    cloud is gone).
+    """
+
+    def __init__(
+        self,
+        source: TransitionSource,
+        device: torch.device | str = "cpu",
+        reward_scale: float = 1.0,
+    ) -> None:
+        self.source = source
+        self.device = torch.device(device)
+        self.reward_scale = reward_scale
+
+    def num_transitions(self) -> int:
+        return self.source.num_transitions()
+
+    def online_transitions(self) -> int:
+        """Rows robots inserted (offline data excluded): what samples-per-insert counts."""
+        return self.source.online_transitions()
+
+    def can_sample(self, batch_size: int) -> bool:
+        return self.num_transitions() > 0
+
+    def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` rows as numpy columns, ``reward`` scaled."""
+        arrays = dict(self.source.sample(batch_size))
+        if self.reward_scale != 1.0 and "reward" in arrays:
+            arrays["reward"] = arrays["reward"] * np.float32(self.reward_scale)
+        return arrays
+
+    def sample(self, batch_size: int) -> Batch:
+        return to_torch_batch(self.sample_numpy(batch_size), self.device)
+
+    def sampler_state(self) -> dict[str, Any]:
+        return self.source.sampler_state()
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        self.source.load_sampler_state(state)
 
 
 class InMemorySource:

@@ -12,7 +12,6 @@
 * :mod:`robofleet.app.orchestration.params` - a run spec's algorithm, hyper-parameters and rewards
   as the learner, batch server and robots need them.
 * :mod:`robofleet.app.orchestration.learner_proc` - the learner process of a run.
-* :mod:`robofleet.app.orchestration.batches` - batches from the cloud's buffer to the learner.
 * :mod:`robofleet.app.sim.fleet` - enrollment, heartbeats and edge agents of
   simulated robots; expert demonstrations.
 * :mod:`robofleet.app.orchestration.evaluator` - evaluation episodes, the operator never acting.

@@ -5,7 +5,7 @@ ProcessSupervisor`. It resumes from the run directory's latest checkpoint; on a 
 first fits the state normalisation and trains the weak initial policy by behaviour cloning on
 the demonstrations already in the buffer, publishes it as a version and checkpoints. Then it
 trains online (``cloud_learner.loop.Learner``) on batches from the cloud's
-:class:`~robofleet.app.orchestration.batches.BatchServer`, at most ``updates_per_s`` updates per
+:class:`~buffer.service.BatchServer`, at most ``updates_per_s`` updates per
 second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
 insert data (:func:`updates_allowed`).
 
@@ -59,13 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
+    from buffer.service import RemoteBuffer
     from cloud_learner.checkpoint import CheckpointError
     from cloud_learner.factory import build_algorithm, model_config
     from cloud_learner.learner_main import metadata_hook
     from cloud_learner.loop import Learner
     from cloud_learner.policy_card import CardPublisher, card_for
     from cloud_learner.publisher import FileWeightPublisher
-    from robofleet.app.orchestration.batches import RemoteBufferSource
+    from cloud_learner.sources import TransitionBatchSource
     from robofleet.app.orchestration.params import RunParams, batch_sampling, learner_settings
     from robofleet.runspec import parse_run_spec
 
@@ -83,9 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     algorithm = build_algorithm(settings, device)
     sampling = batch_sampling(spec, params)
     reward_scale = float(sampling.pop("reward_scale"))
-    source = RemoteBufferSource(
-        args.batches, sampling=sampling, reward_scale=reward_scale, device=device
-    )
+    remote = RemoteBuffer(args.batches, sampling=sampling)
+    source = TransitionBatchSource(remote, device=device, reward_scale=reward_scale)
     # Every version carries its policy card, so robots and the evaluator build the right
     # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
     publisher = CardPublisher(
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ):
                 # Robots run in real time and are never blocked: the learner waits for data.
                 window = [t for t in window if t0 - t < 5.0]
-                source.stats = {**source.stats, "updates_per_s": len(window) / 5.0}
+                remote.stats = {**remote.stats, "updates_per_s": len(window) / 5.0}
                 time.sleep(0.05)
                 continue
             metrics = learner.train_step()
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             last.update({k: float(v) for k, v in metrics.items()})
             window.append(t0)
             window = [t for t in window if t0 - t < 5.0]
-            source.stats = {
+            remote.stats = {
                 **last,
                 "learner_step": float(learner.step),
                 "policy_version": float(learner.version),
@@ -159,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s; exiting without a final checkpoint", exc)
     finally:
         learner.close()
-        source.close()
+        remote.close()
         os.close(lock_fd)
     log.info("stopped at learner step %d, policy version %d", learner.step, learner.version)
     return 0
@@ -218,12 +218,12 @@ def _initial_policy(learner: object, source: object, params: object) -> None:
     """Normalisation from the demonstrations, BC updates, publish v1 and checkpoint
     (``cloud_learner.warm_start``: each algorithm's way of cloning the demonstrations)."""
     from cloud_learner.loop import Learner
+    from cloud_learner.sources import TransitionBatchSource
     from cloud_learner.warm_start import bc_update, fit_state_normalization
-    from robofleet.app.orchestration.batches import RemoteBufferSource
     from robofleet.app.orchestration.params import RunParams
 
     assert isinstance(learner, Learner)
-    assert isinstance(source, RemoteBufferSource)
+    assert isinstance(source, TransitionBatchSource)
     assert isinstance(params, RunParams)
     learner.version = max(learner.version, int(learner.publisher.latest_version()))  # type: ignore[attr-defined]
     states = source.sample_numpy(4096)["observation.state"]

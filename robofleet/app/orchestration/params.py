@@ -251,7 +251,7 @@ def learner_settings(spec: RunSpec, params: RunParams) -> LearnerSettings:
 
 
 def batch_sampling(spec: RunSpec, params: RunParams) -> dict[str, Any]:
-    """How the learner asks the :class:`~robofleet.app.orchestration.batches.BatchServer` to draw
+    """How the learner asks the :class:`~buffer.service.BatchServer` to draw
     its batches and shape rewards (see the table in the module docstring)."""
     if spec.algorithm == "recap":
         return {"kind": "uniform", "reward_scale": 1.0}
