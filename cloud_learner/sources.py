@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from buffer.rate_limiter import RateLimiter
 from cloud_learner.batch import BatchError, to_torch_batch
 from cloud_learner.core import Batch
 from robofleet.contracts import TransitionSource
@@ -80,8 +81,9 @@ class TransitionBatchSource:
 class InMemorySource:
     """Uniform sampling from numpy columns of equal length; ``extend`` adds rows.
 
-    ``samples_per_insert`` (optional) mimics the buffer's rate limiter: ``can_sample`` is False
-    once ``samples / inserts`` would exceed it.
+    ``samples_per_insert`` (optional) applies the sampling side of the buffer's rate limiter
+    (``buffer.RateLimiter.sampling_side``): ``can_sample`` is False once ``samples / inserts``
+    would exceed it.
     """
 
     def __init__(
@@ -94,6 +96,11 @@ class InMemorySource:
         self.columns: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (columns or {}).items()}
         self.rng = np.random.default_rng(seed)
         self.samples_per_insert = samples_per_insert
+        self._limiter = (
+            RateLimiter.sampling_side(samples_per_insert)
+            if samples_per_insert is not None
+            else None
+        )
         self.samples = 0
         self.inserts = self.num_transitions()
         self.device = device
@@ -116,9 +123,11 @@ class InMemorySource:
     def can_sample(self, batch_size: int) -> bool:
         if self.num_transitions() == 0:
             return False
-        if self.samples_per_insert is None:
+        if self._limiter is None:
             return True
-        return self.samples + batch_size <= self.samples_per_insert * max(self.inserts, 1)
+        return self._limiter.allows_sample(
+            batch_size, inserts=max(self.inserts, 1), samples=self.samples
+        )
 
     def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
         idx = self.rng.integers(0, self.num_transitions(), size=batch_size)

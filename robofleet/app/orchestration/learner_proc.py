@@ -7,7 +7,7 @@ the demonstrations already in the buffer, publishes it as a version and checkpoi
 trains online (``cloud_learner.loop.Learner``) on batches from the cloud's
 :class:`~buffer.service.BatchServer`, at most ``updates_per_s`` updates per
 second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
-insert data (:func:`updates_allowed`).
+insert data (the sampling side of ``buffer.RateLimiter``: robots are never blocked).
 
 Weights are written with ``cloud_learner.publisher.FileWeightPublisher`` under
 ``<run-dir>/weights``; the cloud process hands each new file to comms' weight publisher, so
@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
+    from buffer import RateLimiter
     from buffer.service import RemoteBuffer
     from cloud_learner.checkpoint import CheckpointError
     from cloud_learner.factory import build_algorithm, model_config
@@ -117,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     period = 1.0 / params.updates_per_s if params.updates_per_s > 0 else 0.0
     spi = spec.buffer.samples_per_insert
+    # Robots run in real time and are never blocked: the learner waits for data. Each update
+    # samples batch_size rows; the warm start's updates are not charged to the robots' rows.
+    limiter = RateLimiter.sampling_side(spi) if spi is not None else None
     window: list[float] = []
     last: dict[str, float] = {"loss": float("nan")}
     try:
@@ -128,13 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flags["checkpoint"] = False
                 learner.save_checkpoint()
             t0 = time.monotonic()
-            if spi is not None and not updates_allowed(
-                learner.step - params.bc_updates,
-                spi,
-                source.online_transitions(),
+            if limiter is not None and not limiter.allows_sample(
                 params.batch_size,
+                inserts=source.online_transitions(),
+                samples=(learner.step - params.bc_updates) * params.batch_size,
             ):
-                # Robots run in real time and are never blocked: the learner waits for data.
                 window = [t for t in window if t0 - t < 5.0]
                 remote.stats = {**remote.stats, "updates_per_s": len(window) / 5.0}
                 time.sleep(0.05)
@@ -182,36 +184,6 @@ def learner_device(num_gpus: float) -> Any:
             "(the learner process runs beside the cloud); set learner.num_gpus: 0"
         )
     return torch.device("cuda")
-
-
-def updates_allowed(
-    online_updates: int, samples_per_insert: float, online_rows: int, batch_size: int
-) -> bool:
-    """Whether the learner may take one more update under the run's samples-per-insert rate.
-
-    The sampling side of Reverb's rate limiter (Cassirer et al. 2021, "Reverb: A Framework
-    for Experience Replay", SampleToInsertRatio): each update samples ``batch_size`` rows, so
-    after ``online_updates`` updates (BC warm-start updates excluded) the learner has drawn
-    ``online_updates * batch_size`` samples against ``online_rows`` rows the robots inserted;
-    it may go on while that stays below ``samples_per_insert * online_rows``. The insert side
-    is never limited: robots act in real time and an acknowledged step is never refused
-    (``buffer.RateLimiter`` blocks both sides, for in-process learners fed from a buffer).
-
-    Args:
-        online_updates: updates taken since the warm start (>= 0; negative counts as 0).
-        samples_per_insert: sampled rows per inserted online row (> 0); e.g. 64 at batch 128
-            is 0.5 updates per environment step.
-        online_rows: rows in the buffer from robots (demonstrations excluded).
-        batch_size: rows per update (> 0).
-
-    Raises:
-        ValueError: a non-positive ``samples_per_insert`` or ``batch_size``.
-    """
-    if samples_per_insert <= 0 or batch_size <= 0:
-        raise ValueError(
-            f"samples_per_insert ({samples_per_insert}) and batch_size ({batch_size}) must be > 0"
-        )
-    return (max(0, online_updates) + 1) * batch_size <= samples_per_insert * online_rows
 
 
 def _initial_policy(learner: object, source: object, params: object) -> None:
