@@ -24,7 +24,7 @@ from buffer.segments import MappedSegment, list_segments
 from buffer.state import TableState
 from buffer.storage import Segment
 from buffer.wal import FILE_HEADER, FILE_MAGIC, WalRecord, list_wals, record_header, scan_wal
-from robofleet.durable import fsync_dir, replace_durably
+from robofleet.durable import atomic_write_bytes, fsync_dir
 
 # The index columns a sealed segment's rows are indexed from (no payload is read).
 INDEX_COLUMNS = [
@@ -244,8 +244,8 @@ def _keep_only(path: Path, recs: list[WalRecord], kept: set[int]) -> None:
 
     Appends write their records outside the buffer lock, so a file's records need not be in
     row order: a dropped record (after a gap) may sit before a kept one. Then the file is
-    rewritten (temp file, fdatasync, rename); otherwise it is truncated after the last kept
-    record (dropping a torn tail).
+    rewritten (``robofleet.durable.atomic_write_bytes``); otherwise it is truncated after the
+    last kept record (dropping a torn tail) and fdatasynced.
     """
     keep = [r for r in recs if r.first_row in kept]
     n = len(keep)
@@ -259,17 +259,7 @@ def _keep_only(path: Path, recs: list[WalRecord], kept: set[int]) -> None:
         finally:
             os.close(fd)
         return
-    first_row = int(path.stem.split("-")[1])
-    tmp = path.with_suffix(".log.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, FILE_HEADER.pack(FILE_MAGIC, first_row))
-        for r in keep:
-            for part in (record_header(r.first_row, r.payload), r.payload):
-                view = memoryview(part)
-                while view:
-                    view = view[os.write(fd, view) :]
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    replace_durably(tmp, path)
+    parts: list[bytes | memoryview] = [FILE_HEADER.pack(FILE_MAGIC, int(path.stem.split("-")[1]))]
+    for r in keep:
+        parts += [record_header(r.first_row, r.payload), r.payload]
+    atomic_write_bytes(path, b"".join(parts))
