@@ -1,4 +1,5 @@
-"""Persistent, cache-aware replay buffer: step schema, WAL, Arrow segments, samplers, rate limiter.
+"""Persistent, cache-aware replay buffer: step schema, WAL, Arrow segments, samplers, rate
+limiter, and its batch service for a learner in another process.
 
 Every acknowledged step is durable (fdatasync'ed in a checksummed write-ahead log of Arrow IPC
 record batches; a full log is sealed into an immutable segment by renaming its files, so each
@@ -38,6 +39,8 @@ The whole public API::
     # Learner:
     limiter = RateLimiter(samples_per_insert=4.0, min_size_to_sample=1000)  # Reverb's rule
     buf = ReplayBuffer.open(path, schema, settings, rate_limiter=limiter)
+    # (a learner in another process: RateLimiter.sampling_side(spi).allows_sample(n,
+    # inserts=online_rows, samples=drawn) -- robots' inserts are never blocked)
     batch = buf.sample(256)                                   # uniform
     batch = buf.sample(256, sampler=samplers.PrioritizedSampler())
     # keys: observation.*, next.observation.*, action, action.policy, action.operator,
@@ -49,7 +52,14 @@ The whole public API::
     # Reuse: mount an earlier run's directory as offline data (no copy), mix per task.
     buf.mount("data/old_run", tasks=["reach-v3"], interventions_only=True)
     batch = buf.sample(256, sampler=samplers.MixSampler(online_fraction=0.5))  # RLPD 50/50
+    # prior="interventions": the window's operator-labelled steps are the prior data instead
+    # (HIL-SERL's demonstrations beside online data); prior="both": those and the mounts.
     state = sampler.state_dict()  # into the learner checkpoint; sampler.load_state_dict(state)
+
+    # Another process (the learner): buffer.service.BatchServer(buf, tasks, sampler,
+    # demonstration_robots=[...]) serves batches over ZeroMQ; buffer.service.RemoteBuffer(
+    # address, sampling={"kind": "symmetric"}) asks it (robofleet.contracts.TransitionSource:
+    # numpy columns, task_index, is_demonstration, success).
 
     # LeRobot interchange: export_lerobot(buf, root, repo_id, fps) / import_lerobot(root, dir)
 
@@ -74,6 +84,20 @@ Per-robot lookups (durable rows only, i.e. acknowledged)::
 Threads: ``append`` may be called from many threads (one per robot) and ``sample`` from
 several at once; readers never see a partly written row (rows become visible only after
 their fdatasync, in log order).
+
+Where things are (``ReplayBuffer`` owns the parts, Reverb's table shape)::
+
+    replay_buffer  ReplayBuffer: open, window, sample, mount, stats, close
+    state          what the parts share: lock, row index, tiered storage, visible rows
+    writer         durable appends: validation, WAL, group commit, watermark, acks
+    sealer         full tails -> sealed segments (a rename), the pre-faulted spare tail
+    retention      the remover: segment catalogue, oldest segments deleted past the limit
+    recovery       open: finish seals, map segments, replay the WAL's contiguous prefix
+    reading        transitions, sequences, the one merge of sampled parts
+    lookups        per-robot durable seqs;  prefetch: the cold -> hot promotion thread
+    view           what samplers see (SamplingView, Source);  samplers: which rows
+    rate_limiter   samples per insert;  service: BatchServer / RemoteBuffer
+    schema, wal, sealed, segments, storage, index, format: the step schema and the files
 """
 
 from buffer import samplers

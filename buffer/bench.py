@@ -123,68 +123,24 @@ def bench_ingest(
     (``time.process_time``: this process, all threads) are reported next to the wall time.
     """
     n = sum(b.num_rows for bs in per_writer for b in bs)
-
-    def raw_round(k: int) -> tuple[float, float]:
-        base_dir = root / f"arrow-{k}"
-        base_dir.mkdir()
-
-        def raw(i: int, batches: list[pa.RecordBatch]) -> None:
-            with open(base_dir / f"w{i}.arrows", "wb") as f:
-                with ipc.new_stream(f, batches[0].schema) as w:
-                    for b in batches:
-                        w.write_batch(b)
-                        f.flush()
-                        os.fsync(f.fileno())
-
-        c0 = time.process_time()
-        wall = _run_threads([lambda i=i, bs=bs: raw(i, bs) for i, bs in enumerate(per_writer)])
-        cpu = time.process_time() - c0
-        shutil.rmtree(base_dir)
-        return wall, cpu
-
     lat: list[float] = []
     fsyncs_per_batch: list[float] = []
-    lock = threading.Lock()
 
-    def ours_round(k: int) -> tuple[float, float]:
-        buf = ReplayBuffer.open(
-            root / f"ingest-{k}",
-            schema,
-            BufferSettings(memory_budget_bytes=8 * 1024**3, prefetch=False),
-        )
-        mine_all: list[float] = []
-
-        def ours(batches: list[pa.RecordBatch]) -> None:
-            mine = []
-            for b in batches:
-                t = time.perf_counter()
-                buf.append(b)
-                mine.append(time.perf_counter() - t)
-            with lock:
-                mine_all.extend(mine)
-
-        c0 = time.process_time()
-        wall = _run_threads([lambda bs=bs: ours(bs) for bs in per_writer])
-        cpu = time.process_time() - c0
-        buf.flush()
-        stored = buf.num_steps
-        fsyncs_per_batch.append(buf.stats()["wal_fsyncs"] / max(len(mine_all), 1))
-        buf.close()
-        shutil.rmtree(root / f"ingest-{k}")
-        if stored != n:
-            raise RuntimeError(f"ingest stored {stored} of {n} records")
-        lat.extend(mine_all)
+    def ours(k: int) -> tuple[float, float]:
+        wall, cpu, mine, fsyncs = _ours_round(schema, per_writer, root / f"ingest-{k}", n)
+        lat.extend(mine)
+        fsyncs_per_batch.append(fsyncs)
         return wall, cpu
 
     ours_t: list[tuple[float, float]] = []
     raw_t: list[tuple[float, float]] = []
     for k in range(rounds):
         if k % 2 == 0:
-            raw_t.append(raw_round(k))
-            ours_t.append(ours_round(k))
+            raw_t.append(_raw_round(per_writer, root / f"arrow-{k}"))
+            ours_t.append(ours(k))
         else:
-            ours_t.append(ours_round(k))
-            raw_t.append(raw_round(k))
+            ours_t.append(ours(k))
+            raw_t.append(_raw_round(per_writer, root / f"arrow-{k}"))
     ratios = [r[0] / o[0] for o, r in zip(ours_t, raw_t, strict=True)]
     i = int(np.argsort(ratios)[len(ratios) // 2])  # the median round
     return {
@@ -200,6 +156,62 @@ def bench_ingest(
         "ack_p99_ms": float(np.percentile(lat, 99) * 1e3),
         "fsyncs_per_batch": float(np.median(fsyncs_per_batch)),
     }
+
+
+def _raw_round(per_writer: list[list[pa.RecordBatch]], base_dir: Path) -> tuple[float, float]:
+    """The baseline: one Arrow IPC stream per writer, an fsync per batch; (wall, CPU) s."""
+    base_dir.mkdir()
+
+    def raw(i: int, batches: list[pa.RecordBatch]) -> None:
+        with open(base_dir / f"w{i}.arrows", "wb") as f:
+            with ipc.new_stream(f, batches[0].schema) as w:
+                for b in batches:
+                    w.write_batch(b)
+                    f.flush()
+                    os.fsync(f.fileno())
+
+    c0 = time.process_time()
+    wall = _run_threads([lambda i=i, bs=bs: raw(i, bs) for i, bs in enumerate(per_writer)])
+    cpu = time.process_time() - c0
+    shutil.rmtree(base_dir)
+    return wall, cpu
+
+
+def _ours_round(
+    schema: StepSchema, per_writer: list[list[pa.RecordBatch]], directory: Path, n: int
+) -> tuple[float, float, list[float], float]:
+    """``ReplayBuffer.append`` from one thread per writer: (wall s, CPU s, ack latencies s,
+    fdatasyncs per appended batch).
+
+    Raises:
+        RuntimeError: the buffer stored other than ``n`` records.
+    """
+    buf = ReplayBuffer.open(
+        directory, schema, BufferSettings(memory_budget_bytes=8 * 1024**3, prefetch=False)
+    )
+    mine_all: list[float] = []
+    lock = threading.Lock()
+
+    def ours(batches: list[pa.RecordBatch]) -> None:
+        mine = []
+        for b in batches:
+            t = time.perf_counter()
+            buf.append(b)
+            mine.append(time.perf_counter() - t)
+        with lock:
+            mine_all.extend(mine)
+
+    c0 = time.process_time()
+    wall = _run_threads([lambda bs=bs: ours(bs) for bs in per_writer])
+    cpu = time.process_time() - c0
+    buf.flush()
+    stored = buf.num_steps
+    fsyncs = buf.stats()["wal_fsyncs"] / max(len(mine_all), 1)
+    buf.close()
+    shutil.rmtree(directory)
+    if stored != n:
+        raise RuntimeError(f"ingest stored {stored} of {n} records")
+    return wall, cpu, mine_all, fsyncs
 
 
 def _time_calls(fn: Any, seconds: float, min_calls: int = 5) -> float:

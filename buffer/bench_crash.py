@@ -72,6 +72,23 @@ def check(acked: dict[str, int], robots: dict[str, Any]) -> tuple[int, int]:
     return lost, dups
 
 
+def _kill_and_restart(
+    rng: random.Random, server: subprocess.Popen[str], data: Path, acks: Path, sock: Path
+) -> tuple[subprocess.Popen[str], dict[str, Any], float, dict[str, int]]:
+    """SIGKILL the server while writers stream (after fresh acknowledgements, at a random
+    moment), restart it: ``(server, its ready message, restart seconds, acked before)``."""
+    before = sum(_acked(acks).values())
+    deadline = time.monotonic() + 30
+    while sum(_acked(acks).values()) <= before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(rng.uniform(0.0, 0.5))
+    os.kill(server.pid, signal.SIGKILL)
+    server.wait()
+    acked = _acked(acks)  # everything acknowledged before the kill
+    server, ready, restart_s = _spawn_server(data, sock)
+    return server, ready, restart_s, acked
+
+
 def run(kills: int, writers: int, seed: int, root: Path) -> dict[str, Any]:
     rng = random.Random(seed)
     data, acks, sock = root / "buffer", root / "acks", root / "buffer.sock"
@@ -96,16 +113,7 @@ def run(kills: int, writers: int, seed: int, root: Path) -> dict[str, Any]:
     lost_total = dups_total = 0
     try:
         for _ in range(kills):
-            # Kill while writers stream: wait for fresh acknowledgements, then a random moment.
-            before = sum(_acked(acks).values())
-            deadline = time.monotonic() + 30
-            while sum(_acked(acks).values()) <= before and time.monotonic() < deadline:
-                time.sleep(0.02)
-            time.sleep(rng.uniform(0.0, 0.5))
-            os.kill(server.pid, signal.SIGKILL)
-            server.wait()
-            acked = _acked(acks)  # everything acknowledged before the kill
-            server, ready, restart_s = _spawn_server(data, sock)
+            server, ready, restart_s, acked = _kill_and_restart(rng, server, data, acks, sock)
             lost, dups = check(acked, ready["robots"])
             lost_total += lost
             dups_total = max(dups_total, dups)

@@ -188,9 +188,25 @@ class RowIndex:
         c["prev_row"][lo:hi] = -1
         c["eligible"][lo:hi] = False
         c["row_bytes"][lo:hi] = row_bytes
-        seqs = c["seq"][lo:hi]
         first = self.end
-        done = term | trunc
+        self._link(lo, first, run, robot, ep, fr, term | trunc)
+        self._note_seqs(first, robot, c["seq"][lo:hi])
+        self.end += n
+        return first, self.end
+
+    def _link(
+        self,
+        lo: int,
+        first: int,
+        run: np.ndarray,
+        robot: np.ndarray,
+        ep: np.ndarray,
+        fr: np.ndarray,
+        done: np.ndarray,
+    ) -> None:
+        """Link the new rows ``first ..`` (index position ``lo ..``) to their predecessors."""
+        c = self.cols
+        n = len(run)
         rows = np.arange(first, first + n, dtype=np.int64)
         # Inside a run of rows with the same (run, robot, episode), link consecutive frames
         # vectorized; only each run's first row looks up the episode left open before it.
@@ -213,14 +229,15 @@ class RowIndex:
                 self._open.pop(key, None)
             else:
                 self._open[key] = (int(rows[e]), int(fr[e]))
+
+    def _note_seqs(self, first: int, robot: np.ndarray, seqs: np.ndarray) -> None:
+        """Extend each robot's seq list with the new rows ``first ..`` (``robot`` codes)."""
         codes = [int(robot[0])] if (robot == robot[0]).all() else np.unique(robot).tolist()
         for code in codes:
             rs = self.robot_seqs.setdefault(int(code), _RobotSeqs())
             mine = robot == code
             rs.extend(seqs[mine])
             self.robot_last_row[int(code)] = first + int(np.flatnonzero(mine)[-1])
-        self.end += n
-        return first, self.end
 
     def publish(self, first: int, end: int) -> int:
         """Mark rows ``[first, end)`` visible: done steps and newly linked predecessors

@@ -92,7 +92,18 @@ def export_lerobot(
         rows = all_rows
     if len(rows) == 0:
         raise ValueError("nothing to export: the selection is empty")
-    schema = buf.schema
+    features = _lerobot_features(buf.schema, use_videos)
+    ds = LeRobotDataset.create(
+        repo_id, fps, features, root=root, robot_type=robot_type, use_videos=use_videos
+    )
+    for run in _episode_runs(buf, np.asarray(rows, dtype=np.int64)):
+        _add_episode(ds, buf, run)
+    ds.finalize()
+    return root
+
+
+def _lerobot_features(schema: StepSchema, use_videos: bool) -> dict[str, Any]:
+    """LeRobot feature specs of the schema's observations and action, plus the flags."""
     features: dict[str, Any] = {}
     for name, f in schema.observations.items():
         spec = f.to_lerobot()
@@ -101,29 +112,28 @@ def export_lerobot(
         features[name] = spec
     features["action"] = schema.action.to_lerobot()
     features.update(EXTRA_FEATURES)
-    ds = LeRobotDataset.create(
-        repo_id, fps, features, root=root, robot_type=robot_type, use_videos=use_videos
-    )
+    return features
+
+
+def _add_episode(ds: Any, buf: ReplayBuffer, run: np.ndarray) -> None:
+    """Frames of one run of consecutive rows of an episode, saved as one episode."""
     idx = buf.index
     tasks = np.asarray(idx.tasks.names, dtype=object)
-    obs_names = list(schema.observations)
-    for run in _episode_runs(buf, np.asarray(rows, dtype=np.int64)):
-        data = buf.storage.gather(run, [*obs_names, "action"], count=False)
-        li = run - idx.base
-        c = idx.cols
-        for i in range(len(run)):
-            j = li[i]
-            frame: dict[str, Any] = {k: data[k][i] for k in (*obs_names, "action")}
-            frame["next.reward"] = np.array([c["reward"][j]], dtype=np.float32)
-            frame["next.done"] = np.array([c["terminated"][j] or c["truncated"][j]])
-            frame["next.truncated"] = np.array([c["truncated"][j]])
-            frame["is_intervention"] = np.array([c["is_intervention"][j]])
-            frame["policy_version"] = np.array([c["policy_version"][j]], dtype=np.int64)
-            frame["task"] = str(tasks[c["task"][j]])
-            ds.add_frame(frame)
-        ds.save_episode()
-    ds.finalize()
-    return root
+    obs_names = list(buf.schema.observations)
+    data = buf.storage.gather(run, [*obs_names, "action"], count=False)
+    li = run - idx.base
+    c = idx.cols
+    for i in range(len(run)):
+        j = li[i]
+        frame: dict[str, Any] = {k: data[k][i] for k in (*obs_names, "action")}
+        frame["next.reward"] = np.array([c["reward"][j]], dtype=np.float32)
+        frame["next.done"] = np.array([c["terminated"][j] or c["truncated"][j]])
+        frame["next.truncated"] = np.array([c["truncated"][j]])
+        frame["is_intervention"] = np.array([c["is_intervention"][j]])
+        frame["policy_version"] = np.array([c["policy_version"][j]], dtype=np.int64)
+        frame["task"] = str(tasks[c["task"][j]])
+        ds.add_frame(frame)
+    ds.save_episode()
 
 
 def _matching(buf: ReplayBuffer, rows: np.ndarray, filters: dict[str, Any]) -> np.ndarray:
@@ -188,39 +198,54 @@ def import_lerobot(
     task_names = {int(r.task_index): str(t) for t, r in ds.meta.tasks.iterrows()}
     ep = np.asarray(hf["episode_index"]).reshape(-1)
     last = np.append(ep[1:] != ep[:-1], True)
+    ids = {"robot_id": robot_id, "run_id": run_id}
     out = ReplayBuffer.open(directory, schema, settings or BufferSettings())
     try:
         n = len(hf)
         for start in range(0, n, chunk):
             part = hf[start : min(start + chunk, n)]
-            recs = []
-            for i in range(len(part["index"])):
-                g = start + i
-                rec: dict[str, Any] = {k: _image(part[k][i], schema, k) for k in obs}
-                rec["action"] = part["action"][i]
-                done = bool(_scalar(part, "next.done", i, False))
-                trunc = bool(_scalar(part, "next.truncated", i, False))
-                if last[g] and not done:
-                    done, trunc = True, True
-                rec.update(
-                    seq=int(_scalar(part, "index", i, g)),
-                    robot_id=robot_id,
-                    run_id=run_id,
-                    task=task_names.get(int(_scalar(part, "task_index", i, 0)), ""),
-                    episode_index=int(ep[g]),
-                    frame_index=int(_scalar(part, "frame_index", i, 0)),
-                    timestamp=float(_scalar(part, "timestamp", i, 0.0)),
-                    reward=float(_scalar(part, "next.reward", i, 0.0)),
-                    terminated=done and not trunc,
-                    truncated=trunc,
-                    is_intervention=bool(_scalar(part, "is_intervention", i, False)),
-                    policy_version=int(_scalar(part, "policy_version", i, 0)),
-                )
-                recs.append(rec)
-            out.append(recs)
+            out.append(
+                [
+                    _step(part, i, start + i, schema, ids, task_names, ep, last)
+                    for i in range(len(part["index"]))
+                ]
+            )
     finally:
         out.close()
     return Path(directory)
+
+
+def _step(
+    part: dict[str, Any],
+    i: int,
+    g: int,
+    schema: StepSchema,
+    ids: dict[str, str],
+    task_names: dict[int, str],
+    ep: np.ndarray,
+    last: np.ndarray,
+) -> dict[str, Any]:
+    """The step record of frame ``i`` of ``part`` (global frame ``g``)."""
+    rec: dict[str, Any] = {k: _image(part[k][i], schema, k) for k in schema.observations}
+    rec["action"] = part["action"][i]
+    done = bool(_scalar(part, "next.done", i, False))
+    trunc = bool(_scalar(part, "next.truncated", i, False))
+    if last[g] and not done:
+        done, trunc = True, True
+    rec.update(
+        seq=int(_scalar(part, "index", i, g)),
+        **ids,
+        task=task_names.get(int(_scalar(part, "task_index", i, 0)), ""),
+        episode_index=int(ep[g]),
+        frame_index=int(_scalar(part, "frame_index", i, 0)),
+        timestamp=float(_scalar(part, "timestamp", i, 0.0)),
+        reward=float(_scalar(part, "next.reward", i, 0.0)),
+        terminated=done and not trunc,
+        truncated=trunc,
+        is_intervention=bool(_scalar(part, "is_intervention", i, False)),
+        policy_version=int(_scalar(part, "policy_version", i, 0)),
+    )
+    return rec
 
 
 def _scalar(part: dict[str, Any], key: str, i: int, default: Any) -> Any:

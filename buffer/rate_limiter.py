@@ -12,6 +12,12 @@ No deadlock: if both sides were blocked at once, ``diff + i*spi > max_diff`` and
 constructor therefore demands ``2 * error_buffer >= max_insert * spi + max_sample`` (the
 largest insert and sample batches), so at every moment one side can always proceed. Every wait
 has a timeout, and :meth:`close` wakes every waiter with :class:`BufferClosedError`.
+
+A learner in another process than the buffer (robofleet's run: robots act in real time and an
+acknowledged step is never refused) applies the sampling side only:
+:meth:`RateLimiter.sampling_side` never blocks inserts, and :meth:`RateLimiter.allows_sample`
+checks the rule on counts the learner tells it (its updates times the batch size, against the
+online rows the remote buffer reports) without waiting or counting.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ class RateLimiter:
         error_buffer: allowed drift from the target, in samples; see the module docstring.
         max_insert: largest single insert (transitions) callers will request.
         max_sample: largest single sample (transitions) callers will request.
+        block_inserts: False: inserts always proceed (only sampling waits), so no parameters
+            can deadlock and none are refused for it.
 
     Raises:
         ValueError: the parameters could deadlock, or are out of range.
@@ -45,6 +53,7 @@ class RateLimiter:
         *,
         max_insert: int = 64,
         max_sample: int = 256,
+        block_inserts: bool = True,
     ) -> None:
         if samples_per_insert <= 0:
             raise ValueError(f"samples_per_insert must be > 0, got {samples_per_insert}")
@@ -53,7 +62,7 @@ class RateLimiter:
         need = (max_insert * samples_per_insert + max_sample) / 2
         if error_buffer is None:
             error_buffer = need
-        if error_buffer < need:
+        if error_buffer < need and block_inserts:
             raise ValueError(
                 f"error_buffer={error_buffer} could deadlock with inserts of {max_insert} and "
                 f"samples of {max_sample} at samples_per_insert={samples_per_insert}; "
@@ -64,6 +73,7 @@ class RateLimiter:
         self.error_buffer = error_buffer
         self.max_insert = max_insert
         self.max_sample = max_sample
+        self.block_inserts = block_inserts
         center = samples_per_insert * min_size_to_sample
         self.min_diff = center - error_buffer
         self.max_diff = center + error_buffer
@@ -71,6 +81,23 @@ class RateLimiter:
         self.samples = 0
         self._closed = False
         self._cond = threading.Condition()
+
+    @classmethod
+    def sampling_side(cls, samples_per_insert: float, min_size_to_sample: int = 1) -> RateLimiter:
+        """The sampling side of the rule alone: inserts never wait, and with
+        ``error_buffer = samples_per_insert * min_size_to_sample`` (so ``min_diff`` is 0)
+        ``n`` more samples are allowed while ``samples + n <= samples_per_insert * inserts``
+        (and at least ``min_size_to_sample`` were inserted).
+
+        Raises:
+            ValueError: ``samples_per_insert <= 0`` or ``min_size_to_sample < 1``.
+        """
+        return cls(
+            samples_per_insert,
+            min_size_to_sample,
+            error_buffer=samples_per_insert * min_size_to_sample,
+            block_inserts=False,
+        )
 
     @property
     def diff(self) -> float:
@@ -85,15 +112,31 @@ class RateLimiter:
         with self._cond:
             return self._can_sample(n)
 
+    def allows_sample(self, n: int, *, inserts: int, samples: int) -> bool:
+        """Whether ``n`` more samples are allowed after ``samples`` drawn against ``inserts``
+        inserted (transitions), by this limiter's rule, on those counts instead of its own:
+        nothing waits and nothing is counted. A negative ``samples`` counts as 0 (a learner
+        counting its updates since a warm start while it replays the warm start's ones).
+
+        Raises:
+            ValueError: ``n < 1``.
+        """
+        if n < 1:
+            raise ValueError(f"n (samples asked for) must be >= 1, got {n}")
+        return self._sample_rule(n, inserts, max(samples, 0))
+
     def _can_insert(self, n: int) -> bool:
-        if self.inserts + n <= self.min_size_to_sample:
+        if not self.block_inserts or self.inserts + n <= self.min_size_to_sample:
             return True
         return self.diff + n * self.samples_per_insert <= self.max_diff
 
     def _can_sample(self, n: int) -> bool:
-        if self.inserts < self.min_size_to_sample:
+        return self._sample_rule(n, self.inserts, self.samples)
+
+    def _sample_rule(self, n: int, inserts: int, samples: int) -> bool:
+        if inserts < self.min_size_to_sample:
             return False
-        return self.diff - n >= self.min_diff
+        return inserts * self.samples_per_insert - samples - n >= self.min_diff
 
     def _wait(self, ok: Any, timeout: float | None, what: str) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -12,8 +12,10 @@ observation with the next episode's first observation.
   "Prioritized Experience Replay") on a sum tree, with updatable priorities.
 * :class:`InterventionSampler` - intervention-only, or intervention-weighted (HG-DAgger,
   Kelly et al. 2019, trains on the human's corrections).
-* :class:`MixSampler` - online/offline mix per task: a fixed ratio (RLPD, Ball et al. 2023,
-  samples 50/50) and an adaptive share that favours tasks with low recent success.
+* :class:`MixSampler` - RLPD's symmetric sampling (Ball et al. 2023, 50/50): online data mixed
+  with prior data per task, the prior being mounted offline views, the window's
+  operator-labelled steps (HIL-SERL's demonstrations beside online data) or both; a fixed
+  ratio or an adaptive share that favours tasks with low recent success.
 
 Samplers with state (priorities, cursors, success rates) expose ``state_dict()`` /
 ``load_state_dict()`` for learner checkpoints (plain ints, floats, lists and numpy arrays).
@@ -23,58 +25,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from buffer.replay_buffer import ReplayBuffer
+from buffer.view import Picks, SamplingView, Source
 
-
-@dataclass
-class Source:
-    """Where picked rows come from: a buffer and (for offline views) its allowed rows."""
-
-    buffer: ReplayBuffer
-    rows: np.ndarray | None
-    name: str
-    source_id: int = 0
-
-
-class SamplingView:
-    """What a sampler sees: the online window ``[lo, hi)`` and the mounted offline sources."""
-
-    def __init__(self, buffer: ReplayBuffer, lo: int, hi: int, offline: list[Source]) -> None:
-        self.buffer = buffer
-        self.lo = lo
-        self.hi = hi
-        self.online = Source(buffer, None, "online", 0)
-        self.offline = offline
-        for i, s in enumerate(offline):
-            s.source_id = i + 1
-
-    @property
-    def eligible(self) -> np.ndarray:
-        return self.buffer.index.cols["eligible"]
-
-    @property
-    def base(self) -> int:
-        return self.buffer.index.base
-
-    def hot_ranges(self) -> list[tuple[int, int]]:
-        """Row ranges held in RAM, clipped to the window."""
-        out = []
-        with self.buffer._lock:  # noqa: SLF001
-            for c in self.buffer.storage.chunks:
-                if c.hot:
-                    lo, hi = max(c.first_row, self.lo), min(c.first_row + c.capacity, self.hi)
-                    if hi > lo:
-                        out.append((lo, hi))
-        return out
-
-
-Picks = list[tuple[Source, np.ndarray, np.ndarray]]
+__all__ = [
+    "CacheAwareSampler",
+    "InterventionSampler",
+    "MixSampler",
+    "Picks",
+    "PrioritizedSampler",
+    "RecencySampler",
+    "Sampler",
+    "SamplingView",
+    "Source",
+    "SumTree",
+    "UniformSampler",
+    "uniform_rows",
+]
 
 
 class Sampler:
@@ -231,8 +201,7 @@ class InterventionSampler(Sampler):
     def sample_indices(
         self, view: SamplingView, batch_size: int, rng: np.random.Generator
     ) -> Picks:
-        idx = view.buffer.index
-        interv = idx.cols["is_intervention"]
+        interv = view.column("is_intervention")
         b = view.base
         lo, hi = view.lo, view.hi
         if self.weight is None:
@@ -405,32 +374,65 @@ class PrioritizedSampler(Sampler):
         self.tree.set(np.arange(len(leaves)), leaves)
 
 
+PRIORS = ("offline", "interventions", "both")
+
+
 class MixSampler(Sampler):
-    """Online/offline mix, per task.
+    """RLPD's symmetric sampling (Ball et al. 2023): online data mixed with prior data, per task.
+
+    The online side is the buffer's window; ``prior`` says where the prior side comes from:
+
+    * ``"offline"``: the mounted offline views (``ReplayBuffer.mount``); the online side is
+      every eligible row of the window.
+    * ``"interventions"``: the window's operator-labelled steps (``is_intervention``:
+      demonstrations and takeovers stored beside the robots' own steps, as HIL-SERL keeps its
+      prior data); the online side is the window's autonomous steps. Both sides come from one
+      read of the window's flags.
+    * ``"both"``: the window's operator-labelled steps and the mounted views, split in
+      proportion to their sizes; the online side is the window's autonomous steps.
+
+    Of ``n`` rows for a task, ``round(n * online_fraction)`` come uniformly from its online
+    side and the rest uniformly from its prior side; a side with no eligible row gives its
+    share to the other, so the whole draw comes from one side then.
 
     Args:
-        online_fraction: share of each task's samples drawn from the online window; a float
-            for every task (RLPD's symmetric sampling is 0.5) or ``{task: share}`` with
-            ``default`` for the rest. A task without offline data draws only online, and
-            vice versa.
+        online_fraction: share of each task's samples drawn from the online side, in [0, 1];
+            a float for every task (RLPD's symmetric sampling is 0.5) or ``{task: share}``
+            with ``default`` for the rest.
+        prior: ``"offline"``, ``"interventions"`` or ``"both"`` (above).
         adaptive: split each batch across tasks in proportion to ``1 - success + floor``
             (recent success from :meth:`report_success`, an exponential moving average),
             so tasks that fail more get more samples. Without it tasks are not balanced: rows
             are drawn uniformly from each pool.
         smoothing: EMA factor of the success estimate (weight of the old value).
         floor: keeps solved tasks from vanishing from batches.
+
+    Raises:
+        ValueError: a share outside [0, 1] or an unknown ``prior``; from ``sample_indices``,
+            no eligible row on either side (of a task).
     """
 
     def __init__(
         self,
         online_fraction: float | Mapping[str, float] = 0.5,
         *,
+        prior: str = "offline",
         default: float = 0.5,
         adaptive: bool = False,
         smoothing: float = 0.9,
         floor: float = 0.1,
     ) -> None:
+        if isinstance(online_fraction, Mapping):
+            shares = [default, *online_fraction.values()]
+        else:
+            shares = [default, online_fraction]
+        for share in shares:
+            if not 0.0 <= float(share) <= 1.0:
+                raise ValueError(f"online_fraction must be in [0, 1], got {share}")
+        if prior not in PRIORS:
+            raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
         self.online_fraction = online_fraction
+        self.prior = prior
         self.default = default
         self.adaptive = adaptive
         self.smoothing = smoothing
@@ -458,7 +460,7 @@ class MixSampler(Sampler):
         per_task = self.adaptive or isinstance(self.online_fraction, Mapping)
         if not per_task:
             return self._draw(view, None, batch_size, rng)
-        tasks = _task_names(view)
+        tasks = view.task_names(offline=self.prior != "interventions")
         counts = rng.multinomial(batch_size, self.task_weights(tasks))
         picks: Picks = []
         for t, k in zip(tasks, counts, strict=True):
@@ -469,56 +471,92 @@ class MixSampler(Sampler):
     def _draw(
         self, view: SamplingView, task: str | None, n: int, rng: np.random.Generator
     ) -> Picks:
-        online_accept = None
-        has_online = view.hi > view.lo
-        if task is not None:
-            idx = view.buffer.index
-            code = idx.tasks.codes.get(task)
-            if code is None:
-                has_online = False
-            else:
-                online_accept = idx.cols["task"] == code
-                seg = slice(view.lo - view.base, view.hi - view.base)
-                has_online = bool((view.eligible[seg] & online_accept[seg]).any())
-        offline = [(s, _task_rows(s, task)) for s in view.offline]
-        offline = [(s, r) for s, r in offline if len(r)]
-        n_on = int(round(n * self._fraction(task))) if offline else n
+        """``n`` rows of ``task`` (None: every task): the online share, then the prior's."""
+        priors: list[tuple[Source, np.ndarray]] = []
+        if self.prior == "offline":
+            has_online, accept = _window_accepts(view, task)
+
+            def online(k: int) -> np.ndarray:
+                return uniform_rows(view, view.lo, view.hi, k, rng, accept=accept)
+        else:
+            autonomous, operator = _window_split(view, task)
+            has_online = autonomous.size > 0
+            if operator.size:
+                priors.append((view.online, operator))
+
+            def online(k: int) -> np.ndarray:
+                return _choose(autonomous, k, rng)
+
+        if self.prior != "interventions":
+            priors += [(s, r) for s in view.offline if len(r := s.task_rows(task))]
+        n_on = int(round(n * self._fraction(task))) if priors else n
         if not has_online:
             n_on = 0
-        if not offline and not has_online:
-            raise ValueError(f"nothing to sample for task {task!r}")
+        if not priors and not has_online:
+            raise ValueError(f"nothing to sample for task {task!r}: no eligible transition")
         picks: Picks = []
         if n_on:
-            rows = uniform_rows(view, view.lo, view.hi, n_on, rng, accept=online_accept)
-            picks.append((view.online, rows, _ones(n_on)))
+            picks.append((view.online, online(n_on), _ones(n_on)))
         n_off = n - n_on
         if n_off:
-            sizes = np.array([len(r) for _, r in offline], dtype=np.float64)
-            for (s, r), k in zip(offline, rng.multinomial(n_off, sizes / sizes.sum()), strict=True):
+            sizes = np.array([len(r) for _, r in priors], dtype=np.float64)
+            # One pool takes all (a multinomial over one category draws nothing either).
+            counts = rng.multinomial(n_off, sizes / sizes.sum()) if len(priors) > 1 else [n_off]
+            for (s, r), k in zip(priors, counts, strict=True):
                 if k:
-                    picks.append((s, r[rng.integers(0, len(r), size=int(k))], _ones(int(k))))
-        return picks
+                    picks.append((s, _choose(r, int(k), rng), _ones(int(k))))
+        return _by_source(picks)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"success": dict(self.success)}
+        """``{"success": {task: rate}}``, or ``{}`` before any success was reported (nothing
+        to restore)."""
+        return {"success": dict(self.success)} if self.success else {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.success = {str(k): float(v) for k, v in dict(state["success"]).items()}
+        self.success = {str(k): float(v) for k, v in dict(state.get("success", {})).items()}
 
 
-def _task_names(view: SamplingView) -> list[str]:
-    names = set(view.buffer.index.tasks.names)
-    for s in view.offline:
-        names.update(s.buffer.index.tasks.names)
-    return sorted(names)
-
-
-def _task_rows(src: Source, task: str | None) -> np.ndarray:
-    rows = src.rows if src.rows is not None else np.empty(0, dtype=np.int64)
-    if task is None or len(rows) == 0:
-        return rows
-    idx = src.buffer.index
-    code = idx.tasks.codes.get(task)
+def _window_accepts(view: SamplingView, task: str | None) -> tuple[bool, np.ndarray | None]:
+    """Whether the window may hold ``task``'s rows, and the accept mask of that task (indexed
+    like the index columns; None: every task) for rejection sampling over the window."""
+    if task is None:
+        return view.hi > view.lo, None
+    code = view.task_code(task)
     if code is None:
-        return np.empty(0, dtype=np.int64)
-    return rows[idx.cols["task"][rows - idx.base] == code]
+        return False, None
+    accept = view.column("task") == code
+    seg = slice(view.lo - view.base, view.hi - view.base)
+    return bool((view.eligible[seg] & accept[seg]).any()), accept
+
+
+def _window_split(view: SamplingView, task: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """The window's eligible rows of ``task`` (None: every task) as ``(autonomous, operator-
+    labelled)`` global rows, from one read of its flags: appends change the index
+    concurrently, and counting in one read but drawing in another once found "no eligible
+    transition" for a side that had been counted."""
+    elig = np.array(view.window_column("eligible"), dtype=bool)
+    interv = np.asarray(view.window_column("is_intervention"), dtype=bool)
+    if task is not None:
+        code = view.task_code(task)
+        if code is None:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        elig &= view.window_column("task") == code
+    return np.flatnonzero(elig & ~interv) + view.lo, np.flatnonzero(elig & interv) + view.lo
+
+
+def _choose(rows: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` of ``rows`` uniformly, with replacement."""
+    return rows[rng.integers(0, len(rows), size=k)]
+
+
+def _by_source(picks: Picks) -> Picks:
+    """Picks of the same source joined into one (rows in pick order), first seen first."""
+    joined: dict[int, list[tuple[Source, np.ndarray, np.ndarray]]] = {}
+    for pick in picks:
+        joined.setdefault(id(pick[0]), []).append(pick)
+    return [
+        (same[0][0], np.concatenate([p[1] for p in same]), np.concatenate([p[2] for p in same]))
+        if len(same) > 1
+        else same[0]
+        for same in joined.values()
+    ]

@@ -393,9 +393,29 @@ class StepSchema:
             ) from None
 
     def _check_values(self, b: pa.RecordBatch) -> None:
-        n = b.num_rows
-        if n == 0:
+        """Every value check of a batch with the right columns, in the order their errors are
+        reported: indices, ids, scalars, payload floats, final observations, record size,
+        seq order."""
+        if b.num_rows == 0:
             return
+        str_lens = self._check_scalars(b)
+        self._check_payload_finite(b)
+        row_bytes = self.fixed_row_bytes + str_lens["robot_id"] + str_lens["run_id"]
+        row_bytes = row_bytes + str_lens["task"]
+        row_bytes = row_bytes + self._check_finals(b)
+        big = np.flatnonzero(row_bytes > self.max_record_bytes)
+        if big.size:
+            raise self._row_err(
+                b,
+                int(big[0]),
+                "(record)",
+                f"is {int(row_bytes[big[0]])} bytes, over max_record_bytes={self.max_record_bytes}",
+            )
+        self._check_seq_order(b)
+
+    def _check_scalars(self, b: pa.RecordBatch) -> dict[str, np.ndarray]:
+        """Indices not negative, ``robot_id`` not empty, ``reward``/``timestamp`` finite;
+        returns the byte lengths of the string columns (int64, per row)."""
         for name in ("episode_index", "frame_index"):
             v = b.column(name).to_numpy()
             bad = np.flatnonzero(v < 0)
@@ -415,6 +435,10 @@ class StepSchema:
             if not np.isfinite(v).all():
                 bad = np.flatnonzero(~np.isfinite(v))
                 raise self._row_err(b, int(bad[0]), name, f"is not finite ({v[bad[0]]})")
+        return str_lens
+
+    def _check_payload_finite(self, b: pa.RecordBatch) -> None:
+        """No NaN or Inf in a float payload column."""
         for name, f in self.payload.items():
             if f.dtype.kind != "f":
                 continue
@@ -431,13 +455,17 @@ class StepSchema:
                 bad = np.flatnonzero(~finite)
             if bad.size:
                 raise self._row_err(b, int(bad[0]), name, "contains NaN or Inf")
+
+    def _check_finals(self, b: pa.RecordBatch) -> np.ndarray | int:
+        """Final observations (``next.observation.*``): the right size, present on done steps
+        when required, finite; returns their bytes per row (0 when none is checked)."""
+        n = b.num_rows
         done = np.logical_or(
             b.column("terminated").to_numpy(zero_copy_only=False),
             b.column("truncated").to_numpy(zero_copy_only=False),
         )
         any_done = bool(done.any())
-        row_bytes = self.fixed_row_bytes + str_lens["robot_id"] + str_lens["run_id"]
-        row_bytes = row_bytes + str_lens["task"]
+        total: np.ndarray | int = 0
         for name, f in self.observations.items():
             key = FINAL_PREFIX + name
             col = b.column(key)
@@ -468,15 +496,11 @@ class StepSchema:
                     arr = np.frombuffer(col[int(row)].as_py(), dtype=f.dtype)
                     if not np.isfinite(arr).all():
                         raise self._row_err(b, int(row), key, "contains NaN or Inf")
-            row_bytes = row_bytes + lens
-        big = np.flatnonzero(row_bytes > self.max_record_bytes)
-        if big.size:
-            raise self._row_err(
-                b,
-                int(big[0]),
-                "(record)",
-                f"is {int(row_bytes[big[0]])} bytes, over max_record_bytes={self.max_record_bytes}",
-            )
+            total = total + lens
+        return total
+
+    def _check_seq_order(self, b: pa.RecordBatch) -> None:
+        """Each robot's seqs strictly increase within the batch."""
         robots = b.column("robot_id").to_numpy(zero_copy_only=False)
         seqs = b.column("seq").to_numpy()
         if (robots == robots[0]).all():  # the usual batch: one robot's steps
@@ -489,7 +513,7 @@ class StepSchema:
                     "is not strictly increasing for its robot within the batch",
                 )
             return
-        order = np.lexsort((np.arange(n), robots))
+        order = np.lexsort((np.arange(len(seqs)), robots))
         same = robots[order][1:] == robots[order][:-1]
         back = np.flatnonzero(same & (np.diff(seqs[order]) <= 0))
         if back.size:

@@ -438,19 +438,7 @@ class TieredStorage:
             out = out_arrays({k: ((n, *self.specs[k].shape), self.specs[k].dtype) for k in names})
         if n == 0:
             return out
-        ci = np.searchsorted(starts, rows, side="right") - 1
-        if ci[0] == ci[-1] and (ci == ci[0]).all():
-            groups: list[tuple[int, np.ndarray | None]] = [(int(ci[0]), None)]
-        else:
-            order = np.argsort(ci, kind="stable")
-            sorted_ci = ci[order]
-            bounds = np.flatnonzero(np.diff(sorted_ci)) + 1
-            groups = [
-                (int(sorted_ci[a]), order[a:b])
-                for a, b in zip(
-                    np.concatenate([[0], bounds]), np.concatenate([bounds, [n]]), strict=True
-                )
-            ]
+        groups = _chunk_groups(np.searchsorted(starts, rows, side="right") - 1)
         big = [k for k in names if self.specs[k].nbytes >= _PAGE]
         cold_rows = sum(
             len(rows) if sel is None else len(sel)
@@ -468,24 +456,8 @@ class TieredStorage:
             local = rows - chunk.first_row if sel is None else rows[sel] - chunk.first_row
             if local.min() < 0 or local.max() >= chunk.capacity:
                 raise IndexError(f"rows outside chunk [{chunk.first_row}, +{chunk.capacity})")
-            contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
             mapped = arrs.seg if isinstance(arrs, ColdArrays) else None
-            for k in names:
-                if mapped is not None and self.specs[k].nbytes >= _PAGE:
-                    if sel is None:
-                        mapped.read_rows(k, local, out[k])
-                    elif contiguous:
-                        mapped.read_rows(k, local, out[k][sel[0] : sel[-1] + 1])
-                    else:
-                        tmp = np.empty((len(local), *self.specs[k].shape), self.specs[k].dtype)
-                        mapped.read_rows(k, local, tmp)
-                        out[k][sel] = tmp
-                elif sel is None:
-                    np.take(arrs[k], local, axis=0, out=out[k], mode="clip")
-                elif contiguous:
-                    np.take(arrs[k], local, axis=0, out=out[k][sel[0] : sel[-1] + 1], mode="clip")
-                else:
-                    out[k][sel] = arrs[k][local]
+            self._copy_rows(arrs, mapped, local, sel, names, out)
             hot = arrs is not None and chunk.hot and chunk.arrays is arrs
             if count:
                 chunk.heat += len(local)
@@ -500,6 +472,36 @@ class TieredStorage:
         if touched:
             self._account_cold(touched)
         return out
+
+    def _copy_rows(
+        self,
+        arrs: dict[str, np.ndarray],
+        mapped: Segment | None,
+        local: np.ndarray,
+        sel: np.ndarray | None,
+        names: list[str],
+        out: dict[str, np.ndarray],
+    ) -> None:
+        """Copy one chunk's ``local`` rows of ``names`` into ``out`` at positions ``sel``
+        (None: all of ``out``, in order): large columns of a cold chunk are read from its
+        segment file, the rest taken from the chunk's arrays."""
+        contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
+        for k in names:
+            if mapped is not None and self.specs[k].nbytes >= _PAGE:
+                if sel is None:
+                    mapped.read_rows(k, local, out[k])
+                elif contiguous:
+                    mapped.read_rows(k, local, out[k][sel[0] : sel[-1] + 1])
+                else:
+                    tmp = np.empty((len(local), *self.specs[k].shape), self.specs[k].dtype)
+                    mapped.read_rows(k, local, tmp)
+                    out[k][sel] = tmp
+            elif sel is None:
+                np.take(arrs[k], local, axis=0, out=out[k], mode="clip")
+            elif contiguous:
+                np.take(arrs[k], local, axis=0, out=out[k][sel[0] : sel[-1] + 1], mode="clip")
+            else:
+                out[k][sel] = arrs[k][local]
 
     def _account_cold(self, touched: int, upcoming: int = 0) -> None:
         """Keep resident cold pages inside ``budget - hot bytes``.
@@ -548,6 +550,22 @@ def _rss_file() -> int:
     except OSError:
         pass
     return 0
+
+
+def _chunk_groups(ci: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
+    """Positions grouped by chunk number ``ci`` (one per row): ``(chunk, positions)``, or
+    ``[(chunk, None)]`` when every row is in the same chunk."""
+    if ci[0] == ci[-1] and (ci == ci[0]).all():
+        return [(int(ci[0]), None)]
+    order = np.argsort(ci, kind="stable")
+    sorted_ci = ci[order]
+    bounds = np.flatnonzero(np.diff(sorted_ci)) + 1
+    return [
+        (int(sorted_ci[a]), order[a:b])
+        for a, b in zip(
+            np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ci)]]), strict=True
+        )
+    ]
 
 
 def _increasing(sel: np.ndarray) -> bool:

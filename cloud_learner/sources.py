@@ -3,8 +3,10 @@
 * :class:`BufferSource` wraps the replay buffer (``buffer.ReplayBuffer``): it forwards
   ``sample(batch_size, sampler=...)``, the rate limiter and sampler state, and converts the
   numpy batch with :func:`cloud_learner.batch.to_torch_batch`.
+* :class:`TransitionBatchSource` wraps any ``robofleet.contracts.TransitionSource`` (e.g.
+  ``buffer.service.RemoteBuffer``, the run's buffer in the cloud process): numpy rows become
+  torch batches on the learner's device, rewards scaled on the learner's side.
 * :class:`InMemorySource` holds numpy columns in memory (tests, offline pre-training).
-* :class:`SymmetricSource` draws half of each batch from each of two sources (RLPD).
 """
 
 from __future__ import annotations
@@ -15,15 +17,73 @@ from typing import Any
 import numpy as np
 import torch
 
+from buffer.rate_limiter import RateLimiter
 from cloud_learner.batch import BatchError, to_torch_batch
 from cloud_learner.core import Batch
+from robofleet.contracts import TransitionSource
+
+
+class TransitionBatchSource:
+    """A :class:`~cloud_learner.core.BatchSource` over any ``TransitionSource``.
+
+    Args:
+        source: where rows come from (``robofleet.contracts.TransitionSource``).
+        device: where ``sample`` puts the batch's tensors (the learner's device).
+        reward_scale: multiplies ``reward`` of every batch (e.g. 0.1 maps Meta-World's
+            0..10 dense reward into 0..1 for SAC).
+
+    ``can_sample`` is True once the source holds a transition (a remote buffer paces nothing:
+    the learner applies samples-per-insert itself, ``buffer.RateLimiter``). Sampler state is
+    the source's own (stored in checkpoints as is).
+
+    Raises (from ``sample``): ``cloud_learner.batch.BatchError`` for a malformed batch, and
+    whatever the source raises (``buffer.service.RemoteBuffer``: ``TimeoutError`` when the
+    cloud is gone).
+    """
+
+    def __init__(
+        self,
+        source: TransitionSource,
+        device: torch.device | str = "cpu",
+        reward_scale: float = 1.0,
+    ) -> None:
+        self.source = source
+        self.device = torch.device(device)
+        self.reward_scale = reward_scale
+
+    def num_transitions(self) -> int:
+        return self.source.num_transitions()
+
+    def online_transitions(self) -> int:
+        """Rows robots inserted (offline data excluded): what samples-per-insert counts."""
+        return self.source.online_transitions()
+
+    def can_sample(self, batch_size: int) -> bool:
+        return self.num_transitions() > 0
+
+    def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` rows as numpy columns, ``reward`` scaled."""
+        arrays = dict(self.source.sample(batch_size))
+        if self.reward_scale != 1.0 and "reward" in arrays:
+            arrays["reward"] = arrays["reward"] * np.float32(self.reward_scale)
+        return arrays
+
+    def sample(self, batch_size: int) -> Batch:
+        return to_torch_batch(self.sample_numpy(batch_size), self.device)
+
+    def sampler_state(self) -> dict[str, Any]:
+        return self.source.sampler_state()
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        self.source.load_sampler_state(state)
 
 
 class InMemorySource:
     """Uniform sampling from numpy columns of equal length; ``extend`` adds rows.
 
-    ``samples_per_insert`` (optional) mimics the buffer's rate limiter: ``can_sample`` is False
-    once ``samples / inserts`` would exceed it.
+    ``samples_per_insert`` (optional) applies the sampling side of the buffer's rate limiter
+    (``buffer.RateLimiter.sampling_side``): ``can_sample`` is False once ``samples / inserts``
+    would exceed it.
     """
 
     def __init__(
@@ -36,6 +96,11 @@ class InMemorySource:
         self.columns: dict[str, np.ndarray] = {k: np.asarray(v) for k, v in (columns or {}).items()}
         self.rng = np.random.default_rng(seed)
         self.samples_per_insert = samples_per_insert
+        self._limiter = (
+            RateLimiter.sampling_side(samples_per_insert)
+            if samples_per_insert is not None
+            else None
+        )
         self.samples = 0
         self.inserts = self.num_transitions()
         self.device = device
@@ -58,9 +123,11 @@ class InMemorySource:
     def can_sample(self, batch_size: int) -> bool:
         if self.num_transitions() == 0:
             return False
-        if self.samples_per_insert is None:
+        if self._limiter is None:
             return True
-        return self.samples + batch_size <= self.samples_per_insert * max(self.inserts, 1)
+        return self._limiter.allows_sample(
+            batch_size, inserts=max(self.inserts, 1), samples=self.samples
+        )
 
     def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
         idx = self.rng.integers(0, self.num_transitions(), size=batch_size)
@@ -76,36 +143,6 @@ class InMemorySource:
     def load_sampler_state(self, state: Mapping[str, Any]) -> None:
         self.rng.bit_generator.state = dict(state["rng"])
         self.samples = int(state["samples"])
-
-
-class SymmetricSource:
-    """RLPD's symmetric sampling: ``batch_size // 2`` rows online, the rest offline."""
-
-    def __init__(self, online: InMemorySource, offline: InMemorySource) -> None:
-        self.online = online
-        self.offline = offline
-
-    def num_transitions(self) -> int:
-        return self.online.num_transitions()
-
-    def can_sample(self, batch_size: int) -> bool:
-        return self.online.can_sample(batch_size // 2) and self.offline.can_sample(
-            batch_size - batch_size // 2
-        )
-
-    def sample(self, batch_size: int) -> Batch:
-        half = batch_size // 2
-        a = self.online.sample_numpy(half)
-        b = self.offline.sample_numpy(batch_size - half)
-        common = sorted(set(a) & set(b))
-        return to_torch_batch({k: np.concatenate([a[k], b[k]]) for k in common}, self.online.device)
-
-    def sampler_state(self) -> dict[str, Any]:
-        return {"online": self.online.sampler_state(), "offline": self.offline.sampler_state()}
-
-    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
-        self.online.load_sampler_state(state["online"])
-        self.offline.load_sampler_state(state["offline"])
 
 
 class BufferSource:

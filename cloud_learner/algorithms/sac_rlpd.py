@@ -6,8 +6,8 @@ Learning with Offline Data" (RLPD, arXiv:2302.02948).
 
 RLPD's three changes to SAC, all here:
   * symmetric sampling: every batch is half online, half offline data. That is the batch
-    source's job (the buffer's per-task online/offline mix, or
-    :class:`cloud_learner.sources.SymmetricSource`); this file only trains on what it gets.
+    source's job (the buffer's ``MixSampler``: mounted offline data, the window's
+    operator-labelled steps, or both); this file only trains on what it gets.
   * LayerNorm in the critics, against value over-extrapolation on out-of-distribution actions.
   * an ensemble of E critics; the TD target takes the minimum over a random subset of
     ``critic_subset`` of them (E = 2, subset = 2 is plain clipped double-Q SAC).

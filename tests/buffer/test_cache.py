@@ -106,13 +106,13 @@ def test_budget_accounting_counts_spare_and_evicted_arrays_still_held(tmp_path) 
             t.join()
         buf.flush()
         st = buf.storage
-        spare = buf._spare  # noqa: SLF001 - the invariant is about this private spare tail
+        spare = buf.sealer.spare  # noqa: SLF001 - the invariant is about this private spare tail
         assert spare is not None
         assert st.spare_bytes == len(spare["action"]) * st.row_bytes
         hot = next(c for c in st.chunks if c.hot and c.sealed)
         held = st.snapshot()  # a reader in flight holds the hot arrays
         before = st.retired_bytes
-        with buf._lock:  # noqa: SLF001
+        with buf.state.lock:  # noqa: SLF001
             st.make_cold(hot)
         assert st.retired_bytes - before >= hot.n * st.row_bytes - hot.n * st.small_row_bytes
         del held

@@ -52,11 +52,11 @@ def test_torn_wal_tail_is_dropped_nothing_complete_lost(tmp_path) -> None:
     acked = 0
     for i in range(0, 30, 3):
         acked = big.append(recs[i : i + 3]).acked["robot-0"]
-    log = big._wal.logs[0]  # noqa: SLF001 - simulate the crash on this exact file
+    log = big.writer.wal.logs[0]  # noqa: SLF001 - simulate the crash on this exact file
     wal = log.path
     os.close(log._fd)  # noqa: SLF001
     log._fd = -1  # noqa: SLF001
-    big._closed = True  # noqa: SLF001 - abandon it like a crashed process would
+    big.state.closed = True  # noqa: SLF001 - abandon it like a crashed process would
     os.close(big._lock_fd)  # noqa: SLF001
     size = wal.stat().st_size
     scan = scan_wal(wal)
@@ -81,8 +81,8 @@ def test_corrupt_record_checksum_stops_replay(tmp_path) -> None:
     buf = open_buffer(tmp_path / "b", segment_target_bytes=10**9, wal_stripes=1)
     for i in range(0, 12, 4):
         buf.append(recs[i : i + 4])
-    wal = buf._wal.logs[0].path  # noqa: SLF001
-    buf._stop.set()  # noqa: SLF001
+    wal = buf.writer.wal.logs[0].path  # noqa: SLF001
+    buf.state.stop.set()  # noqa: SLF001
     os.close(buf._lock_fd)  # noqa: SLF001
     scan = scan_wal(wal)
     data = bytearray(wal.read_bytes())
@@ -107,8 +107,8 @@ def test_striped_wal_keeps_only_the_contiguous_prefix(tmp_path) -> None:
     buf.append(episodes(a, [4]))  # rows 0..3, stripe of a
     buf.append(episodes(b, [4]))  # rows 4..7, stripe of b
     buf.append(episodes(a, [4], seq0=4, ep0=1))  # rows 8..11, stripe of a
-    paths = {log.stripe: log.path for log in buf._wal.logs}  # noqa: SLF001
-    buf._stop.set()  # noqa: SLF001
+    paths = {log.stripe: log.path for log in buf.writer.wal.logs}  # noqa: SLF001
+    buf.state.stop.set()  # noqa: SLF001
     os.close(buf._lock_fd)  # noqa: SLF001
     # Lose robot b's record (rows 4..7), as if its fdatasync never happened.
     sb = zlib.crc32(f"robot-{b}".encode()) % stripes
@@ -150,7 +150,7 @@ def test_crash_between_seal_and_wal_delete_stores_once(tmp_path) -> None:
     recs = episodes(0, [10])
     buf = open_buffer(tmp_path / "b", segment_target_bytes=10**9, wal_stripes=1)
     buf.append(recs)
-    wal = buf._wal.logs[0].path  # noqa: SLF001
+    wal = buf.writer.wal.logs[0].path  # noqa: SLF001
     copy = wal.read_bytes()
     buf.close()  # the seal on reopen... simulate: recover once (seals WAL rows), then restore WAL
     with ReplayBuffer.open(tmp_path / "b") as b2:

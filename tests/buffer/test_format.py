@@ -21,12 +21,12 @@ def _crashed(path: Path, n: int = 6) -> Path:
     """A buffer that acknowledged ``n`` steps into its one WAL file, then 'crashed'."""
     buf = open_buffer(path, segment_target_bytes=10**9, wal_stripes=1)
     buf.append(episodes(0, [n]))
-    log = buf._wal.logs[0]  # noqa: SLF001 - abandon it like a killed process would
+    log = buf.writer.wal.logs[0]  # noqa: SLF001 - abandon it like a killed process would
     wal = log.path
     os.close(log._fd)  # noqa: SLF001
     log._fd = -1  # noqa: SLF001
-    buf._closed = True  # noqa: SLF001
-    buf._stop.set()  # noqa: SLF001
+    buf.state.closed = True  # noqa: SLF001
+    buf.state.stop.set()  # noqa: SLF001
     os.close(buf._lock_fd)  # noqa: SLF001
     return wal
 

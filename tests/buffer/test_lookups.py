@@ -39,7 +39,7 @@ def test_lookups_follow_appends_and_survive_a_reopen(tmp_path) -> None:
 def test_rows_waiting_for_their_fdatasync_are_not_reported(tmp_path) -> None:
     buf = open_buffer(tmp_path / "b", wal_stripes=1)
     buf.append(episodes(0, [4]))
-    log = buf._wal.logs[0]  # noqa: SLF001 - hold this append's fdatasync
+    log = buf.writer.wal.logs[0]  # noqa: SLF001 - hold this append's fdatasync
     real_sync, entered, release = log.sync, threading.Event(), threading.Event()
 
     def held_sync(lsn: int) -> None:

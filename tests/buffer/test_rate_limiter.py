@@ -113,3 +113,51 @@ def test_buffer_backpressure_and_learner_side(tmp_path) -> None:
         assert buf.append(recs[16:24], timeout=0).stored == 8
     finally:
         buf.close()
+
+
+# The sampling side alone, on counts a learner in another process tells it (robofleet's
+# learner process: robots are never blocked, the learner waits for data).
+
+
+def _updates_allowed(updates: int, spi: float, rows: int, batch: int) -> bool:
+    """Whether one more update of ``batch`` rows may run after ``updates`` updates."""
+    return RateLimiter.sampling_side(spi).allows_sample(
+        batch, inserts=rows, samples=updates * batch
+    )
+
+
+def test_sampling_side_half_an_update_per_env_step_at_batch_128() -> None:
+    # 64 samples per insert at batch 128: 1000 robot rows allow exactly 500 updates.
+    assert _updates_allowed(499, 64.0, 1000, 128)
+    assert not _updates_allowed(500, 64.0, 1000, 128)
+    assert not _updates_allowed(0, 64.0, 0, 128)  # no robot data yet: the learner waits
+    assert _updates_allowed(0, 64.0, 2, 128)
+
+
+def test_sampling_side_does_not_charge_a_warm_start() -> None:
+    # learner.step - bc_updates is negative while the warm start's updates are replayed.
+    assert _updates_allowed(-300, 64.0, 2, 128)
+
+
+def test_sampling_side_allowance_grows_with_the_data_whatever_the_fleet() -> None:
+    # 8 robots or 1: the same rows allow the same updates (the schedule is per env step).
+    allowed = [max(u for u in range(5000) if _updates_allowed(u, 64.0, rows, 128)) + 1
+               for rows in (200, 400, 800)]  # fmt: skip
+    assert allowed == [100, 200, 400]
+
+
+@pytest.mark.parametrize(
+    ("spi", "batch", "what"),
+    [(0.0, 128, "samples_per_insert"), (-1.0, 128, "samples_per_insert"), (64.0, 0, "n ")],
+)
+def test_sampling_side_refuses_bad_rates_by_name(spi: float, batch: int, what: str) -> None:
+    with pytest.raises(ValueError, match=what):
+        _updates_allowed(0, spi, 100, batch)
+
+
+def test_sampling_side_never_blocks_inserts_and_counts_nothing() -> None:
+    rl = RateLimiter.sampling_side(64.0)
+    rl.await_insert(10_000, timeout=0)  # far beyond any error buffer: never refused
+    assert rl.can_insert(10_000)
+    assert rl.allows_sample(128, inserts=2, samples=0)
+    assert (rl.inserts, rl.samples) == (10_000, 0)  # told counts are not its own

@@ -16,6 +16,7 @@ from buffer import (
     UniformSampler,
 )
 from buffer.samplers import SumTree
+from buffer.view import SamplingView
 from tests.buffer.helpers import episodes, final_value, obs_value, open_buffer, step
 
 
@@ -232,3 +233,70 @@ def test_mix_sampler_fixed_and_adaptive(tmp_path) -> None:
         restored = MixSampler(adaptive=True)
         restored.load_state_dict(mix.state_dict())
         assert restored.success == mix.success
+
+
+def test_mix_sampler_draws_exact_halves_online_then_offline(tmp_path) -> None:
+    """RLPD's symmetric sampling with mounted prior data: round(B / 2) rows from the window,
+    the rest from the mount, online part first."""
+    with open_buffer(tmp_path / "prior") as prior:
+        prior.append(episodes(0, [10] * 5))
+    with open_buffer(tmp_path / "online") as buf:
+        buf.append(episodes(1, [10] * 5))
+        buf.mount(tmp_path / "prior")
+        for seed in range(5):
+            b = buf.sample(10, MixSampler(0.5), rng=np.random.default_rng(seed))
+            assert b["source"].tolist() == [0] * 5 + [1] * 5
+            assert b["robot_id"].tolist() == ["robot-1"] * 5 + ["robot-0"] * 5
+            _check_transitions(b)
+
+
+def test_mix_sampler_prior_from_operator_steps_mounts_or_both(tmp_path) -> None:
+    """The prior side: the window's operator-labelled steps (HIL-SERL's demonstrations stored
+    beside online data), the mounted views, or both; the online side is then autonomous."""
+    rng = np.random.default_rng(4)
+    with open_buffer(tmp_path / "prior") as prior:
+        prior.append(episodes(0, [10] * 4))
+    with open_buffer(tmp_path / "online") as buf:
+        buf.append(
+            episodes(1, [10] * 3, task="reach")
+            + episodes(1, [10] * 3, seq0=30, ep0=3, task="push", intervention=True)
+        )
+        b = buf.sample(64, MixSampler(0.25, prior="interventions"), rng=rng)
+        assert int((~b["is_intervention"]).sum()) == 16 and (b["source"] == 0).all()
+        buf.mount(tmp_path / "prior")
+        b = buf.sample(64, MixSampler(0.25, prior="interventions"), rng=rng)
+        assert (b["source"] == 0).all()  # the mount is not its prior
+        b = buf.sample(2000, MixSampler(0.5, prior="both"), rng=rng)
+        online = (b["source"] == 0) & ~b["is_intervention"]
+        assert online.sum() == 1000
+        # The prior half splits by size: 30 operator steps here, 40 mounted rows.
+        assert 0.38 < (b["source"][~online] == 0).mean() < 0.48
+        assert (b["robot_id"][b["source"] == 1] == "robot-0").all()
+        _check_transitions(b)
+        per_task = MixSampler({"reach": 1.0, "push": 0.0}, prior="interventions")
+        b = buf.sample(200, per_task, rng=rng)
+        assert (b["is_intervention"] == (b["task"] == "push")).all()
+        assert set(b["task"]) == {"reach", "push"}
+
+
+def test_mix_sampler_one_empty_side_gives_the_whole_batch_and_none_raises(tmp_path) -> None:
+    with open_buffer(tmp_path / "b") as buf:
+        buf.append(episodes(0, [10] * 3, intervention=True))
+        b = buf.sample(32, MixSampler(0.5, prior="interventions"), rng=np.random.default_rng(0))
+        assert b["is_intervention"].all()  # no autonomous step yet: all from the prior
+        empty = SamplingView(buf, 0, 0, [])
+        with pytest.raises(ValueError, match="nothing to sample"):
+            MixSampler(prior="interventions").sample_indices(empty, 8, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "what"),
+    [
+        ({"online_fraction": 1.5}, "online_fraction"),
+        ({"online_fraction": {"reach": -0.1}}, "online_fraction"),
+        ({"prior": "demos"}, "prior"),
+    ],
+)
+def test_mix_sampler_refuses_bad_shares_and_priors_by_name(kwargs, what) -> None:
+    with pytest.raises(ValueError, match=what):
+        MixSampler(**kwargs)

@@ -28,18 +28,18 @@ def _states(buf: ReplayBuffer) -> dict[tuple[str, int], float]:
 
 def _abandon(buf: ReplayBuffer) -> None:
     """Leave the buffer like a killed process would: files as they are, lock released."""
-    buf._stop.set()  # noqa: SLF001
-    for log in buf._wal.logs:  # noqa: SLF001
+    buf.state.stop.set()  # noqa: SLF001
+    for log in buf.writer.wal.logs:  # noqa: SLF001
         os.close(log._fd)  # noqa: SLF001
         log._fd = -1  # noqa: SLF001
-    buf._closed = True  # noqa: SLF001
+    buf.state.closed = True  # noqa: SLF001
     os.close(buf._lock_fd)  # noqa: SLF001
 
 
 def test_seal_renames_the_wal_file_instead_of_copying_it(tmp_path) -> None:
     d = tmp_path / "b"
     with open_buffer(d, segment_target_bytes=3000, wal_stripes=1) as buf:
-        first_wal = buf._wal.logs[0].path  # noqa: SLF001
+        first_wal = buf.writer.wal.logs[0].path  # noqa: SLF001
         inode = first_wal.stat().st_ino
         size_before = 0
         seq = 0
@@ -102,7 +102,7 @@ def test_interrupted_seal_is_finished_on_open(tmp_path) -> None:
     buf.append(episodes(a, [4]))
     buf.append(episodes(b, [5]))
     buf.append(episodes(a, [3], seq0=4, ep0=1))
-    paths = [log.path for log in buf._wal.logs if log.path.stat().st_size > 16]  # noqa: SLF001
+    paths = [log.path for log in buf.writer.wal.logs if log.path.stat().st_size > 16]  # noqa: SLF001
     _abandon(buf)
     assert len(paths) == 2
     stripe = int(paths[0].stem.split("-")[2])
@@ -139,7 +139,7 @@ def test_record_after_a_gap_written_before_a_kept_one_is_dropped(tmp_path) -> No
     recs = episodes(0, [12])
     for i in range(0, 12, 4):
         buf.append(recs[i : i + 4])
-    path = buf._wal.logs[0].path  # noqa: SLF001
+    path = buf.writer.wal.logs[0].path  # noqa: SLF001
     _abandon(buf)
     scan = scan_wal(path)
     a, _b, c = scan.records

@@ -18,7 +18,7 @@ from cloud_learner.loop import Learner
 from cloud_learner.metrics import read_metrics
 from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec
 from cloud_learner.publisher import FileWeightPublisher, InMemoryWeightPublisher
-from cloud_learner.sources import InMemorySource, SymmetricSource
+from cloud_learner.sources import InMemorySource
 from tests.cloud_learner.helpers import columns
 
 
@@ -125,15 +125,6 @@ def test_metrics_land_in_tensorboard_event_files(tmp_path: Path) -> None:
     acc = EventAccumulator(str(tmp_path / "tensorboard"))
     acc.Reload()
     assert [e.step for e in acc.Scalars("learner/loss")] == [1, 2, 3, 4, 5]
-
-
-def test_symmetric_source_draws_half_online_half_offline() -> None:
-    online = columns(n=50, seed=1)
-    offline = columns(n=50, seed=2)
-    online["episode_index"][:] = 1
-    offline["episode_index"][:] = 2
-    batch = SymmetricSource(InMemorySource(online), InMemorySource(offline)).sample(10)
-    assert batch["episode_index"].tolist() == [1] * 5 + [2] * 5
 
 
 def test_batch_adapter_converts_and_rejects_bad_batches() -> None:

@@ -1,6 +1,6 @@
-"""The batch server draws what each algorithm needs from a real replay buffer, over ZeroMQ:
-HG-DAgger's operator steps, RECAP's every step with success flags, SAC/RLPD's symmetric
-operator/autonomous halves with scaled rewards."""
+"""The buffer's batch server draws what each algorithm needs from a real replay buffer, over
+ZeroMQ: HG-DAgger's operator steps, RECAP's every step with success flags, SAC/RLPD's symmetric
+operator/autonomous halves, with rewards scaled on the learner's side."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from buffer import InterventionSampler, ReplayBuffer, StepSchema
+from buffer.service import BatchServer, RemoteBuffer
+from cloud_learner.sources import TransitionBatchSource
 from hal.drivers.metaworld import MetaWorldDriver
-from robofleet.app.orchestration.batches import BatchServer, RemoteBufferSource
+from robofleet.contracts import TransitionSource
 
 TASKS = ["reach-v3", "push-v3"]
 
@@ -71,19 +74,19 @@ def buffer(tmp_path: Path) -> Iterator[ReplayBuffer]:
 
 @pytest.fixture
 def server(buffer: ReplayBuffer) -> Iterator[BatchServer]:
-    srv = BatchServer(buffer, TASKS, InterventionSampler())
+    srv = BatchServer(buffer, TASKS, InterventionSampler(), demonstration_robots=["demo"])
     yield srv
     srv.close()
 
 
-def source(server: BatchServer, **kwargs: Any) -> RemoteBufferSource:
-    return RemoteBufferSource(server.address, timeout_s=10, **kwargs)
+def source(server: BatchServer, **kwargs: Any) -> RemoteBuffer:
+    return RemoteBuffer(server.address, timeout_s=10, **kwargs)
 
 
 def test_default_request_keeps_the_servers_sampler(server: BatchServer) -> None:
     src = source(server)
     try:
-        batch = src.sample_numpy(64)
+        batch = src.sample(64)
         assert batch["is_intervention"].all()  # HG-DAgger: operator-labelled steps only
     finally:
         src.close()
@@ -96,7 +99,7 @@ def test_symmetric_sampling_takes_exact_halves(
     src = source(server, sampling={"kind": "symmetric", "online_fraction": fraction})
     try:
         for _ in range(3):
-            batch = src.sample_numpy(64)
+            batch = src.sample(64)
             assert int((~batch["is_intervention"]).sum()) == autonomous
             assert int(batch["is_intervention"].sum()) == 64 - autonomous
     finally:
@@ -116,7 +119,7 @@ def test_symmetric_sampling_without_autonomous_steps_draws_only_operator_steps(
     srv = BatchServer(buf, TASKS)
     src = source(srv, sampling={"kind": "symmetric", "online_fraction": 0.5})
     try:
-        assert src.sample_numpy(32)["is_intervention"].all()
+        assert src.sample(32)["is_intervention"].all()
     finally:
         src.close()
         srv.close()
@@ -128,7 +131,7 @@ def test_uniform_batches_carry_success_demonstration_flags_and_next_states(
 ) -> None:
     src = source(server, sampling={"kind": "uniform"})
     try:
-        b = src.sample_numpy(1024)  # 60 rows: every one is drawn (miss chance ~1e-7)
+        b = src.sample(1024)  # 60 rows: every one is drawn (miss chance ~1e-7)
     finally:
         src.close()
     assert not b["is_intervention"].all()
@@ -152,12 +155,30 @@ def test_uniform_batches_carry_success_demonstration_flags_and_next_states(
 
 
 def test_reward_scale_is_applied_on_the_learner_side(server: BatchServer) -> None:
-    src = source(server, sampling={"kind": "uniform"}, reward_scale=0.1)
+    remote = source(server, sampling={"kind": "uniform"})
+    assert isinstance(remote, TransitionSource)
+    src = TransitionBatchSource(remote, reward_scale=0.1)
     try:
         b = src.sample_numpy(128)
+        t = src.sample(128)
+    finally:
+        remote.close()
+    np.testing.assert_allclose(b["reward"], 0.1 * b["frame_index"].astype(np.float32), rtol=1e-6)
+    torch.testing.assert_close(t["reward"], 0.1 * t["frame_index"].float())
+    assert src.num_transitions() == 60 and src.online_transitions() == 60
+
+
+def test_without_demonstration_robots_nothing_is_a_demonstration(buffer: ReplayBuffer) -> None:
+    """The server knows the run's demonstration convention only from its arguments."""
+    srv = BatchServer(buffer, TASKS)
+    src = source(srv, sampling={"kind": "uniform"})
+    try:
+        b = src.sample(1024)
     finally:
         src.close()
-    np.testing.assert_allclose(b["reward"], 0.1 * b["frame_index"].astype(np.float32), rtol=1e-6)
+        srv.close()
+    assert not b["is_demonstration"].any()
+    np.testing.assert_array_equal(b["success"], b["terminated"])  # demo ends truncated
 
 
 def test_an_unknown_sampling_kind_is_refused_by_name_and_the_server_keeps_serving(
@@ -166,12 +187,12 @@ def test_an_unknown_sampling_kind_is_refused_by_name_and_the_server_keeps_servin
     bad = source(server, sampling={"kind": "bogus"})
     try:
         with pytest.raises(RuntimeError, match="bogus"):
-            bad.sample_numpy(8)
+            bad.sample(8)
     finally:
         bad.close()
     good = source(server, sampling={"kind": "symmetric", "online_fraction": 0.5})
     try:
-        assert len(good.sample_numpy(8)["action"]) == 8
+        assert len(good.sample(8)["action"]) == 8
         assert good.sampler_state() == {"sampler": {}}
     finally:
         good.close()
@@ -181,8 +202,7 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
     """Appends grow the index under the sampler; every batch still has exact halves."""
     import threading
 
-    from buffer.samplers import SamplingView
-    from robofleet.app.orchestration.batches import SymmetricSampler
+    from buffer.samplers import MixSampler, SamplingView
 
     stop = threading.Event()
     errors: list[BaseException] = []
@@ -202,7 +222,7 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
 
     t = threading.Thread(target=robot)
     t.start()
-    sampler, rng = SymmetricSampler(0.5), np.random.default_rng(0)
+    sampler, rng = MixSampler(0.5, prior="interventions"), np.random.default_rng(0)
     try:
         for _ in range(300):
             n = len(buffer)
@@ -233,13 +253,13 @@ def test_replies_count_online_rows_without_the_demonstrations_and_size_carries_s
         assert src.online_transitions() == 50
         assert srv.requests == 2
         assert srv.learner_stats == {"learner_step": 7.0}
-        src.sample_numpy(8)
+        src.sample(8)
         assert srv.requests == 3
         rows = episode("robot-2", 3, 5)
         for seq, rec in enumerate(rows, start=100):
             rec["seq"] = seq
         buffer.append(buffer.schema.batch_from_records(rows))
-        src.sample_numpy(8)  # every sample reply refreshes the counts
+        src.sample(8)  # every sample reply refreshes the counts
         assert src._online == 55
     finally:
         src.close()

@@ -59,7 +59,7 @@ PUBLISH_EVERY_UPDATES = 10
 PUBLISH_EVERY_SECONDS = 1.0
 WEIGHT_APPLY_AT: str | None = "chunk_boundary"  # None: the edge settings' own
 # The sync loop's update schedule, 0.5 updates per env step at batch 128, held by the system
-# with Reverb's samples-per-insert rule (robofleet.app.orchestration.learner_proc.updates_allowed)
+# with Reverb's samples-per-insert rule (buffer.RateLimiter.sampling_side, in the learner process)
 # and an update-rate cap high enough that the rule, not the cap, binds up to 8 robots.
 SAMPLES_PER_INSERT = 64.0
 UPDATES_PER_S = 100.0

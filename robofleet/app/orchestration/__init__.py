@@ -10,7 +10,6 @@
 * :mod:`robofleet.app.orchestration.hold` - pause/resume pushed to robots until their heartbeats agree.
 * :mod:`robofleet.app.orchestration.config` - the ``orchestration:`` settings section.
 * :mod:`robofleet.app.orchestration.learner_proc` - the learner process of a run.
-* :mod:`robofleet.app.orchestration.batches` - batches from the cloud's buffer to the learner.
 * :mod:`robofleet.app.sim.fleet` - enrollment, heartbeats and edge agents of
   simulated robots; expert demonstrations.
 * :mod:`robofleet.app.orchestration.evaluator` - evaluation episodes, the operator never acting.

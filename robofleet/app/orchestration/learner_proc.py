@@ -5,9 +5,9 @@ ProcessSupervisor`. It resumes from the run directory's latest checkpoint; on a 
 first fits the state normalisation and trains the weak initial policy by behaviour cloning on
 the demonstrations already in the buffer, publishes it as a version and checkpoints. Then it
 trains online (``cloud_learner.loop.Learner``) on batches from the cloud's
-:class:`~robofleet.app.orchestration.batches.BatchServer`, at most ``updates_per_s`` updates per
+:class:`~buffer.service.BatchServer`, at most ``updates_per_s`` updates per
 second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
-insert data (:func:`updates_allowed`).
+insert data (the sampling side of ``buffer.RateLimiter``: robots are never blocked).
 
 Weights are written with ``cloud_learner.publisher.FileWeightPublisher`` under
 ``<run-dir>/weights``; the cloud process hands each new file to comms' weight publisher, so
@@ -59,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
+    from buffer import RateLimiter
+    from buffer.service import RemoteBuffer
     from cloud_learner.checkpoint import CheckpointError
     from cloud_learner.factory import build_algorithm, model_config
     from cloud_learner.learner_main import metadata_hook
@@ -66,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cloud_learner.policy_card import CardPublisher, card_for
     from cloud_learner.publisher import FileWeightPublisher
     from cloud_learner.run_plan import RunPlan
-    from robofleet.app.orchestration.batches import RemoteBufferSource
+    from cloud_learner.sources import TransitionBatchSource
     from robofleet.runspec import parse_run_spec
 
     torch.set_num_threads(1)
@@ -84,9 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     algorithm = build_algorithm(settings, device)
     sampling = plan.batch_sampling()
     reward_scale = float(sampling.pop("reward_scale"))
-    source = RemoteBufferSource(
-        args.batches, sampling=sampling, reward_scale=reward_scale, device=device
-    )
+    remote = RemoteBuffer(args.batches, sampling=sampling)
+    source = TransitionBatchSource(remote, device=device, reward_scale=reward_scale)
     # Every version carries its policy card, so robots and the evaluator build the right
     # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
     publisher = CardPublisher(
@@ -118,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     period = 1.0 / params.updates_per_s if params.updates_per_s > 0 else 0.0
     spi = spec.buffer.samples_per_insert
+    # Robots run in real time and are never blocked: the learner waits for data. Each update
+    # samples batch_size rows; the warm start's updates are not charged to the robots' rows.
+    limiter = RateLimiter.sampling_side(spi) if spi is not None else None
     window: list[float] = []
     last: dict[str, float] = {"loss": float("nan")}
     try:
@@ -129,15 +133,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 flags["checkpoint"] = False
                 learner.save_checkpoint()
             t0 = time.monotonic()
-            if spi is not None and not updates_allowed(
-                learner.step - params.bc_updates,
-                spi,
-                source.online_transitions(),
+            if limiter is not None and not limiter.allows_sample(
                 params.batch_size,
+                inserts=source.online_transitions(),
+                samples=(learner.step - params.bc_updates) * params.batch_size,
             ):
-                # Robots run in real time and are never blocked: the learner waits for data.
                 window = [t for t in window if t0 - t < 5.0]
-                source.stats = {**source.stats, "updates_per_s": len(window) / 5.0}
+                remote.stats = {**remote.stats, "updates_per_s": len(window) / 5.0}
                 time.sleep(0.05)
                 continue
             metrics = learner.train_step()
@@ -146,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             last.update({k: float(v) for k, v in metrics.items()})
             window.append(t0)
             window = [t for t in window if t0 - t < 5.0]
-            source.stats = {
+            remote.stats = {
                 **last,
                 "learner_step": float(learner.step),
                 "policy_version": float(learner.version),
@@ -160,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("%s; exiting without a final checkpoint", exc)
     finally:
         learner.close()
-        source.close()
+        remote.close()
         os.close(lock_fd)
     log.info("stopped at learner step %d, policy version %d", learner.step, learner.version)
     return 0
@@ -185,36 +187,6 @@ def learner_device(num_gpus: float) -> Any:
     return torch.device("cuda")
 
 
-def updates_allowed(
-    online_updates: int, samples_per_insert: float, online_rows: int, batch_size: int
-) -> bool:
-    """Whether the learner may take one more update under the run's samples-per-insert rate.
-
-    The sampling side of Reverb's rate limiter (Cassirer et al. 2021, "Reverb: A Framework
-    for Experience Replay", SampleToInsertRatio): each update samples ``batch_size`` rows, so
-    after ``online_updates`` updates (BC warm-start updates excluded) the learner has drawn
-    ``online_updates * batch_size`` samples against ``online_rows`` rows the robots inserted;
-    it may go on while that stays below ``samples_per_insert * online_rows``. The insert side
-    is never limited: robots act in real time and an acknowledged step is never refused
-    (``buffer.RateLimiter`` blocks both sides, for in-process learners fed from a buffer).
-
-    Args:
-        online_updates: updates taken since the warm start (>= 0; negative counts as 0).
-        samples_per_insert: sampled rows per inserted online row (> 0); e.g. 64 at batch 128
-            is 0.5 updates per environment step.
-        online_rows: rows in the buffer from robots (demonstrations excluded).
-        batch_size: rows per update (> 0).
-
-    Raises:
-        ValueError: a non-positive ``samples_per_insert`` or ``batch_size``.
-    """
-    if samples_per_insert <= 0 or batch_size <= 0:
-        raise ValueError(
-            f"samples_per_insert ({samples_per_insert}) and batch_size ({batch_size}) must be > 0"
-        )
-    return (max(0, online_updates) + 1) * batch_size <= samples_per_insert * online_rows
-
-
 def _run_dims(run_dir: Path) -> tuple[int, int]:
     """(D, A): the sizes of ``observation.state`` and ``action`` in the run's buffer schema."""
     from buffer import StepSchema
@@ -227,12 +199,12 @@ def _initial_policy(learner: object, source: object, params: object) -> None:
     """Normalisation from the demonstrations, BC updates, publish v1 and checkpoint
     (``cloud_learner.warm_start``; each algorithm's ``bc_update`` clones the demonstrations)."""
     from cloud_learner.loop import Learner
+    from cloud_learner.sources import TransitionBatchSource
     from cloud_learner.warm_start import fit_state_normalization
-    from robofleet.app.orchestration.batches import RemoteBufferSource
     from robofleet.runspec import RunParams
 
     assert isinstance(learner, Learner)
-    assert isinstance(source, RemoteBufferSource)
+    assert isinstance(source, TransitionBatchSource)
     assert isinstance(params, RunParams)
     learner.version = max(learner.version, int(learner.publisher.latest_version()))  # type: ignore[attr-defined]
     states = source.sample_numpy(4096)["observation.state"]

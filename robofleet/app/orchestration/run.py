@@ -205,10 +205,10 @@ class RunDriver:
 
     def _setup(self, resumed: bool) -> None:
         from buffer import InterventionSampler, ReplayBuffer, StepSchema
+        from buffer.service import BatchServer
         from comms.buffer_sink import BufferSink
         from hal.drivers.metaworld import MetaWorldDriver
         from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest
-        from robofleet.app.orchestration.batches import BatchServer
         from robofleet.app.orchestration.evaluator import remote_evaluator
 
         ctx, spec = self.ctx, self.spec
@@ -256,7 +256,11 @@ class RunDriver:
             self._event("run.demonstrations", steps=len(records))
         ctx.sinks[self.run_id] = BufferSink(self.buffer)
         self.batch_server = BatchServer(
-            self.buffer, spec.tasks, InterventionSampler(), offline_rows=self._demo_rows
+            self.buffer,
+            spec.tasks,
+            InterventionSampler(),
+            offline_rows=self._demo_rows,
+            demonstration_robots=[DEMO_ROBOT],
         )
         self.learner = ProcessSupervisor(
             "learner",

@@ -1,34 +1,38 @@
-"""Batches from the buffer's process to a learner in another process, over ZeroMQ.
+"""The buffer's service beside its table: batches of one buffer for a learner in another
+process, over ZeroMQ (Reverb keeps its server next to its table the same way).
 
 The replay buffer is opened for writing by exactly one process (the cloud, where uploads land).
 The learner runs in its own supervised process so it can crash and restart without touching
-acknowledged data; it asks the cloud for batches here.
+acknowledged data; it asks the buffer's :class:`BatchServer` for batches through a
+:class:`RemoteBuffer`, which implements ``robofleet.contracts.TransitionSource`` (numpy
+columns; the learner converts them to tensors, ``cloud_learner.sources``).
 
 Wire (REQ/REP on loopback): the request is one JSON frame
 ``{"op": "sample" | "size" | "sampler_state" | "load_sampler_state", ...}``; the reply is a JSON
 frame and, for ``sample``, a second frame with the batch in the safetensors layout (raw
 tensors plus a JSON header, never pickle). ``sample`` and ``size`` replies carry ``size`` (rows
 in the buffer) and ``online`` (rows from robots, i.e. without the offline/demonstration rows
-the run mounted: the learner's update-to-data ratio counts these). A ``sample`` or ``size``
-request may carry the learner's latest statistics (``stats``), which the run driver shows and
-stores as metrics; a ``sample`` request may name the ``sampling`` its algorithm needs
-(absent: the server's own sampler):
+the run mounted: the learner's update-to-data ratio counts these); a ``sample`` reply for an
+empty buffer carries ``empty: true`` and no batch. A ``sample`` or ``size`` request may carry
+the learner's latest statistics (``stats``), which the run driver shows and stores as metrics;
+a ``sample`` request may name the ``sampling`` its algorithm needs (absent: the server's own
+sampler):
 
 * ``{"kind": "intervention"}``: the server's sampler (HG-DAgger: operator-labelled steps);
 * ``{"kind": "uniform"}``: every step alike (RECAP);
 * ``{"kind": "symmetric", "online_fraction": 0.5}``: RLPD's symmetric sampling (Ball et al.
   2023) with HIL-SERL's prior data: ``1 - online_fraction`` of each batch from operator steps
   (demonstrations and takeovers, ``is_intervention``), the rest from autonomous steps
-  (:class:`SymmetricSampler`).
+  (:class:`buffer.samplers.MixSampler` with ``prior="interventions"``).
 
-Batch keys (B = batch size): ``observation.state`` (B, 39) float32, ``next.observation.state``
-(B, 39) float32, ``action`` (B, 4) float32, ``task_index`` (B,) int64, ``is_intervention`` (B,)
-bool, ``reward`` (B,) float32, ``terminated`` / ``truncated`` (B,) bool, ``episode_index`` /
-``frame_index`` (B,) int64, ``is_demonstration``
-(B,) bool (a scripted demonstration step) and ``success`` (B,) bool: the episode ended with
-the task solved at this step. Robots of sparse-return runs end episodes at success
-(``terminated``); a demonstration episode is the scripted expert's and counts as a success
-where it ends (``truncated``).
+Batch keys (B = batch size, D / A the state / action sizes): ``observation.state`` (B, D)
+float32, ``next.observation.state`` (B, D) float32, ``action`` (B, A) float32, ``task_index``
+(B,) int64 (position in the run's task list), ``is_intervention`` (B,) bool, ``reward`` (B,)
+float32, ``terminated`` / ``truncated`` (B,) bool, ``episode_index`` / ``frame_index`` (B,)
+int64, ``is_demonstration`` (B,) bool (a step of one of the server's
+``demonstration_robots``) and ``success`` (B,) bool: the episode ended with the task solved at
+this step. Robots of sparse-return runs end episodes at success (``terminated``); a
+demonstration episode is an expert's and counts as a success where it ends (``truncated``).
 """
 
 from __future__ import annotations
@@ -37,18 +41,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 import zmq
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from buffer.samplers import Picks, Sampler, SamplingView
-from cloud_learner.batch import to_torch_batch
-from cloud_learner.core import Batch
+from buffer.replay_buffer import ReplayBuffer
+from buffer.samplers import MixSampler, Sampler
 
 log = logging.getLogger(__name__)
 
@@ -63,77 +65,41 @@ KEYS = (
     "episode_index",
     "frame_index",
 )
-
-
-DEMO_ROBOT = "demo"  # robot_id of the scripted demonstrations (simfleet.DEMO_ROBOT)
 SAMPLING_KINDS = ("intervention", "uniform", "symmetric")
-
-
-class SymmetricSampler(Sampler):
-    """RLPD's symmetric sampling over one buffer: operator steps vs autonomous steps.
-
-    ``round(B * online_fraction)`` rows come uniformly from autonomous steps (the policy's own
-    online data) and the rest uniformly from ``is_intervention`` steps (demonstrations and
-    operator takeovers: the prior data, as HIL-SERL stores them). When one side has no
-    eligible row yet the whole batch comes from the other.
-
-    Raises (from ``sample_indices``): ValueError when nothing is eligible at all.
-    """
-
-    def __init__(self, online_fraction: float = 0.5) -> None:
-        if not 0.0 <= online_fraction <= 1.0:
-            raise ValueError(f"online_fraction must be in [0, 1], got {online_fraction}")
-        self.online_fraction = online_fraction
-
-    def sample_indices(
-        self, view: SamplingView, batch_size: int, rng: np.random.Generator
-    ) -> Picks:
-        # One snapshot of the window's flags, and the draws come from the pools counted in it:
-        # appends change the index concurrently, and counting in one read but drawing in
-        # another once found "no eligible transition" for a side that had been counted.
-        seg = slice(view.lo - view.base, view.hi - view.base)
-        elig = np.asarray(view.eligible[seg], dtype=bool)
-        interv = np.asarray(view.buffer.index.cols["is_intervention"][seg], dtype=bool)
-        prior = np.flatnonzero(elig & interv) + view.lo
-        online = np.flatnonzero(elig & ~interv) + view.lo
-        if prior.size + online.size == 0:
-            raise ValueError("nothing to sample: no eligible transition")
-        k = int(round(batch_size * self.online_fraction))
-        if online.size == 0:
-            k = 0
-        elif prior.size == 0:
-            k = batch_size
-        parts = [
-            rng.choice(online, size=k) if k else np.empty(0, np.int64),
-            rng.choice(prior, size=batch_size - k) if batch_size > k else np.empty(0, np.int64),
-        ]
-        return [(view.online, np.concatenate(parts), np.ones(batch_size, np.float32))]
 
 
 class BatchServer:
     """Serves samples of one run's buffer to its learner (a daemon thread in the cloud).
 
     Args:
-        buffer: the run's open ``buffer.ReplayBuffer``.
+        buffer: the run's open buffer.
         tasks: the run's task list (``task_index`` = position).
         sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform;
             used for requests without ``sampling`` or with kind ``intervention``.
         offline_rows: rows of the buffer that are not robots' online steps (demonstrations,
             mounted data); ``online`` in replies is ``len(buffer) - offline_rows``.
+        demonstration_robots: ``robot_id`` s whose steps are demonstrations (the batch's
+            ``is_demonstration``, and their episodes' ends count as successes).
 
     ``requests`` counts every request answered: the run's hang watchdog reads it, so a learner
     that waits for data (its update-to-data ratio reached) and polls ``size`` is alive.
     """
 
     def __init__(
-        self, buffer: Any, tasks: Sequence[str], sampler: Any = None, offline_rows: int = 0
+        self,
+        buffer: ReplayBuffer,
+        tasks: Sequence[str],
+        sampler: Sampler | None = None,
+        offline_rows: int = 0,
+        demonstration_robots: Iterable[str] = (),
     ) -> None:
         self.buffer = buffer
         self.offline_rows = offline_rows
         self.requests = 0
         self.tasks = {t: i for i, t in enumerate(tasks)}
+        self.demonstration_robots = frozenset(str(r) for r in demonstration_robots)
         self.sampler = sampler
-        self._samplers: dict[tuple[str, float], Any] = {}
+        self._samplers: dict[tuple[str, float], Sampler | None] = {}
         self.learner_stats: dict[str, float] = {}
         self.samples = 0
         self._ctx: zmq.Context[Any] = zmq.Context.instance()
@@ -167,7 +133,7 @@ class BatchServer:
                 frames.append(payload)
             self._sock.send_multipart(frames)
 
-    def sampler_for(self, sampling: Mapping[str, Any] | None) -> Any:
+    def sampler_for(self, sampling: Mapping[str, Any] | None) -> Sampler | None:
         """The buffer sampler a request's ``sampling`` names (see the module docstring).
 
         Raises:
@@ -183,7 +149,9 @@ class BatchServer:
         fraction = float(sampling.get("online_fraction", 0.5))
         key = (str(kind), fraction)
         if key not in self._samplers:
-            self._samplers[key] = None if kind == "uniform" else SymmetricSampler(fraction)
+            self._samplers[key] = (
+                None if kind == "uniform" else MixSampler(fraction, prior="interventions")
+            )
         return self._samplers[key]
 
     def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
@@ -220,7 +188,7 @@ class BatchServer:
         if unknown:
             raise ValueError(f"sampled tasks {unknown} are not in the run's tasks")
         out["task_index"] = np.array([self.tasks[str(t)] for t in arrays["task"]], np.int64)
-        demo = np.array([str(r) == DEMO_ROBOT for r in arrays["robot_id"]], dtype=bool)
+        demo = np.array([str(r) in self.demonstration_robots for r in arrays["robot_id"]], bool)
         out["is_demonstration"] = demo
         out["success"] = np.asarray(arrays["terminated"], bool) | (
             demo & np.asarray(arrays["truncated"], bool)
@@ -229,20 +197,20 @@ class BatchServer:
         return out
 
 
-class RemoteBufferSource:
-    """A :class:`cloud_learner.core.BatchSource` that asks a :class:`BatchServer`.
+class RemoteBuffer:
+    """A :class:`BatchServer`'s buffer, seen from another process: a
+    ``robofleet.contracts.TransitionSource``.
 
     Args:
         address: the server's ``tcp://`` address.
         timeout_s: longest wait for one reply.
         sampling: the server-side sampling to ask for (module docstring); None = the
             server's own sampler.
-        reward_scale: multiplies ``reward`` of every batch (e.g. 0.1 maps Meta-World's
-            0..10 dense reward into 0..1 for SAC).
-        device: where ``sample`` puts the batch's tensors (the learner's device).
 
-    Raises (from ``sample``): ``RuntimeError`` with the server's reason, or ``TimeoutError``
-    when the server does not answer within ``timeout_s`` (the cloud is gone).
+    ``stats`` (name -> float) travels with the next ``sample`` or ``size`` request.
+
+    Raises (from every request): ``RuntimeError`` with the server's reason, or
+    ``TimeoutError`` when the server does not answer within ``timeout_s`` (the cloud is gone).
     """
 
     def __init__(
@@ -250,13 +218,9 @@ class RemoteBufferSource:
         address: str,
         timeout_s: float = 30.0,
         sampling: Mapping[str, Any] | None = None,
-        reward_scale: float = 1.0,
-        device: torch.device | str = "cpu",
     ) -> None:
         self.address = address
-        self.device = torch.device(device)
         self.sampling = dict(sampling) if sampling else None
-        self.reward_scale = reward_scale
         self.timeout_ms = int(timeout_s * 1000)
         self.stats: dict[str, float] = {}
         self._size = 0
@@ -287,7 +251,7 @@ class RemoteBufferSource:
         return header, (frames[1] if len(frames) > 1 else None)
 
     def num_transitions(self) -> int:
-        # Refreshed by every sample; ask explicitly only when the figure is stale.
+        """Transitions in the buffer's window, at most 1 s old (every sample refreshes it)."""
         if time.monotonic() - self._size_at > 1.0:
             header, _ = self._call({"op": "size", "stats": self.stats})
             self._note_sizes(header)
@@ -304,10 +268,9 @@ class RemoteBufferSource:
         self._online = int(header.get("online", self._size))
         self._size_at = time.monotonic()
 
-    def can_sample(self, batch_size: int) -> bool:
-        return self._size > 0 or self.num_transitions() > 0
-
-    def sample_numpy(self, batch_size: int) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` rows with the keys of the module docstring; waits (polling every
+        0.1 s) while the buffer is empty."""
         while True:
             header, payload = self._call(
                 {
@@ -319,16 +282,11 @@ class RemoteBufferSource:
             )
             self._note_sizes(header)
             if payload is not None:
-                arrays = dict(st_load(payload))
-                if self.reward_scale != 1.0 and "reward" in arrays:
-                    arrays["reward"] = arrays["reward"] * np.float32(self.reward_scale)
-                return arrays
+                return dict(st_load(payload))
             time.sleep(0.1)
 
-    def sample(self, batch_size: int) -> Batch:
-        return to_torch_batch(self.sample_numpy(batch_size), self.device)
-
     def sampler_state(self) -> dict[str, Any]:
+        """``{"sampler": the server sampler's state_dict}`` (for the learner's checkpoint)."""
         header, _ = self._call({"op": "sampler_state", "sampling": self.sampling})
         return {"sampler": header["state"]}
 

@@ -1,0 +1,107 @@
+"""The sealer: a background thread that turns full tails into sealed segments and keeps a
+pre-faulted spare tail ready for the writer.
+
+A full tail's WAL files are closed and fdatasynced by the rotation that queued it; sealing
+renames them into a segment (nothing is copied, see ``buffer.sealed``), maps it, lets the
+chunk go cold within the byte budget and applies retention.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from buffer.retention import Retention
+from buffer.sealed import WalSegment, seal_files
+from buffer.state import TableState
+from buffer.storage import Chunk
+
+
+class Sealer:
+    """Seals queued tails in order and prepares the next tail's arrays.
+
+    ``queue`` holds ``(tail chunk, its closed WAL files)`` oldest first; ``spare`` is the
+    pre-faulted arrays of the next tail (None while being made or once taken). Both are read
+    and changed under the state's lock.
+    """
+
+    def __init__(self, state: TableState, retention: Retention) -> None:
+        self.state = state
+        self.retention = retention
+        self.queue: list[tuple[Chunk, list[Path]]] = []
+        self.spare: dict[str, np.ndarray] | None = None
+
+    def start(self) -> threading.Thread:
+        t = threading.Thread(target=self._run, name="buffer-sealer", daemon=True)
+        t.start()
+        return t
+
+    def enqueue(self, chunk: Chunk, wal_paths: list[Path]) -> None:
+        """Queue a full tail for sealing (locked)."""
+        chunk.sealed = False
+        self.queue.append((chunk, wal_paths))
+        self.state.cond.notify_all()
+
+    def take_spare(self) -> dict[str, np.ndarray] | None:
+        """The spare tail's arrays, or None; they count as the tail from now on (locked)."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self.state.storage.spare_bytes -= len(spare["action"]) * self.state.storage.row_bytes
+        return spare
+
+    def flush(self) -> None:
+        """Wait until every queued seal is written and the spare tail is ready (quiescent)."""
+        st = self.state
+        with st.lock:
+            while self.queue or (self.spare is None and not st.stop.is_set()):
+                st.cond.wait(0.05)
+
+    def _run(self) -> None:
+        st = self.state
+        while True:
+            if self.spare is None and not st.stop.is_set():
+                self._make_spare()
+            with st.lock:
+                while not self.queue and not st.stop.is_set() and self.spare is not None:
+                    st.cond.wait(0.5)
+                if not self.queue:
+                    if st.stop.is_set():
+                        return
+                    continue
+                chunk, wal_paths = self.queue[0]
+                # Rows of this chunk are durable in the WAL; wait until they are visible.
+                while st.visible < chunk.end and not st.stop.is_set():
+                    st.cond.wait(0.01)
+            self.seal(chunk, wal_paths)
+
+    def _make_spare(self) -> None:
+        """Pre-fault the next tail here, so appends never pay its page faults. Room for it is
+        made in the budget first, so the peak stays inside the budget; ``spare_bytes`` counts
+        it from now until an append takes it as its tail."""
+        st = self.state
+        with st.lock:
+            st.storage.spare_bytes += st.rows_per_segment * st.storage.row_bytes
+            st.storage.enforce_budget()
+        spare = st.storage.allocate(st.rows_per_segment)
+        with st.lock:
+            self.spare = spare
+
+    def seal(self, chunk: Chunk, wal_paths: list[Path]) -> None:
+        """Seal the oldest queued tail (``chunk``): its WAL files (closed and fdatasynced by
+        the rotation) are renamed into a segment; nothing is copied (see ``buffer.sealed``)."""
+        st = self.state
+        paths = seal_files(st.directory, chunk.first_row, chunk.n, wal_paths)
+        seg = WalSegment(paths, chunk.first_row, chunk.n, st.schema.arrow_schema)
+        seg.release_pages()
+        with st.lock:
+            chunk.sealed = True
+            chunk.path = seg.path
+            chunk.mapped = seg
+            self.retention.add(chunk.first_row, chunk.n, seg)
+            self.queue.pop(0)
+            chunk.heat = max([c.heat for c in st.storage.chunks] + [1.0])
+            st.storage.enforce_budget()
+            self.retention.apply(st.storage)
+            st.cond.notify_all()

@@ -1,0 +1,346 @@
+"""The writer: the durable insert path of one buffer (validate, log, publish, acknowledge).
+
+An append is validated whole, de-duplicated against the index, admitted by the rate limiter,
+given rows under the lock, then written to its WAL stripe and into the open tail WITHOUT the
+lock (other appends proceed; group commit shares one fdatasync among them). Rows become
+visible only when the durable watermark passes them: every row below it is fdatasynced, so
+recovery (which keeps the contiguous prefix of the stripes) has every acknowledged row.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from buffer.errors import (
+    BackpressureError,
+    BufferClosedError,
+    RateLimiterTimeout,
+    StepValidationError,
+)
+from buffer.rate_limiter import RateLimiter
+from buffer.sealer import Sealer
+from buffer.state import TableState
+from buffer.storage import Chunk
+from buffer.wal import StripedWal, WriteAheadLog
+from robofleet.durable import fsync_dir
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """What an append made durable (returned only after fdatasync).
+
+    Attributes:
+        acked: robot_id -> highest seq of that robot now durable in the buffer (covers the
+            records of this call, stored now or earlier).
+        stored: records newly stored by this call.
+        duplicates: records already stored before (acknowledged, not stored again).
+        rows: global row range ``[first, end)`` given to the new records.
+    """
+
+    acked: dict[str, int]
+    stored: int
+    duplicates: int
+    rows: tuple[int, int]
+
+
+@dataclass
+class _Claim:
+    """One append's new records on their way to disk."""
+
+    new: pa.RecordBatch
+    payload: bytes | memoryview
+    limited: int = 0  # inserts counted by the rate limiter and not yet stored
+    first: int = 0
+    end: int = 0
+    tail: Chunk | None = None
+
+
+class Writer:
+    """Appends of one writable buffer. ``wal`` and the open ``tail`` exist after :meth:`start`.
+
+    Args:
+        state: the buffer's shared state.
+        sealer: takes full tails (and gives the spare one).
+        rate_limiter: when given, every insert is admitted by it.
+    """
+
+    def __init__(self, state: TableState, sealer: Sealer, rate_limiter: RateLimiter | None) -> None:
+        self.state = state
+        self.sealer = sealer
+        self.rate_limiter = rate_limiter
+        self.wal: StripedWal | None = None
+        self.tail: Chunk | None = None
+        self.failed: BaseException | None = None  # rows given out can no longer be durable
+        self.ack_latencies: list[float] = []
+        self._watermark = 0  # every row below it is durable
+        self._durable: dict[int, int] = {}  # synced appends above the watermark: first -> end
+        self._unwritten = 0  # appends given rows whose WAL record is not written yet
+
+    def start(self) -> None:
+        """Open a fresh WAL and tail after the recovered rows."""
+        st = self.state
+        self.wal = StripedWal(
+            st.directory, st.visible, st.settings.group_commit_max_delay_s, st.settings.wal_stripes
+        )
+        self._watermark = st.visible
+        self.tail = st.storage.new_tail(st.visible, st.rows_per_segment)
+
+    def can_accept(self, n: int = 1) -> bool:
+        """Whether an append of ``n`` records would proceed now (for uplink backpressure)."""
+        if self.state.closed or self.state.read_only:
+            return False
+        return self.rate_limiter is None or self.rate_limiter.can_insert(n)
+
+    def append(
+        self,
+        records: pa.RecordBatch | pa.Table | Sequence[Mapping[str, Any]],
+        timeout: float | None,
+    ) -> AppendResult:
+        """``ReplayBuffer.append`` (see there for arguments, result and errors)."""
+        t0 = time.perf_counter()
+        st = self.state
+        if st.closed or st.read_only or self.wal is None:
+            raise BufferClosedError(f"{st.directory}: buffer is closed or read-only")
+        if isinstance(records, pa.RecordBatch | pa.Table):
+            batch = st.schema.validate(records)
+        else:
+            batch = st.schema.validate(st.schema.batch_from_records(list(records)))
+        if batch.num_rows == 0:
+            return AppendResult({}, 0, 0, (st.visible, st.visible))
+        robots = np.asarray(batch.column("robot_id").to_numpy(zero_copy_only=False), dtype=object)
+        seqs = batch.column("seq").to_numpy()
+        wal = self.wal.logs[zlib.crc32(str(robots[0]).encode()) % len(self.wal.logs)]
+        wal.begin()
+        claim: _Claim | None = None
+        try:
+            claim = _Claim(self._deduplicated(batch, robots, seqs), b"")
+            self._limit(claim, timeout)
+            claim.payload = _encode_ipc(claim.new) if claim.new.num_rows else b""
+            self._claim_rows(claim)
+            claim.limited = 0
+            if claim.new.num_rows:
+                self._write(claim, wal)
+            acked = self._acknowledge(claim, robots, seqs)
+            self.ack_latencies.append(time.perf_counter() - t0)
+            if len(self.ack_latencies) > 100_000:
+                del self.ack_latencies[:50_000]
+            n_new = claim.new.num_rows
+            return AppendResult(acked, n_new, int(batch.num_rows - n_new), (claim.first, claim.end))
+        finally:
+            wal.end()
+            if claim is not None and claim.limited and self.rate_limiter is not None:
+                self.rate_limiter.undo_insert(claim.limited)
+
+    def _deduplicated(
+        self, batch: pa.RecordBatch, robots: np.ndarray, seqs: np.ndarray
+    ) -> pa.RecordBatch:
+        """The records of ``batch`` not stored yet; out-of-order seqs are refused."""
+        st = self.state
+        with st.lock:
+            dup, bad = st.index.classify_seqs(robots, seqs)
+            if bad >= 0:
+                last = st.index.last_seq(str(robots[bad]))
+                raise StepValidationError(
+                    f"record {bad} (robot_id={robots[bad]!r}, seq={int(seqs[bad])}): field "
+                    f"'seq' is out of order (robot's highest stored seq is {last}, and this "
+                    "seq was never stored)",
+                    record=bad,
+                    field="seq",
+                    robot_id=str(robots[bad]),
+                    seq=int(seqs[bad]),
+                )
+        return batch if not dup.any() else batch.filter(pa.array(~dup))
+
+    def _limit(self, claim: _Claim, timeout: float | None) -> None:
+        """Pass the rate limiter with the new records (counted in ``claim.limited``)."""
+        n_new = claim.new.num_rows
+        if n_new and self.rate_limiter is not None:
+            try:
+                self.rate_limiter.await_insert(n_new, timeout)
+                claim.limited = n_new
+            except RateLimiterTimeout:
+                raise BackpressureError(
+                    f"buffer is ahead of sampling; {n_new} records not accepted",
+                    self.rate_limiter.retry_after_s(),
+                ) from None
+
+    def _claim_rows(self, claim: _Claim) -> None:
+        """Under the lock: re-check for rows a concurrent append stored meanwhile, then give
+        the new records their rows and the tail they go into."""
+        st = self.state
+        with st.lock:
+            if st.closed:
+                raise BufferClosedError(f"{st.directory}: buffer closed")
+            if claim.new.num_rows:
+                new = claim.new
+                dup2, bad = st.index.classify_seqs(
+                    np.asarray(new.column("robot_id").to_numpy(zero_copy_only=False)),
+                    new.column("seq").to_numpy(),
+                )
+                if dup2.any() or bad >= 0:
+                    new = new.filter(pa.array(~dup2)) if bad < 0 else new.slice(0, 0)
+                    claim.new = new
+                    claim.payload = _encode_ipc(new) if new.num_rows else b""
+                    if self.rate_limiter is not None and claim.limited > new.num_rows:
+                        self.rate_limiter.undo_insert(claim.limited - new.num_rows)
+                        claim.limited = new.num_rows
+            claim.first = claim.end = st.index.end
+            if claim.new.num_rows:
+                claim.tail = self._tail_for(claim.new.num_rows)
+                claim.first, claim.end = st.index_rows(claim.new)
+                self._unwritten += 1
+
+    def _write(self, claim: _Claim, wal: WriteAheadLog) -> None:
+        """The rows are ours now; copy them into the WAL and the tail WITHOUT the buffer lock
+        (other appends proceed). Nothing reads them before they are published, which needs
+        their fdatasync; a rotation waits for these writes."""
+        st = self.state
+        assert claim.tail is not None
+        try:
+            try:
+                lsn = wal.write(claim.first, claim.payload)
+                st.storage.write_rows(claim.tail, claim.new, claim.first - claim.tail.first_row)
+            finally:
+                with st.lock:
+                    self._unwritten -= 1
+                    st.cond.notify_all()
+            wal.sync(lsn)
+        except BaseException as exc:
+            with st.lock:
+                if self.failed is None:  # rows given out can no longer be durable
+                    self.failed = exc
+                st.cond.notify_all()
+            raise
+
+    def _acknowledge(self, claim: _Claim, robots: np.ndarray, seqs: np.ndarray) -> dict[str, int]:
+        """Publish this append's rows once durable and wait until every row before them is
+        too, so recovery (which keeps the contiguous prefix of the WAL stripes) has all of
+        them. A pure retry waits for the rows it duplicates (all below ``end``)."""
+        st = self.state
+        with st.lock:
+            if claim.new.num_rows:
+                self._durable[claim.first] = claim.end
+                self._advance_watermark()
+            while st.visible < claim.end:
+                if self.failed is not None:
+                    raise OSError(f"write-ahead log failed: {self.failed}")
+                st.cond.wait(0.5)
+            return self._acked(robots, seqs)
+
+    def _advance_watermark(self) -> None:
+        """Move the durable watermark over contiguous synced appends and publish (locked)."""
+        start = self._watermark
+        while self._watermark in self._durable:
+            self._watermark = self._durable.pop(self._watermark)
+        if self._watermark > start:
+            self._publish(start, self._watermark)
+            self.state.cond.notify_all()
+
+    def _publish(self, first: int, end: int) -> None:
+        # Called with the durable watermark only: every row below ``end`` is on disk.
+        st = self.state
+        if end <= st.visible:
+            return
+        start = min(first, st.visible)
+        tail = self.tail
+        if tail is not None and tail.first_row <= end <= tail.first_row + tail.capacity:
+            tail.n = max(tail.n, end - tail.first_row)
+        st.transitions_inserted += st.index.publish(start, end)
+        st.visible = end
+
+    def _acked(self, robots: np.ndarray, seqs: np.ndarray) -> dict[str, int]:
+        """Per robot of this call: its highest seq among durable (visible) rows."""
+        idx, out = self.state.index, {}
+        for rid in np.unique(robots):
+            code = idx.robots.codes.get(str(rid))
+            last_row = idx.robot_last_row.get(code) if code is not None else None
+            if last_row is not None and last_row < self.state.visible:
+                out[str(rid)] = int(idx.cols["seq"][last_row - idx.base])
+            else:  # a newer row of this robot is still in flight: ours are durable
+                out[str(rid)] = int(seqs[robots == rid].max())
+        return out
+
+    def _tail_for(self, n: int) -> Chunk:
+        """The open tail with room for ``n`` rows, sealing the current one when full (locked)."""
+        st = self.state
+        assert self.tail is not None and self.wal is not None
+        while True:
+            tail = self.tail
+            used = st.index.end - tail.first_row
+            if used + n <= tail.capacity:
+                return tail
+            if self._unwritten and not self.failed:
+                # Rows already given out must be in the old WAL files before they close.
+                st.cond.wait(0.05)
+                continue
+            if not (used and self.sealer.queue) or self.failed or st.stop.is_set():
+                break
+            # An unsealed tail cannot be evicted: with one still queued, wait for its seal
+            # (a rename, milliseconds) rather than let the hot tier overshoot the budget.
+            st.cond.wait(0.05)
+        if used > 0:
+            tail.n = used
+            self.sealer.enqueue(tail, self.wal.rotate(st.index.end))
+        else:
+            st.storage.remove_chunks([tail])
+        self.tail = self._new_tail(max(st.rows_per_segment, n))
+        st.cond.notify_all()
+        return self.tail
+
+    def _new_tail(self, cap: int) -> Chunk:
+        """A tail of ``cap`` rows at the index's end: the sealer's spare when big enough."""
+        st = self.state
+        spare = self.sealer.take_spare()
+        if spare is not None and len(spare["action"]) < cap:
+            spare = None
+        if spare is None:
+            # No pre-faulted spare (the sealer may be allocating one; that stays counted):
+            # make room for a fresh tail first, so the peak stays inside the budget.
+            extra = cap * st.storage.row_bytes
+            st.storage.spare_bytes += extra
+            st.storage.enforce_budget()
+            st.storage.spare_bytes -= extra
+        return st.storage.new_tail(st.index.end, cap, spare)
+
+    def close(self) -> None:
+        """Close the WAL and seal the open tail as the last segment (threads stopped first).
+
+        Waits for appends between fdatasync and publish; after a WAL failure, or with a seal
+        still queued, the WAL stays for recovery to replay.
+        """
+        st = self.state
+        assert self.wal is not None
+        self.wal.close()
+        with st.lock:
+            while st.visible < st.index.end and self.failed is None:
+                st.cond.wait(0.05)  # appends between fdatasync and publish
+            tail, end = self.tail, st.visible
+            paths = self.wal.paths
+        if self.failed is not None or tail is None or self.sealer.queue:
+            return  # leave the WAL for recovery to replay
+        if end > tail.first_row:
+            tail.n = end - tail.first_row
+            with st.lock:
+                self.sealer.enqueue(tail, paths)
+            self.sealer.seal(tail, paths)
+        else:
+            for p in paths:
+                p.unlink(missing_ok=True)
+            fsync_dir(st.directory)
+
+    def wait_written(self) -> None:
+        """Wait until appends given rows have written their records (locked; ``close``)."""
+        while self._unwritten:
+            self.state.cond.wait(0.05)
+
+
+def _encode_ipc(batch: pa.RecordBatch) -> memoryview:
+    """One Arrow IPC record batch message (no schema: the directory's schema is fixed)."""
+    return memoryview(batch.serialize())
