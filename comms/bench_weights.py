@@ -39,15 +39,15 @@ def _state(n_params: int, seed: int = 0) -> dict[str, Any]:
 
 def _ours(state: dict[str, Any], n_subs: int) -> float:
     from comms.bench_common import RUN, start_cloud
+    from comms.grpc_subscription import GrpcWeightSubscription
     from comms.receiver import WeightReceiver
-    from comms.weight_source import GrpcWeightSource
 
     cloud = start_cloud()
     robots = cloud.robots(n_subs)
     clients = [cloud.client(c) for _, c in robots]
     rxs = [WeightReceiver(as_torch=True) for _ in robots]
-    srcs = [GrpcWeightSource(c, RUN, rx) for c, rx in zip(clients, rxs, strict=True)]
-    pub = cloud.server.publisher(RUN)
+    srcs = [GrpcWeightSubscription(c, RUN, rx) for c, rx in zip(clients, rxs, strict=True)]
+    pub = cloud.server.distributor(RUN)
     time.sleep(0.5)  # subscriptions open
     t0 = time.perf_counter()
     pub.publish(state)
@@ -71,7 +71,7 @@ def _via_relay(state: dict[str, Any], n_subs: int) -> float:
     from comms.client import EdgeClient, make_channel
     from comms.receiver import WeightReceiver
     from comms.relay import SiteRelay
-    from comms.zmq_source import ZmqWeightSource
+    from comms.zmq_subscription import ZmqWeightSubscription
 
     cloud = start_cloud()
     robots = cloud.robots(n_subs)
@@ -83,9 +83,10 @@ def _via_relay(state: dict[str, Any], n_subs: int) -> float:
     ]
     rxs = [WeightReceiver(as_torch=True) for _ in robots]
     srcs = [
-        ZmqWeightSource(c, relay.zmq_address, RUN, rx) for c, rx in zip(clients, rxs, strict=True)
+        ZmqWeightSubscription(c, relay.zmq_address, RUN, rx)
+        for c, rx in zip(clients, rxs, strict=True)
     ]
-    pub = cloud.server.publisher(RUN)
+    pub = cloud.server.distributor(RUN)
     time.sleep(1.0)  # robots registered, the relay subscribed upstream
     t0 = time.perf_counter()
     pub.publish(state)
@@ -205,10 +206,10 @@ from comms.bench_common import RUN
 from comms.client import EdgeClient, make_channel
 from comms.config import CommsSettings
 from comms.receiver import WeightReceiver
-from comms.weight_source import GrpcWeightSource
+from comms.grpc_subscription import GrpcWeightSubscription
 address, creds = sys.argv[1], sys.argv[2:]
 s = CommsSettings()
-srcs = [GrpcWeightSource(EdgeClient(make_channel(address, s), c, s), RUN, WeightReceiver()) for c in creds]
+srcs = [GrpcWeightSubscription(EdgeClient(make_channel(address, s), c, s), RUN, WeightReceiver()) for c in creds]
 print("ready", flush=True)
 sys.stdin.read()
 print(sum(x.versions_applied for x in srcs), flush=True)
@@ -224,7 +225,7 @@ from comms.bench_common import RUN, start_cloud
 from comms.weight_file import WeightFileFeed
 cloud = start_cloud(weight_max_bytes_per_s=float(sys.argv[3]))
 robots = cloud.robots(int(sys.argv[2]))
-feed = WeightFileFeed(cloud.server.publisher(RUN), Path(sys.argv[1]))
+feed = WeightFileFeed(cloud.server.distributor(RUN), Path(sys.argv[1]))
 print(json.dumps({"address": cloud.server.address, "creds": [c for _, c in robots]}), flush=True)
 sys.stdin.read()
 feed.close()

@@ -12,7 +12,7 @@ Learner::
 
 Cloud::
 
-    feed = WeightFileFeed(server.publisher(run_id), directory)   # polls, publishes, cleans up
+    feed = WeightFileFeed(server.distributor(run_id), directory)   # polls, publishes, cleans up
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from comms import tensors as T
+from comms.distributor import WeightDistributor
 from comms.priority import lower_this_thread
-from comms.publisher import WeightPublisher
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class WeightFileFeed:
 
     def __init__(
         self,
-        publisher: WeightPublisher,
+        publisher: WeightDistributor,
         directory: Path,
         poll_s: float = 0.05,
         keep: int = 1,

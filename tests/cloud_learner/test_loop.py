@@ -218,7 +218,7 @@ def test_set_weights_names_missing_and_misshaped_tensors() -> None:
 
 def test_learner_publishes_through_the_comms_distributor(tmp_path: Path) -> None:
     from cloud_learner.publisher import CommsWeightPublisher
-    from comms.publisher import WeightPublisher as CommsPublisher
+    from comms.distributor import WeightDistributor as CommsPublisher
 
     comms = CommsPublisher("run-1")
     try:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from comms import tensors as T
-from comms.publisher import WeightPublisher
+from comms.distributor import WeightDistributor
 from comms.weight_file import WeightFileFeed, read_weights, weight_file_name, write_weights
 
 
@@ -41,7 +41,7 @@ def test_written_file_is_safetensors_with_the_same_tensors(tmp_path: Path) -> No
 
 
 def test_feed_publishes_the_newest_file_once_and_refuses_a_broken_one(tmp_path: Path) -> None:
-    pub = WeightPublisher("run-1")
+    pub = WeightDistributor("run-1")
     (tmp_path / weight_file_name(1)).write_bytes(b"\xff" * 64)  # not safetensors
     feed = WeightFileFeed(pub, tmp_path, poll_s=3600)  # polled by hand below
     try:
@@ -62,13 +62,13 @@ def test_feed_publishes_the_newest_file_once_and_refuses_a_broken_one(tmp_path: 
         pub.close()
 
 
-def _version(pub: WeightPublisher) -> int:
+def _version(pub: WeightDistributor) -> int:
     latest = pub.latest()
     return -1 if latest is None else latest.version
 
 
 def test_feed_thread_follows_new_files(tmp_path: Path) -> None:
-    pub = WeightPublisher("run-1")
+    pub = WeightDistributor("run-1")
     feed = WeightFileFeed(pub, tmp_path, poll_s=0.01)
     try:
         for v in (1, 2):
@@ -84,7 +84,7 @@ def test_feed_thread_follows_new_files(tmp_path: Path) -> None:
 
 
 def test_publish_safetensors_refuses_bytes_that_are_not_safetensors() -> None:
-    pub = WeightPublisher("run-1")
+    pub = WeightDistributor("run-1")
     try:
         with pytest.raises(T.TensorFormatError):
             pub.publish_safetensors(bytearray(b"\x00" * 4))
@@ -103,9 +103,9 @@ def test_weight_file_name_rejects_negative_versions() -> None:
 def test_flush_waits_for_the_version_being_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: flush returned while the publisher thread held a snapshot it had taken off
     the queue but not yet stored (``latest()`` was still None)."""
-    import comms.publisher as publisher_mod
+    import comms.distributor as distributor_mod
 
-    real_encode = publisher_mod.W.encode_full
+    real_encode = distributor_mod.W.encode_full
     started = threading.Event()
 
     def slow_encode(*args: object, **kwargs: object) -> object:
@@ -113,8 +113,8 @@ def test_flush_waits_for_the_version_being_encoded(monkeypatch: pytest.MonkeyPat
         time.sleep(0.5)
         return real_encode(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(publisher_mod.W, "encode_full", slow_encode)
-    pub = WeightPublisher("run-1")
+    monkeypatch.setattr(distributor_mod.W, "encode_full", slow_encode)
+    pub = WeightDistributor("run-1")
     try:
         pub.publish(_state(3), version=3)
         assert started.wait(5)  # the thread has taken the snapshot: _pending is None now
@@ -129,7 +129,7 @@ def test_publishing_threads_run_at_a_lower_os_priority(tmp_path: Path) -> None:
     import os
 
     base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    pub = WeightPublisher("run-nice", thread_nice=5)
+    pub = WeightDistributor("run-nice", thread_nice=5)
     feed = WeightFileFeed(pub, tmp_path, poll_s=0.01, thread_nice=3)
     try:
         write_weights(tmp_path / weight_file_name(1), {"w": np.ones(10, np.float32)})

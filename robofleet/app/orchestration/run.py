@@ -586,7 +586,7 @@ class RunDriver:
         if got is None or got[0] <= self._published_version:
             return False
         version, data = got
-        pub = self.ctx.server.publisher(self.run_id)
+        pub = self.ctx.server.distributor(self.run_id)
         if version > pub.last_version:  # a publisher kept across restarts may be ahead
             # The learner's safetensors file as it is: no tensor decode and re-snapshot.
             pub.publish_safetensors(bytearray(data), version=version)

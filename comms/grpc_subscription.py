@@ -1,4 +1,5 @@
-"""Feeds a :class:`~comms.receiver.WeightReceiver` from the Weights service (cloud or relay).
+"""A weight subscription over gRPC: keeps a :class:`~comms.receiver.WeightReceiver` at the
+newest version of a run, from the Weights service (cloud or relay).
 
 A background thread holds a Subscribe stream, assembles each version, re-fetches chunks that
 failed their sha256 check or never came (a truncated stream), applies complete versions only,
@@ -36,7 +37,7 @@ from comms.weight_codec import WeightFormatError
 log = logging.getLogger(__name__)
 
 
-class GrpcWeightSource:
+class GrpcWeightSubscription:
     """Keeps ``receiver`` at the latest version of ``run_id``.
 
     Attributes:
