@@ -19,11 +19,11 @@ import numpy as np
 
 from comms import tls, wire
 from comms.auth import credential_metadata
-from comms.backoff import Backoff
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.act import tensor_from_proto, tensor_to_proto
+from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
 

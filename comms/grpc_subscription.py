@@ -27,12 +27,12 @@ import grpc
 import zmq
 
 from comms import dataplane_client
-from comms.backoff import Backoff
 from comms.client import EdgeClient
 from comms.dataplane import CHUNK_HEADER, WEIGHT
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.weight_codec import WeightFormatError
+from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
 

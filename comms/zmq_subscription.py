@@ -22,12 +22,12 @@ import grpc
 import zmq
 from google.protobuf.message import DecodeError
 
-from comms.backoff import Backoff
 from comms.client import EdgeClient
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.relay import FANOUT_KEY_HEADER, TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
 from comms.weight_codec import FULL_BASE, WeightFormatError
+from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,12 @@ from sqlalchemy import select
 from robofleet.app.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
 from robofleet.app.orchestration.hold import RobotHold
 from robofleet.app.orchestration.params import RunParams
-from robofleet.app.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
+from robofleet.app.orchestration.supervisor import (
+    CrashLoop,
+    CrashWindow,
+    ProcessSupervisor,
+    RestartPolicy,
+)
 from robofleet.app.sim.fleet import (
     DEMO_ROBOT,
     SimFleetHost,
@@ -66,7 +71,8 @@ class CloudContext:
     sinks: dict[str, Any]
     host: SimFleetHost | None
     python: str
-    learner_backoff: Backoff = field(default_factory=Backoff)
+    learner_restarts: RestartPolicy = field(default_factory=RestartPolicy)
+    agent_restarts: RestartPolicy = field(default_factory=RestartPolicy)
     eval_every_s: float | None = None
 
 
@@ -104,7 +110,8 @@ class RunDriver:
         # interventions, staleness...), returned by the agent's run when it stops; heartbeats
         # carry the same figures only while it runs.
         self.robot_reports: dict[str, dict[str, float]] = {}
-        self._agent_restarts: dict[str, list[float]] = {}
+        self._agent_crashes: dict[str, CrashWindow] = {}  # robot name -> its agent's crashes
+        self._agent_backoff = ctx.agent_restarts.backoff()
         self._checkpoint_requested = False
         self.want_pause = False  # set/cleared by the run manager; the loop follows it
         self.paused = False  # robots told to hold; leases kept
@@ -273,7 +280,7 @@ class RunDriver:
                 ctx.settings.database_url,
             ],
             self.run_dir / "learner.log",
-            ctx.learner_backoff,
+            ctx.learner_restarts,
             on_event=lambda kind, data: self._event(kind, **data),
         )
         self.learner.start()
@@ -554,18 +561,18 @@ class RunDriver:
                 why = "returned"
             except Exception as exc:
                 why = f"{type(exc).__name__}: {str(exc)[:200]}"
-            now = time.monotonic()
-            recent = [t for t in self._agent_restarts.get(name, []) if now - t < 300]
-            self._agent_restarts[name] = [*recent, now]
+            crashes = self._agent_crashes.setdefault(name, CrashWindow(self.ctx.agent_restarts))
+            n = crashes.record(time.monotonic())
             self._event("edge_agent.died", robot=name, why=why)
             del self._agents[name]
             try:
                 ray.kill(actor)
             except Exception:
                 pass
-            if len(recent) >= 5:
-                raise CrashLoop(f"edge agent of {name} crashed {len(recent) + 1} times: {why}")
-            time.sleep(min(0.5 * 2 ** len(recent), 10.0))
+            if crashes.looping:
+                raise CrashLoop(f"edge agent of {name} crashed {n} times: {why}")
+            # The delay grows with the crashes in the window (n - 1 before this one).
+            time.sleep(self._agent_backoff.delay(n - 1))
             self._start_agent(name, index)
             self._event("edge_agent.restarted", robot=name)
 
