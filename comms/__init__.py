@@ -14,11 +14,14 @@ Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
                                                   # latest-only, bandwidth capped by
                                                   # comms.weight_max_bytes_per_s
     server.push_control(robot_id, "estop" | "pause" | "resume" | "lease_changed", run_id)
-    # learner in its own process (keeps publishing off the learner's CPU and GIL):
-    from comms.weight_file import WeightFileFeed, weight_file_name, write_weights
-    write_weights(shm_dir / weight_file_name(v), policy.state_dict())   # learner: one memcpy
-    WeightFileFeed(server.distributor(run_id), shm_dir)                  # cloud: publishes it
-    dist.publish_safetensors(blob, version=v)     # a safetensors blob as is (no copy)
+    # learner in its own process (keeps publishing off the learner's CPU and GIL), the
+    # learner -> cloud handoff is a directory of versions (the run's weights/):
+    from comms.weight_file import WeightDirectory, WeightFileFeed
+    WeightDirectory(run_dir / "weights").publish(v, policy.state_dict())  # learner: durable
+    feed = WeightFileFeed(server.distributor(run_id), run_dir / "weights")  # cloud side
+    feed.poll()                                   # a newer version published as is: returns
+                                                  # (version, safetensors bytes) or None
+    dist.publish_safetensors(blob, version=v)     # any safetensors blob as is (no copy)
 
     # robot (edge agent)
     from comms.client import make_channel, enroll, EdgeClient, ControlListener

@@ -16,6 +16,7 @@ import pytest
 import safetensors.numpy
 import torch
 
+from comms import tensors as T
 from comms import weight_codec as W
 from comms.client import make_channel
 from comms.distributor import WeightDistributor
@@ -362,9 +363,10 @@ def test_reader_polling_during_apply_only_sees_whole_versions() -> None:
     assert len(versions) > 5 and all(whole for _, whole in seen)
 
 
-def test_concurrent_first_use_of_a_runs_publisher_creates_one(cloud: Cloud) -> None:
-    """Subscribers (event loop) and the learner (its thread) may ask for a run's publisher at
-    the same moment; a second publisher would leave subscribers waiting on a lost one."""
+def test_concurrent_first_use_of_a_runs_distributor_creates_one(cloud: Cloud) -> None:
+    """Subscribers (event loop) and the run driver (its thread) may ask for a run's
+    distributor at the same moment; a second one would leave subscribers waiting on a lost
+    one."""
     import threading
 
     barrier = threading.Barrier(16)
@@ -423,3 +425,40 @@ def test_bf16_delta_and_republish_keep_the_dtype() -> None:
     version, arrays = rx.current_arrays()
     again = W.Snapshot.take(arrays, version)  # what the relay republishes
     assert again.arrays["w"][0] == "BF16" and bytes(again.payload) == bytes(new.payload)
+
+
+def test_publish_safetensors_refuses_bytes_that_are_not_safetensors() -> None:
+    dist = WeightDistributor("run-1")
+    try:
+        with pytest.raises(T.TensorFormatError):
+            dist.publish_safetensors(bytearray(b"\x00" * 4))
+        with pytest.raises(ValueError, match="not above"):
+            dist.publish_safetensors(T.encode({"a": np.zeros(3, np.float32)}), version=0)
+            dist.publish_safetensors(T.encode({"a": np.zeros(3, np.float32)}), version=0)
+    finally:
+        dist.close()
+
+
+def test_flush_waits_for_the_version_being_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: flush returned while the encoder thread held a snapshot it had taken off
+    the queue but not yet stored (``latest()`` was still None)."""
+    import comms.distributor as distributor_mod
+
+    real_encode = distributor_mod.W.encode_full
+    started = threading.Event()
+
+    def slow_encode(*args: object, **kwargs: object) -> object:
+        started.set()
+        time.sleep(0.5)
+        return real_encode(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(distributor_mod.W, "encode_full", slow_encode)
+    dist = WeightDistributor("run-1")
+    try:
+        dist.publish({"w": torch.randn(300, 200)}, version=3)
+        assert started.wait(5)  # the thread has taken the snapshot: _pending is None now
+        assert dist.flush(10)
+        latest = dist.latest()
+        assert latest is not None and latest.version == 3
+    finally:
+        dist.close()

@@ -6,7 +6,7 @@ Life of a run (every state change is an event in the metadata store)::
     fresh run) -> learner process (supervised) and edge agents (Ray actors placed on the
     robots' bundles) start side by side -> robots ready and first version out: the run's clock
     starts -> running/degraded
-        loop: supervise learner and agents, hand new weight files to comms, snapshot the policy
+        loop: supervise learner and agents, hand new weight versions to comms, snapshot the policy
               for evaluation, metrics, reconcile robots, stop conditions
         pause: robots hold at a step boundary (a Control command to each edge agent, re-sent
                until its heartbeat says ``paused``; spools keep draining); the leases, the Ray
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
+from comms.weight_file import WeightFileFeed
 from robofleet.app.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
 from robofleet.app.orchestration.hold import RobotHold
 from robofleet.app.orchestration.params import RunParams
@@ -126,6 +127,7 @@ class RunDriver:
         self.batch_server: Any = None
         self.evaluator: Any = None
         self._evals: EvaluationQueue | None = None  # policy snapshots for the evaluator
+        self._weights: WeightFileFeed | None = None  # the learner's versions -> comms
         self._published_version = 0
         self._last_eval_at = -1e9
         self._last_snapshot_version = -1
@@ -578,27 +580,20 @@ class RunDriver:
 
     # -- weights and evaluation ------------------------------------------------------------
 
-    def _latest_weights(self) -> tuple[int, bytes] | None:
-        path = self.run_dir / "weights" / "latest.json"
-        try:
-            meta = json.loads(path.read_text())
-            data = (self.run_dir / "weights" / meta["file"]).read_bytes()
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-        return int(meta["version"]), data
-
     def _publish_new_weights(self) -> bool:
-        """Hand a newer weight file to comms' publisher; True when one was published."""
-        got = self._latest_weights()
-        if got is None or got[0] <= self._published_version:
+        """Hand a newer version of the learner's weight directory to comms' distributor
+        (``comms.weight_file``); True when there was one."""
+        if self._weights is None:
+            self._weights = WeightFileFeed(
+                self.ctx.server.distributor(self.run_id), self.run_dir / "weights"
+            )
+        # The learner's safetensors file as it is: no tensor decode and re-snapshot; a
+        # distributor kept across restarts that is ahead already is left as it is.
+        got = self._weights.poll()
+        if got is None:
             return False
-        version, data = got
-        pub = self.ctx.server.distributor(self.run_id)
-        if version > pub.last_version:  # a publisher kept across restarts may be ahead
-            # The learner's safetensors file as it is: no tensor decode and re-snapshot.
-            pub.publish_safetensors(bytearray(data), version=version)
-        self._published_version = version
-        self._latest_bytes = data
+        self._published_version, blob = got
+        self._latest_bytes = bytes(blob)  # the distributor owns ``blob``
         return True
 
     def _snapshot_for_eval(self, final: bool = False) -> None:
