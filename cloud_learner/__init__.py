@@ -6,8 +6,8 @@ Start with :mod:`cloud_learner.core` (every seam and the loop in one file). Then
 * ``policies/``: :class:`MLPPolicy` (state MLP; CNN + MLP with cameras),
   :class:`FlowMatchingPolicy` (action chunks), ``GaussianPolicy`` (SAC), LeRobot adapters.
 * :class:`Learner` (``loop.py``), :class:`CheckpointManager` (``checkpoint.py``),
-  :class:`BufferSource` / :class:`InMemorySource` (``sources.py``), weight publishers
-  (``publisher.py``), ``learner_main`` (the process), ``evaluation`` and ``hgdagger_sim``.
+  :class:`BufferSource` / :class:`InMemorySource` (``sources.py``), the tests' in-memory
+  weight publisher (``publisher.py``), ``learner_main`` (the process), ``evaluation`` and ``hgdagger_sim``.
 * ``policy_card.py``: the JSON card inside every weight version that says which policy the
   weights are for (kind, shapes, algorithm); ``warm_start.py``: each algorithm's weak start from
   demonstrations.

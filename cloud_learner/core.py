@@ -4,7 +4,7 @@ The learner loop, in full (``cloud_learner.loop.Learner`` runs exactly this)::
 
     source = BufferSource(replay_buffer)          # BatchSource: the buffer behind a thin adapter
     algorithm = HGDAgger(policy, config)          # Algorithm: owns the policy and its optimizer
-    publisher = FileWeightPublisher(run_dir)      # WeightPublisher: comms ships the tensors
+    publisher = WeightDirectory(run_dir / "weights")  # robofleet.contracts.WeightPublisher
     checkpoints = CheckpointManager(run_dir)      # resume-or-refuse, atomic, keep last K
 
     state = checkpoints.restore(algorithm, source) or fresh   # counters, RNG, sampler state
@@ -43,7 +43,9 @@ key                            shape              dtype      meaning
 =============================  =================  =========  ==================================
 
 Weights are always a flat ``dict[str, torch.Tensor]`` (never pickled) so that comms can ship
-them as raw tensors with a manifest and checksums.
+them as raw tensors with a manifest and checksums. The learner publishes them through a
+:class:`robofleet.contracts.WeightPublisher` (``comms.weight_file.WeightDirectory`` in a run,
+``cloud_learner.publisher.InMemoryWeightPublisher`` in tests).
 """
 
 from __future__ import annotations
@@ -119,15 +121,3 @@ class BatchSource(Protocol):
     def sampler_state(self) -> dict[str, Any]: ...
 
     def load_sampler_state(self, state: Mapping[str, Any]) -> None: ...
-
-
-@runtime_checkable
-class WeightPublisher(Protocol):
-    """Ships a new policy version to the fleet. ``version`` strictly increases per run.
-
-    Implementations: :class:`cloud_learner.publisher.FileWeightPublisher` (safetensors files),
-    :class:`cloud_learner.publisher.InMemoryWeightPublisher` (tests); comms' distributor fits
-    behind the same method.
-    """
-
-    def publish(self, version: int, weights: Mapping[str, torch.Tensor]) -> None: ...

@@ -27,8 +27,8 @@ from cloud_learner.config import LearnerSettings
 from cloud_learner.core import BatchSource
 from cloud_learner.factory import build_algorithm, model_config, resolve_device
 from cloud_learner.loop import Learner, set_torch_threads
-from cloud_learner.publisher import FileWeightPublisher
 from cloud_learner.sources import BufferSource, InMemorySource
+from comms.weight_file import WeightDirectory
 
 EXIT_REFUSED = 4
 log = logging.getLogger("robofleet.learner")
@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = resolve_device(learner_settings.device)
     algorithm = build_algorithm(learner_settings, device)
     source = open_source(args.source, learner_settings, device)
-    publisher = FileWeightPublisher(args.publish_dir or args.run_dir / "weights")
+    publisher = WeightDirectory(args.publish_dir or args.run_dir / "weights")
     hook = metadata_hook(settings.database_url, args.run_id) if args.run_id else None
     evaluate = make_evaluate(learner_settings, algorithm.policy)
     learner = Learner(

@@ -25,8 +25,9 @@ from cloud_learner.checkpoint import (
     restore_rng,
 )
 from cloud_learner.config import LearnerSettings
-from cloud_learner.core import Algorithm, BatchSource, Metrics, WeightPublisher
+from cloud_learner.core import Algorithm, BatchSource, Metrics
 from cloud_learner.metrics import MetricsWriter
+from robofleet.contracts import WeightPublisher
 
 log = logging.getLogger("robofleet.learner")
 

@@ -150,9 +150,9 @@ def with_card(weights: Mapping[str, torch.Tensor], card: PolicyCard) -> dict[str
 
 
 class CardPublisher:
-    """A :class:`cloud_learner.core.WeightPublisher` that adds the card to every version.
+    """A :class:`robofleet.contracts.WeightPublisher` that adds the card to every version.
 
-    Forwards ``latest_version`` and ``load_latest`` to the wrapped publisher.
+    Forwards ``latest_version`` (and any other attribute) to the wrapped publisher.
     """
 
     def __init__(self, inner: Any, card: PolicyCard) -> None:

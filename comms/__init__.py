@@ -8,29 +8,32 @@ Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
     from comms.buffer_sink import BufferSink      # Control, Act on one port (loopback default)
     server = CloudServer(settings.comms, store, BufferSink(replay_buffer), act_handler=None)
     server.start()
-    pub = server.publisher(run_id)                # comms.publisher.WeightPublisher
-    pub.publish(policy.state_dict(), learner_step=step)  # one copy on the caller, returns;
-                                                  # digests/deltas on the publisher thread,
+    dist = server.distributor(run_id)             # comms.distributor.WeightDistributor
+    dist.publish(policy.state_dict(), learner_step=step)  # one copy on the caller, returns;
+                                                  # digests/deltas on the encoder thread,
                                                   # latest-only, bandwidth capped by
                                                   # comms.weight_max_bytes_per_s
     server.push_control(robot_id, "estop" | "pause" | "resume" | "lease_changed", run_id)
-    # learner in its own process (keeps publishing off the learner's CPU and GIL):
-    from comms.weight_file import WeightFileFeed, weight_file_name, write_weights
-    write_weights(shm_dir / weight_file_name(v), policy.state_dict())   # learner: one memcpy
-    WeightFileFeed(server.publisher(run_id), shm_dir)                    # cloud: publishes it
-    pub.publish_safetensors(blob, version=v)      # a safetensors blob as is (no copy)
+    # learner in its own process (keeps publishing off the learner's CPU and GIL), the
+    # learner -> cloud handoff is a directory of versions (the run's weights/):
+    from comms.weight_file import WeightDirectory, WeightFileFeed
+    WeightDirectory(run_dir / "weights").publish(v, policy.state_dict())  # learner: durable
+    feed = WeightFileFeed(server.distributor(run_id), run_dir / "weights")  # cloud side
+    feed.poll()                                   # a newer version published as is: returns
+                                                  # (version, safetensors bytes) or None
+    dist.publish_safetensors(blob, version=v)     # any safetensors blob as is (no copy)
 
     # robot (edge agent)
     from comms.client import make_channel, enroll, EdgeClient, ControlListener
     from comms.uploader import MemorySpool, Uploader      # or the edge agent's disk Spool
     from comms.receiver import WeightReceiver
-    from comms.weight_source import GrpcWeightSource      # from the cloud or a relay (gRPC)
-    from comms.zmq_source import ZmqWeightSource          # from a site relay (ZeroMQ fan-out)
+    from comms.grpc_subscription import GrpcWeightSubscription  # from the cloud or a relay
+    from comms.zmq_subscription import ZmqWeightSubscription    # from a site relay's fan-out
     robot_id, credential = enroll(make_channel(addr, s), token, name, robot_type, spec)
     client = EdgeClient(make_channel(addr, s), credential, s)
     spool = MemorySpool(); Uploader(client, run_id, spool); spool.put(step_batch)  # Arrow
     rx = WeightReceiver(as_torch=True, on_applied=report)
-    GrpcWeightSource(client, run_id, rx)
+    GrpcWeightSubscription(client, run_id, rx)
     version, state = rx.current()                 # whole versions only, (-1, {}) before any
     client.heartbeat("running", rx.version, {"loop_hz": 10.0})
     action_chunk, policy_version = client.act(run_id, observation, task)   # remote inference

@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent import futures
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,15 +38,15 @@ def _state(n_params: int, seed: int = 0) -> dict[str, Any]:
 
 def _ours(state: dict[str, Any], n_subs: int) -> float:
     from comms.bench_common import RUN, start_cloud
+    from comms.grpc_subscription import GrpcWeightSubscription
     from comms.receiver import WeightReceiver
-    from comms.weight_source import GrpcWeightSource
 
     cloud = start_cloud()
     robots = cloud.robots(n_subs)
     clients = [cloud.client(c) for _, c in robots]
     rxs = [WeightReceiver(as_torch=True) for _ in robots]
-    srcs = [GrpcWeightSource(c, RUN, rx) for c, rx in zip(clients, rxs, strict=True)]
-    pub = cloud.server.publisher(RUN)
+    srcs = [GrpcWeightSubscription(c, RUN, rx) for c, rx in zip(clients, rxs, strict=True)]
+    pub = cloud.server.distributor(RUN)
     time.sleep(0.5)  # subscriptions open
     t0 = time.perf_counter()
     pub.publish(state)
@@ -71,7 +70,7 @@ def _via_relay(state: dict[str, Any], n_subs: int) -> float:
     from comms.client import EdgeClient, make_channel
     from comms.receiver import WeightReceiver
     from comms.relay import SiteRelay
-    from comms.zmq_source import ZmqWeightSource
+    from comms.zmq_subscription import ZmqWeightSubscription
 
     cloud = start_cloud()
     robots = cloud.robots(n_subs)
@@ -83,9 +82,10 @@ def _via_relay(state: dict[str, Any], n_subs: int) -> float:
     ]
     rxs = [WeightReceiver(as_torch=True) for _ in robots]
     srcs = [
-        ZmqWeightSource(c, relay.zmq_address, RUN, rx) for c, rx in zip(clients, rxs, strict=True)
+        ZmqWeightSubscription(c, relay.zmq_address, RUN, rx)
+        for c, rx in zip(clients, rxs, strict=True)
     ]
-    pub = cloud.server.publisher(RUN)
+    pub = cloud.server.distributor(RUN)
     time.sleep(1.0)  # robots registered, the relay subscribed upstream
     t0 = time.perf_counter()
     pub.publish(state)
@@ -205,10 +205,10 @@ from comms.bench_common import RUN
 from comms.client import EdgeClient, make_channel
 from comms.config import CommsSettings
 from comms.receiver import WeightReceiver
-from comms.weight_source import GrpcWeightSource
+from comms.grpc_subscription import GrpcWeightSubscription
 address, creds = sys.argv[1], sys.argv[2:]
 s = CommsSettings()
-srcs = [GrpcWeightSource(EdgeClient(make_channel(address, s), c, s), RUN, WeightReceiver()) for c in creds]
+srcs = [GrpcWeightSubscription(EdgeClient(make_channel(address, s), c, s), RUN, WeightReceiver()) for c in creds]
 print("ready", flush=True)
 sys.stdin.read()
 print(sum(x.versions_applied for x in srcs), flush=True)
@@ -224,7 +224,7 @@ from comms.bench_common import RUN, start_cloud
 from comms.weight_file import WeightFileFeed
 cloud = start_cloud(weight_max_bytes_per_s=float(sys.argv[3]))
 robots = cloud.robots(int(sys.argv[2]))
-feed = WeightFileFeed(cloud.server.publisher(RUN), Path(sys.argv[1]))
+feed = WeightFileFeed(cloud.server.distributor(RUN), Path(sys.argv[1])).start()
 print(json.dumps({"address": cloud.server.address, "creds": [c for _, c in robots]}), flush=True)
 sys.stdin.read()
 feed.close()
@@ -239,9 +239,10 @@ def _learner_ratio(
     """Mean step time of a training loop without pushes / with a push every second.
 
     Deployed as in ``robofleet cloud``: the learner process writes each version to a file
-    (``comms.weight_file``; in /dev/shm that is one memcpy) and the cloud process (here a
-    subprocess with the gRPC server) publishes it to ``n_subs`` subscribers (another
-    subprocess). Both loops run in this same process run, one after the other.
+    (``comms.weight_file.WeightDirectory``, as a run's learner does, here in /dev/shm) and the
+    cloud process (here a subprocess with the gRPC server) publishes it to ``n_subs``
+    subscribers (another subprocess). Both loops run in this same process run, one after the
+    other.
 
     Returns:
         (step s without pushes, step s with pushes, versions written, versions applied in all).
@@ -250,7 +251,7 @@ def _learner_ratio(
 
     import torch
 
-    from comms.weight_file import weight_file_name, write_weights
+    from comms.weight_file import WeightDirectory
 
     torch.set_num_threads(1)
     width = 1024
@@ -267,6 +268,7 @@ def _learner_ratio(
 
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="robofleet-bench-weights-", dir=shm) as tmp:
+        directory = WeightDirectory(tmp, keep=5)  # as the run's learner process keeps them
         cloud = subprocess.Popen(
             [sys.executable, "-c", _CLOUD, tmp, str(n_subs), str(cap_bytes_per_s)],
             stdin=subprocess.PIPE,
@@ -298,9 +300,7 @@ def _learner_ratio(
                     if push and t0 >= next_push:
                         version[0] += 1
                         with torch.no_grad():
-                            write_weights(
-                                Path(tmp) / weight_file_name(version[0]), model.state_dict()
-                            )
+                            directory.publish(version[0], model.state_dict())
                         next_push += 1.0
                     times.append(time.perf_counter() - t0)
                 return times

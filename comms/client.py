@@ -1,7 +1,7 @@
 """Edge side gRPC client: channel set-up, enrollment, heartbeat, remote inference, control.
 
 Long-running streams (experience upload, weight subscription) live in
-:mod:`comms.uploader` and :mod:`comms.weight_source`; they reconnect on their own with
+:mod:`comms.uploader` and :mod:`comms.grpc_subscription`; they reconnect on their own with
 exponential backoff and jitter.
 """
 
@@ -19,11 +19,11 @@ import numpy as np
 
 from comms import tls, wire
 from comms.auth import credential_metadata
-from comms.backoff import Backoff
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
-from comms.services import tensor_from_proto, tensor_to_proto
+from comms.services.act import tensor_from_proto, tensor_to_proto
+from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -157,9 +157,9 @@ class WeightReceiver:
     Usage::
 
         rx = WeightReceiver(as_torch=True)
-        source = GrpcWeightSource(client, run_id, rx)   # or ZmqWeightSource via a site relay
-        version, state = rx.current()                   # (-1, {}) until the first version
-        policy.load_state_dict(state)                   # at a safe boundary of the control loop
+        GrpcWeightSubscription(client, run_id, rx)   # or ZmqWeightSubscription (site relay)
+        version, state = rx.current()                # (-1, {}) until the first version
+        policy.load_state_dict(state)                # at a safe boundary of the control loop
 
     The returned dict and its tensors are shared with later versions (unchanged tensors are
     reused) and must not be modified.

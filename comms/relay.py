@@ -40,20 +40,15 @@ from comms import tls, wire
 from comms.auth import AUTH_HEADER
 from comms.client import EdgeClient, channel_options, make_channel
 from comms.config import CommsSettings
+from comms.distributor import Published, WeightDistributor
+from comms.grpc_subscription import GrpcWeightSubscription
 from comms.loop_thread import LoopThread
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
-from comms.publisher import Published, WeightPublisher
 from comms.ratelimit import AsyncByteRate
 from comms.receiver import WeightReceiver
-from comms.services import (
-    ServerState,
-    WeightsServicer,
-    add_weights_servicer,
-    server_options,
-    write,
-)
-from comms.weight_source import GrpcWeightSource
+from comms.services.common import ServerState, server_options, write
+from comms.services.weights import WeightsServicer, add_weights_servicer
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +67,9 @@ def _auth_only(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]
 class _Run:
     """One run's weights at the relay."""
 
-    publisher: WeightPublisher
+    distributor: WeightDistributor
     receiver: WeightReceiver
-    source: GrpcWeightSource | None = None
+    subscription: GrpcWeightSubscription | None = None
     authorized: dict[str, float] = field(default_factory=dict)  # credential -> checked at
 
 
@@ -219,7 +214,9 @@ class SiteRelay:
 
     @property
     def upstream_weight_bytes(self) -> int:
-        return sum(r.source.bytes_received for r in self.runs.values() if r.source is not None)
+        return sum(
+            r.subscription.bytes_received for r in self.runs.values() if r.subscription is not None
+        )
 
     def start(self) -> tuple[int, int]:
         """Serve robots; returns (gRPC port, ZeroMQ port)."""
@@ -275,9 +272,9 @@ class SiteRelay:
         self._stop.set()
         self._fanout.put(None)
         for run in list(self.runs.values()):
-            if run.source is not None:
-                run.source.close()
-            run.publisher.close()
+            if run.subscription is not None:
+                run.subscription.close()
+            run.distributor.close()
         if self._loop is not None:
             if self._server is not None:
                 self._loop.run(self._server.stop(0))
@@ -331,19 +328,19 @@ class SiteRelay:
                 raise
         run.authorized[credential] = time.monotonic()
         with self._runs_lock:
-            if run.source is None:
+            if run.subscription is None:
                 client = EdgeClient(self.upstream, credential, self.settings)
-                run.source = GrpcWeightSource(client, run_id, run.receiver)
+                run.subscription = GrpcWeightSubscription(client, run_id, run.receiver)
 
     def _run(self, run_id: str) -> _Run:
         with self._runs_lock:
             run = self.runs.get(run_id)
             if run is None:
-                pub = WeightPublisher(run_id, self.settings.weight_chunk_bytes)
+                dist = WeightDistributor(run_id, self.settings.weight_chunk_bytes)
                 rx = WeightReceiver(on_applied=functools.partial(self._republish, run_id))
-                run = self.runs[run_id] = _Run(pub, rx)
-                self.state.attach(pub)
-                pub.add_listener(functools.partial(self._queue_fanout, run_id))
+                run = self.runs[run_id] = _Run(dist, rx)
+                self.state.attach(dist)
+                dist.add_listener(functools.partial(self._queue_fanout, run_id))
             return run
 
     def _queue_fanout(self, run_id: str, published: Published) -> None:
@@ -353,7 +350,7 @@ class SiteRelay:
         run = self.runs[run_id]
         v, state = run.receiver.current_arrays()  # typed, so BF16 stays BF16
         if v == version:
-            run.publisher.publish(state, version=version)
+            run.distributor.publish(state, version=version)
 
     def fanout_key(self, run_id: str) -> bytes:
         """The HMAC key of ``run_id``'s manifests on the fan-out (this relay process only)."""

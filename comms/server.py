@@ -4,7 +4,7 @@ Usage (cloud process)::
 
     server = CloudServer(settings.comms, store, sinks=lambda run_id: buffers.get(run_id))
     port = server.start()
-    pub = server.publisher(run_id)          # the learner publishes weights here
+    dist = server.distributor(run_id)       # new weight versions are published here
     server.push_control(robot_id, "estop")  # pushed to the robot's Control stream
     server.stop()
 """
@@ -21,11 +21,13 @@ from comms import tls
 from comms.auth import Authenticator
 from comms.config import CommsSettings
 from comms.dataplane import DataPlaneServer, curve_available
+from comms.distributor import WeightDistributor
 from comms.loop_thread import LoopThread
 from comms.proto import robofleet_pb2 as pb
-from comms.publisher import WeightPublisher
 from comms.ratelimit import AsyncByteRate
-from comms.services import ActHandler, ServerState, add_servicers, control_command, server_options
+from comms.services import add_servicers
+from comms.services.common import ActHandler, ServerState, server_options
+from comms.services.control import control_command
 from comms.sink import SinkResolver, StepSink
 from robofleet.store.store import MetadataStore
 
@@ -123,7 +125,7 @@ class CloudServer:
         return port
 
     def stop(self, grace_s: float = 0.0) -> None:
-        """Stop serving (open streams are cancelled after ``grace_s``). Publishers keep running."""
+        """Stop serving (open streams are cancelled after ``grace_s``). Distributors keep running."""
         if self._loop is None:
             return
         if self._server is not None:
@@ -136,18 +138,18 @@ class CloudServer:
             self.state.dataplane = None
 
     def close(self) -> None:
-        """Stop and close every publisher."""
+        """Stop and close every distributor."""
         self.stop()
-        for pub in self.state.publishers.values():
-            pub.close()
+        for dist in self.state.distributors.values():
+            dist.close()
 
-    def publisher(self, run_id: str) -> WeightPublisher:
-        """The run's weight publisher (created on first use)."""
-        return self.state.publisher(run_id)
+    def distributor(self, run_id: str) -> WeightDistributor:
+        """The run's weight distributor (created on first use)."""
+        return self.state.distributor(run_id)
 
-    def attach_publisher(self, pub: WeightPublisher) -> None:
-        """Serve an existing publisher (e.g. one kept across a server restart)."""
-        self.state.attach(pub)
+    def attach_distributor(self, dist: WeightDistributor) -> None:
+        """Serve an existing distributor (e.g. one kept across a server restart)."""
+        self.state.attach(dist)
 
     def push_control(self, robot_id: int, kind: str, run_id: str = "", reason: str = "") -> bool:
         """Queue a command on the robot's Control stream; returns False when it is not connected.

@@ -29,11 +29,11 @@ import zmq
 
 from comms import dataplane_client, wire
 from comms import steps as S
-from comms.backoff import Backoff
 from comms.client import FATAL_CODES, EdgeClient
 from comms.dataplane import BATCH, BATCH_HEADER
 from comms.proto import robofleet_pb2 as pb
 from comms.sink import NO_SEQ
+from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -1,24 +1,33 @@
-"""Weights handed from a learner process to the cloud process through files, one copy each side.
+"""The learner -> cloud weight handoff: a directory of versions, one copy each side.
 
 A learner that shares a process with the gRPC server competes with it for the GIL and the CPU;
 on two cores that alone made training steps three times slower while versions were pushed.
-So the learner only writes each version into a safetensors file (in ``/dev/shm`` this is one
-``memcpy``) and the cloud process publishes it: hashing, deltas and every byte sent to robots
-cost the learner nothing.
+So the learner process only writes each version into a file and the cloud process publishes
+it: hashing, deltas and every byte sent to robots cost the learner nothing.
 
-Learner::
+The directory (a run's ``weights/``; the format this module owns)::
 
-    write_weights(directory / weight_file_name(version), policy.state_dict())
+    v00000007.safetensors   one version's weights, safetensors layout (comms.tensors), fsynced
+    latest.json             {"version": 7, "file": "v00000007.safetensors"}: the newest
+                            version, replaced atomically once the file it names is durable
 
-Cloud::
+A learner restarted after a crash reads its newest version back from ``latest.json``
+(:func:`latest_version`), so it never reuses a version number; the newest files are kept.
 
-    feed = WeightFileFeed(server.publisher(run_id), directory)   # polls, publishes, cleans up
+Learner (a ``robofleet.contracts.WeightPublisher``)::
+
+    WeightDirectory(run_dir / "weights", keep=5).publish(version, policy.state_dict())
+
+Cloud (once per loop turn, or on its own thread with :meth:`WeightFileFeed.start`)::
+
+    feed = WeightFileFeed(server.distributor(run_id), run_dir / "weights")
+    got = feed.poll()   # (version, safetensors bytes) of a newer version, else None
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import mmap
 import os
 import re
 import threading
@@ -29,50 +38,53 @@ from typing import Any
 import numpy as np
 
 from comms import tensors as T
+from comms.distributor import WeightDistributor
 from comms.priority import lower_this_thread
-from comms.publisher import WeightPublisher
+from robofleet.durable import atomic_write_json, fsync_file, replace_durably
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^v(\d{12})\.safetensors$")
+POINTER = "latest.json"
+_NAME = re.compile(r"^v(\d+)\.safetensors$")
 
 
 def weight_file_name(version: int) -> str:
-    """``v<version, 12 digits>.safetensors`` (sorts by version)."""
-    if not 0 <= version < 10**12:
-        raise ValueError(f"version {version} outside 0..10**12-1")
-    return f"v{version:012d}.safetensors"
+    """``v<version, 8 digits or more>.safetensors``.
+
+    Raises:
+        ValueError: a negative version.
+    """
+    if version < 0:
+        raise ValueError(f"version {version} is negative")
+    return f"v{version:08d}.safetensors"
 
 
-def write_weights(path: Path, state: Mapping[str, Any]) -> int:
-    """Write ``state`` (name -> torch tensor or numpy array) as a safetensors file, atomically.
-
-    The tensors are copied once, straight into a memory map of a temporary file next to
-    ``path``, which is then renamed over ``path``: a reader sees the whole file or none.
-
-    Returns:
-        The file size in bytes.
+def _write_file(path: Path, state: Mapping[str, Any]) -> None:
+    """Write ``state`` (name -> torch tensor or numpy array) as a safetensors file, atomically
+    and durably: the tensors' buffers go straight into a temporary file beside ``path`` (no
+    serialized copy in memory), which is fsynced and renamed over ``path``.
 
     Raises:
         TypeError: a value is not a tensor or its dtype cannot travel.
+        OSError: the file cannot be written (``path`` is then unchanged).
     """
     arrays = {k: T.as_array(v) for k, v in state.items()}
-    head, offsets = T.layout({k: (dt, tuple(a.shape)) for k, (a, dt) in arrays.items()})
-    size = len(head) + sum(a.nbytes for a, _ in arrays.values())
+    head, _offsets = T.layout({k: (dt, tuple(a.shape)) for k, (a, dt) in arrays.items()})
+    # The layout packs the tensors right after the header in this order: write them so.
+    parts = [memoryview(head)] + [
+        memoryview(a.reshape(-1).view(np.uint8)) for a, _ in arrays.values()
+    ]
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.ftruncate(fd, size)
-        with mmap.mmap(fd, size) as mm:
-            mm[: len(head)] = head
-            for name, (arr, _dt) in arrays.items():
-                dst = np.frombuffer(mm, np.uint8, count=arr.nbytes, offset=offsets[name])
-                dst[:] = arr.reshape(-1).view(np.uint8)
-                del dst  # the map cannot close while a view of it exists
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    return size
+        with open(tmp, "wb", buffering=0) as f:
+            for view in parts:
+                while view:  # a raw write may be partial
+                    view = view[f.write(view) :]
+        fsync_file(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    replace_durably(tmp, path)
 
 
 def read_weights(path: Path) -> bytearray:
@@ -95,33 +107,54 @@ def read_weights(path: Path) -> bytearray:
     return blob
 
 
-class WeightFileFeed:
-    """Publishes the newest ``v<version>.safetensors`` of ``directory`` through ``publisher``.
+def latest_version(directory: Path) -> int:
+    """The newest version written to ``directory``; 0 before any."""
+    pointer = _pointer(directory)
+    return 0 if pointer is None else pointer[0]
 
-    Polls every ``poll_s``; a version is published once, older files are deleted after a newer
-    one is published (the newest stays, for a restarted cloud). A file that is not valid
-    safetensors is logged and skipped, never published.
+
+def _pointer(directory: Path) -> tuple[int, str] | None:
+    """``latest.json``'s (version, file name), None when there is none yet."""
+    try:
+        meta = json.loads((directory / POINTER).read_text())
+    except FileNotFoundError:
+        return None
+    return int(meta["version"]), str(meta["file"])
+
+
+class WeightDirectory:
+    """The learner's :class:`robofleet.contracts.WeightPublisher`: each version becomes a file
+    of ``directory`` (see the module docstring), the last ``keep`` of them are kept.
+
+    Args:
+        directory: created when missing.
+        keep: versions kept on disk (>= 1); older files are removed after each publish.
     """
 
-    def __init__(
-        self,
-        publisher: WeightPublisher,
-        directory: Path,
-        poll_s: float = 0.05,
-        keep: int = 1,
-        thread_nice: int = 10,
-    ) -> None:
-        self.publisher = publisher
-        self.directory = directory
-        self.poll_s = poll_s
+    def __init__(self, directory: Path | str, keep: int = 3) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.keep = max(1, keep)
-        self.published = 0
-        self.refused = 0
-        self._thread_nice = thread_nice  # reading a version is bulk work (comms.priority)
-        self._last = -1
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="weight-file-feed", daemon=True)
-        self._thread.start()
+
+    def latest_version(self) -> int:
+        return latest_version(self.directory)
+
+    def publish(self, version: int, weights: Mapping[str, Any]) -> None:
+        """Write ``weights`` (name -> torch tensor or numpy array) as ``version``, durably,
+        then point ``latest.json`` at it.
+
+        Raises:
+            ValueError: ``version`` is not above :meth:`latest_version`.
+            TypeError: a value is not a tensor or its dtype cannot travel.
+        """
+        last = self.latest_version()
+        if version <= last:
+            raise ValueError(f"version {version} is not above the last published ({last})")
+        name = weight_file_name(version)
+        _write_file(self.directory / name, weights)
+        atomic_write_json(self.directory / POINTER, {"version": version, "file": name})
+        for _v, old in self._versions()[: -self.keep]:
+            old.unlink(missing_ok=True)
 
     def _versions(self) -> list[tuple[int, Path]]:
         out = []
@@ -131,27 +164,73 @@ class WeightFileFeed:
                 out.append((int(m.group(1)), Path(entry.path)))
         return sorted(out)
 
-    def poll(self) -> bool:
-        """Publish the newest file if it is new; returns whether one was published."""
-        files = self._versions()
-        if not files or files[-1][0] <= self._last:
-            return False
-        version, path = files[-1]
-        self._last = version
-        try:
-            self.publisher.publish_safetensors(read_weights(path), version=version)
-        except (T.TensorFormatError, OSError, ValueError) as exc:
-            self.refused += 1
-            log.error("weight file %s not published: %s", path.name, exc)
-            return False
-        self.published += 1
-        for _v, old in files[: -self.keep]:
-            old.unlink(missing_ok=True)
-        return True
 
-    def _run(self) -> None:
-        lower_this_thread(self._thread_nice)
-        while not self._stop.wait(self.poll_s):
+class WeightFileFeed:
+    """The cloud side: hands the newest version of a :class:`WeightDirectory` to a run's
+    :class:`~comms.distributor.WeightDistributor`.
+
+    Call :meth:`poll` (the run driver does, once per loop turn) or let :meth:`start` poll on a
+    thread. A file that is not valid safetensors is logged and skipped, never published.
+
+    Attributes:
+        published: versions handed to the distributor; ``refused``: files skipped.
+    """
+
+    def __init__(self, distributor: WeightDistributor, directory: Path) -> None:
+        self.distributor = distributor
+        self.directory = directory
+        self.published = 0
+        self.refused = 0
+        self.last_version = 0  # the newest version read (0: none yet)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll(self) -> tuple[int, bytearray] | None:
+        """Read the newest version if it is newer than the last one read, and publish it
+        unless the distributor already holds it (one kept across a restart may be ahead).
+
+        Returns:
+            (version, its safetensors bytes, owned by the distributor: do not modify), or
+            None when there is nothing newer (or its file was just replaced: the next poll
+            reads the next one).
+
+        Raises:
+            OSError: the directory or the file cannot be read.
+        """
+        try:
+            pointer = _pointer(self.directory)
+        except json.JSONDecodeError:  # a pointer that does not parse: read it next poll
+            return None
+        if pointer is None or pointer[0] <= self.last_version:
+            return None
+        version, name = pointer
+        try:
+            blob = read_weights(self.directory / name)
+        except FileNotFoundError:  # removed by newer versions meanwhile
+            return None
+        except T.TensorFormatError as exc:
+            self.last_version = version
+            self.refused += 1
+            log.error("weight file %s not published: %s", name, exc)
+            return None
+        self.last_version = version
+        if version > self.distributor.last_version:
+            self.distributor.publish_safetensors(blob, version=version)
+            self.published += 1
+        return version, blob
+
+    def start(self, poll_s: float = 0.05, thread_nice: int = 10) -> WeightFileFeed:
+        """Poll every ``poll_s`` on a thread whose OS priority is lowered by ``thread_nice``
+        (reading a version is bulk work, :mod:`comms.priority`); :meth:`close` stops it."""
+        self._thread = threading.Thread(
+            target=self._run, args=(poll_s, thread_nice), name="weight-file-feed", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self, poll_s: float, thread_nice: int) -> None:
+        lower_this_thread(thread_nice)
+        while not self._stop.wait(poll_s):
             try:
                 self.poll()
             except OSError as exc:  # the directory vanished or is unreadable: keep trying
@@ -159,4 +238,5 @@ class WeightFileFeed:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -210,11 +210,11 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         )
         runner = LocalPolicyRunner(policy, action_dim)
         if client is not None:
+            from comms.grpc_subscription import GrpcWeightSubscription
             from comms.receiver import WeightReceiver
-            from comms.weight_source import GrpcWeightSource
 
             receiver = WeightReceiver(as_torch=True)
-            source = GrpcWeightSource(client, opts.run_id, receiver)
+            source = GrpcWeightSubscription(client, opts.run_id, receiver)
             closers.append(source.close)
             weights = receiver
 

@@ -8,17 +8,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load, save
+from safetensors.torch import load, load_file, save
 
 from cloud_learner.batch import BatchError, to_torch_batch
 from cloud_learner.config import LearnerSettings
-from cloud_learner.core import Algorithm, BatchSource, Policy, WeightPublisher
+from cloud_learner.core import Algorithm, BatchSource, Policy
 from cloud_learner.factory import build_algorithm, model_config
 from cloud_learner.loop import Learner
 from cloud_learner.metrics import read_metrics
 from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec
-from cloud_learner.publisher import FileWeightPublisher, InMemoryWeightPublisher
+from cloud_learner.publisher import InMemoryWeightPublisher
 from cloud_learner.sources import InMemorySource
+from comms.weight_file import WeightDirectory, weight_file_name
+from robofleet.contracts import WeightPublisher
 from tests.cloud_learner.helpers import columns
 
 
@@ -56,7 +58,7 @@ def test_implementations_satisfy_the_core_protocols(tmp_path: Path) -> None:
     assert isinstance(algo, Algorithm)
     assert isinstance(algo.policy, Policy)
     assert isinstance(InMemorySource(columns()), BatchSource)
-    assert isinstance(FileWeightPublisher(tmp_path), WeightPublisher)
+    assert isinstance(WeightDirectory(tmp_path), WeightPublisher)
     assert isinstance(InMemoryWeightPublisher(), WeightPublisher)
 
 
@@ -97,13 +99,14 @@ def test_rate_limiter_bounds_updates_per_inserted_transition(tmp_path: Path) -> 
 
 
 def test_publishes_every_n_updates_with_increasing_versions(tmp_path: Path) -> None:
-    publisher = FileWeightPublisher(tmp_path / "weights", keep=2)
+    publisher = WeightDirectory(tmp_path / "weights", keep=2)
     settings = _settings(max_updates=12, min_transitions=1)
     learner = _learner(tmp_path, settings, InMemorySource(columns()), publisher)
     learner.start(resume=False)
     learner.run()
     learner.close()
-    version, weights = publisher.load_latest()
+    version = publisher.latest_version()
+    weights = load_file(str(tmp_path / "weights" / weight_file_name(version)))
     assert version == 3 == learner.version
     policy = learner.algorithm.policy
     assert isinstance(policy, MLPPolicy)
@@ -207,22 +210,26 @@ def test_set_weights_names_missing_and_misshaped_tensors() -> None:
     assert "head.0.weight: expected shape (16, 5), got (3, 3)" in str(err.value)
 
 
-def test_learner_publishes_through_the_comms_distributor(tmp_path: Path) -> None:
-    from cloud_learner.publisher import CommsWeightPublisher
-    from comms.publisher import WeightPublisher as CommsPublisher
+def test_learner_publishes_through_the_weight_directory_to_the_comms_distributor(
+    tmp_path: Path,
+) -> None:
+    from comms.distributor import WeightDistributor
+    from comms.weight_file import WeightFileFeed
 
-    comms = CommsPublisher("run-1")
+    directory = WeightDirectory(tmp_path / "weights")
+    directory.publish(5, {"w": torch.zeros(2)})  # published before a crash: robots may hold it
+    comms = WeightDistributor("run-1")
     try:
         settings = _settings(max_updates=8, min_transitions=1)
-        learner = _learner(tmp_path, settings, InMemorySource(columns()), InMemoryWeightPublisher())
-        learner.publisher = CommsWeightPublisher(
-            comms, learner_step=lambda: learner.step, version_floor=lambda: 5
-        )
+        learner = _learner(tmp_path, settings, InMemorySource(columns()), directory)
         learner.start(resume=False)
         learner.run()
         learner.close()
+        feed = WeightFileFeed(comms, tmp_path / "weights")  # the cloud process's side
+        got = feed.poll()
+        assert got is not None and got[0] == learner.version == 7  # above the floor
         assert comms.flush(timeout=30)
         latest = comms.latest()
-        assert latest is not None and latest.version == learner.version == 7  # above the floor
+        assert latest is not None and latest.version == 7
     finally:
         comms.close()

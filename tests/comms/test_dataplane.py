@@ -17,13 +17,13 @@ import zmq
 from comms import dataplane_client
 from comms.client import EdgeClient, make_channel
 from comms.dataplane import BATCH, BATCH_HEADER, HELLO, NO, OK, DataPlaneServer
+from comms.grpc_subscription import GrpcWeightSubscription
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import WeightReceiver
 from comms.server import CloudServer
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from comms.weight_codec import EncodedVersion
-from comms.weight_source import GrpcWeightSource
 from robofleet.store.store import MetadataStore
 from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, self_signed_cert, steps
 
@@ -45,8 +45,8 @@ def test_weights_travel_on_the_data_plane_and_are_checked_against_the_manifest(
     robot = cloud.robot("arm-1")
     client = cloud.client(robot)
     rx = WeightReceiver()
-    src = GrpcWeightSource(client, RUN, rx)
-    pub = cloud.server.publisher(RUN)
+    src = GrpcWeightSubscription(client, RUN, rx)
+    pub = cloud.server.distributor(RUN)
     try:
         state = _model(1, 3_000_000)  # 12 MB: 12 chunks
         pub.publish(state)
@@ -126,12 +126,12 @@ def test_unreachable_data_plane_falls_back_to_grpc_bytes(store: MetadataStore) -
     robot = enroll_robot(store, server.address, "arm-1", settings)
     client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
     rx = WeightReceiver()
-    src = GrpcWeightSource(client, RUN, rx)
+    src = GrpcWeightSubscription(client, RUN, rx)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     try:
         state = _model(2, 1_500_000)
-        server.publisher(RUN).publish(state)
+        server.distributor(RUN).publish(state)
         for i in range(5):
             spool.put(steps(robot.robot_id, i * 4, 4))
         assert rx.wait_for(0, 20)
@@ -232,11 +232,11 @@ def test_corrupted_chunk_on_the_data_plane_is_refused_and_fetched_over_grpc(
     robot = cloud.robot("arm-1")
     client = cloud.client(robot)
     rx = WeightReceiver()
-    src = GrpcWeightSource(client, RUN, rx)
+    src = GrpcWeightSubscription(client, RUN, rx)
     try:
         state = _model(3, 1_000_000)  # 4 chunks
         time.sleep(0.3)  # subscribed and bound
-        cloud.server.publisher(RUN).publish(state)
+        cloud.server.distributor(RUN).publish(state)
         assert rx.wait_for(0, 20)
         assert corrupted == [2]
         assert src.chunks_refused == 1 and src.refetches == 1
@@ -255,8 +255,8 @@ def test_a_data_plane_that_stops_delivering_is_left_for_the_grpc_stream(
     robot = enroll_robot(store, server.address, "arm-1", settings)
     client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
     rx = WeightReceiver()
-    src = GrpcWeightSource(client, RUN, rx)
-    pub = server.publisher(RUN)
+    src = GrpcWeightSubscription(client, RUN, rx)
+    pub = server.distributor(RUN)
     try:
         state = _model(4, 500_000)
         time.sleep(0.3)
@@ -292,13 +292,13 @@ def test_under_tls_the_data_plane_is_curve_encrypted(tmp_path: Path, store: Meta
     robot = enroll_robot(store, server.address, "arm-tls", settings, ca=cert)
     client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
     rx = WeightReceiver()
-    src = GrpcWeightSource(client, RUN, rx)
+    src = GrpcWeightSubscription(client, RUN, rx)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     try:
         state = _model(5, 1_000_000)
         time.sleep(0.5)
-        server.publisher(RUN).publish(state)
+        server.distributor(RUN).publish(state)
         spool.put(steps(robot.robot_id, 0, 8))
         assert rx.wait_for(0, 20)
         assert src.data_plane_bytes >= 4_000_000

@@ -13,7 +13,7 @@ from comms.client import EdgeClient, make_channel
 from comms.receiver import WeightReceiver
 from comms.relay import SiteRelay
 from comms.uploader import MemorySpool, Uploader
-from comms.zmq_source import ZmqWeightSource
+from comms.zmq_subscription import ZmqWeightSubscription
 from tests.comms.helpers import RUN, Cloud, rpc_code, steps
 from tests.comms.netproxy import TcpProxy
 
@@ -29,9 +29,10 @@ def test_relay_fans_out_one_copy_per_version_to_four_robots(cloud: Cloud) -> Non
     ]
     rxs = [WeightReceiver() for _ in robots]
     sources = [
-        ZmqWeightSource(c, relay.zmq_address, RUN, rx) for c, rx in zip(clients, rxs, strict=True)
+        ZmqWeightSubscription(c, relay.zmq_address, RUN, rx)
+        for c, rx in zip(clients, rxs, strict=True)
     ]
-    pub = cloud.server.publisher(RUN)
+    pub = cloud.server.distributor(RUN)
     try:
         rng = np.random.default_rng(0)
         state = {
@@ -62,7 +63,7 @@ def test_relay_fans_out_one_copy_per_version_to_four_robots(cloud: Cloud) -> Non
         # A robot joining later catches up from the relay without touching the cloud link.
         late = WeightReceiver()
         before = from_cloud()
-        late_src = ZmqWeightSource(clients[0], relay.zmq_address, RUN, late)
+        late_src = ZmqWeightSubscription(clients[0], relay.zmq_address, RUN, late)
         assert late.wait_for(1, 30)
         assert from_cloud() - before < 20_000
         late_src.close()
@@ -133,7 +134,7 @@ def test_fanout_manifests_without_the_relays_hmac_are_never_applied(cloud: Cloud
     rogue = ctx.socket(zmq.PUB)
     rogue_port = rogue.bind_to_random_port("tcp://127.0.0.1")
     rx = WeightReceiver()
-    src = ZmqWeightSource(client, f"tcp://127.0.0.1:{rogue_port}", RUN, rx)
+    src = ZmqWeightSubscription(client, f"tcp://127.0.0.1:{rogue_port}", RUN, rx)
     try:
         fake = encode_full(RUN, Snapshot.take({"w": np.ones(1000, np.float32)}, 7))
         body = fake.manifest.SerializeToString()

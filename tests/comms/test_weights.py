@@ -16,14 +16,15 @@ import pytest
 import safetensors.numpy
 import torch
 
+from comms import tensors as T
 from comms import weight_codec as W
 from comms.client import make_channel
+from comms.distributor import WeightDistributor
+from comms.grpc_subscription import GrpcWeightSubscription
 from comms.loop_thread import LoopThread
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
-from comms.publisher import WeightPublisher
 from comms.receiver import VersionAssembler, WeightReceiver
-from comms.weight_source import GrpcWeightSource
 from tests.comms.helpers import RUN, Cloud
 
 
@@ -112,8 +113,8 @@ def test_version_over_4mb_reaches_a_subscriber_and_deltas_follow(cloud: Cloud) -
     robot = cloud.robot("arm-1")
     client = cloud.client(robot)
     rx = WeightReceiver()
-    src = GrpcWeightSource(client, RUN, rx)
-    pub = cloud.server.publisher(RUN)
+    src = GrpcWeightSubscription(client, RUN, rx)
+    pub = cloud.server.distributor(RUN)
     state = model(6, n=3_000_000)  # 12 MB of float32
     pub.publish(state)
     assert rx.wait_for(0, 20)
@@ -188,7 +189,7 @@ def test_corrupted_chunk_is_refused_and_fetched_again(cloud: Cloud) -> None:
     from comms.client import EdgeClient
 
     robot = cloud.robot("arm-1")
-    pub = cloud.server.publisher(RUN)
+    pub = cloud.server.distributor(RUN)
     state = model(7, n=1_000_000)  # 4 MB: 4 chunks
     pub.publish(state)
     assert pub.flush(10)
@@ -198,7 +199,7 @@ def test_corrupted_chunk_is_refused_and_fetched_again(cloud: Cloud) -> None:
     grpc_only = cloud.settings.model_copy(update={"data_plane": False})
     client = EdgeClient(make_channel(address, grpc_only), robot.credential, grpc_only)
     rx = WeightReceiver()
-    src = GrpcWeightSource(client, RUN, rx)
+    src = GrpcWeightSubscription(client, RUN, rx)
     try:
         assert rx.wait_for(0, 20)
         assert src.chunks_refused == 1 and faulty.fetches == [[2]]
@@ -213,7 +214,7 @@ def test_truncated_stream_is_never_applied(cloud: Cloud) -> None:
     from comms.client import EdgeClient
 
     robot = cloud.robot("arm-1")
-    pub = cloud.server.publisher(RUN)
+    pub = cloud.server.distributor(RUN)
     state = model(8, n=1_000_000)
     pub.publish(state)
     assert pub.flush(10)
@@ -224,7 +225,7 @@ def test_truncated_stream_is_never_applied(cloud: Cloud) -> None:
     client = EdgeClient(make_channel(address, grpc_only), robot.credential, grpc_only)
     applied: list[int] = []
     rx = WeightReceiver(on_applied=applied.append)
-    src = GrpcWeightSource(client, RUN, rx)
+    src = GrpcWeightSubscription(client, RUN, rx)
     try:
         # The first stream ends after 2 of 4 chunks and Fetch fails: nothing may be applied.
         deadline = time.monotonic() + 10
@@ -244,7 +245,7 @@ def test_truncated_stream_is_never_applied(cloud: Cloud) -> None:
 def test_latest_only_memory_is_flat_for_fast_publishing_and_slow_subscriber(cloud: Cloud) -> None:
     robot = cloud.robot("arm-1")
     client = cloud.client(robot)
-    pub = cloud.server.publisher(RUN)
+    pub = cloud.server.distributor(RUN)
     rx = WeightReceiver()
     published = threading.Event()
     orig_apply = rx.apply
@@ -258,7 +259,7 @@ def test_latest_only_memory_is_flat_for_fast_publishing_and_slow_subscriber(clou
         return ok
 
     rx.apply = slow_apply  # type: ignore[method-assign]
-    src = GrpcWeightSource(client, RUN, rx)
+    src = GrpcWeightSubscription(client, RUN, rx)
     tracemalloc.start()
     try:
         state = model(9, n=500_000)  # 2 MB a version
@@ -294,7 +295,7 @@ def test_a_version_held_already_is_acknowledged_and_the_stream_goes_on(cloud: Cl
     would ever be sent (the window is one version)."""
     robot = cloud.robot("arm-1")
     client = cloud.client(robot)
-    pub = cloud.server.publisher(RUN)
+    pub = cloud.server.distributor(RUN)
     rx = WeightReceiver()
     orig_wants = rx.wants
     refused: list[int] = []
@@ -309,7 +310,7 @@ def test_a_version_held_already_is_acknowledged_and_the_stream_goes_on(cloud: Cl
     state = model(3, n=10_000)
     pub.publish(state, version=1)
     assert pub.flush(10)
-    src = GrpcWeightSource(client, RUN, rx)
+    src = GrpcWeightSubscription(client, RUN, rx)
     try:
         deadline = time.monotonic() + 10
         while not refused and time.monotonic() < deadline:
@@ -325,7 +326,7 @@ def test_a_version_held_already_is_acknowledged_and_the_stream_goes_on(cloud: Cl
 
 
 def test_reader_polling_during_apply_only_sees_whole_versions() -> None:
-    pub = WeightPublisher(RUN, chunk_bytes=64 * 1024)
+    pub = WeightDistributor(RUN, chunk_bytes=64 * 1024)
     rx = WeightReceiver()
     stop = threading.Event()
     seen: list[tuple[int, bool]] = []
@@ -362,9 +363,10 @@ def test_reader_polling_during_apply_only_sees_whole_versions() -> None:
     assert len(versions) > 5 and all(whole for _, whole in seen)
 
 
-def test_concurrent_first_use_of_a_runs_publisher_creates_one(cloud: Cloud) -> None:
-    """Subscribers (event loop) and the learner (its thread) may ask for a run's publisher at
-    the same moment; a second publisher would leave subscribers waiting on a lost one."""
+def test_concurrent_first_use_of_a_runs_distributor_creates_one(cloud: Cloud) -> None:
+    """Subscribers (event loop) and the run driver (its thread) may ask for a run's
+    distributor at the same moment; a second one would leave subscribers waiting on a lost
+    one."""
     import threading
 
     barrier = threading.Barrier(16)
@@ -372,7 +374,7 @@ def test_concurrent_first_use_of_a_runs_publisher_creates_one(cloud: Cloud) -> N
 
     def ask() -> None:
         barrier.wait()
-        got.append(cloud.server.state.publisher("run-race"))
+        got.append(cloud.server.state.distributor("run-race"))
 
     threads = [threading.Thread(target=ask) for _ in range(16)]
     for t in threads:
@@ -423,3 +425,40 @@ def test_bf16_delta_and_republish_keep_the_dtype() -> None:
     version, arrays = rx.current_arrays()
     again = W.Snapshot.take(arrays, version)  # what the relay republishes
     assert again.arrays["w"][0] == "BF16" and bytes(again.payload) == bytes(new.payload)
+
+
+def test_publish_safetensors_refuses_bytes_that_are_not_safetensors() -> None:
+    dist = WeightDistributor("run-1")
+    try:
+        with pytest.raises(T.TensorFormatError):
+            dist.publish_safetensors(bytearray(b"\x00" * 4))
+        with pytest.raises(ValueError, match="not above"):
+            dist.publish_safetensors(T.encode({"a": np.zeros(3, np.float32)}), version=0)
+            dist.publish_safetensors(T.encode({"a": np.zeros(3, np.float32)}), version=0)
+    finally:
+        dist.close()
+
+
+def test_flush_waits_for_the_version_being_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: flush returned while the encoder thread held a snapshot it had taken off
+    the queue but not yet stored (``latest()`` was still None)."""
+    import comms.distributor as distributor_mod
+
+    real_encode = distributor_mod.W.encode_full
+    started = threading.Event()
+
+    def slow_encode(*args: object, **kwargs: object) -> object:
+        started.set()
+        time.sleep(0.5)
+        return real_encode(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(distributor_mod.W, "encode_full", slow_encode)
+    dist = WeightDistributor("run-1")
+    try:
+        dist.publish({"w": torch.randn(300, 200)}, version=3)
+        assert started.wait(5)  # the thread has taken the snapshot: _pending is None now
+        assert dist.flush(10)
+        latest = dist.latest()
+        assert latest is not None and latest.version == 3
+    finally:
+        dist.close()

@@ -58,7 +58,7 @@ def _cloud(host: str, db_url: str, n: int, version_floats: int) -> None:
     sink = MemorySink()
     server = CloudServer(settings, store, sink)
     port = server.start()
-    pub = server.publisher(RUN)
+    pub = server.distributor(RUN)
     rng = np.random.default_rng(0)
     _say({"port": port, "robots": robots})
     for line in sys.stdin:
@@ -93,7 +93,7 @@ def _site(cloud: str, robots: list[list[Any]], latency_s: float) -> None:
     from comms.receiver import WeightReceiver
     from comms.relay import SiteRelay
     from comms.uploader import MemorySpool, Uploader
-    from comms.zmq_source import ZmqWeightSource
+    from comms.zmq_subscription import ZmqWeightSubscription
     from tests.comms.netproxy import TcpProxy
 
     settings = CommsSettings(
@@ -118,7 +118,7 @@ def _site(cloud: str, robots: list[list[Any]], latency_s: float) -> None:
     for i, (_rid, cred) in enumerate(robots):
         c = EdgeClient(make_channel(relay.address, settings), cred, settings)
         rx = WeightReceiver(on_applied=functools.partial(on_applied, i))
-        sources.append(ZmqWeightSource(c, relay.zmq_address, RUN, rx))
+        sources.append(ZmqWeightSubscription(c, relay.zmq_address, RUN, rx))
         spool = MemorySpool()
         uploaders.append(Uploader(c, RUN, spool))
         clients.append(c)

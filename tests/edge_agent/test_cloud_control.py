@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
+from comms.buffer_sink import BufferSink
 from comms.server import CloudServer
 from edge_agent.build import AgentOptions, build_agent
 from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
 from robofleet.store.models import Event, Robot, RobotStatus
 from tests.comms.helpers import fast_settings
-from tests.edge_agent.cloud_proc import BufferSink, metaworld_schema
+from tests.edge_agent.cloud_proc import metaworld_schema
 from tests.edge_agent.conftest import RUN
 from tests.edge_agent.helpers import BiasPolicy, FakeRobot, make_agent, spooled_rows
 

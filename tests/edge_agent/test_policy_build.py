@@ -23,7 +23,7 @@ from cloud_learner.policy_card import (
     split_card,
     with_card,
 )
-from cloud_learner.publisher import FileWeightPublisher
+from comms.weight_file import WeightDirectory
 from edge_agent.inference import LocalPolicyRunner
 from edge_agent.policy_build import CardPolicy
 
@@ -47,8 +47,8 @@ def trained(kind: str, indicator: bool = False, guidance: float = 1.0) -> TorchP
 
 
 def published(policy: TorchPolicy, algorithm: str, tmp_path: Path) -> dict[str, torch.Tensor]:
-    """Weights as a robot gets them: through the learner's file publisher and safetensors."""
-    pub = CardPublisher(FileWeightPublisher(tmp_path / "weights"), card_for(algorithm, policy))
+    """Weights as a robot gets them: through the learner's weight directory and safetensors."""
+    pub = CardPublisher(WeightDirectory(tmp_path / "weights"), card_for(algorithm, policy))
     pub.publish(1, policy.get_weights())
     assert pub.latest_version() == 1
     raw = (tmp_path / "weights" / "v00000001.safetensors").read_bytes()

@@ -57,7 +57,7 @@ def test_published_version_applies_at_episode_end_and_is_reported(tmp_path, db):
             time.sleep(0.01)
         torch.manual_seed(1)
         trained = MLPPolicy(PolicySpec(39, 4, num_tasks=1, hidden=64))
-        server.publisher(RUN).publish(trained.get_weights(), version=5)
+        server.distributor(RUN).publish(trained.get_weights(), version=5)
         thread.join(60)
         assert not thread.is_alive()
         assert agent.uplink.wait_acked(20)

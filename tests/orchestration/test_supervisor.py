@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from robofleet.app.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
+from robofleet.app.orchestration.supervisor import (
+    CrashLoop,
+    CrashWindow,
+    ProcessSupervisor,
+    RestartPolicy,
+)
 
-FAST = Backoff(initial_s=0.1, max_s=0.4, stable_after_s=60, max_restarts=3, window_s=60)
+FAST = RestartPolicy(initial_s=0.1, max_s=0.4, stable_after_s=60, max_restarts=3, window_s=60)
 
 
 def _poll_until(sup: ProcessSupervisor, want: str, timeout_s: float = 20) -> None:
@@ -123,3 +128,20 @@ def test_hang_detection_off_by_default(tmp_path: Path) -> None:
     time.sleep(0.3)
     assert sup.poll() == "waiting" and sup.hangs == 1
     sup.stop(timeout_s=10)
+
+
+def test_restart_policy_doubles_its_delays_to_the_cap_without_jitter() -> None:
+    backoff = RestartPolicy(initial_s=0.5, max_s=10.0).backoff()
+    assert [backoff.next() for _ in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    backoff.reset()
+    assert backoff.next() == 0.5
+    # The edge agents' delay: by the crashes already in the window, as run.py asks for it.
+    assert [backoff.delay(n) for n in (0, 1, 4, 5)] == [0.5, 1.0, 8.0, 10.0]
+
+
+def test_crash_window_counts_crashes_within_the_window_only() -> None:
+    window = CrashWindow(RestartPolicy(max_restarts=2, window_s=10.0))
+    assert [window.record(t) for t in (0.0, 1.0, 2.0)] == [1, 2, 3]
+    assert window.looping  # 3 crashes > 2 restarts within 10 s
+    assert window.record(11.5) == 2  # the crashes at 0 and 1 s left the window
+    assert not window.looping

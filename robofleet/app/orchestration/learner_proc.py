@@ -9,9 +9,9 @@ trains online (``cloud_learner.loop.Learner``) on batches from the cloud's
 second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
 insert data (the sampling side of ``buffer.RateLimiter``: robots are never blocked).
 
-Weights are written with ``cloud_learner.publisher.FileWeightPublisher`` under
-``<run-dir>/weights``; the cloud process hands each new file to comms' weight publisher, so
-encoding and streaming never slow the updates here. Signals: SIGTERM = final checkpoint and
+Weights are written with ``comms.weight_file.WeightDirectory`` under ``<run-dir>/weights``;
+the cloud process hands each new version to comms' weight distributor, so encoding and
+streaming never slow the updates here. Signals: SIGTERM = final checkpoint and
 exit 0; SIGUSR1 = checkpoint at the next update boundary. The process also exits when its
 parent (the cloud) is gone. Exit codes: 0 stopped, 4 refused (incompatible checkpoint).
 """
@@ -66,9 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cloud_learner.learner_main import metadata_hook
     from cloud_learner.loop import Learner
     from cloud_learner.policy_card import CardPublisher, card_for
-    from cloud_learner.publisher import FileWeightPublisher
     from cloud_learner.run_plan import RunPlan
     from cloud_learner.sources import TransitionBatchSource
+    from comms.weight_file import WeightDirectory
     from robofleet.runspec import parse_run_spec
 
     torch.set_num_threads(1)
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Every version carries its policy card, so robots and the evaluator build the right
     # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
     publisher = CardPublisher(
-        FileWeightPublisher(args.run_dir / "weights", keep=5),
+        WeightDirectory(args.run_dir / "weights", keep=5),
         card_for(settings.algorithm, algorithm.policy),
     )
     hook = metadata_hook(args.database_url, args.run_id) if args.database_url else None

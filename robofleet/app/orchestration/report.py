@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from comms.weight_file import latest_version
 from robofleet.runspec import RunSpec
 
 
@@ -37,11 +38,7 @@ def write_report(
     """
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
-    versions = (
-        json.loads((run_dir / "weights" / "latest.json").read_text())["version"]
-        if (run_dir / "weights" / "latest.json").exists()
-        else 0
-    )
+    versions = latest_version(run_dir / "weights")
     last = progress[-1] if progress else {}
     summary: dict[str, Any] = {
         "initial_success": evals[0]["success_mean"] if evals else None,

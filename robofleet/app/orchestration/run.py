@@ -6,7 +6,7 @@ Life of a run (every state change is an event in the metadata store)::
     fresh run) -> learner process (supervised) and edge agents (Ray actors placed on the
     robots' bundles) start side by side -> robots ready and first version out: the run's clock
     starts -> running/degraded
-        loop: supervise learner and agents, hand new weight files to comms, snapshot the policy
+        loop: supervise learner and agents, hand new weight versions to comms, snapshot the policy
               for evaluation, metrics, reconcile robots, stop conditions
         pause: robots hold at a step boundary (a Control command to each edge agent, re-sent
                until its heartbeat says ``paused``; spools keep draining); the leases, the Ray
@@ -37,9 +37,15 @@ import numpy as np
 from sqlalchemy import select
 
 from cloud_learner.run_plan import RunPlan
+from comms.weight_file import WeightFileFeed
 from robofleet.app.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
 from robofleet.app.orchestration.hold import RobotHold
-from robofleet.app.orchestration.supervisor import Backoff, CrashLoop, ProcessSupervisor
+from robofleet.app.orchestration.supervisor import (
+    CrashLoop,
+    CrashWindow,
+    ProcessSupervisor,
+    RestartPolicy,
+)
 from robofleet.app.sim.fleet import (
     DEMO_ROBOT,
     SimFleetHost,
@@ -66,7 +72,8 @@ class CloudContext:
     sinks: dict[str, Any]
     host: SimFleetHost | None
     python: str
-    learner_backoff: Backoff = field(default_factory=Backoff)
+    learner_restarts: RestartPolicy = field(default_factory=RestartPolicy)
+    agent_restarts: RestartPolicy = field(default_factory=RestartPolicy)
     eval_every_s: float | None = None
 
 
@@ -105,7 +112,8 @@ class RunDriver:
         # interventions, staleness...), returned by the agent's run when it stops; heartbeats
         # carry the same figures only while it runs.
         self.robot_reports: dict[str, dict[str, float]] = {}
-        self._agent_restarts: dict[str, list[float]] = {}
+        self._agent_crashes: dict[str, CrashWindow] = {}  # robot name -> its agent's crashes
+        self._agent_backoff = ctx.agent_restarts.backoff()
         self._checkpoint_requested = False
         self.want_pause = False  # set/cleared by the run manager; the loop follows it
         self.paused = False  # robots told to hold; leases kept
@@ -120,6 +128,7 @@ class RunDriver:
         self.batch_server: Any = None
         self.evaluator: Any = None
         self._evals: EvaluationQueue | None = None  # policy snapshots for the evaluator
+        self._weights: WeightFileFeed | None = None  # the learner's versions -> comms
         self._published_version = 0
         self._last_eval_at = -1e9
         self._last_snapshot_version = -1
@@ -278,7 +287,7 @@ class RunDriver:
                 ctx.settings.database_url,
             ],
             self.run_dir / "learner.log",
-            ctx.learner_backoff,
+            ctx.learner_restarts,
             on_event=lambda kind, data: self._event(kind, **data),
         )
         self.learner.start()
@@ -558,44 +567,37 @@ class RunDriver:
                 why = "returned"
             except Exception as exc:
                 why = f"{type(exc).__name__}: {str(exc)[:200]}"
-            now = time.monotonic()
-            recent = [t for t in self._agent_restarts.get(name, []) if now - t < 300]
-            self._agent_restarts[name] = [*recent, now]
+            crashes = self._agent_crashes.setdefault(name, CrashWindow(self.ctx.agent_restarts))
+            n = crashes.record(time.monotonic())
             self._event("edge_agent.died", robot=name, why=why)
             del self._agents[name]
             try:
                 ray.kill(actor)
             except Exception:
                 pass
-            if len(recent) >= 5:
-                raise CrashLoop(f"edge agent of {name} crashed {len(recent) + 1} times: {why}")
-            time.sleep(min(0.5 * 2 ** len(recent), 10.0))
+            if crashes.looping:
+                raise CrashLoop(f"edge agent of {name} crashed {n} times: {why}")
+            # The delay grows with the crashes in the window (n - 1 before this one).
+            time.sleep(self._agent_backoff.delay(n - 1))
             self._start_agent(name, index)
             self._event("edge_agent.restarted", robot=name)
 
     # -- weights and evaluation ------------------------------------------------------------
 
-    def _latest_weights(self) -> tuple[int, bytes] | None:
-        path = self.run_dir / "weights" / "latest.json"
-        try:
-            meta = json.loads(path.read_text())
-            data = (self.run_dir / "weights" / meta["file"]).read_bytes()
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-        return int(meta["version"]), data
-
     def _publish_new_weights(self) -> bool:
-        """Hand a newer weight file to comms' publisher; True when one was published."""
-        got = self._latest_weights()
-        if got is None or got[0] <= self._published_version:
+        """Hand a newer version of the learner's weight directory to comms' distributor
+        (``comms.weight_file``); True when there was one."""
+        if self._weights is None:
+            self._weights = WeightFileFeed(
+                self.ctx.server.distributor(self.run_id), self.run_dir / "weights"
+            )
+        # The learner's safetensors file as it is: no tensor decode and re-snapshot; a
+        # distributor kept across restarts that is ahead already is left as it is.
+        got = self._weights.poll()
+        if got is None:
             return False
-        version, data = got
-        pub = self.ctx.server.publisher(self.run_id)
-        if version > pub.last_version:  # a publisher kept across restarts may be ahead
-            # The learner's safetensors file as it is: no tensor decode and re-snapshot.
-            pub.publish_safetensors(bytearray(data), version=version)
-        self._published_version = version
-        self._latest_bytes = data
+        self._published_version, blob = got
+        self._latest_bytes = bytes(blob)  # the distributor owns ``blob``
         return True
 
     def _snapshot_for_eval(self, final: bool = False) -> None:

@@ -2,11 +2,12 @@
 
 A run's learner is a child process. :meth:`ProcessSupervisor.poll`, called periodically by the
 run driver, notices an unexpected exit (any exit while the run wants it alive: a SIGKILL, an
-exception, an OOM kill), waits ``backoff`` (doubling from ``backoff_initial_s`` to
-``backoff_max_s``, reset after ``stable_after_s`` of healthy running) and starts it again; the
-child resumes from its own durable state (the learner from its last checkpoint).
-``max_restarts`` restarts within ``window_s`` seconds is a crash loop: the supervisor stops
-trying and reports why (the run is then marked ``crashed`` with that reason).
+exception, an OOM kill), waits (:class:`RestartPolicy`: doubling from ``initial_s`` to
+``max_s``, reset after ``stable_after_s`` of healthy running) and starts it again; the child
+resumes from its own durable state (the learner from its last checkpoint). More than
+``max_restarts`` crashes within ``window_s`` seconds is a crash loop (:class:`CrashWindow`):
+the supervisor stops trying and reports why (the run is then marked ``crashed`` with that
+reason). The run driver applies the same policy to its edge agents.
 
 A child can also hang: alive, but making no progress (deadlocked, stuck in I/O, stopped). The
 owner reports progress with :meth:`ProcessSupervisor.note_progress` (any value that changes
@@ -27,6 +28,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from robofleet.retry import Backoff
+
 log = logging.getLogger(__name__)
 
 
@@ -35,14 +38,44 @@ class CrashLoop(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Backoff:
-    """Restart policy: delays in seconds, crash loop = ``max_restarts`` in ``window_s``."""
+class RestartPolicy:
+    """When to restart a crashed child and when to give up.
+
+    Restart delays (seconds) start at ``initial_s`` and double up to ``max_s``
+    (:class:`robofleet.retry.Backoff` without jitter), from ``initial_s`` again once the child
+    ran ``stable_after_s``; the crash-loop window: more than ``max_restarts`` crashes within
+    ``window_s`` seconds and the child is left dead.
+    """
 
     initial_s: float = 0.5
     max_s: float = 10.0
     stable_after_s: float = 60.0
     max_restarts: int = 5
     window_s: float = 300.0
+
+    def backoff(self) -> Backoff:
+        """A fresh delay sequence of this policy."""
+        return Backoff(self.initial_s, self.max_s, jitter=False)
+
+
+class CrashWindow:
+    """The crashes of one child within its policy's window (monotonic seconds)."""
+
+    def __init__(self, policy: RestartPolicy) -> None:
+        self.policy = policy
+        self._times: deque[float] = deque()
+
+    def record(self, now: float) -> int:
+        """Note a crash at ``now``; returns how many fall within the window, this one included."""
+        self._times.append(now)
+        while self._times and now - self._times[0] > self.policy.window_s:
+            self._times.popleft()
+        return len(self._times)
+
+    @property
+    def looping(self) -> bool:
+        """More than ``max_restarts`` crashes within the window: a crash loop."""
+        return len(self._times) > self.policy.max_restarts
 
 
 class ProcessSupervisor:
@@ -52,7 +85,7 @@ class ProcessSupervisor:
         name: for logs and events (``learner``).
         argv: the child's command line.
         log_path: the child's stdout and stderr are appended here.
-        backoff: restart policy.
+        policy: when to restart and when to give up (default :class:`RestartPolicy`).
         on_event: ``(kind, data)`` for every start, exit and restart (the run's audit log).
         env: environment of the child (default: ours).
         hang_after_s: seconds without progress after which a running child counts as hung
@@ -64,7 +97,7 @@ class ProcessSupervisor:
         name: str,
         argv: Sequence[str],
         log_path: Path,
-        backoff: Backoff | None = None,
+        policy: RestartPolicy | None = None,
         on_event: Callable[[str, dict[str, object]], None] | None = None,
         env: dict[str, str] | None = None,
         hang_after_s: float | None = None,
@@ -72,7 +105,7 @@ class ProcessSupervisor:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
-        self.backoff = backoff or Backoff()
+        self.policy = policy or RestartPolicy()
         self.on_event = on_event or (lambda _k, _d: None)
         self.env = env
         self.hang_after_s = hang_after_s
@@ -82,8 +115,8 @@ class ProcessSupervisor:
         self._progress_at = 0.0
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
-        self._crashes: deque[float] = deque()
-        self._delay = self.backoff.initial_s
+        self._crashes = CrashWindow(self.policy)
+        self._backoff = self.policy.backoff()
         self._restart_at: float | None = None
         self._started_at = 0.0
         self._wanted = False
@@ -141,30 +174,28 @@ class ProcessSupervisor:
             self._kill_if_hung()
             code = self.proc.poll()
         if code is None:
-            if time.monotonic() - self._started_at > self.backoff.stable_after_s:
-                self._delay = self.backoff.initial_s
+            if time.monotonic() - self._started_at > self.policy.stable_after_s:
+                self._backoff.reset()
             return "running"
         if not self._wanted:
             return "exited"
         now = time.monotonic()
         if self._restart_at is None:
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
-            self._crashes.append(now)
-            while self._crashes and now - self._crashes[0] > self.backoff.window_s:
-                self._crashes.popleft()
+            crashes = self._crashes.record(now)
             self.on_event(
                 f"{self.name}.died", {"how": how, "pid": self.proc.pid, "hung": self._killed_hung}
             )
             self._killed_hung = False
-            if len(self._crashes) > self.backoff.max_restarts:
+            if self._crashes.looping:
                 self._wanted = False
                 raise CrashLoop(
-                    f"{self.name} crashed {len(self._crashes)} times in "
-                    f"{self.backoff.window_s:.0f}s (last: {how}); see {self.log_path}"
+                    f"{self.name} crashed {crashes} times in "
+                    f"{self.policy.window_s:.0f}s (last: {how}); see {self.log_path}"
                 )
-            self._restart_at = now + self._delay
-            log.warning("%s died (%s); restarting in %.1fs", self.name, how, self._delay)
-            self._delay = min(self._delay * 2, self.backoff.max_s)
+            delay = self._backoff.next()
+            self._restart_at = now + delay
+            log.warning("%s died (%s); restarting in %.1fs", self.name, how, delay)
             return "waiting"
         if now < self._restart_at:
             return "waiting"

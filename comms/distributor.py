@@ -3,7 +3,7 @@
 ``publish`` (called by the learner) copies the weights once into a new snapshot and returns;
 an encoder thread then computes chunk digests and the delta from the previous version. Only the
 newest pending snapshot is kept: if the learner publishes faster than the encoder, intermediate
-versions are skipped. Servers stream :meth:`WeightPublisher.latest` to subscribers, so a slow
+versions are skipped. Servers stream :meth:`WeightDistributor.latest` to subscribers, so a slow
 subscriber also skips versions. Memory held: the latest full version, its delta, at most one
 pending snapshot, plus what in-flight streams still reference, whatever the publish rate.
 """
@@ -48,8 +48,8 @@ class Published:
         return None
 
 
-class WeightPublisher:
-    """Publishes one run's policy weights.
+class WeightDistributor:
+    """Distributes one run's policy weights: versions published here are streamed to robots.
 
     Args:
         run_id: the run these weights belong to (written into every manifest).
@@ -60,8 +60,8 @@ class WeightPublisher:
 
     Usage (learner)::
 
-        pub = server.publisher(run_id)            # or WeightPublisher(run_id) for a relay/test
-        v = pub.publish(policy.state_dict(), learner_step=step)   # returns at once
+        dist = server.distributor(run_id)         # or WeightDistributor(run_id) for a relay/test
+        v = dist.publish(policy.state_dict(), learner_step=step)  # returns at once
     """
 
     def __init__(
@@ -98,7 +98,7 @@ class WeightPublisher:
         """Snapshot ``state`` (name -> torch tensor or numpy array) as a new version.
 
         Costs one copy of the weights on the calling thread; digests and deltas are computed on
-        the publisher's own thread.
+        the distributor's own thread.
 
         Returns:
             The version number (``version``, or one above the last).
@@ -116,7 +116,7 @@ class WeightPublisher:
     ) -> int:
         """Publish a safetensors blob as it is (no copy), e.g. a file the learner wrote.
 
-        ``blob`` is owned by the publisher afterwards and must not be modified.
+        ``blob`` is owned by the distributor afterwards and must not be modified.
 
         Returns:
             The version number.
@@ -169,7 +169,7 @@ class WeightPublisher:
             return self._last_version
 
     def add_listener(self, fn: Callable[[Published], None]) -> None:
-        """Call ``fn(published)`` on the publisher thread after each new version (keep it short)."""
+        """Call ``fn(published)`` on the encoder thread after each new version (keep it short)."""
         with self._cond:
             self._listeners.append(fn)
 

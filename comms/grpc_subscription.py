@@ -1,4 +1,5 @@
-"""Feeds a :class:`~comms.receiver.WeightReceiver` from the Weights service (cloud or relay).
+"""A weight subscription over gRPC: keeps a :class:`~comms.receiver.WeightReceiver` at the
+newest version of a run, from the Weights service (cloud or relay).
 
 A background thread holds a Subscribe stream, assembles each version, re-fetches chunks that
 failed their sha256 check or never came (a truncated stream), applies complete versions only,
@@ -20,23 +21,24 @@ import logging
 import queue
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import zmq
 
 from comms import dataplane_client
-from comms.backoff import Backoff
 from comms.client import EdgeClient
 from comms.dataplane import CHUNK_HEADER, WEIGHT
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.weight_codec import WeightFormatError
+from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 
-class GrpcWeightSource:
+class GrpcWeightSubscription:
     """Keeps ``receiver`` at the latest version of ``run_id``.
 
     Attributes:
@@ -128,111 +130,139 @@ class GrpcWeightSource:
         s = self._client.settings
         backoff = Backoff(s.reconnect_initial_s, s.reconnect_max_s)
         while not self._stop.is_set():
-            asm: VersionAssembler | None = None
-            acks: queue.SimpleQueue[pb.SubscribeRequest | None] = queue.SimpleQueue()
+            st = _Stream()
             self._drop_data_plane()  # a new stream offers a new token
             try:
-                call = self._client.weights.Subscribe(
-                    _requests(
-                        pb.SubscribeRequest(
-                            run_id=self._run_id,
-                            have_version=self._rx.version,
-                            data_plane=s.data_plane,
-                        ),
-                        acks,
-                    ),
-                    metadata=self._client.metadata,
-                )
-                self._call = call
-                expected = seen = 0
-                version = -1
-                for msg in call:
-                    if msg.HasField("data_plane"):
-                        self._dp = dataplane_client.connect(
-                            msg.data_plane,
-                            s.data_plane_handshake_s,
-                            require_curve=s.tls_ca_file is not None,
-                        )
-                        continue
-                    if msg.HasField("manifest") and msg.chunks_on_data_plane:
-                        if asm is not None and not self._finish(asm):
-                            break
-                        version = int(msg.manifest.version)
-                        asm = None
-                        if self._rx.wants(msg.manifest):
-                            try:
-                                asm = VersionAssembler(msg.manifest)
-                            except WeightFormatError as exc:
-                                log.error("manifest refused: %s", exc)
-                        n = len(msg.manifest.chunk_sha256)
-                        lost = not self._data_plane_chunks(asm, n) and n > 0
-                        if lost:
-                            log.info("no chunk on the data plane; back to the gRPC stream")
-                            self._drop_data_plane()
-                        ok = asm is None or self._finish(asm)  # repairs over gRPC (Fetch)
-                        asm = None
-                        if not ok:
-                            break
-                        backoff.reset()
-                        ack = _ack(self._rx.version, version)
-                        ack.data_plane_failed = lost
-                        acks.put(ack)
-                        continue
-                    if msg.HasField("manifest"):
-                        if asm is not None and not self._finish(asm):
-                            break  # the server assumes we hold it: re-subscribe to re-sync
-                        asm, seen = None, 0
-                        version = int(msg.manifest.version)
-                        expected = len(msg.manifest.chunk_sha256)
-                        if self._rx.wants(msg.manifest):
-                            try:
-                                asm = VersionAssembler(msg.manifest)
-                            except WeightFormatError as exc:
-                                log.error("manifest refused: %s", exc)
-                        if expected == 0:  # nothing follows
-                            if asm is not None and not self._finish(asm):
-                                break
-                            asm = None
-                            acks.put(_ack(self._rx.version, version))
-                        elif asm is None:
-                            seen = -1  # the chunks that follow are skipped
-                        continue
-                    self.bytes_received += len(msg.chunk.data)
-                    if seen < 0:
-                        # A version held already or refused: ack once its last chunk passed.
-                        if msg.chunk.index == expected - 1:
-                            acks.put(_ack(self._rx.version, version))
-                        continue
-                    seen += 1
-                    assert asm is not None
-                    asm.add_async(msg.chunk)
-                    if seen == expected:
-                        backoff.reset()
-                        ok = self._finish(asm)
-                        asm = None
-                        if not ok:
-                            break
-                        # Flow control: the server sends the next (newest) version only now.
-                        acks.put(_ack(self._rx.version, version))
-                # The stream ended: a half-received version is completed by Fetch or dropped.
-                if asm is not None:
-                    self._finish(asm)
+                self._stream_once(st, backoff)
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     return
                 code = exc.code() if hasattr(exc, "code") else None
                 log.info("weight stream lost (%s)", code)
-                if asm is not None and code != grpc.StatusCode.CANCELLED:
+                if st.asm is not None and code != grpc.StatusCode.CANCELLED:
                     try:
-                        self._finish(asm)
+                        self._finish(st.asm)
                     except Exception:  # the source is unreachable; the version stays unapplied
                         pass
             finally:
-                acks.put(None)  # ends the request stream
+                st.acks.put(None)  # ends the request stream
                 if self._call is not None:
                     self._call.cancel()
             if backoff.sleep(self._stop):
                 return
+
+    def _stream_once(self, st: _Stream, backoff: Backoff) -> None:
+        """One Subscribe call, until it ends or a version cannot be applied (then the caller
+        re-subscribes, which re-syncs the server with the version held)."""
+        s = self._client.settings
+        first = pb.SubscribeRequest(
+            run_id=self._run_id, have_version=self._rx.version, data_plane=s.data_plane
+        )
+        call = self._client.weights.Subscribe(
+            _requests(first, st.acks), metadata=self._client.metadata
+        )
+        self._call = call
+        for msg in call:
+            if msg.HasField("data_plane"):
+                self._dp = dataplane_client.connect(
+                    msg.data_plane,
+                    s.data_plane_handshake_s,
+                    require_curve=s.tls_ca_file is not None,
+                )
+                ok = True
+            elif msg.HasField("manifest") and msg.chunks_on_data_plane:
+                ok = self._on_data_plane_version(st, msg.manifest, backoff)
+            elif msg.HasField("manifest"):
+                ok = self._on_manifest(st, msg.manifest)
+            else:
+                ok = self._on_chunk(st, msg.chunk, backoff)
+            if not ok:
+                break
+        # The stream ended: a half-received version is completed by Fetch or dropped.
+        if st.asm is not None:
+            self._finish(st.asm)
+
+    def _assembler(self, manifest: pb.Manifest) -> VersionAssembler | None:
+        """An assembler for a version the receiver wants; None for one held already or refused."""
+        if not self._rx.wants(manifest):
+            return None
+        try:
+            return VersionAssembler(manifest)
+        except WeightFormatError as exc:
+            log.error("manifest refused: %s", exc)
+            return None
+
+    def _on_data_plane_version(self, st: _Stream, manifest: pb.Manifest, backoff: Backoff) -> bool:
+        """A manifest whose chunks come on the data plane: receive, repair, apply, ack.
+        Returns False when a version could not be applied (re-subscribe)."""
+        if st.asm is not None and not self._finish(st.asm):
+            return False
+        st.version = int(manifest.version)
+        st.asm = self._assembler(manifest)
+        n = len(manifest.chunk_sha256)
+        lost = not self._data_plane_chunks(st.asm, n) and n > 0
+        if lost:
+            log.info("no chunk on the data plane; back to the gRPC stream")
+            self._drop_data_plane()
+        ok = st.asm is None or self._finish(st.asm)  # repairs over gRPC (Fetch)
+        st.asm = None
+        if not ok:
+            return False
+        backoff.reset()
+        ack = _ack(self._rx.version, st.version)
+        ack.data_plane_failed = lost
+        st.acks.put(ack)
+        return True
+
+    def _on_manifest(self, st: _Stream, manifest: pb.Manifest) -> bool:
+        """A manifest whose chunks follow on this stream; returns False to re-subscribe."""
+        if st.asm is not None and not self._finish(st.asm):
+            return False  # the server assumes we hold it: re-subscribe to re-sync
+        st.asm, st.seen = None, 0
+        st.version = int(manifest.version)
+        st.expected = len(manifest.chunk_sha256)
+        st.asm = self._assembler(manifest)
+        if st.expected == 0:  # nothing follows
+            if st.asm is not None and not self._finish(st.asm):
+                return False
+            st.asm = None
+            st.acks.put(_ack(self._rx.version, st.version))
+        elif st.asm is None:
+            st.seen = -1  # the chunks that follow are skipped
+        return True
+
+    def _on_chunk(self, st: _Stream, chunk: pb.Chunk, backoff: Backoff) -> bool:
+        """A chunk on this stream; the version is applied after its last one. Returns False
+        when it could not be applied (re-subscribe)."""
+        self.bytes_received += len(chunk.data)
+        if st.seen < 0:
+            # A version held already or refused: ack once its last chunk passed.
+            if chunk.index == st.expected - 1:
+                st.acks.put(_ack(self._rx.version, st.version))
+            return True
+        st.seen += 1
+        assert st.asm is not None
+        st.asm.add_async(chunk)
+        if st.seen == st.expected:
+            backoff.reset()
+            ok = self._finish(st.asm)
+            st.asm = None
+            if not ok:
+                return False
+            # Flow control: the server sends the next (newest) version only now.
+            st.acks.put(_ack(self._rx.version, st.version))
+        return True
+
+
+@dataclass
+class _Stream:
+    """One Subscribe call's progress: the version being assembled and the acks to send."""
+
+    acks: queue.SimpleQueue[pb.SubscribeRequest | None] = field(default_factory=queue.SimpleQueue)
+    asm: VersionAssembler | None = None
+    version: int = -1  # of the last manifest
+    expected: int = 0  # chunks of that version on this stream
+    seen: int = 0  # of them received; -1: they are skipped
 
 
 def _ack(have: int, done: int) -> pb.SubscribeRequest:

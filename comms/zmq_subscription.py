@@ -1,4 +1,5 @@
-"""Feeds a :class:`~comms.receiver.WeightReceiver` from a site relay's ZeroMQ fan-out.
+"""A weight subscription through a site relay's ZeroMQ fan-out: keeps a
+:class:`~comms.receiver.WeightReceiver` at the newest version of a run.
 
 The robot first asks the relay (gRPC, with its credential) for the run, which also makes the
 relay subscribe upstream; then it listens on the relay's PUB socket. Chunks that fail their
@@ -21,19 +22,19 @@ import grpc
 import zmq
 from google.protobuf.message import DecodeError
 
-from comms.backoff import Backoff
 from comms.client import EdgeClient
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.relay import FANOUT_KEY_HEADER, TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
 from comms.weight_codec import FULL_BASE, WeightFormatError
+from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 STALL_S = 1.0  # an unfinished version with no chunk for this long is repaired by Fetch
 
 
-class ZmqWeightSource:
+class ZmqWeightSubscription:
     """Keeps ``receiver`` at the latest version of ``run_id`` via the site relay.
 
     Args:

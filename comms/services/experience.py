@@ -1,0 +1,321 @@
+"""The Experience service: step batches in, acknowledgements of the durable seq out.
+
+Batches come on the gRPC stream (split in parts under the message limit) or, when the client
+asks and the server offers one, on the ZeroMQ data plane while the stream carries the acks.
+Appends (Arrow parsing, the sink's fsync) run in worker threads so one slow robot never stalls
+the event loop. After a refusal (backpressure) later batches are refused until the client
+re-syncs, so nothing is stored out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from comms import steps as S
+from comms.dataplane import DataPlaneServer
+from comms.proto import robofleet_pb2 as pb
+from comms.proto import robofleet_pb2_grpc as rpc
+from comms.services.common import OpenStream, ServerState, guarded, identify, write
+from comms.sink import Backpressure, SinkRejected, StepSink
+
+_REFUSALS: dict[type[Exception], grpc.StatusCode] = {
+    S.StepFormatError: grpc.StatusCode.INVALID_ARGUMENT,
+    S.ForeignRowsError: grpc.StatusCode.PERMISSION_DENIED,
+    SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
+@dataclass
+class _Upload:
+    """One upload stream's position, used by one worker-thread hop at a time."""
+
+    robot_id: int
+    run_id: str
+    sink: StepSink
+    lock: threading.Lock
+    durable: int
+    resync: bool = False
+    rows: int = 0
+
+    def take(self, data: Any) -> pb.UploadAck:
+        """Acknowledge one whole batch (empty: a hello / re-sync) after storing its new rows.
+
+        After a refusal (backpressure) later batches are refused too, until the client
+        re-syncs, so nothing is stored out of order around the refused batch.
+
+        Raises:
+            StepFormatError, ForeignRowsError, SinkRejected: the stream must be ended.
+        """
+        if not len(data):
+            self.resync = False  # the client resends from ``durable``
+            return pb.UploadAck(durable_seq=self.durable)
+        ack = pb.UploadAck(durable_seq=self.durable)
+        try:
+            rows, self.durable = _ingest(
+                data,
+                self.robot_id,
+                self.run_id,
+                self.durable,
+                None if self.resync else self.sink,
+                self.lock,
+            )
+        except Backpressure as bp:
+            ack.backpressure = True
+            ack.retry_after_ms = int(bp.retry_after_s * 1000)
+            ack.reason = str(bp)
+            self.resync = True
+            return ack
+        self.rows += rows
+        ack.durable_seq = self.durable
+        if self.resync:
+            ack.backpressure = True
+            ack.reason = "resync after backpressure"
+        return ack
+
+    def take_all(
+        self, batches: list[Any]
+    ) -> tuple[list[tuple[pb.UploadAck, bool]], Exception | None]:
+        """:meth:`take` for several batches in one hop; stops at the first refusal.
+
+        Returns:
+            ([(ack, whether it is a plain batch ack: stored, no backpressure)], the refusal).
+        """
+        acks: list[tuple[pb.UploadAck, bool]] = []
+        for data in batches:
+            try:
+                ack = self.take(data)
+            except tuple(_REFUSALS) as exc:
+                return acks, exc
+            acks.append((ack, len(data) > 0 and not ack.backpressure))
+        return acks, None
+
+
+def _coalesce(acks: list[tuple[pb.UploadAck, bool]]) -> list[pb.UploadAck]:
+    """Runs of plain batch acks (stored, no backpressure) as one ack carrying the last durable
+    seq and the run's length; hello and backpressure acks stay single."""
+    out: list[pb.UploadAck] = []
+    run = 0
+    for ack, plain in acks:
+        if plain and run:
+            out[-1].durable_seq = ack.durable_seq
+            run += 1
+            out[-1].batches = run
+            continue
+        out.append(ack)
+        run = 1 if plain else 0
+    return out
+
+
+class ExperienceServicer(rpc.ExperienceServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    @guarded
+    async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        """Step batches in, acks with the durable seq out. The opening (empty) message names
+        the run; when it asks for the data plane and one is offered, the batches come there
+        and this stream carries only the acks."""
+        s = self.s
+        ident = await identify(s, context)
+        first = await self._read(context)
+        if first is grpc.aio.EOF:
+            return
+        run_id = first.run_id
+        await asyncio.to_thread(s.auth.require_lease, ident, run_id)
+        sink = s.sinks(run_id)
+        if sink is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}")
+        assert sink is not None
+        durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
+        up = _Upload(ident.robot_id, run_id, sink, s.robot_lock(run_id, ident.robot_id), durable)
+        with OpenStream(s):
+            if first.data_plane and s.dataplane is not None and not first.arrow_ipc:
+                await self._data_plane(context, up, s.dataplane)
+            else:
+                await self._stream(context, up, first)
+
+    async def _stream(
+        self, context: grpc.aio.ServicerContext, up: _Upload, msg: pb.StepBatch
+    ) -> None:
+        """Batches on this stream, split in parts under gRPC's message limit."""
+        parts: list[bytes] = []
+        while True:
+            whole = await self._part(context, up, msg, parts)
+            if whole is not None:
+                await self._acks(context, up, [whole])
+            msg = await self._read(context)
+            if msg is grpc.aio.EOF:
+                return
+
+    async def _part(
+        self, context: grpc.aio.ServicerContext, up: _Upload, msg: pb.StepBatch, parts: list[bytes]
+    ) -> bytes | None:
+        """Collect one part of a batch sent on the stream; the whole batch after its last part."""
+        if msg.run_id != up.run_id:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "one upload stream serves one run"
+            )
+        limit = self.s.settings.max_upload_batch_bytes
+        parts.append(msg.arrow_ipc)
+        if sum(len(p) for p in parts) > limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"step batch over {limit} bytes"
+            )
+        if msg.more:
+            return None
+        whole = parts[0] if len(parts) == 1 else b"".join(parts)
+        parts.clear()
+        return whole
+
+    async def _data_plane(
+        self, context: grpc.aio.ServicerContext, up: _Upload, dp: DataPlaneServer
+    ) -> None:
+        """Batches on the data plane (whole, zero-copy frames), acks on this stream."""
+        # Both sources feed one queue in arrival order: ("dp", frame) from the data-plane
+        # thread, ("grpc", message or EOF) from this stream.
+        inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        session = dp.open(
+            lambda _seq, frame: loop.call_soon_threadsafe(inbox.put_nowait, ("dp", frame))
+        )
+        reader = asyncio.create_task(_pump(context, inbox))
+        try:
+            await write(
+                self.s, context, pb.UploadAck(durable_seq=up.durable, data_plane=dp.offer(session))
+            )
+            await self._serve_inbox(context, up, inbox)
+        finally:
+            reader.cancel()
+            dp.close_session(session)
+
+    async def _serve_inbox(
+        self,
+        context: grpc.aio.ServicerContext,
+        up: _Upload,
+        inbox: asyncio.Queue[tuple[str, Any]],
+    ) -> None:
+        """Take what arrives until the client closes its stream. Data-plane batches that
+        arrived together are taken in one worker-thread hop."""
+        s = self.s
+        parts: list[bytes] = []
+        limit = 4 * s.settings.upload_window  # a client keeps at most its window in flight
+        carry: tuple[str, Any] | None = None  # taken while gathering batches
+        while True:
+            if carry is not None:
+                (kind, got), carry = carry, None
+            else:
+                try:
+                    kind, got = await asyncio.wait_for(
+                        inbox.get(), s.settings.stream_idle_timeout_s
+                    )
+                except TimeoutError:
+                    await self._idle_abort(context)
+            if kind == "grpc":
+                if got is grpc.aio.EOF:
+                    return
+                # A client that could not reach the data plane sends on this stream.
+                whole = await self._part(context, up, got, parts)
+                if whole is not None:
+                    await self._acks(context, up, [whole])
+                continue
+            if inbox.qsize() > limit:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "more step batches in flight than the upload window",
+                )
+            batches, carry = _gather(inbox, got.buffer)
+            if any(len(b) > s.settings.max_upload_batch_bytes for b in batches):
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"step batch over {s.settings.max_upload_batch_bytes} bytes",
+                )
+            await self._acks(context, up, batches, coalesce=True)
+
+    async def _acks(
+        self,
+        context: grpc.aio.ServicerContext,
+        up: _Upload,
+        batches: list[Any],
+        coalesce: bool = False,
+    ) -> None:
+        """Take ``batches`` in one worker-thread hop and send their acks (then any refusal);
+        ``coalesce``: consecutive plain batch acks go as one (``UploadAck.batches``)."""
+        before = up.rows
+        acks, refused = await asyncio.to_thread(up.take_all, batches)
+        self.s.uploaded_rows += up.rows - before
+        for ack in _coalesce(acks) if coalesce else [a for a, _ in acks]:
+            await write(self.s, context, ack)
+        if refused is not None:
+            await context.abort(_REFUSALS[type(refused)], str(refused))
+
+    async def _read(self, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await asyncio.wait_for(context.read(), self.s.settings.stream_idle_timeout_s)
+        except TimeoutError:
+            await self._idle_abort(context)
+
+    async def _idle_abort(self, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"no step batch for {self.s.settings.stream_idle_timeout_s:.0f} s; stream dropped",
+        )
+
+
+def _ingest(
+    data: Any,
+    robot_id: int,
+    run_id: str,
+    durable: int,
+    sink: StepSink | None,
+    lock: threading.Lock,
+) -> tuple[int, int]:
+    """Validate a step batch and append its new rows to ``sink`` (None: validate only).
+
+    The rows already durable are dropped against the sink itself, under the robot's lock: a
+    robot whose old stream is still draining (a reconnect through a relay or a slow link) may
+    have two streams at once, and each stream's own view of ``durable`` would store rows twice.
+
+    Returns:
+        (rows appended, durable seq afterwards).
+
+    Raises:
+        StepFormatError, ForeignRowsError, SinkRejected, Backpressure.
+    """
+    batch = S.decode_batch(data, robot_id, run_id)
+    if sink is None:
+        return 0, durable
+    with lock:
+        durable = max(durable, sink.durable_seq(robot_id))
+        batch = S.drop_acknowledged(batch, durable)
+        if not batch.num_rows:
+            return 0, durable
+        return batch.num_rows, sink.append(robot_id, batch)
+
+
+async def _pump(context: grpc.aio.ServicerContext, inbox: asyncio.Queue[tuple[str, Any]]) -> None:
+    """Move this stream's messages (then EOF) into ``inbox``."""
+    while True:
+        m = await context.read()
+        inbox.put_nowait(("grpc", m))
+        if m is grpc.aio.EOF:
+            return
+
+
+def _gather(
+    inbox: asyncio.Queue[tuple[str, Any]], first: Any
+) -> tuple[list[Any], tuple[str, Any] | None]:
+    """``first`` and the data-plane batches queued right behind it; returns them and the
+    stream message that ended the run of batches, if one did (to be handled next)."""
+    batches = [first]
+    while not inbox.empty():
+        item = inbox.get_nowait()
+        if item[0] != "dp":
+            return batches, item
+        batches.append(item[1].buffer)
+    return batches, None

@@ -1,0 +1,36 @@
+"""The Heartbeat service: a robot's state, applied policy version and loop stats, recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc.aio
+
+from comms.proto import robofleet_pb2 as pb
+from comms.proto import robofleet_pb2_grpc as rpc
+from comms.registry import record_heartbeat
+from comms.services.common import ServerState, guarded, identify
+
+
+class HeartbeatServicer(rpc.HeartbeatServicer):
+    def __init__(self, state: ServerState) -> None:
+        self.s = state
+
+    @guarded
+    async def Beat(
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HeartbeatReply:
+        ident = await identify(self.s, context)
+        applied = (
+            None if request.applied_policy_version < 0 else int(request.applied_policy_version)
+        )
+        await asyncio.to_thread(
+            record_heartbeat,
+            self.s.store,
+            ident.robot_id,
+            request.state,
+            applied,
+            dict(request.stats),
+        )
+        return pb.HeartbeatReply(server_time=time.time())
