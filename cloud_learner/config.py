@@ -1,4 +1,8 @@
-"""Learner settings (the ``learner:`` section, ``ROBOFLEET_LEARNER__*``)."""
+"""The learner's settings: what it trains, on what, and how it checkpoints and publishes.
+
+A run's learner gets them from its run spec (``cloud_learner.run_plan.RunPlan``); they are not
+a section of robofleet's settings file, so nothing a user sets there can be silently ignored.
+"""
 
 from typing import Any, Literal
 
@@ -57,13 +61,5 @@ class LearnerSettings(BaseModel):
     online_fraction: float = Field(default=0.5, ge=0, le=1, description="For sampler=mix.")
     samples_per_insert: float | None = Field(
         default=None, gt=0, description="Rate limiter: bound on the update-to-data ratio."
-    )
-    eval_every_updates: int = Field(
-        default=0, ge=0, description="Evaluation episodes on simulated robots every N updates."
-    )
-    eval_episodes: int = Field(default=10, ge=1, description="Seeded episodes per task.")
-    eval_max_steps: int = Field(default=150, ge=1)
-    eval_state_indices: list[int] | None = Field(
-        default=None, description="What the simulated robot observes of Meta-World's 39-d state."
     )
     torch_threads: int = Field(default=2, ge=1, description="CPU threads for torch.")

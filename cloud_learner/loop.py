@@ -47,8 +47,6 @@ class Learner:
         settings: LearnerSettings,
         model_config: Mapping[str, Any],
         hook: Hook | None = None,
-        evaluate: Callable[[int], Metrics] | None = None,
-        eval_every_updates: int = 0,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.algorithm = algorithm
@@ -57,8 +55,6 @@ class Learner:
         self.settings = settings
         self.model_config = dict(model_config)
         self.hook = hook
-        self.evaluate = evaluate
-        self.eval_every_updates = eval_every_updates
         self.checkpoints = CheckpointManager(self.run_dir, settings.keep_checkpoints)
         self.step = 0
         self.version = 0
@@ -103,7 +99,7 @@ class Learner:
         log.info(
             "resumed %s at learner step %d, policy version %d", latest, self.step, self.version
         )
-        self._publish()  # robots get a version from the resumed learner right away
+        self.publish()  # robots get a version from the resumed learner right away
         return True
 
     # -- one iteration ---------------------------------------------------------------------
@@ -126,7 +122,7 @@ class Learner:
         return self.source.can_sample(self.settings.batch_size)
 
     def train_step(self) -> Metrics:
-        """One update, then publish / checkpoint / evaluate when due."""
+        """One update, then publish / checkpoint when due."""
         assert self.metrics is not None, "call start() first"
         batch = self.source.sample(self.settings.batch_size)
         metrics = self.algorithm.update(batch)
@@ -142,13 +138,7 @@ class Learner:
             time.monotonic() - self._last_publish >= self.settings.publish_every_seconds
         )
         if due:
-            self._publish()
-        if (
-            self.evaluate is not None
-            and self.eval_every_updates
-            and (self.step % self.eval_every_updates == 0)
-        ):
-            self.metrics.write(self.step, self.evaluate(self.step), prefix="eval")
+            self.publish()
         if self.step % self.settings.checkpoint_every_updates == 0:
             self.save_checkpoint()
         return metrics
@@ -167,7 +157,8 @@ class Learner:
 
     # -- publish / checkpoint --------------------------------------------------------------
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
+        """Publish the algorithm's weights as the next version (and tell the hook)."""
         self.version += 1
         weights = self.algorithm.get_weights()
         self.publisher.publish(self.version, weights)

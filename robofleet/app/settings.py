@@ -24,7 +24,6 @@ from pydantic_settings import (
 )
 
 from buffer.config import BufferSettings
-from cloud_learner.config import LearnerSettings
 from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
 from edge_agent.config import EdgeSettings
@@ -74,7 +73,6 @@ class Settings(BaseSettings):
     comms: CommsSettings = Field(default_factory=CommsSettings)
     hal: HalSettings = Field(default_factory=HalSettings)
     edge: EdgeSettings = Field(default_factory=EdgeSettings)
-    learner: LearnerSettings = Field(default_factory=LearnerSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     orchestration: OrchestrationSettings = Field(default_factory=OrchestrationSettings)
 

@@ -9,7 +9,6 @@
   the hung-process watchdog.
 * :mod:`robofleet.app.orchestration.hold` - pause/resume pushed to robots until their heartbeats agree.
 * :mod:`robofleet.app.orchestration.config` - the ``orchestration:`` settings section.
-* :mod:`robofleet.app.orchestration.learner_proc` - the learner process of a run.
 * :mod:`robofleet.app.sim.fleet` - enrollment, heartbeats and edge agents of
   simulated robots; expert demonstrations.
 * :mod:`robofleet.app.orchestration.evaluator` - evaluation episodes, the operator never acting.

@@ -276,7 +276,7 @@ class RunDriver:
             [
                 ctx.python,
                 "-m",
-                "robofleet.app.orchestration.learner_proc",
+                "cloud_learner.process",
                 "--run-dir",
                 str(self.run_dir),
                 "--run-id",

@@ -1,0 +1,300 @@
+"""The learner process of a run: ``python -m cloud_learner.process --run-dir DIR ...``.
+
+The run driver starts it (and restarts it after a crash) beside the cloud process, under a
+``ProcessSupervisor``. It reads the run's ``spec.json`` and its buffer's ``schema.json`` from
+the run directory and resumes from the directory's latest checkpoint; on a fresh run it first
+fits the state normalisation and trains the weak initial policy on the demonstrations already
+in the buffer (each algorithm's ``bc_update``), publishes it as version 1 and checkpoints.
+Then it trains online (:class:`cloud_learner.loop.Learner`) on batches from the run's buffer
+service (``buffer.service.BatchServer``, another process), at most ``updates_per_s`` updates
+per second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
+insert data (the sampling side of ``buffer.RateLimiter``: robots are never blocked).
+
+Weights go to ``<run-dir>/weights`` (``comms.weight_file.WeightDirectory``); the cloud process
+hands each new version to comms' distributor, so encoding and streaming never slow the updates
+here. Published versions and checkpoints are recorded in the metadata store
+(``--database-url``). Signals: SIGTERM = final checkpoint and exit 0; SIGUSR1 = checkpoint at
+the next update boundary. The process also stops when its parent (the cloud) is gone.
+Exit codes: 0 stopped, 4 refused (no GPU where one was asked for, an incompatible checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from buffer import RateLimiter, StepSchema
+from buffer.service import RemoteBuffer
+from cloud_learner.checkpoint import CheckpointError
+from cloud_learner.factory import build_algorithm, model_config
+from cloud_learner.loop import Hook, Learner
+from cloud_learner.policy_card import CardPublisher, card_for
+from cloud_learner.run_plan import RunPlan
+from cloud_learner.sources import TransitionBatchSource
+from cloud_learner.warm_start import fit_state_normalization
+from comms.weight_file import WeightDirectory
+from robofleet.runspec import RunParams, parse_run_spec
+
+EXIT_REFUSED = 4
+log = logging.getLogger("robofleet.learner")
+
+
+class Refused(RuntimeError):
+    """The learner cannot start this run here; ``str`` says why (exit code 4)."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s learner %(message)s")
+    torch.set_num_threads(1)
+    lock_fd = _lock(args.run_dir)
+    try:
+        proc = RunLearner.open(args.run_dir, args.run_id, args.batches, args.database_url)
+    except Refused as exc:
+        print(f"learner: refused: {exc}", file=sys.stderr)
+        os.close(lock_fd)
+        return EXIT_REFUSED
+    flags = {"stop": False, "checkpoint": False}
+    signal.signal(signal.SIGTERM, lambda *_: flags.__setitem__("stop", True))
+    signal.signal(signal.SIGUSR1, lambda *_: flags.__setitem__("checkpoint", True))
+    parent = os.getppid()
+
+    def should_stop() -> bool:
+        if os.getppid() != parent:
+            log.warning("the cloud process is gone; stopping")
+            return True
+        return flags["stop"] or (args.max_updates > 0 and proc.learner.step >= args.max_updates)
+
+    def checkpoint_requested() -> bool:
+        asked, flags["checkpoint"] = flags["checkpoint"], False
+        return asked
+
+    try:
+        proc.run(should_stop, checkpoint_requested)
+    finally:
+        proc.close()
+        os.close(lock_fd)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m cloud_learner.process", description=__doc__)
+    p.add_argument("--run-dir", required=True, type=Path)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--batches", required=True, help="the run's BatchServer address (tcp://...)")
+    p.add_argument("--database-url", default=None, help="record versions and checkpoints")
+    p.add_argument(
+        "--max-updates",
+        type=int,
+        default=0,
+        help="stop (final checkpoint, exit 0) at this learner step; 0 = when signalled",
+    )
+    return p
+
+
+class RunLearner:
+    """One run's learner: its plan, its batches, its publisher, and the loop's pacing."""
+
+    def __init__(self, plan: RunPlan, learner: Learner, remote: RemoteBuffer, resumed: bool):
+        self.plan = plan
+        self.params: RunParams = plan.params
+        self.learner = learner
+        self.remote = remote
+        self.resumed = resumed
+        spi = plan.spec.buffer.samples_per_insert
+        # Robots run in real time and are never blocked: the learner waits for data.
+        self.limiter = RateLimiter.sampling_side(spi) if spi is not None else None
+        self._window: list[float] = []
+        self._last: dict[str, float] = {"loss": float("nan")}
+
+    @classmethod
+    def open(cls, run_dir: Path, run_id: str, batches: str, database_url: str | None) -> RunLearner:
+        """Build everything from the run directory and resume or start fresh.
+
+        Raises:
+            Refused: a GPU asked for and none here, or a checkpoint that does not fit.
+        """
+        spec = parse_run_spec(json.loads((run_dir / "spec.json").read_text()))
+        plan = RunPlan.from_spec(spec)
+        settings = plan.learner_settings(*run_dims(run_dir))
+        try:
+            device = learner_device(spec.learner.num_gpus)
+        except RuntimeError as exc:
+            raise Refused(str(exc)) from None
+        algorithm = build_algorithm(settings, device)
+        sampling = plan.batch_sampling()
+        reward_scale = float(sampling.pop("reward_scale"))
+        remote = RemoteBuffer(batches, sampling=sampling)
+        source = TransitionBatchSource(remote, device=device, reward_scale=reward_scale)
+        # Every version carries its policy card, so robots and the evaluator build the right
+        # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
+        publisher = CardPublisher(
+            WeightDirectory(run_dir / "weights", keep=5),
+            card_for(settings.algorithm, algorithm.policy),
+        )
+        hook = metadata_hook(database_url, run_id) if database_url else None
+        learner = Learner(
+            run_dir, algorithm, source, publisher, settings, model_config(settings), hook=hook
+        )
+        try:
+            resumed = learner.start(resume=True)
+        except (CheckpointError, ValueError) as exc:
+            remote.close()
+            raise Refused(str(exc)) from None
+        return cls(plan, learner, remote, resumed)
+
+    def run(self, should_stop: Callable[[], bool], checkpoint_now: Callable[[], bool]) -> None:
+        """Warm start (fresh runs), then update until ``should_stop``; a final checkpoint,
+        except when the cloud stopped answering (then the last checkpoint stands)."""
+        if not self.resumed:
+            self.warm_start()
+        period = 1.0 / self.params.updates_per_s if self.params.updates_per_s > 0 else 0.0
+        try:
+            while not should_stop():
+                if checkpoint_now():
+                    self.learner.save_checkpoint()
+                t0 = time.monotonic()
+                if not self._step(t0):
+                    time.sleep(0.05)
+                    continue
+                spare = period - (time.monotonic() - t0)
+                if spare > 0:
+                    time.sleep(spare)
+            self.learner.save_checkpoint()
+        except TimeoutError as exc:
+            log.warning("%s; exiting without a final checkpoint", exc)
+        learner = self.learner
+        log.info("stopped at learner step %d, policy version %d", learner.step, learner.version)
+
+    def _step(self, t0: float) -> bool:
+        """One update when the samples-per-insert rate allows it; the learner's figures go to
+        the batch server with the next request (the run driver shows them). False: waiting."""
+        p = self.params
+        if self.limiter is not None and not self.limiter.allows_sample(
+            p.batch_size,
+            inserts=self.learner.source.online_transitions(),  # type: ignore[attr-defined]
+            # The warm start's updates are not charged to the robots' rows.
+            samples=(self.learner.step - p.bc_updates) * p.batch_size,
+        ):
+            self._window = [t for t in self._window if t0 - t < 5.0]
+            self.remote.stats = {**self.remote.stats, "updates_per_s": len(self._window) / 5.0}
+            return False
+        metrics = self.learner.train_step()
+        # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go to the
+        # run driver with the counters.
+        self._last.update({k: float(v) for k, v in metrics.items()})
+        self._window = [t for t in (*self._window, t0) if t0 - t < 5.0]
+        self.remote.stats = {
+            **self._last,
+            "learner_step": float(self.learner.step),
+            "policy_version": float(self.learner.version),
+            "updates_per_s": len(self._window) / 5.0,
+        }
+        return True
+
+    def warm_start(self) -> None:
+        """Normalisation from the demonstrations, ``bc_updates`` behaviour-cloning updates
+        (the algorithm's own ``bc_update``), publish version 1 and checkpoint."""
+        learner, p = self.learner, self.params
+        source = learner.source
+        assert isinstance(source, TransitionBatchSource)
+        learner.version = max(learner.version, int(learner.publisher.latest_version()))
+        states = source.sample_numpy(4096)["observation.state"]
+        fit_state_normalization(learner.algorithm, states, p.min_state_std)
+        metrics: dict[str, float] = {}
+        for _ in range(p.bc_updates):
+            metrics = learner.algorithm.bc_update(source.sample(p.batch_size))
+            learner.step += 1
+        log.info(
+            "initial policy: %d BC updates on the demonstrations (last %s)", p.bc_updates, metrics
+        )
+        learner.publish()  # the weak initial policy is version 1 of the run
+        learner.save_checkpoint()
+
+    def close(self) -> None:
+        self.learner.close()
+        self.remote.close()
+
+
+def learner_device(num_gpus: float) -> torch.device:
+    """The learner's torch device: CUDA when the spec reserves a GPU (``learner.num_gpus``),
+    else the CPU. The learner runs beside the cloud process, so the GPU must be on that node.
+
+    Raises:
+        RuntimeError: a GPU was asked for and torch sees no CUDA device here.
+    """
+    if num_gpus <= 0:
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"learner.num_gpus is {num_gpus} but torch sees no CUDA device on the cloud's node "
+            "(the learner process runs beside the cloud); set learner.num_gpus: 0"
+        )
+    return torch.device("cuda")
+
+
+def run_dims(run_dir: Path) -> tuple[int, int]:
+    """(D, A): the sizes of ``observation.state`` and ``action`` in the run's buffer schema."""
+    schema = StepSchema.from_json((run_dir / "buffer" / "schema.json").read_text())
+    return schema.observations["observation.state"].size, schema.action.size
+
+
+def metadata_hook(database_url: str, run_id: str) -> Hook:
+    """Records published versions and checkpoints in the metadata store (for the dashboard)."""
+    from robofleet.store.models import Checkpoint, PolicyVersion
+    from robofleet.store.store import MetadataStore
+
+    store = MetadataStore(database_url)
+
+    def hook(kind: str, data: Mapping[str, Any]) -> None:
+        with store.session() as s:
+            if kind == "published":
+                s.add(
+                    PolicyVersion(
+                        run_id=run_id,
+                        version=int(data["version"]),
+                        learner_step=int(data["learner_step"]),
+                        num_bytes=int(data["num_bytes"]),
+                    )
+                )
+            elif kind == "checkpoint":
+                s.add(
+                    Checkpoint(
+                        run_id=run_id,
+                        learner_step=int(data["learner_step"]),
+                        policy_version=int(data["policy_version"]),
+                        path=str(data["path"]),
+                    )
+                )
+            store.record_event(f"learner.{kind}", run_id=run_id, session=s, **dict(data))
+
+    return hook
+
+
+def _lock(run_dir: Path, timeout_s: float = 30.0) -> int:
+    """One learner per run directory: wait for a dying predecessor to let go of the lock."""
+    fd = os.open(run_dir / "learner.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"learner: {run_dir} is held by another learner") from None
+            time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

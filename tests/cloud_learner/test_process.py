@@ -1,0 +1,218 @@
+"""The learner process of a run (``python -m cloud_learner.process``), as the run driver starts
+it: against the run's buffer service in another process. SIGKILL it mid-training and start it
+again: parameters, metric steps and weight versions continue; versions and checkpoints are in
+the metadata store. Also: the device a spec's ``learner.num_gpus`` asks for, and the refusal
+(exit 4) of a checkpoint the spec no longer fits. Pacing (samples per insert) is
+``buffer.RateLimiter``'s: tests/buffer/test_rate_limiter.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from sqlalchemy import select
+
+from buffer import InterventionSampler, ReplayBuffer, StepSchema
+from buffer.service import BatchServer
+from cloud_learner.checkpoint import CheckpointManager
+from cloud_learner.metrics import read_metrics
+from cloud_learner.process import EXIT_REFUSED, learner_device
+from comms.weight_file import WeightDirectory
+from robofleet.store.models import Checkpoint, Event, PolicyVersion, Run
+from robofleet.store.store import MetadataStore, upgrade
+
+TASKS = ["reach-v3"]
+STATE, ACTION = {"dtype": "float32", "shape": (39,)}, {"dtype": "float32", "shape": (4,)}
+
+
+def spec(hidden: int = 32) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "algorithm": "hg-dagger",
+        "tasks": TASKS,
+        "policy": {"kind": "mlp", "hidden_sizes": [hidden, hidden]},
+        "robots": {"robot_type": "metaworld-sawyer", "count": 1},
+        "hyperparameters": {
+            "bc_updates": 5,
+            "batch_size": 32,
+            "checkpoint_every_updates": 20,
+            "updates_per_s": 0,
+        },
+        "publish": {"every_updates": 10},
+    }
+
+
+def rows(n: int) -> list[dict[str, Any]]:
+    """``n`` steps of 50-step episodes, every other one the operator's."""
+    rng = np.random.default_rng(0)
+    out = []
+    for seq in range(n):
+        frame = seq % 50
+        row: dict[str, Any] = {
+            "seq": seq,
+            "robot_id": "robot-1",
+            "run_id": "run-1",
+            "task": TASKS[0],
+            "episode_index": seq // 50,
+            "frame_index": frame,
+            "timestamp": frame / 20,
+            "reward": 0.0,
+            "terminated": False,
+            "truncated": frame == 49,
+            "is_intervention": seq % 2 == 0,
+            "policy_version": 1,
+            "action": rng.uniform(-1, 1, 4).astype(np.float32),
+            "observation.state": rng.normal(size=39).astype(np.float32),
+        }
+        if frame == 49:
+            row["next.observation.state"] = rng.normal(size=39).astype(np.float32)
+        out.append(row)
+    return out
+
+
+class Run_:
+    """A run directory with its spec, its buffer, the buffer's service and a metadata store."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.dir = tmp / "run"
+        self.dir.mkdir()
+        (self.dir / "spec.json").write_text(json.dumps(spec()))
+        schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
+        self.buffer = ReplayBuffer.open(self.dir / "buffer", schema)
+        self.buffer.append(schema.batch_from_records(rows(2000)))
+        self.server = BatchServer(self.buffer, TASKS, InterventionSampler())
+        self.db = f"sqlite:///{tmp}/meta.db"
+        upgrade(self.db)
+        self.store = MetadataStore(self.db)
+        with self.store.session() as s:
+            s.add(Run(id="run-1", algorithm="hg-dagger"))
+
+    def learner(self, *extra: str) -> subprocess.Popen[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "cloud_learner.process",
+            *("--run-dir", str(self.dir), "--run-id", "run-1"),
+            *("--batches", self.server.address, "--database-url", self.db),
+            *extra,
+        ]
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        return subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def close(self) -> None:
+        self.server.close()
+        self.buffer.close()
+        self.store.close()
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Run_]:
+    r = Run_(tmp_path)
+    yield r
+    r.close()
+
+
+def _wait_for(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting for the learner")
+
+
+def _kill_after_two_checkpoints(run: Run_) -> None:
+    manager = CheckpointManager(run.dir)
+    first = run.learner()
+    try:
+
+        def progressed() -> bool:
+            latest = manager.latest()
+            steps = [m["step"] for m in read_metrics(run.dir)]
+            at = int(latest.name.removeprefix("step-")) if latest else 10**9
+            return len(manager.list()) >= 2 and bool(steps) and steps[-1] >= at + 7
+
+        _wait_for(progressed, timeout=120)
+        os.kill(first.pid, signal.SIGKILL)
+    finally:
+        first.communicate(timeout=30)
+    assert first.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
+def test_sigkill_mid_training_then_resume(run: Run_) -> None:
+    _kill_after_two_checkpoints(run)
+    manager = CheckpointManager(run.dir)
+    ckpt = manager.load()
+    # Updates logged after the last checkpoint (usually some) are redone after the resume.
+    assert max(m["step"] for m in read_metrics(run.dir)) >= ckpt.learner_step
+    version_before = WeightDirectory(run.dir / "weights").latest_version()
+
+    target = ckpt.learner_step + 15  # publishes at resume and at +10
+    resumed = run.learner("--max-updates", str(target))
+    _, err = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, err
+    assert f"resumed {manager.directory}/step-{ckpt.learner_step:010d}" in err
+
+    # Parameters continue: the first version published after resume is the checkpoint's policy.
+    first_new = run.dir / "weights" / f"v{version_before + 1:08d}.safetensors"
+    shipped = load_file(str(first_new))
+    for key, value in ckpt.algorithm["policy"].items():
+        assert (shipped[key] == value).all(), key
+    assert WeightDirectory(run.dir / "weights").latest_version() > version_before + 1
+    # Metric steps continue without gap or duplicate, in JSON lines and in TensorBoard (a run's
+    # learner logs every 10 updates; the warm start's BC updates log none).
+    steps = [m["step"] for m in read_metrics(run.dir)]
+    assert steps == list(range(10, target + 1, 10))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run.dir / "tensorboard"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("learner/loss")] == steps
+    assert manager.load().learner_step == target
+    # Every published version and checkpoint is in the metadata store, for the dashboard.
+    with run.store.session() as s:
+        versions = sorted(s.scalars(select(PolicyVersion.version)))
+        ckpts = list(s.scalars(select(Checkpoint.learner_step)))
+        kinds = set(s.scalars(select(Event.kind).where(Event.run_id == "run-1")))
+    assert versions == list(range(1, versions[-1] + 1)) and versions[-1] >= version_before + 2
+    assert ckpt.learner_step in ckpts and target in ckpts
+    assert kinds == {"learner.published", "learner.checkpoint"}
+
+
+@pytest.mark.slow
+def test_a_checkpoint_the_spec_no_longer_fits_is_refused(run: Run_) -> None:
+    first = run.learner("--max-updates", "12")
+    _, err = first.communicate(timeout=180)
+    assert first.returncode == 0, err
+    (run.dir / "spec.json").write_text(json.dumps(spec(hidden=64)))
+    refused = run.learner()
+    _, err = refused.communicate(timeout=120)
+    assert refused.returncode == EXIT_REFUSED, err
+    assert "learner: refused:" in err and "policy" in err
+    assert CheckpointManager(run.dir).load().learner_step == 12  # nothing was overwritten
+
+
+def test_a_spec_without_gpus_trains_on_the_cpu() -> None:
+    assert learner_device(0.0) == torch.device("cpu")
+
+
+def test_a_gpu_the_node_lacks_is_refused_by_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="learner.num_gpus is 1"):
+        learner_device(1.0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert learner_device(0.5) == torch.device("cuda")
