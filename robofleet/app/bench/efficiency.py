@@ -40,29 +40,34 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from robofleet.app.commands.demo import (
+    PUBLISH_EVERY_SECONDS,
+    PUBLISH_EVERY_UPDATES,
+    SAMPLES_PER_INSERT,
+    UPDATES_PER_S,
+    sim_fleet_spec,
+)
 from robofleet.app.sim.hgdagger import (
     DEFAULT_TASKS,
     MultiTaskConfig,
+    first_at_target,
     run_bc_growth,
     run_multitask,
 )
 
+if TYPE_CHECKING:
+    from robofleet.app.cloud import CloudService
+    from robofleet.app.orchestration.run import RunDriver
+
 TARGET = 0.9
-# The system's weight cadence. Measured (bench efficiency, 4 robots): publishing every 50
-# updates and applying at episode start, robots acted on versions a whole episode old and the
-# fleet kept collecting corrections the learner had already made; every 10 updates (0.25 s at
-# 40 updates/s) applied at each action-chunk boundary keeps the version lag near 0.
-PUBLISH_EVERY_UPDATES = 10
-PUBLISH_EVERY_SECONDS = 1.0
-WEIGHT_APPLY_AT: str | None = "chunk_boundary"  # None: the edge settings' own
-# The sync loop's update schedule, 0.5 updates per env step at batch 128, held by the system
-# with Reverb's samples-per-insert rule (buffer.RateLimiter.sampling_side, in the learner process)
-# and an update-rate cap high enough that the rule, not the cap, binds up to 8 robots.
-SAMPLES_PER_INSERT = 64.0
-UPDATES_PER_S = 100.0
+# Robots apply a new version at each action-chunk boundary (the measurement behind the
+# cadence is at robofleet.app.commands.demo.PUBLISH_EVERY_UPDATES); None: the edge
+# settings' own.
+WEIGHT_APPLY_AT: str | None = "chunk_boundary"
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -104,39 +109,25 @@ def run_system(
     """
     from robofleet.app.cloud import CloudService
     from robofleet.app.settings import load_settings
-    from robofleet.runspec import parse_run_spec
 
     with tempfile.TemporaryDirectory(prefix="bench-eff-") as tmp:
-        root = data_dir or Path(tmp)
-        settings = load_settings(config, data_dir=root)
+        settings = load_settings(config, data_dir=data_dir or Path(tmp))
         if weight_apply_at is not None:
             edge = settings.edge.model_copy(update={"weight_apply_at": weight_apply_at})
             settings = settings.model_copy(update={"edge": edge})
-        spec = parse_run_spec(
-            {
-                "version": 1,
-                "name": f"bench-efficiency-{robots}",
-                "algorithm": "hg-dagger",
-                "tasks": list(tasks),
-                "hyperparameters": {
-                    "control_hz": 20.0,
-                    **({} if updates_per_s is None else {"updates_per_s": updates_per_s}),
-                },
-                "policy": {"kind": "mlp", "hidden_sizes": [128, 128]},
-                "robots": {
-                    "robot_type": "metaworld-sawyer",
-                    "tags": {"simulated": "true"},
-                    "count": robots,
-                },
-                "learner": {"num_cpus": 1.0},
-                "buffer": {"samples_per_insert": samples_per_insert},
-                "publish": {
-                    "every_updates": publish_every_updates,
-                    "every_seconds": publish_every_seconds,
-                },
-                "evaluation": {"every_seconds": eval_every_s, "episodes_per_task": eval_episodes},
-                "stop": {"minutes": minutes, "target_success": target},
-            }
+        spec = sim_fleet_spec(
+            f"bench-efficiency-{robots}",
+            "hg-dagger",
+            tasks,
+            robots,
+            minutes=minutes,
+            eval_every_s=eval_every_s,
+            eval_episodes=eval_episodes,
+            updates_per_s=updates_per_s,
+            samples_per_insert=samples_per_insert,
+            publish_every_updates=publish_every_updates,
+            publish_every_seconds=publish_every_seconds,
+            target_success=target,
         )
         cloud = CloudService(
             settings, sim_robots=robots, dashboard_port=None, grpc_port=0, auto_resume=False
@@ -146,32 +137,70 @@ def run_system(
             cloud.start()
             assert cloud.manager is not None
             run_id = cloud.manager.launch(spec, actor="bench-efficiency")
-            driver = cloud.manager.drivers[run_id]
-            robot_stats: dict[str, dict[str, Any]] = {}
-            last_poll = 0.0
-            while driver.alive:
-                time.sleep(0.5)
-                if time.monotonic() - last_poll >= 2.0:  # agents' heartbeats, while they run
-                    last_poll = time.monotonic()
-                    robot_stats.update(_robot_stats(cloud.store))
-            result = dict(driver.result)
-            progress = dict(driver.progress)
-            evals_path = driver.run_dir / "evals.jsonl"
-            history = (
-                [json.loads(line) for line in evals_path.read_text().splitlines() if line]
-                if evals_path.exists()
-                else []
-            )
-            robot_stats.update(_robot_stats(cloud.store))
-            # The agents' own final reports are complete; the last heartbeat seen may not be.
-            robot_stats.update(driver.robot_reports)
+            run = _follow(cloud, cloud.manager.drivers[run_id])
         finally:
             cloud.close()
-    if not result:
+    if not run.result:
         raise RuntimeError(f"the system run with {robots} robots produced no result")
-    hit = next((h for h in history if h["success_mean"] >= target), None)
+    return _system_summary(
+        run,
+        robots,
+        target,
+        elapsed_min=(time.monotonic() - t0) / 60,
+        publish={"every_updates": publish_every_updates, "every_seconds": publish_every_seconds},
+        weight_apply_at=weight_apply_at or settings.edge.weight_apply_at,
+    )
+
+
+@dataclass
+class _SystemRun:
+    """What a finished system run left: the driver's ``result`` and ``progress``, its
+    ``history`` (evals.jsonl rows) and ``robot_stats`` (robot name -> its last stats)."""
+
+    result: dict[str, Any]
+    progress: dict[str, Any]
+    history: list[dict[str, Any]]
+    robot_stats: dict[str, dict[str, Any]]
+
+
+def _follow(cloud: CloudService, driver: RunDriver) -> _SystemRun:
+    """Wait for the run to end, reading the robots' heartbeat stats every 2 s while it runs."""
+    robot_stats: dict[str, dict[str, Any]] = {}
+    last_poll = 0.0
+    while driver.alive:
+        time.sleep(0.5)
+        if time.monotonic() - last_poll >= 2.0:  # agents' heartbeats, while they run
+            last_poll = time.monotonic()
+            robot_stats.update(_robot_stats(cloud.store))
+    result = dict(driver.result)
+    progress = dict(driver.progress)
+    evals_path = driver.run_dir / "evals.jsonl"
+    history = (
+        [json.loads(line) for line in evals_path.read_text().splitlines() if line]
+        if evals_path.exists()
+        else []
+    )
+    robot_stats.update(_robot_stats(cloud.store))
+    # The agents' own final reports are complete; the last heartbeat seen may not be.
+    robot_stats.update(driver.robot_reports)
+    return _SystemRun(result, progress, history, robot_stats)
+
+
+def _system_summary(
+    run: _SystemRun,
+    robots: int,
+    target: float,
+    *,
+    elapsed_min: float,
+    publish: dict[str, Any],
+    weight_apply_at: str,
+) -> dict[str, Any]:
+    """:func:`run_system`'s return value; ``elapsed_min`` stands in for the run's minutes
+    when its result has none."""
+    result, history = run.result, run.history
+    hit = first_at_target(history, target)
     env_steps = int(result.get("env_steps") or 0)
-    run_minutes = float(result.get("minutes") or (time.monotonic() - t0) / 60)
+    run_minutes = float(result.get("minutes") or elapsed_min)
     return {
         "robots": robots,
         "history": history,
@@ -191,10 +220,12 @@ def run_system(
         "env_steps_per_s_per_robot_to_target": None
         if hit is None or hit["wall_s"] <= 0
         else round(hit["env_steps"] / hit["wall_s"] / robots, 2),
-        "learner_updates_per_s": progress.get("learner_updates_per_s"),
-        "publish": {"every_updates": publish_every_updates, "every_seconds": publish_every_seconds},
-        "weight_apply_at": weight_apply_at or settings.edge.weight_apply_at,
-        "schedule": _system_schedule(list(robot_stats.values()), progress, env_steps, result),
+        "learner_updates_per_s": run.progress.get("learner_updates_per_s"),
+        "publish": publish,
+        "weight_apply_at": weight_apply_at,
+        "schedule": _system_schedule(
+            list(run.robot_stats.values()), run.progress, env_steps, result
+        ),
     }
 
 
@@ -282,10 +313,7 @@ def efficiency(args: argparse.Namespace) -> dict[str, Any]:
         tasks,
         args.robots,
         args.system_minutes or (2.5 if quick else 8.0),
-        target=args.target,
-        eval_episodes=args.eval_episodes,
-        config=args.config,
-        **_cadence(args),
+        **_system_options(args),
     )
     budgets = args.bc_labels or ([400, 1600, 3200] if quick else [800, 1600, 3200, 6400, 12800])
     bc = run_bc_growth(cfg, budgets)
@@ -321,8 +349,12 @@ def efficiency(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _cadence(args: argparse.Namespace) -> dict[str, Any]:
+def _system_options(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`run_system`'s keyword arguments from the command line (a rate of 0: None)."""
     return {
+        "target": args.target,
+        "eval_episodes": args.eval_episodes,
+        "config": args.config,
         "publish_every_updates": args.publish_every_updates,
         "publish_every_seconds": args.publish_every_seconds,
         "weight_apply_at": args.weight_apply_at,
@@ -349,10 +381,7 @@ def scaling(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                 args.tasks,
                 n,
                 args.system_minutes or (3.0 if args.quick else 10.0),
-                target=args.target,
-                eval_episodes=args.eval_episodes,
-                config=args.config,
-                **_cadence(args),
+                **_system_options(args),
             )
             r["repeat"] = rep
             runs.append(r)

@@ -23,9 +23,40 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from robofleet.app.cloud import CloudService
+    from robofleet.app.orchestration.run import RunDriver
+    from robofleet.runspec import RunSpec
 
 DEFAULT_TASKS = "reach-v3,push-v3,drawer-close-v3,button-press-topdown-v3"
+# The fleet run's update schedule (the demo's and ``robofleet bench efficiency``'s): the
+# synchronous loop's 0.5 updates per env step at batch 128, whatever the fleet's size, held
+# with Reverb's samples-per-insert rule (buffer.RateLimiter.sampling_side, in the learner
+# process) under an update-rate cap high enough that the rule, not the cap, binds up to 8
+# robots (the cap only guards the CPU).
+UPDATES_PER_S = 100.0
+SAMPLES_PER_INSERT = 64.0
+# Its weight cadence: fresh weights reach robots within ~15 env steps. Measured (bench
+# efficiency, 4 robots): publishing every 50 updates and applying at episode start, robots
+# acted on versions a whole episode old and the fleet kept collecting corrections the learner
+# had already made; every 10 updates (0.25 s at 40 updates/s) applied at each action-chunk
+# boundary keeps the version lag near 0.
+PUBLISH_EVERY_UPDATES = 10
+PUBLISH_EVERY_SECONDS = 1.0
+SUMMARY_KEYS = (
+    "initial_success",
+    "final_success",
+    "minutes",
+    "env_steps",
+    "interventions",
+    "versions_published",
+    "acked_lost",
+    "learner_restarts",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,36 +82,78 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def demo_spec(args: argparse.Namespace) -> Any:
+def sim_fleet_spec(
+    name: str,
+    algorithm: str,
+    tasks: Sequence[str],
+    robots: int,
+    *,
+    minutes: float,
+    eval_every_s: float,
+    eval_episodes: int,
+    control_hz: float = 20.0,
+    updates_per_s: float | None = UPDATES_PER_S,
+    samples_per_insert: float | None = SAMPLES_PER_INSERT,
+    publish_every_updates: int = PUBLISH_EVERY_UPDATES,
+    publish_every_seconds: float = PUBLISH_EVERY_SECONDS,
+    target_success: float | None = None,
+) -> RunSpec:
+    """The run spec of ``robots`` simulated Meta-World Sawyers (robot type
+    ``metaworld-sawyer``, tag ``simulated``) training ``algorithm``'s default policy kind
+    (two hidden layers of 128) on ``tasks`` with a one-CPU learner; the run the demo and
+    ``robofleet bench efficiency`` launch. ``updates_per_s`` None leaves the run's default
+    cap (RunParams.updates_per_s); ``samples_per_insert`` None leaves only the cap;
+    ``target_success`` None stops on ``minutes`` alone.
+
+    Raises:
+        robofleet.runspec.RunSpecError: the spec is invalid (e.g. an unknown task).
+    """
     from cloud_learner.algorithms import BUILDERS
     from robofleet.runspec import parse_run_spec
 
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    hyperparameters: dict[str, Any] = {"control_hz": control_hz}
+    if updates_per_s is not None:
+        hyperparameters["updates_per_s"] = updates_per_s
+    stop: dict[str, Any] = {"minutes": minutes}
+    if target_success is not None:
+        stop["target_success"] = target_success
     return parse_run_spec(
         {
             "version": 1,
-            "name": "demo",
-            "algorithm": args.algorithm,
-            "tasks": tasks,
-            # The synchronous loop's schedule, 0.5 updates per env step (samples per insert
-            # 64 at batch 128), whatever the fleet's size; the cap only guards the CPU.
-            "hyperparameters": {"control_hz": args.control_hz, "updates_per_s": 100.0},
-            "buffer": {"samples_per_insert": 64.0},
-            "policy": {"kind": BUILDERS[args.algorithm].policy_kind, "hidden_sizes": [128, 128]},
+            "name": name,
+            "algorithm": algorithm,
+            "tasks": list(tasks),
+            "hyperparameters": hyperparameters,
+            "buffer": {"samples_per_insert": samples_per_insert},
+            "policy": {"kind": BUILDERS[algorithm].policy_kind, "hidden_sizes": [128, 128]},
             "robots": {
                 "robot_type": "metaworld-sawyer",
                 "tags": {"simulated": "true"},
-                "count": args.robots,
+                "count": robots,
             },
             "learner": {"num_cpus": 1.0},
-            # Fresh weights reach robots within ~15 env steps (robots swap at every step).
-            "publish": {"every_updates": 10, "every_seconds": 1.0},
-            "evaluation": {
-                "every_seconds": args.eval_every or max(15.0, args.minutes * 6.0),
-                "episodes_per_task": args.eval_episodes,
+            "publish": {
+                "every_updates": publish_every_updates,
+                "every_seconds": publish_every_seconds,
             },
-            "stop": {"minutes": args.minutes},
+            "evaluation": {"every_seconds": eval_every_s, "episodes_per_task": eval_episodes},
+            "stop": stop,
         }
+    )
+
+
+def demo_spec(args: argparse.Namespace) -> RunSpec:
+    """The demo's run (:func:`sim_fleet_spec`) from its command line."""
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    return sim_fleet_spec(
+        "demo",
+        args.algorithm,
+        tasks,
+        args.robots,
+        minutes=args.minutes,
+        eval_every_s=args.eval_every or max(15.0, args.minutes * 6.0),
+        eval_episodes=args.eval_episodes,
+        control_hz=args.control_hz,
     )
 
 
@@ -115,7 +188,6 @@ def _table(progress: dict[str, Any], tasks: list[str], algorithm: str = "hg-dagg
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
     from rich.console import Console
-    from rich.live import Live
 
     from robofleet.app.cloud import CloudService
     from robofleet.app.settings import load_settings
@@ -126,7 +198,7 @@ def main(argv: Sequence[str] = ()) -> int:
     try:
         spec = demo_spec(args)
     except RunSpecError as exc:
-        print(f"robofleet demo: {exc}", file=sys.stderr)
+        _error(exc)
         return 2
     cloud = CloudService(
         settings,
@@ -137,72 +209,83 @@ def main(argv: Sequence[str] = ()) -> int:
     try:
         cloud.start()
     except RuntimeError as exc:
-        print(f"robofleet demo: {exc}", file=sys.stderr)
+        _error(exc)
         cloud.close()
         return 1
     try:
-        if cloud.dashboard_url:
-            console.print(f"dashboard: {cloud.dashboard_url}")
-            if cloud.admin_login:
-                console.print(
-                    f"login: username {cloud.admin_login[0]}  password {cloud.admin_login[1]}"
-                )
-            else:
-                console.print(
-                    "login: the admin account created by the first start of this data_dir"
-                )
+        _print_login(console, cloud)
         assert cloud.manager is not None
         try:
             run_id = cloud.manager.launch(spec, actor="demo")
         except RunSpecError as exc:
-            print(f"robofleet demo: {exc}", file=sys.stderr)
+            _error(exc)
             return 2
         driver = cloud.manager.drivers[run_id]
         console.print(f"run {run_id}: {driver.run_dir}")
-        killed = False
-        started = time.monotonic()
-        with Live(
-            _table(driver.progress, spec.tasks, spec.algorithm),
-            console=console,
-            refresh_per_second=2,
-        ) as live:
-            while driver.alive:
-                time.sleep(0.5)
-                live.update(_table(driver.progress, spec.tasks, spec.algorithm))
-                if (
-                    args.kill_learner_at is not None
-                    and not killed
-                    and time.monotonic() - started >= args.kill_learner_at
-                    and driver.learner is not None
-                    and driver.learner.pid is not None
-                ):
-                    os.kill(driver.learner.pid, signal.SIGKILL)
-                    killed = True
-                    console.print(f"SIGKILLed the learner (pid) at {args.kill_learner_at:.0f}s")
-        result = driver.result
-        run = cloud.store.get_run(run_id) if cloud.store else None
-        console.print(f"run ended: {run.state.value if run else '?'} {run.reason if run else ''}")
-        if result:
-            console.print(f"report: {result.get('report')}")
-            for p in result.get("plots", []):
-                console.print(f"plot: {p}")
-        summary = {
-            k: result.get(k)
-            for k in (
-                "initial_success",
-                "final_success",
-                "minutes",
-                "env_steps",
-                "interventions",
-                "versions_published",
-                "acked_lost",
-                "learner_restarts",
-            )
-        }
-        if args.json:
-            print(json.dumps(summary), flush=True)
-        else:
-            console.print(summary)
-        return 0 if result else 1
+        _watch(console, driver, spec, args.kill_learner_at)
+        return _report(console, cloud, run_id, driver.result, as_json=args.json)
     finally:
         cloud.close()
+
+
+def _error(exc: Exception) -> None:
+    print(f"robofleet demo: {exc}", file=sys.stderr)
+
+
+def _print_login(console: Console, cloud: CloudService) -> None:
+    """The dashboard's address and how to log in, when the cloud serves one."""
+    if not cloud.dashboard_url:
+        return
+    console.print(f"dashboard: {cloud.dashboard_url}")
+    if cloud.admin_login:
+        console.print(f"login: username {cloud.admin_login[0]}  password {cloud.admin_login[1]}")
+    else:
+        console.print("login: the admin account created by the first start of this data_dir")
+
+
+def _watch(
+    console: Console, driver: RunDriver, spec: RunSpec, kill_learner_at: float | None
+) -> None:
+    """The live progress table until the run ends; SIGKILLs the learner process once,
+    ``kill_learner_at`` seconds after the watch began (None: never)."""
+    from rich.live import Live
+
+    killed = False
+    started = time.monotonic()
+    with Live(
+        _table(driver.progress, spec.tasks, spec.algorithm),
+        console=console,
+        refresh_per_second=2,
+    ) as live:
+        while driver.alive:
+            time.sleep(0.5)
+            live.update(_table(driver.progress, spec.tasks, spec.algorithm))
+            if (
+                kill_learner_at is not None
+                and not killed
+                and time.monotonic() - started >= kill_learner_at
+                and driver.learner is not None
+                and driver.learner.pid is not None
+            ):
+                os.kill(driver.learner.pid, signal.SIGKILL)
+                killed = True
+                console.print(f"SIGKILLed the learner (pid) at {kill_learner_at:.0f}s")
+
+
+def _report(
+    console: Console, cloud: CloudService, run_id: str, result: dict[str, Any], *, as_json: bool
+) -> int:
+    """Print how the run ended, its report and plots and the summary (:data:`SUMMARY_KEYS`;
+    one JSON line when ``as_json``); 0 when the run left a result, else 1."""
+    run = cloud.store.get_run(run_id) if cloud.store else None
+    console.print(f"run ended: {run.state.value if run else '?'} {run.reason if run else ''}")
+    if result:
+        console.print(f"report: {result.get('report')}")
+        for p in result.get("plots", []):
+            console.print(f"plot: {p}")
+    summary = {k: result.get(k) for k in SUMMARY_KEYS}
+    if as_json:
+        print(json.dumps(summary), flush=True)
+    else:
+        console.print(summary)
+    return 0 if result else 1

@@ -7,10 +7,17 @@ import dataclasses
 import json
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from hal.fleet import RobotReport
+    from robofleet.app.settings import Settings
+    from robofleet.store.store import MetadataStore
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,69 +35,54 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    from hal.discovery import probe
-    from hal.fleet import list_robots, report_robots
-    from hal.resources import node_resources, ray_start_command, shell_line
     from robofleet.app.settings import load_settings
-    from robofleet.store.store import MetadataStore, upgrade
 
     args = _parser().parse_args(list(argv))
     settings = load_settings(args.config)
-    hal = settings.hal
-    console = Console()
-    if args.action in ("probe", "node-command"):
-        try:
-            reports = probe(hal)
-        except ValueError as exc:
-            print(f"robofleet hal: {exc}", file=sys.stderr)
-            return 2
-        if args.action == "node-command":
-            res = node_resources((r.name, r.robot_type) for r in reports)
-            print(
-                shell_line(
-                    ray_start_command(
-                        res, address=args.address, node_ip=hal.node_ip, num_cpus=args.num_cpus
-                    )
-                )
-            )
-            return 0
-        if args.json:
-            print(json.dumps([dataclasses.asdict(r) for r in reports], indent=2))
-        else:
-            table = Table("name", "type", "driver", "source", "hz", "obs", "action")
-            for r in reports:
-                obs = ", ".join(
-                    f"{k}{tuple(v['shape'])}" for k, v in r.spec["observation_features"].items()
-                )
-                act = tuple(r.spec["action_features"]["action"]["shape"])
-                table.add_row(
-                    r.name,
-                    r.robot_type,
-                    r.driver,
-                    r.source,
-                    f"{r.spec['control_hz']:g}",
-                    obs,
-                    str(act),
-                )
-            console.print(table)
-        if args.report:
-            upgrade(settings.database_url)
-            store = MetadataStore(settings.database_url)
-            try:
-                report_robots(store, reports, node=socket.gethostname(), node_ip=hal.node_ip)
-            finally:
-                store.close()
-            console.print(
-                f"reported {len(reports)} robot(s) to {settings.masked()['database_url']}"
-            )
-        return 0
-    # list
-    upgrade(settings.database_url)
-    store = MetadataStore(settings.database_url)
-    try:
+    return _ACTIONS[args.action](args, settings, Console())
+
+
+def _probe(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    """``probe``: this node's robots as a table or JSON, stored in the metadata DB with
+    ``--report``. Exit 2 when the hal settings are invalid."""
+    from hal.fleet import report_robots
+
+    reports = _probe_reports(settings)
+    if reports is None:
+        return 2
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in reports], indent=2))
+    else:
+        console.print(_probe_table(reports))
+    if args.report:
+        with _store(settings) as store:
+            report_robots(store, reports, node=socket.gethostname(), node_ip=settings.hal.node_ip)
+        console.print(f"reported {len(reports)} robot(s) to {settings.masked()['database_url']}")
+    return 0
+
+
+def _node_command(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    """``node-command``: the ``ray start`` line advertising this node's robots as resources.
+    Exit 2 when the hal settings are invalid."""
+    from hal.resources import node_resources, ray_start_command, shell_line
+
+    reports = _probe_reports(settings)
+    if reports is None:
+        return 2
+    res = node_resources((r.name, r.robot_type) for r in reports)
+    command = ray_start_command(
+        res, address=args.address, node_ip=settings.hal.node_ip, num_cpus=args.num_cpus
+    )
+    print(shell_line(command))
+    return 0
+
+
+def _list(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    """``list``: the robots in the metadata DB with status, node and last heartbeat."""
+    from hal.fleet import list_robots
+
+    with _store(settings) as store:
         robots = list_robots(store)
-    finally:
-        store.close()
     table = Table("name", "type", "status", "node", "last heartbeat")
     for robot in robots:
         seen = (
@@ -103,3 +95,48 @@ def main(argv: Sequence[str]) -> int:
         )
     console.print(table)
     return 0
+
+
+_ACTIONS: dict[str, Callable[[argparse.Namespace, Settings, Console], int]] = {
+    "probe": _probe,
+    "node-command": _node_command,
+    "list": _list,
+}
+
+
+def _probe_reports(settings: Settings) -> list[RobotReport] | None:
+    """The robots attached to this node; None (the error printed) when the hal settings are
+    invalid."""
+    from hal.discovery import probe
+
+    try:
+        return probe(settings.hal)
+    except ValueError as exc:
+        print(f"robofleet hal: {exc}", file=sys.stderr)
+        return None
+
+
+def _probe_table(reports: Sequence[RobotReport]) -> Table:
+    table = Table("name", "type", "driver", "source", "hz", "obs", "action")
+    for r in reports:
+        obs = ", ".join(
+            f"{k}{tuple(v['shape'])}" for k, v in r.spec["observation_features"].items()
+        )
+        act = tuple(r.spec["action_features"]["action"]["shape"])
+        table.add_row(
+            r.name, r.robot_type, r.driver, r.source, f"{r.spec['control_hz']:g}", obs, str(act)
+        )
+    return table
+
+
+@contextmanager
+def _store(settings: Settings) -> Iterator[MetadataStore]:
+    """The metadata store at ``settings.database_url``, migrated to the newest schema first."""
+    from robofleet.store.store import MetadataStore, upgrade
+
+    upgrade(settings.database_url)
+    store = MetadataStore(settings.database_url)
+    try:
+        yield store
+    finally:
+        store.close()

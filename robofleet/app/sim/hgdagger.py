@@ -99,23 +99,142 @@ def _mt_train(algo: HGDAgger, data: LabelledSteps, updates: int, batch_size: int
         algo.update(data.sample(batch_size))
 
 
-def _mt_evaluate(policy: MLPPolicy, cfg: MultiTaskConfig) -> dict[str, float]:
+def _mt_policy(algo: HGDAgger) -> MLPPolicy:
+    policy = algo.policy
+    assert isinstance(policy, MLPPolicy)
+    return policy
+
+
+def _mt_evaluate(policy: MLPPolicy, cfg: MultiTaskConfig) -> tuple[dict[str, float], float]:
+    """Success rate per task and its mean over tasks, the policy acting alone."""
     # The very evaluation the distributed run uses (fixed seeds, no operator).
     from robofleet.app.orchestration.evaluator import evaluate
 
-    return evaluate(policy, cfg.tasks, cfg.eval_episodes, cfg.max_episode_steps)
+    success = evaluate(policy, cfg.tasks, cfg.eval_episodes, cfg.max_episode_steps)
+    return success, float(np.mean(list(success.values())))
+
+
+def first_at_target(history: Sequence[dict[str, Any]], target: float) -> dict[str, Any] | None:
+    """The first evaluation row whose ``success_mean`` reached ``target``; None if none did."""
+    return next((h for h in history if h["success_mean"] >= target), None)
+
+
+def _sim_robot(name: str, cfg: MultiTaskConfig) -> tuple[Any, dict[str, Any]]:
+    """A connected Meta-World driver on ``cfg.tasks`` and each task's scripted expert."""
+    from hal.drivers.metaworld import MetaWorldDriver, expert_policy
+
+    driver = MetaWorldDriver(name, tasks=list(cfg.tasks), max_episode_steps=cfg.max_episode_steps)
+    driver.connect()
+    return driver, {t: expert_policy(t) for t in cfg.tasks}
 
 
 def _expert_episode(
     driver: Any, expert: Any, task: str, task_index: int, seed: int, steps: int, out: LabelledSteps
-) -> int:
+) -> None:
     obs = driver.reset(task=task, seed=seed)
     for _ in range(steps):
         action = np.clip(expert(obs), -1, 1)
         out.add(obs["observation.state"], action, task_index)
         driver.send_action({"action": action})
         obs = driver.get_observation()
-    return steps
+
+
+def _demonstrations(
+    driver: Any, experts: dict[str, Any], cfg: MultiTaskConfig, out: LabelledSteps
+) -> None:
+    """``cfg.demos_per_task`` scripted episodes per task (seeds 20_000 + i * demos_per_task
+    + k for task i's k-th demonstration), every step a label."""
+    for i, task in enumerate(cfg.tasks):
+        for k in range(cfg.demos_per_task):
+            _expert_episode(
+                driver,
+                experts[task],
+                task,
+                i,
+                20_000 + i * cfg.demos_per_task + k,
+                cfg.max_episode_steps,
+                out,
+            )
+
+
+class _SyncLoop:
+    """The synchronous HG-DAgger loop's parts and counters: the robot, the experts, the
+    gate, the labelled steps, the algorithm and its evaluations so far (``history``)."""
+
+    def __init__(
+        self,
+        cfg: MultiTaskConfig,
+        driver: Any,
+        experts: dict[str, Any],
+        data: LabelledSteps,
+        algo: HGDAgger,
+        t0: float,
+    ) -> None:
+        from edge_agent.gating import HGDaggerGate
+
+        self.cfg, self.driver, self.experts, self.data, self.algo = cfg, driver, experts, data, algo
+        self.policy = _mt_policy(algo)
+        self.gate = HGDaggerGate(cfg.gap, cfg.handback_steps, "l2")
+        self.t0 = t0
+        self.env_steps = self.labels = self.episodes = self.finetunes = 0
+        self.updates = cfg.bc_updates
+        self.history: list[dict[str, Any]] = []
+
+    def evaluate(self) -> float:
+        """Evaluate the policy alone, append the row to ``history``; returns its mean success."""
+        success, mean = _mt_evaluate(self.policy, self.cfg)
+        self.history.append(
+            dict(
+                env_steps=self.env_steps,
+                labels=self.labels,
+                updates=self.updates,
+                success_mean=mean,
+                success=success,
+                wall_s=time.monotonic() - self.t0,
+            )
+        )
+        return mean
+
+    def run(self, best: float) -> None:
+        """Episodes until ``best`` success reaches the target or the env-step cap; fine-tunes
+        after each intervened episode, evaluates every ``eval_every_steps`` env steps."""
+        cfg = self.cfg
+        next_eval = cfg.eval_every_steps
+        while best < cfg.target_success and self.env_steps < cfg.max_env_steps:
+            intervened = self.episode()
+            self.env_steps += cfg.max_episode_steps
+            self.labels += intervened
+            self.episodes += 1
+            if intervened:  # fine-tune after each intervened episode
+                n = round(cfg.updates_per_step * cfg.max_episode_steps)
+                _mt_train(self.algo, self.data, n, cfg.batch_size)
+                self.updates += n
+                self.finetunes += 1
+            if self.env_steps >= next_eval:
+                next_eval += cfg.eval_every_steps
+                best = max(best, self.evaluate())
+
+    def episode(self) -> int:
+        """One gated episode (task ``episodes % len(tasks)``, seed 100_000 + episodes): the
+        novice acts, the expert takes over when the gate says so and its actions are labelled.
+        Returns the labelled (intervened) steps."""
+        cfg = self.cfg
+        task_index = self.episodes % len(cfg.tasks)
+        task = cfg.tasks[task_index]
+        obs = self.driver.reset(task=task, seed=100_000 + self.episodes)
+        self.gate.reset()
+        intervened = 0
+        for _ in range(cfg.max_episode_steps):
+            novice = np.clip(self.policy.act(obs, task_index), -1, 1)
+            expert = np.clip(self.experts[task](obs), -1, 1)
+            if self.gate.decide(novice, expert).expert_in_control:
+                self.data.add(obs["observation.state"], expert, task_index)
+                action, intervened = expert, intervened + 1
+            else:
+                action = novice
+            self.driver.send_action({"action": action})
+            obs = self.driver.get_observation()
+        return intervened
 
 
 def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
@@ -130,85 +249,21 @@ def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
     ``episodes`` and ``finetunes`` (policy versions after the BC start).
     Labels count operator interventions, not the initial demonstrations.
     """
-    from hal.drivers.metaworld import MetaWorldDriver, expert_policy
-
     t0 = time.monotonic()
-    driver = MetaWorldDriver("sync", tasks=list(cfg.tasks), max_episode_steps=cfg.max_episode_steps)
-    driver.connect()
-    experts = {t: expert_policy(t) for t in cfg.tasks}
+    driver, experts = _sim_robot("sync", cfg)
     data = LabelledSteps(cfg.seed)
-    for i, task in enumerate(cfg.tasks):
-        for k in range(cfg.demos_per_task):
-            _expert_episode(
-                driver,
-                experts[task],
-                task,
-                i,
-                20_000 + i * cfg.demos_per_task + k,
-                cfg.max_episode_steps,
-                data,
-            )
+    _demonstrations(driver, experts, cfg, data)
     demo_labels = len(data)
     algo = _mt_algorithm(cfg, data)
     _mt_train(algo, data, cfg.bc_updates, cfg.batch_size)
-    policy = algo.policy
-    assert isinstance(policy, MLPPolicy)
-    from edge_agent.gating import HGDaggerGate
-
-    gate = HGDaggerGate(cfg.gap, cfg.handback_steps, "l2")
-    env_steps = labels = 0
-    updates = cfg.bc_updates
-    history: list[dict[str, Any]] = []
-
-    def evaluate_now() -> float:
-        success = _mt_evaluate(policy, cfg)
-        mean = float(np.mean(list(success.values())))
-        history.append(
-            dict(
-                env_steps=env_steps,
-                labels=labels,
-                updates=updates,
-                success_mean=mean,
-                success=success,
-                wall_s=time.monotonic() - t0,
-            )
-        )
-        return mean
-
-    best = evaluate_now()
-    next_eval = cfg.eval_every_steps
-    episode = finetunes = 0
+    loop = _SyncLoop(cfg, driver, experts, data, algo, t0)
+    best = loop.evaluate()
     try:
-        while best < cfg.target_success and env_steps < cfg.max_env_steps:
-            task_index = episode % len(cfg.tasks)
-            task = cfg.tasks[task_index]
-            obs = driver.reset(task=task, seed=100_000 + episode)
-            gate.reset()
-            intervened = 0
-            for _ in range(cfg.max_episode_steps):
-                novice = np.clip(policy.act(obs, task_index), -1, 1)
-                expert = np.clip(experts[task](obs), -1, 1)
-                if gate.decide(novice, expert).expert_in_control:
-                    data.add(obs["observation.state"], expert, task_index)
-                    action, intervened = expert, intervened + 1
-                else:
-                    action = novice
-                driver.send_action({"action": action})
-                obs = driver.get_observation()
-            env_steps += cfg.max_episode_steps
-            labels += intervened
-            episode += 1
-            if intervened:  # fine-tune after each intervened episode
-                n = round(cfg.updates_per_step * cfg.max_episode_steps)
-                _mt_train(algo, data, n, cfg.batch_size)
-                updates += n
-                finetunes += 1
-            if env_steps >= next_eval:
-                next_eval += cfg.eval_every_steps
-                best = max(best, evaluate_now())
+        loop.run(best)
     finally:
         driver.disconnect()
-    hit = next((h for h in history if h["success_mean"] >= cfg.target_success), None)
+    history = loop.history
+    hit = first_at_target(history, cfg.target_success)
     return {
         "history": history,
         "initial_success": history[0]["success_mean"],
@@ -216,11 +271,11 @@ def run_multitask(cfg: MultiTaskConfig) -> dict[str, Any]:
         "env_steps_to_target": None if hit is None else hit["env_steps"],
         "labels_to_target": None if hit is None else hit["labels"],
         "demo_labels": demo_labels,
-        "env_steps": env_steps,
-        "labels": labels,
-        "updates": updates,
-        "episodes": episode,
-        "finetunes": finetunes,
+        "env_steps": loop.env_steps,
+        "labels": loop.labels,
+        "updates": loop.updates,
+        "episodes": loop.episodes,
+        "finetunes": loop.finetunes,
         "minutes": (time.monotonic() - t0) / 60,
     }
 
@@ -235,11 +290,7 @@ def run_bc_growth(
     loop's schedule). Returns ``history`` (labels, updates, success_mean, success),
     ``labels_to_target`` (None if no budget reached it) and ``best_success``.
     """
-    from hal.drivers.metaworld import MetaWorldDriver, expert_policy
-
-    driver = MetaWorldDriver("bc", tasks=list(cfg.tasks), max_episode_steps=cfg.max_episode_steps)
-    driver.connect()
-    experts = {t: expert_policy(t) for t in cfg.tasks}
+    driver, experts = _sim_robot("bc", cfg)
     data = LabelledSteps(cfg.seed)
     history: list[dict[str, Any]] = []
     episode = 0
@@ -260,16 +311,13 @@ def run_bc_growth(
             algo = _mt_algorithm(cfg, data)
             n = max(min_updates, round(cfg.updates_per_step * len(data)))
             _mt_train(algo, data, n, cfg.batch_size)
-            policy = algo.policy
-            assert isinstance(policy, MLPPolicy)
-            success = _mt_evaluate(policy, cfg)
-            mean = float(np.mean(list(success.values())))
+            success, mean = _mt_evaluate(_mt_policy(algo), cfg)
             history.append(dict(labels=len(data), updates=n, success_mean=mean, success=success))
             if mean >= cfg.target_success:
                 break
     finally:
         driver.disconnect()
-    hit = next((h for h in history if h["success_mean"] >= cfg.target_success), None)
+    hit = first_at_target(history, cfg.target_success)
     return {
         "history": history,
         "labels_to_target": None if hit is None else hit["labels"],
