@@ -46,9 +46,11 @@ endif
 demo: venv
 	"$(VENV)/bin/robofleet" demo $(ARGS)
 
+# ruff, then the house's layers (import-linter contracts in pyproject.toml; docs/architecture.md).
 lint: venv
 	"$(VENV)/bin/ruff" check .
 	"$(VENV)/bin/ruff" format --check .
+	"$(VENV)/bin/lint-imports"
 
 typecheck: venv
 	"$(VENV)/bin/mypy" robofleet buffer comms hal edge_agent cloud_learner dashboard deploy

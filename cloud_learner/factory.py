@@ -6,8 +6,7 @@ from typing import Any
 
 import torch
 
-from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger, HGDAggerConfig, RECAPConfig
-from cloud_learner.algorithms.sac_rlpd import SACConfig
+from cloud_learner.algorithms import BY_LEARNER_NAME, RECAP, SACRLPD, HGDAgger
 from cloud_learner.config import LearnerSettings
 from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec, TorchPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
@@ -36,13 +35,14 @@ def policy_spec(settings: LearnerSettings) -> PolicySpec:
         task_conditioning=p.task_conditioning,
         task_dim=p.task_dim,
         text_embedding_dim=p.text_embedding_dim,
-        indicator=settings.algorithm == "recap",
+        indicator=BY_LEARNER_NAME[settings.algorithm].indicator,
     )
 
 
 def build_policy(settings: LearnerSettings) -> TorchPolicy:
     spec = policy_spec(settings)
-    kind = "gaussian" if settings.algorithm == "sac_rlpd" else settings.policy.kind
+    kind = BY_LEARNER_NAME[settings.algorithm].policy_kind
+    kind = kind if kind == "gaussian" else settings.policy.kind  # mlp or flow: the settings'
     if kind == "gaussian":
         return GaussianPolicy(spec)
     if kind == "flow":
@@ -54,14 +54,11 @@ def build_algorithm(settings: LearnerSettings, device: torch.device) -> Algorith
     """Policy + algorithm on ``device``; unknown hyper-parameters raise ValueError by name."""
     torch.manual_seed(settings.seed)
     policy = build_policy(settings).to(device)
-    hp: dict[str, Any] = dict(settings.algorithm_config)
     try:
-        if settings.algorithm == "hg_dagger":
-            return HGDAgger(policy, HGDAggerConfig(**hp))
-        if settings.algorithm == "recap":
-            return RECAP(policy, RECAPConfig(**hp))
-        assert isinstance(policy, GaussianPolicy)
-        return SACRLPD(policy, SACConfig(**hp))
+        algorithm: AlgorithmT = BY_LEARNER_NAME[settings.algorithm].build(
+            policy, dict(settings.algorithm_config)
+        )
+        return algorithm
     except TypeError as exc:
         raise ValueError(f"learner.algorithm_config for {settings.algorithm}: {exc}") from None
 

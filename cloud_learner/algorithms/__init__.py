@@ -6,13 +6,15 @@ from cloud_learner.algorithms.hg_dagger import HGDAgger, HGDAggerBuilder, HGDAgg
 from cloud_learner.algorithms.recap import RECAP, RECAPBuilder, RECAPConfig, RECAPOptions
 from cloud_learner.algorithms.sac_rlpd import SACRLPD, SACBuilder, SACConfig, SACOptions
 
-# The run spec's algorithm name -> its builder.
+# The run spec's algorithm name -> its builder; and by the learner's name for it.
 BUILDERS: dict[str, AlgorithmBuilder] = {
     b.name: b for b in (HGDAggerBuilder(), RECAPBuilder(), SACBuilder())
 }
+BY_LEARNER_NAME: dict[str, AlgorithmBuilder] = {b.learner_name: b for b in BUILDERS.values()}
 
 __all__ = [
     "BUILDERS",
+    "BY_LEARNER_NAME",
     "RECAP",
     "SACRLPD",
     "AlgorithmBuilder",

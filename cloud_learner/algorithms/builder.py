@@ -34,6 +34,7 @@ class AlgorithmBuilder(ABC):
             this algorithm alone owns in ``spec.hyperparameters``.
         terminate_on_success: robots end an episode (``terminated``) when the task is solved;
             otherwise episodes run their full length (truncation is not termination).
+        indicator: its policy takes RECAP's improvement indicator as an input.
     """
 
     name: ClassVar[str]
@@ -41,11 +42,20 @@ class AlgorithmBuilder(ABC):
     display_name: ClassVar[str]
     options: ClassVar[type] = NoOptions
     terminate_on_success: ClassVar[bool] = False
+    indicator: ClassVar[bool] = False  # its policy is conditioned on an improvement indicator
 
     @property
     def policy_kind(self) -> str:
         """The policy class it trains (``cloud_learner.policies``), as the run spec defaults it."""
         return DEFAULT_POLICY_KIND[self.name]
+
+    @abstractmethod
+    def build(self, policy: Any, config: dict[str, Any]) -> Any:
+        """The algorithm around ``policy`` with ``config`` (its config dataclass's fields).
+
+        Raises:
+            TypeError: an unknown field of its config.
+        """
 
     @abstractmethod
     def algorithm_config(self, options: Any, run: RunParams, spec: RunSpec) -> dict[str, Any]:

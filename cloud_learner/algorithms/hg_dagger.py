@@ -129,6 +129,9 @@ class HGDAggerBuilder(AlgorithmBuilder):
     learner_name = "hg_dagger"
     display_name = "HG-DAgger"
 
+    def build(self, policy: Any, config: dict[str, Any]) -> HGDAgger:
+        return HGDAgger(policy, HGDAggerConfig(**config))
+
     def algorithm_config(self, options: Any, run: RunParams, spec: RunSpec) -> dict[str, Any]:
         return {"lr": run.lr}
 

@@ -241,6 +241,10 @@ class RECAPBuilder(AlgorithmBuilder):
     display_name = "RECAP"
     options = RECAPOptions
     terminate_on_success = True
+    indicator = True
+
+    def build(self, policy: Any, config: dict[str, Any]) -> RECAP:
+        return RECAP(policy, RECAPConfig(**config))
 
     def algorithm_config(self, options: Any, run: RunParams, spec: RunSpec) -> dict[str, Any]:
         assert isinstance(options, RECAPOptions)

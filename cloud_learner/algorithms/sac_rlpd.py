@@ -355,6 +355,11 @@ class SACBuilder(AlgorithmBuilder):
     display_name = "SAC/RLPD"
     options = SACOptions
 
+    def build(self, policy: Any, config: dict[str, Any]) -> SACRLPD:
+        if not isinstance(policy, GaussianPolicy):
+            raise TypeError(f"SAC/RLPD trains a GaussianPolicy, got {type(policy).__name__}")
+        return SACRLPD(policy, SACConfig(**config))
+
     def algorithm_config(self, options: Any, run: RunParams, spec: RunSpec) -> dict[str, Any]:
         assert isinstance(options, SACOptions)
         return {

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -33,28 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from sqlalchemy import select
-
 from cloud_learner.run_plan import RunPlan
-from comms.weight_file import WeightFileFeed
-from robofleet.app.orchestration.evalqueue import EvalSnapshot, EvaluationQueue
+from robofleet.app.orchestration.agents import SimAgents
+from robofleet.app.orchestration.clock import RunClock
+from robofleet.app.orchestration.evaluations import RunEvaluations
 from robofleet.app.orchestration.hold import RobotHold
-from robofleet.app.orchestration.supervisor import (
-    CrashLoop,
-    CrashWindow,
-    ProcessSupervisor,
-    RestartPolicy,
-)
-from robofleet.app.sim.fleet import (
-    DEMO_ROBOT,
-    SimFleetHost,
-    SimRobotWorker,
-    demonstration_records,
-)
-from robofleet.durable import atomic_write_json
+from robofleet.app.orchestration.learning import RunLearning
+from robofleet.app.orchestration.progress import RunProgress
+from robofleet.app.orchestration.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
+from robofleet.app.sim.fleet import SimFleetHost
 from robofleet.runspec import RunSpec
-from robofleet.store.models import Robot, RunState
+from robofleet.store.models import RunState
 from robofleet.store.runs import set_state
 from robofleet.store.store import MetadataStore
 
@@ -80,6 +67,14 @@ class CloudContext:
 class RunDriver:
     """Drives one run; :meth:`start` runs it on a thread until it ends or is asked to stop.
 
+    The parts it drives: the robots' leases (``hal.scheduler.RobotAllocation``), the learning
+    side (:class:`~robofleet.app.orchestration.learning.RunLearning`: buffer, batch server,
+    learner process, weight feed), the robots' edge agents
+    (:class:`~robofleet.app.orchestration.agents.SimAgents`), the evaluations
+    (:class:`~robofleet.app.orchestration.evaluations.RunEvaluations`), the live figures
+    (:class:`~robofleet.app.orchestration.progress.RunProgress`), the run's clock and the
+    robots' hold (pause).
+
     Args:
         ctx: the cloud's shared services.
         run_id / spec / run_dir: the run.
@@ -101,44 +96,24 @@ class RunDriver:
         self.plan = RunPlan.from_spec(spec)
         self.params = self.plan.params
         self.on_end = on_end
+        self.orchestration = ctx.settings.orchestration
         self.stop_reason: str | None = None  # set: end the run (requested or condition)
         self.detach = False  # set: cloud shutting down, leave the run to be resumed
         self.final_state = RunState.FINISHED
         self.result: dict[str, Any] = {}
         self.progress: dict[str, Any] = {"state": "pending"}
-        self._thread = threading.Thread(target=self._main, name=f"run-{run_id}", daemon=True)
-        self._agents: dict[str, Any] = {}  # robot name -> (actor, run ref)
-        # Robot name -> its edge agent's final report (EdgeAgent.report(): steps, episodes,
-        # interventions, staleness...), returned by the agent's run when it stops; heartbeats
-        # carry the same figures only while it runs.
-        self.robot_reports: dict[str, dict[str, float]] = {}
-        self._agent_crashes: dict[str, CrashWindow] = {}  # robot name -> its agent's crashes
-        self._agent_backoff = ctx.agent_restarts.backoff()
-        self._checkpoint_requested = False
         self.want_pause = False  # set/cleared by the run manager; the loop follows it
-        self.paused = False  # robots told to hold; leases kept
-        self._paused_at = 0.0
-        self._paused_total = 0.0
-        self._held_reported = False
         self.hold = RobotHold(ctx.store, ctx.server, run_id)
-        self.orchestration = ctx.settings.orchestration
+        self.clock = RunClock()
         self.allocation: Any = None
-        self.buffer: Any = None
-        self.learner: ProcessSupervisor | None = None
-        self.batch_server: Any = None
-        self.evaluator: Any = None
-        self._evals: EvaluationQueue | None = None  # policy snapshots for the evaluator
-        self._weights: WeightFileFeed | None = None  # the learner's versions -> comms
-        self._published_version = 0
-        self._last_eval_at = -1e9
-        self._last_snapshot_version = -1
-        self._demo_rows = 0
-        self._elapsed_base = 0.0
-        self._t0 = time.monotonic()
-        self._rate_prev: tuple[float, int, int] | None = None
-        self._latest_bytes = b""
-        self._robot_s_base = 0.0
+        self.learning: RunLearning | None = None
+        self.agents: SimAgents | None = None
+        self.evaluations: RunEvaluations | None = None
+        self.figures = RunProgress(ctx.store, run_id, run_dir)
         self.learner_restarts_base = 0
+        self._checkpoint_requested = False
+        self._held_reported = False
+        self._thread = threading.Thread(target=self._main, name=f"run-{run_id}", daemon=True)
 
     # -- control from the run manager ----------------------------------------------------------
 
@@ -170,10 +145,30 @@ class RunDriver:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def paused(self) -> bool:
+        """The robots were told to hold (the leases are kept)."""
+        return self.clock.paused
+
+    @property
+    def learner(self) -> ProcessSupervisor | None:
+        """The supervised learner process (its ``pid``: ``robofleet demo --kill-learner-at``)."""
+        return None if self.learning is None else self.learning.learner
+
+    @property
+    def robot_reports(self) -> dict[str, dict[str, float]]:
+        """Robot name -> its edge agent's final report (``EdgeAgent.report()``: steps,
+        episodes, interventions, staleness...), returned when the agent stopped; heartbeats
+        carry the same figures only while it runs."""
+        return {} if self.agents is None else self.agents.reports
+
     # -- the run ---------------------------------------------------------------------------
 
     def _event(self, kind: str, **data: Any) -> None:
         self.ctx.store.record_event(kind, run_id=self.run_id, **data)
+
+    def _going(self) -> bool:
+        return self.stop_reason is None and not self.detach
 
     def _main(self) -> None:
         store = self.ctx.store
@@ -213,241 +208,134 @@ class RunDriver:
     # -- setup -----------------------------------------------------------------------------
 
     def _setup(self, resumed: bool) -> None:
-        from buffer import InterventionSampler, ReplayBuffer, StepSchema
-        from buffer.service import BatchServer
-        from comms.buffer_sink import BufferSink
-        from hal.drivers.metaworld import MetaWorldDriver
-        from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest
-        from robofleet.app.orchestration.evaluator import remote_evaluator
-
-        ctx, spec = self.ctx, self.spec
+        """Lease, then learning side, evaluator and edge agents side by side; the clock
+        starts when the robots are up and the first version is out."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "spec.json").write_text(spec.model_dump_json(indent=2))
+        (self.run_dir / "spec.json").write_text(self.spec.model_dump_json(indent=2))
         if resumed:
-            p = json.loads((self.run_dir / "progress.json").read_text())
-            self._elapsed_base = float(p.get("elapsed_s", 0.0))
-            self._robot_s_base = float(p.get("robot_seconds", 0.0))
-            self.learner_restarts_base = int(p.get("learner_restarts", 0))
-        # Leases left by a cloud that died are stale: give them back, then lease afresh.
-        ctx.store.release_leases(self.run_id, actor="run-manager")
-        request = RobotRequest(
-            count=spec.robots.count,
-            robot_type=spec.robots.robot_type,
-            tags=dict(spec.robots.tags),
-            min_count=spec.robots.min_count,
+            self._carry_on()
+        self._lease(patient=resumed)
+        o = self.orchestration
+        self.learning = RunLearning(
+            self.ctx, self.run_id, self.run_dir, self.spec, self.params, self._event
         )
-        self.allocation = RobotAllocation(
-            ctx.store,
+        self.figures.offline_rows = self.learning.demo_rows
+        self.evaluations = RunEvaluations(
+            self.ctx.store,
             self.run_id,
-            request,
-            LearnerRequest(spec.learner.num_cpus, spec.learner.num_gpus),
-            edge_cpus=ctx.settings.hal.edge_cpus,
-            actor="run-manager",
-        )
-        self._acquire(patient=resumed)
-        ctx.server.invalidate_auth()
-
-        driver = MetaWorldDriver("schema", tasks=list(spec.tasks))
-        schema = StepSchema.from_features(driver.observation_features, driver.action_features)
-        buffer_config = ctx.settings.buffer
-        if spec.buffer.memory_budget_bytes is not None:  # the run's own hot-tier budget
-            buffer_config = buffer_config.model_copy(
-                update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
-            )
-        self.buffer = ReplayBuffer.open(self.run_dir / "buffer", schema, buffer_config)
-        self._demo_rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
-        if self._demo_rows == 0:
-            records = demonstration_records(
-                spec.tasks, self.params.demos_per_task, self.params.max_episode_steps, self.run_id
-            )
-            self.buffer.append(schema.batch_from_records(records))
-            self._demo_rows = len(records)
-            self._event("run.demonstrations", steps=len(records))
-        ctx.sinks[self.run_id] = BufferSink(self.buffer)
-        self.batch_server = BatchServer(
-            self.buffer,
-            spec.tasks,
-            InterventionSampler(),
-            offline_rows=self._demo_rows,
-            demonstration_robots=[DEMO_ROBOT],
-        )
-        self.learner = ProcessSupervisor(
-            "learner",
-            [
-                ctx.python,
-                "-m",
-                "cloud_learner.process",
-                "--run-dir",
-                str(self.run_dir),
-                "--run-id",
-                self.run_id,
-                "--batches",
-                self.batch_server.address,
-                "--database-url",
-                ctx.settings.database_url,
-            ],
-            self.run_dir / "learner.log",
-            ctx.learner_restarts,
-            on_event=lambda kind, data: self._event(kind, **data),
-        )
-        self.learner.start()
-        self.evaluator = remote_evaluator().remote(
-            list(spec.tasks),
-            spec.policy.hidden_sizes[0],
-            spec.evaluation.episodes_per_task,
+            self.run_dir,
+            self.spec,
             self.params.eval_max_steps,
-            self.orchestration.evaluator_nice,
-        )
-        self._evals = EvaluationQueue(
-            self.evaluator.evaluate.remote, self.orchestration.eval_backlog
+            o.evaluator_nice,
+            o.eval_backlog,
+            self._event,
         )
         setup_t0 = time.monotonic()
-        # Edge agents boot (connect, subscribe, wait for the first version) while the learner
-        # starts and warm-starts: on a real fleet each robot's computer does this on its own.
-        for i, name in enumerate(sorted(self.allocation.members)):
-            self._start_agent(name, i)
-        self._wait_agents_ready(self.orchestration.robots_ready_timeout_s)
+        self._start_agents()
         self._wait_first_version()
         # The run's clock (stop.minutes, wall_s of every evaluation) starts when the robots are
         # up and the first version is out, so robots act from its first second; the learner's
         # start-up, the BC warm start and the agents' start-up before it are reported apart as
         # ``setup_s``, so a loaded machine cannot eat the budget.
-        self._t0 = time.monotonic()
-        self.progress.setdefault("setup_s", round(self._t0 - setup_t0, 2))
+        t0 = self.clock.start()
+        self.progress.setdefault("setup_s", round(t0 - setup_t0, 2))
         if not (self.run_dir / "evals.jsonl").exists():
             self._snapshot_for_eval()  # the initial policy's success (version 1)
-        state = (
-            RunState.DEGRADED
-            if len(self.allocation.active) < spec.robots.count
-            else RunState.RUNNING
-        )
         # A pause or stop requested during setup stays; the loop acts on it.
-        set_state(
+        self._set_live_state(only_from={RunState.PENDING, RunState.RESUMING})
+
+    def _carry_on(self) -> None:
+        """A resumed run's clock and counters, as its last attempt left them."""
+        p = json.loads((self.run_dir / "progress.json").read_text())
+        self.clock = RunClock(float(p.get("elapsed_s", 0.0)), float(p.get("robot_seconds", 0.0)))
+        self.learner_restarts_base = int(p.get("learner_restarts", 0))
+
+    def _lease(self, patient: bool) -> None:
+        """Lease the robots beside the learner's resources (after a cloud restart robots may
+        be offline until their next heartbeat: ``patient`` waits for them)."""
+        from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest, SchedulingError
+
+        ctx, spec = self.ctx, self.spec
+        # Leases left by a cloud that died are stale: give them back, then lease afresh.
+        ctx.store.release_leases(self.run_id, actor="run-manager")
+        self.allocation = RobotAllocation(
             ctx.store,
             self.run_id,
-            state,
-            only_from={RunState.PENDING, RunState.RESUMING},
-            robots=sorted(self.allocation.members),
+            RobotRequest(
+                count=spec.robots.count,
+                robot_type=spec.robots.robot_type,
+                tags=dict(spec.robots.tags),
+                min_count=spec.robots.min_count,
+            ),
+            LearnerRequest(spec.learner.num_cpus, spec.learner.num_gpus),
+            edge_cpus=ctx.settings.hal.edge_cpus,
+            actor="run-manager",
         )
-        self.progress["state"] = state.value
-
-    def _acquire(self, patient: bool) -> None:
-        from hal.scheduler import SchedulingError
-
-        # After a cloud restart robots may be offline until their next heartbeat.
-        deadline = time.monotonic() + (3 * self.ctx.settings.hal.offline_after_s if patient else 0)
+        hal = ctx.settings.hal
+        deadline = time.monotonic() + (3 * hal.offline_after_s if patient else 0)
         while True:
             try:
-                self.allocation.acquire(timeout_s=self.ctx.settings.hal.placement_timeout_s)
-                return
+                self.allocation.acquire(timeout_s=hal.placement_timeout_s)
+                break
             except SchedulingError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+        ctx.server.invalidate_auth()
 
-    def _wait_agents_ready(self, timeout_s: float) -> None:
-        """Wait until every started edge agent runs its loop (robot connected, policy built,
-        uplink and weight subscription up, waiting for the first version); one still starting
-        after ``timeout_s`` is noted (event ``edge_agent.slow_start``) and joins late."""
-        import ray
-
-        deadline = time.monotonic() + timeout_s
-        waiting = set(self._agents)
-        while waiting and self.stop_reason is None and not self.detach:
-            calls = {name: self._agents[name][0].is_running.remote() for name in waiting}
-            try:
-                answers = ray.get(list(calls.values()), timeout=5.0)
-            except ray.exceptions.GetTimeoutError:
-                answers = [False] * len(calls)
-            except ray.exceptions.RayError:  # an agent died starting: supervision restarts it
-                break
-            waiting = {name for name, up in zip(calls, answers, strict=True) if not up}
-            if not waiting or time.monotonic() > deadline:
-                break
-            self._poll_learner()
-            time.sleep(0.25)
-        if waiting:
-            self._event("edge_agent.slow_start", robots=sorted(waiting), waited_s=timeout_s)
+    def _start_agents(self) -> None:
+        """Edge agents boot (connect, subscribe, wait for the first version) while the learner
+        starts and warm-starts: on a real fleet each robot's computer does this on its own."""
+        options = {
+            "tasks": list(self.spec.tasks),
+            "operator": "scripted",
+            "max_episode_steps": self.params.max_episode_steps,
+            "hidden": self.spec.policy.hidden_sizes[0],
+            "terminate_on_success": self.plan.terminate_on_success,  # e.g. RECAP's
+        }
+        self.agents = SimAgents(
+            self.ctx,
+            self.run_id,
+            self.run_dir,
+            options,
+            self.params.control_hz,
+            self.allocation.edge_strategy,
+            self._event,
+        )
+        for i, name in enumerate(sorted(self.allocation.members)):
+            self.agents.start(name, i)
+        self.agents.wait_ready(
+            self.orchestration.robots_ready_timeout_s, self._going, self._poll_learner
+        )
 
     def _wait_first_version(self, timeout_s: float = 300.0) -> None:
+        assert self.learning is not None
         deadline = time.monotonic() + timeout_s
-        while not self._publish_new_weights():
+        while not self.learning.publish_new_weights():
             self._poll_learner()
-            if self.stop_reason is not None or self.detach:
+            if not self._going():
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no policy version within {timeout_s:.0f}s; see learner.log")
             time.sleep(0.2)
 
-    def _agent_seed(self, index: int, spool: Path) -> int:
-        state = spool / "agent_state.json"
-        episode = json.loads(state.read_text())["next_episode_index"] if state.exists() else 0
-        # Meta-World's goal variation is seed % 50 and 100_000 is a multiple of 50: without the
-        # 13 * index offset every robot would replay the same variation at the same time (a
-        # quarter of the variety per env step with 4 robots, measured in bench efficiency).
-        return 100_000 * (index + 1) + 13 * index + int(episode)
-
-    def _start_agent(self, name: str, index: int) -> None:
-        import ray
-
-        from edge_agent.build import AgentOptions
-        from robofleet.app.sim.fleet import spool_dir
-
-        ctx = self.ctx
-        spool = self.run_dir / "robots" / name
-        spool.mkdir(parents=True, exist_ok=True)
-        cred = spool_dir(ctx.settings.data_dir, name) / "credential.json"
-        if not (spool / "credential.json").exists():
-            shutil.copy2(cred, spool / "credential.json")
-        edge = ctx.settings.edge.model_copy(
-            update={
-                "control_hz": self.params.control_hz,
-                "heartbeat_interval_s": ctx.settings.hal.heartbeat_interval_s,
-            }
-        ).model_dump(mode="json")
-        opts = AgentOptions(
-            robot_name=name,
-            tasks=list(self.spec.tasks),
-            run_id=self.run_id,
-            server=ctx.server_address,
-            operator="scripted",
-            max_episode_steps=self.params.max_episode_steps,
-            spool_dir=spool,
-            hidden=self.spec.policy.hidden_sizes[0],
-            terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
-        )
-        actor_options: dict[str, Any] = {"max_concurrency": 4, "num_cpus": 0}
-        Worker: Any = ray.remote(**actor_options)(SimRobotWorker)
-        actor = Worker.options(scheduling_strategy=self.allocation.edge_strategy(name)).remote(
-            edge, ctx.settings.comms.model_dump(mode="json"), opts, self._agent_seed(index, spool)
-        )
-        self._agents[name] = (actor, actor.run.remote(None), index)
-        if ctx.host is not None:
-            ctx.host.busy[name] = time.monotonic() + 60.0
-        self._event("edge_agent.started", robot=name)
-
     # -- the loop --------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        spec = self.spec
-        assert self.learner is not None
+        assert self.learning is not None and self.agents is not None
+        every = self.ctx.eval_every_s or self.spec.evaluation.every_seconds
+        reconcile_every = self.ctx.settings.hal.heartbeat_interval_s * 5
         last_metrics = 0.0
-        last_reconcile = time.monotonic()
-        last_tick = last_hold = time.monotonic()
-        while self.stop_reason is None and not self.detach:
+        last_reconcile = last_hold = time.monotonic()
+        while self._going():
             now = time.monotonic()
-            if not self.paused:  # robot-hours count robots acting
-                self._robot_s_base += len(self._agents) * (now - last_tick)
-            last_tick = now
+            self.clock.tick(len(self.agents))  # robot-hours count robots acting
             self._poll_learner()  # CrashLoop ends the run as crashed
             if self._checkpoint_requested:
                 self._checkpoint_requested = False
-                self.learner.signal(signal.SIGUSR1)
-            self._publish_new_weights()
-            if self.want_pause and not self.paused:
-                self._enter_pause()
-            elif self.paused and not self.want_pause:
-                self._leave_pause()
+                self.learning.checkpoint()
+            self.learning.publish_new_weights()
+            self._follow_pause()
             if now - last_hold >= 1.0:
                 last_hold = now
                 self._follow_hold()
@@ -455,67 +343,52 @@ class RunDriver:
             if now - last_metrics >= 2.0:
                 last_metrics = now
                 self._record_progress()
-            self._supervise_agents()  # a restarted agent is told to hold by _follow_hold
+            self.agents.supervise()  # a restarted agent is told to hold by _follow_hold
             if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
-                every = self.ctx.eval_every_s or spec.evaluation.every_seconds
-                if now - self._last_eval_at >= every:
+                assert self.evaluations is not None
+                if now - self.evaluations.last_at >= every:
                     self._snapshot_for_eval()
-                if now - last_reconcile >= self.ctx.settings.hal.heartbeat_interval_s * 5:
+                if now - last_reconcile >= reconcile_every:
                     last_reconcile = now
                     self._reconcile()
             self._check_stop_conditions()
             time.sleep(0.25)
 
     def _poll_learner(self) -> None:
-        """Supervise the learner: crashes, and hangs (alive, but no batch taken, no update).
-
-        Progress is the batch server's request count (a learner waiting for data at its
-        update-to-data ratio still polls it) and the learner's reported step; the limit is
-        longer until the run's first policy version (start-up and BC warm start).
-        """
-        assert self.learner is not None and self.batch_server is not None
-        self.learner.note_progress(
-            (self.batch_server.requests, self.batch_server.learner_stats.get("learner_step"))
-        )
+        assert self.learning is not None
         o = self.orchestration
-        self.learner.hang_after_s = (
-            o.learner_hang_s if self._published_version else o.learner_warmup_hang_s
-        )
-        self.learner.poll()
+        self.learning.poll(o.learner_hang_s, o.learner_warmup_hang_s)
 
     def _members(self) -> dict[str, int]:
         assert self.allocation is not None
         return {name: m.robot_id for name, m in self.allocation.members.items()}
 
-    def _enter_pause(self) -> None:
-        """Robots hold at their next step boundary; leases, placement, agents, learner stay."""
-        reached = self.hold.want(True, self._members(), "run paused")
-        self.paused, self._held_reported = True, False
-        self._paused_at = time.monotonic()
-        self.progress["state"] = RunState.PAUSED.value
-        self._event("run.pause_sent", robots=sorted(self._members()), reached=reached)
-
-    def _leave_pause(self) -> None:
-        """The held robots go on with their episodes (no new lease, no new agent)."""
+    def _live_state(self) -> RunState:
         assert self.allocation is not None
-        reached = self.hold.want(False, self._members(), "run resumed")
-        self._paused_total += time.monotonic() - self._paused_at
-        self.paused = False
-        self._event("run.resume_sent", robots=sorted(self._members()), reached=reached)
-        state = (
-            RunState.DEGRADED
-            if len(self.allocation.active) < self.spec.robots.count
-            else RunState.RUNNING
-        )
-        set_state(
-            self.ctx.store,
-            self.run_id,
-            state,
-            "resumed after a pause",
-            only_from={RunState.RESUMING},
-            robots=sorted(self.allocation.members),
-        )
+        short = len(self.allocation.active) < self.spec.robots.count
+        return RunState.DEGRADED if short else RunState.RUNNING
+
+    def _set_live_state(self, reason: str = "", *, only_from: set[RunState]) -> None:
+        assert self.allocation is not None
+        state = self._live_state()
+        robots = sorted(self.allocation.members)
+        set_state(self.ctx.store, self.run_id, state, reason, only_from=only_from, robots=robots)
         self.progress["state"] = state.value
+
+    def _follow_pause(self) -> None:
+        """Pause: robots hold at their next step boundary; leases, placement, agents and the
+        learner stay. Resume: the held robots go on with their episodes."""
+        if self.want_pause and not self.paused:
+            reached = self.hold.want(True, self._members(), "run paused")
+            self.clock.pause()
+            self._held_reported = False
+            self.progress["state"] = RunState.PAUSED.value
+            self._event("run.pause_sent", robots=sorted(self._members()), reached=reached)
+        elif self.paused and not self.want_pause:
+            reached = self.hold.want(False, self._members(), "run resumed")
+            self.clock.resume()
+            self._event("run.resume_sent", robots=sorted(self._members()), reached=reached)
+            self._set_live_state("resumed after a pause", only_from={RunState.RESUMING})
 
     def _follow_hold(self) -> None:
         """Re-send pause/resume to robots whose heartbeat disagrees; note when all hold."""
@@ -528,14 +401,9 @@ class RunDriver:
             self._held_reported = True
             self._event("run.robots_held", robots=held, leases_kept=sorted(self._members()))
 
-    def _elapsed(self) -> float:
-        """Run time in seconds since the first version, without the time spent paused."""
-        paused = self._paused_total + (time.monotonic() - self._paused_at if self.paused else 0)
-        return self._elapsed_base + (time.monotonic() - self._t0) - paused
-
     def _check_stop_conditions(self) -> None:
         stop = self.spec.stop
-        if stop.minutes is not None and self._elapsed() >= stop.minutes * 60:
+        if stop.minutes is not None and self.clock.elapsed() >= stop.minutes * 60:
             self.request_stop(f"reached {stop.minutes} minutes", RunState.FINISHED)
         elif stop.env_steps is not None and self.progress.get("env_steps", 0) >= stop.env_steps:
             self.request_stop(f"reached {stop.env_steps} env steps", RunState.FINISHED)
@@ -546,280 +414,97 @@ class RunDriver:
             self.request_stop(f"reached success {stop.target_success}", RunState.FINISHED)
 
     def _reconcile(self) -> None:
+        assert self.agents is not None
         result = self.allocation.reconcile(timeout_s=5.0)
         for name in result.added:
-            self._start_agent(name, len(self._agents) + len(result.added))
+            self.agents.start(name, len(self.agents) + len(result.added))
         state = RunState.DEGRADED if result.degraded else RunState.RUNNING
         if state.value != self.progress.get("state"):
             live = {RunState.RUNNING, RunState.DEGRADED}
             set_state(self.ctx.store, self.run_id, state, only_from=live, lost=result.lost)
             self.progress["state"] = state.value
 
-    def _supervise_agents(self) -> None:
-        import ray
-
-        for name, (actor, ref, index) in list(self._agents.items()):
-            done, _ = ray.wait([ref], timeout=0)
-            if not done:
-                continue
-            try:
-                ray.get(ref)
-                why = "returned"
-            except Exception as exc:
-                why = f"{type(exc).__name__}: {str(exc)[:200]}"
-            crashes = self._agent_crashes.setdefault(name, CrashWindow(self.ctx.agent_restarts))
-            n = crashes.record(time.monotonic())
-            self._event("edge_agent.died", robot=name, why=why)
-            del self._agents[name]
-            try:
-                ray.kill(actor)
-            except Exception:
-                pass
-            if crashes.looping:
-                raise CrashLoop(f"edge agent of {name} crashed {n} times: {why}")
-            # The delay grows with the crashes in the window (n - 1 before this one).
-            time.sleep(self._agent_backoff.delay(n - 1))
-            self._start_agent(name, index)
-            self._event("edge_agent.restarted", robot=name)
-
-    # -- weights and evaluation ------------------------------------------------------------
-
-    def _publish_new_weights(self) -> bool:
-        """Hand a newer version of the learner's weight directory to comms' distributor
-        (``comms.weight_file``); True when there was one."""
-        if self._weights is None:
-            self._weights = WeightFileFeed(
-                self.ctx.server.distributor(self.run_id), self.run_dir / "weights"
-            )
-        # The learner's safetensors file as it is: no tensor decode and re-snapshot; a
-        # distributor kept across restarts that is ahead already is left as it is.
-        got = self._weights.poll()
-        if got is None:
-            return False
-        self._published_version, blob = got
-        self._latest_bytes = bytes(blob)  # the distributor owns ``blob``
-        return True
+    # -- evaluation and progress -----------------------------------------------------------
 
     def _snapshot_for_eval(self, final: bool = False) -> None:
-        """Queue the published policy for evaluation, stamped with the run's clock and counts
-        now (:mod:`robofleet.app.orchestration.evalqueue`). A version already queued is not queued
-        again, except for the ``final`` evaluation."""
-        self._last_eval_at = time.monotonic()
-        if self._published_version == 0 or self._evals is None:
-            return
-        if self._published_version == self._last_snapshot_version and not final:
-            return
-        steps, interventions = self._counts()
-        dropped = self._evals.add(
-            EvalSnapshot(
-                self._published_version,
-                self._latest_bytes,
-                self._elapsed(),
-                self._robot_s_base / 3600,
-                steps,
-                interventions,
-            )
+        assert self.learning is not None and self.evaluations is not None
+        learning = self.learning
+        counts = self.figures.counts(learning.buffer) if learning.version else (0, 0)
+        self.evaluations.snapshot(
+            learning.version, learning.latest_bytes, self.clock, counts, final=final
         )
-        self._last_snapshot_version = self._published_version
-        if dropped is not None:
-            self._event(
-                "run.evaluation_dropped", policy_version=dropped.version, backlog=len(self._evals)
-            )
-
-    def _drain_evals(self) -> None:
-        """Evaluate every queued snapshot (at the end of a run)."""
-        while self._evals is not None and len(self._evals):
-            self._collect_eval(wait=True)
 
     def _collect_eval(self, wait: bool = False) -> None:
-        if self._evals is None:
-            return
-        got = self._evals.poll(wait)
-        if got is None:
-            return
-        snap, success = got
-        version = snap.version
-        mean = float(np.mean(list(success.values())))
-        row = {
-            "wall_s": snap.wall_s,
-            "robot_hours": snap.robot_hours,
-            "env_steps": snap.env_steps,
-            "interventions": snap.interventions,
-            "policy_version": version,
-            "success": success,
-            "success_mean": mean,
-        }
-        with open(self.run_dir / "evals.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        self.progress.update(success=success, success_mean=mean, eval_version=version)
-        from robofleet.store.metrics import insert_metrics
+        if self.evaluations is not None:
+            got = self.evaluations.collect(wait)
+            if got is not None:
+                self.progress.update(got)
 
-        insert_metrics(
-            self.ctx.store,
-            self.run_id,
-            [
-                {"name": "success_rate", "step": version, "value": v, "task": t}
-                for t, v in success.items()
-            ],
-        )
-        self._event("run.evaluated", policy_version=version, success_mean=mean)
-
-    # -- progress --------------------------------------------------------------------------
-
-    def _counts(self) -> tuple[int, int]:
-        """(env steps, operator interventions) stored in the buffer from robots (not demos)."""
-        total = len(self.buffer)
-        interventions = len(self.buffer.select(interventions_only=True))
-        return total - self._demo_rows, interventions - self._demo_rows
+    def _learner_restarts(self) -> int:
+        learner = self.learner
+        return self.learner_restarts_base + (learner.restarts if learner else 0)
 
     def _record_progress(self) -> None:
-        from robofleet.store.metrics import insert_metrics
-
-        steps, interventions = self._counts()
-        now, elapsed = time.monotonic(), self._elapsed()
-        rate = steps_per_s = 0.0
-        if self._rate_prev is not None:
-            t, s, i = self._rate_prev
-            if steps > s:
-                rate = (interventions - i) / (steps - s)
-            steps_per_s = (steps - s) / max(now - t, 1e-6)
-        self._rate_prev = (now, steps, interventions)
-        lstats = self.batch_server.learner_stats
-        assert self.learner is not None
-        restarts = self.learner_restarts_base + self.learner.restarts
+        assert self.learning is not None and self.agents is not None
+        learner = self.learning.learner
         self.progress.update(
-            elapsed_s=elapsed,
-            env_steps=steps,
-            interventions=interventions,
-            intervention_rate=rate,
-            env_steps_per_s=steps_per_s,
-            learner_updates_per_s=lstats.get("updates_per_s", 0.0),
-            learner_step=int(lstats.get("learner_step", 0)),
-            loss=lstats.get("loss", float("nan")),
-            policy_version=self._published_version,
-            learner_restarts=restarts,
-            learner_hangs=self.learner.hangs,
-            robots=len(self._agents),
-            robot_hours=self._robot_s_base / 3600,
+            self.figures.record(
+                self.learning.buffer,
+                self.clock,
+                self.learning.stats,
+                restarts=self._learner_restarts(),
+                hangs=learner.hangs,
+                robots=self.agents.names,
+                version=self.learning.version,
+            )
         )
-        row = {
-            "wall_s": elapsed,
-            "robot_hours": self._robot_s_base / 3600,
-            "env_steps": steps,
-            "interventions": interventions,
-            "intervention_rate": rate,
-            "policy_version": self._published_version,
-        }
-        with open(self.run_dir / "progress.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        atomic_write_json(
-            self.run_dir / "progress.json",
-            {
-                "elapsed_s": elapsed,
-                "robot_seconds": self._robot_s_base,
-                "learner_restarts": restarts,
-            },
-        )
-        step = int(lstats.get("learner_step", 0))
-        points: list[dict[str, Any]] = [
-            {"name": "intervention_rate", "step": steps, "value": rate},
-            {"name": "env_steps_per_s", "step": steps, "value": steps_per_s},
-            {
-                "name": "learner_updates_per_s",
-                "step": step,
-                "value": lstats.get("updates_per_s", 0.0),
-            },
-            {"name": "buffer_size", "step": steps, "value": float(len(self.buffer))},
-        ]
-        hit = self.buffer.stats().get("cache_hit_rate")
-        if hit is not None:
-            points.append({"name": "cache_hit_rate", "step": steps, "value": float(hit)})
-        if np.isfinite(lstats.get("loss", float("nan"))):
-            points.append({"name": "loss", "step": step, "value": lstats["loss"]})
-        with self.ctx.store.session() as sess:
-            for robot in sess.scalars(select(Robot).where(Robot.name.in_(list(self._agents)))):
-                if robot.applied_policy_version is not None:
-                    points.append(
-                        {
-                            "name": "policy_version",
-                            "step": steps,
-                            "value": float(robot.applied_policy_version),
-                            "robot_id": robot.id,
-                        }
-                    )
-        insert_metrics(self.ctx.store, self.run_id, points)
 
     # -- the end ---------------------------------------------------------------------------
 
-    def _stop_agents(self) -> None:
-        import ray
-
-        refs = []
-        for _name, (actor, ref, _i) in self._agents.items():
-            actor.stop.remote()
-            refs.append(ref)
-        if refs:
-            ray.wait(refs, num_returns=len(refs), timeout=30)
-        for name, (_actor, ref, _i) in self._agents.items():
-            try:
-                self.robot_reports[name] = dict(ray.get(ref, timeout=1))
-            except Exception as exc:  # an agent that died has no report; its heartbeats stay
-                log.info("no final report from the edge agent of %s: %s", name, exc)
-        for name, (actor, _ref, _i) in list(self._agents.items()):
-            try:
-                ray.get(actor.drain.remote(30.0), timeout=40)
-                ray.get(actor.close.remote(), timeout=30)
-            except Exception as exc:
-                log.warning("closing the edge agent of %s: %s", name, exc)
-            ray.kill(actor)
-            if self.ctx.host is not None:
-                self.ctx.host.busy.pop(name, None)
-        self._agents.clear()
-
     def _teardown(self, final: bool) -> None:
         """Stop everything; with ``final`` also the final evaluation, report and accounting."""
-        import ray
-
         self.progress["state"] = "stopping"
         if final:
             set_state(self.ctx.store, self.run_id, RunState.STOPPING, self.stop_reason or "")
         try:
-            self._stop_agents()
+            if self.agents is not None:
+                self.agents.stop()
         except Exception:
             log.exception("stopping edge agents")
-        if self.learner is not None:
-            self.learner.stop()
-        if final and self.buffer is not None:
-            self._publish_new_weights()
-            self._record_progress()
-            if self._published_version:
-                self._snapshot_for_eval(final=True)
-            self._drain_evals()
-            from robofleet.app.orchestration.accounting import acked_lost
-            from robofleet.app.orchestration.report import write_report
-
-            self.result = write_report(
-                self.run_dir,
-                self.run_id,
-                self.spec,
-                learner_restarts=self.learner_restarts_base
-                + (self.learner.restarts if self.learner else 0),
-                acked_lost=acked_lost(self.buffer, self.run_dir / "robots"),
-                elapsed_s=self._elapsed(),
-                setup_s=self.progress.get("setup_s"),
-            )
-        if self.batch_server is not None:
-            self.batch_server.close()
-        self.ctx.sinks.pop(self.run_id, None)
-        if self.buffer is not None:
-            self.buffer.close()
-            self.buffer = None
-        if self.evaluator is not None:
-            ray.kill(self.evaluator)
-            self.evaluator = None
+        if self.learning is not None:
+            self.learning.learner.stop()
+            if final:
+                self._final_report()
+            self.learning.close()
+        if self.evaluations is not None:
+            self.evaluations.close()
+            self.evaluations = None
         if self.allocation is not None:
             if self.paused and self.detach and not final:
                 self.allocation.suspend()  # the cloud goes away: a paused run keeps its robots
             else:
                 self.allocation.release()
         self.ctx.server.invalidate_auth()
+
+    def _final_report(self) -> None:
+        """The last version out, the last figures, the final evaluation, then the report with
+        the acknowledged steps the buffer lost (``accounting``)."""
+        from robofleet.app.orchestration.accounting import acked_lost
+        from robofleet.app.orchestration.report import write_report
+
+        assert self.learning is not None and self.evaluations is not None
+        self.learning.publish_new_weights()
+        self._record_progress()
+        if self.learning.version:
+            self._snapshot_for_eval(final=True)
+        for got in self.evaluations.drain():
+            self.progress.update(got)
+        self.result = write_report(
+            self.run_dir,
+            self.run_id,
+            self.spec,
+            learner_restarts=self._learner_restarts(),
+            acked_lost=acked_lost(self.learning.buffer, self.run_dir / "robots"),
+            elapsed_s=self.clock.elapsed(),
+            setup_s=self.progress.get("setup_s"),
+        )

@@ -1,0 +1,143 @@
+"""The learning side of a run in the cloud process: the run's buffer (every acknowledged step;
+on a fresh run first the demonstrations), the buffer's service to the learner, the supervised
+learner process (``python -m cloud_learner.process``) and the feed of its weight versions to
+comms' distributor.
+
+The learner is supervised for crashes and hangs: alive, but no batch taken and no update for
+``orchestration.learner_hang_s`` (longer until the run's first version: start-up and the BC
+warm start). Progress is the batch server's request count (a learner waiting for data at its
+samples-per-insert rate still polls it) and the learner's reported step.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from comms.weight_file import WeightFileFeed
+from robofleet.app.orchestration.supervisor import ProcessSupervisor
+from robofleet.app.sim.fleet import DEMO_ROBOT, demonstration_records
+from robofleet.runspec import RunParams, RunSpec
+
+
+class RunLearning:
+    """Buffer, batch server, learner process and weight feed of one run.
+
+    Args:
+        ctx: the cloud's shared services (``robofleet.app.orchestration.run.CloudContext``).
+        run_id / run_dir / spec / params: the run.
+        on_event: records an event of the run (``kind, **data``).
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        run_id: str,
+        run_dir: Path,
+        spec: RunSpec,
+        params: RunParams,
+        on_event: Callable[..., None],
+    ) -> None:
+        from buffer import InterventionSampler
+        from buffer.service import BatchServer
+        from comms.buffer_sink import BufferSink
+
+        self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir
+        self.on_event = on_event
+        self.buffer = self._open_buffer(spec)
+        try:
+            self.demo_rows = self._demonstrations(spec, params)
+            self.batch_server = BatchServer(
+                self.buffer,
+                spec.tasks,
+                InterventionSampler(),
+                offline_rows=self.demo_rows,
+                demonstration_robots=[DEMO_ROBOT],
+            )
+        except BaseException:
+            self.buffer.close()  # its directory lock must not outlive a failed start
+            raise
+        ctx.sinks[run_id] = BufferSink(self.buffer)
+        self.learner = ProcessSupervisor(
+            "learner",
+            [
+                *(ctx.python, "-m", "cloud_learner.process"),
+                *("--run-dir", str(run_dir), "--run-id", run_id),
+                *("--batches", self.batch_server.address),
+                *("--database-url", ctx.settings.database_url),
+            ],
+            run_dir / "learner.log",
+            ctx.learner_restarts,
+            on_event=lambda kind, data: on_event(kind, **data),
+        )
+        self._weights = WeightFileFeed(ctx.server.distributor(run_id), run_dir / "weights")
+        self.version = 0  # the newest version handed to comms
+        self.latest_bytes = b""  # its safetensors file
+        try:
+            self.learner.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_buffer(self, spec: RunSpec) -> Any:
+        from buffer import ReplayBuffer, StepSchema
+        from hal.drivers.metaworld import MetaWorldDriver
+
+        driver = MetaWorldDriver("schema", tasks=list(spec.tasks))
+        schema = StepSchema.from_features(driver.observation_features, driver.action_features)
+        config = self.ctx.settings.buffer
+        if spec.buffer.memory_budget_bytes is not None:  # the run's own hot-tier budget
+            config = config.model_copy(
+                update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
+            )
+        return ReplayBuffer.open(self.run_dir / "buffer", schema, config)
+
+    def _demonstrations(self, spec: RunSpec, params: RunParams) -> int:
+        """Rows of demonstrations in the buffer; a fresh run's are recorded first."""
+        rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
+        if rows:
+            return rows
+        records = demonstration_records(
+            spec.tasks, params.demos_per_task, params.max_episode_steps, self.run_id
+        )
+        self.buffer.append(self.buffer.schema.batch_from_records(records))
+        self.on_event("run.demonstrations", steps=len(records))
+        return len(records)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """The learner's latest statistics, as the batch server last heard them."""
+        return self.batch_server.learner_stats
+
+    def poll(self, hang_s: float, warmup_hang_s: float) -> None:
+        """Supervise the learner (restart a crashed or hung one).
+
+        Raises:
+            CrashLoop: it crashed too often; the run ends as crashed.
+        """
+        self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
+        self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
+        self.learner.poll()
+
+    def checkpoint(self) -> None:
+        """Ask the learner for a checkpoint at its next update boundary."""
+        self.learner.signal(signal.SIGUSR1)
+
+    def publish_new_weights(self) -> bool:
+        """Hand a newer version of the learner's weight directory to comms' distributor as it
+        is (no decode and re-snapshot; a distributor kept across restarts that is ahead
+        already is left as it is); True when there was one."""
+        got = self._weights.poll()
+        if got is None:
+            return False
+        self.version, blob = got
+        self.latest_bytes = bytes(blob)  # the distributor owns ``blob``
+        return True
+
+    def close(self) -> None:
+        """The learner has stopped: let go of the batch server, the upload sink, the buffer."""
+        self.batch_server.close()
+        self.ctx.sinks.pop(self.run_id, None)
+        self.buffer.close()
