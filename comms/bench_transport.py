@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -136,6 +137,88 @@ def _unary_pickle(batches: list[Any], max_steps: int) -> tuple[float, int]:
     return dt, received[0]
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """Each path's times (s), a run per repeat, and the bytes each run moved."""
+
+    total: int  # Arrow IPC bytes of the spooled batches (ours, both modes)
+    total_zmq: int  # bytes of the Arrow IPC payloads raw pyzmq sends
+    ours_runs: list[float]
+    grpc_runs: list[float]  # ours with the data plane off
+    zmq_runs: list[float]
+    t_pickle: float
+    pickle_bytes: int
+
+    @property
+    def ours_bps(self) -> float:
+        return self.total / min(self.ours_runs)
+
+    @property
+    def grpc_bps(self) -> float:
+        return self.total / min(self.grpc_runs)
+
+    @property
+    def zmq_bps(self) -> float:
+        return self.total_zmq / min(self.zmq_runs)
+
+    @property
+    def pickle_bps(self) -> float:
+        return self.pickle_bytes / self.t_pickle
+
+
+def _measure(
+    batches: list[Any], payloads: list[bytes], repeats: int, pickle_steps: int
+) -> _Measured:
+    """Ours (data plane on, then off) and raw pyzmq interleaved ``repeats`` times (the
+    machine is shared: the rates take each path's best time), then ``pickle_steps`` steps
+    pickled one per unary call."""
+    ours_runs, grpc_runs, zmq_runs = [], [], []
+    for _ in range(repeats):
+        dt, total = _ours(batches)
+        ours_runs.append(dt)
+        grpc_runs.append(_ours(batches, data_plane=False)[0])
+        zmq_runs.append(_zmq(payloads))
+    t_pickle, pickle_bytes = _unary_pickle(batches, pickle_steps)
+    total_zmq = sum(len(p) for p in payloads)
+    return _Measured(total, total_zmq, ours_runs, grpc_runs, zmq_runs, t_pickle, pickle_bytes)
+
+
+def _result(m: _Measured) -> dict[str, Any]:
+    """The JSON line's object."""
+    return {
+        "upload_ratio_vs_zmq": round(m.ours_bps / m.zmq_bps, 3),
+        "upload_ratio_vs_unary_pickle": round(m.ours_bps / m.pickle_bps, 3),
+        "upload_ratio_vs_zmq_grpc_bytes_only": round(m.grpc_bps / m.zmq_bps, 3),
+        "upload_bytes_per_s": round(m.ours_bps),
+        "upload_bytes_per_s_grpc_bytes_only": round(m.grpc_bps),
+        "zmq_bytes_per_s": round(m.zmq_bps),
+        "unary_pickle_bytes_per_s": round(m.pickle_bps),
+        "upload_bytes_per_s_runs": [round(m.total / x) for x in m.ours_runs],
+        "zmq_bytes_per_s_runs": [round(m.total_zmq / x) for x in m.zmq_runs],
+    }
+
+
+def _print_table(m: _Measured, n_batches: int, repeats: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=f"experience upload, loopback, {m.total / 1e6:.0f} MB in {n_batches} Arrow batches"
+        f" (best of {repeats})"
+    )
+    for col in ("path", "MB/s", "robofleet / path", "target"):
+        t.add_column(col, justify="right")
+    ours = m.ours_bps
+    t.add_row("robofleet: ZeroMQ data plane, gRPC acks", f"{ours / 1e6:.1f}", "1.000", "")
+    for path, bps, target in (
+        ("robofleet: gRPC stream only (data plane off)", m.grpc_bps, ""),
+        ("raw pyzmq PUSH/PULL (no acks)", m.zmq_bps, ">= 0.5"),
+        ("pickled step per unary gRPC call", m.pickle_bps, ">= 3"),
+    ):
+        t.add_row(path, f"{bps / 1e6:.1f}", f"{ours / bps:.3f}", target)
+    Console().print(t)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="robofleet bench transport", description=__doc__)
     parser.add_argument("--config", default=None)
@@ -150,64 +233,11 @@ def main(argv: Sequence[str]) -> int:
     n_batches = 100 if args.quick else 400
     batches = _batches(n_batches, rows=256, obs_bytes=2048)  # 512 KiB of observations a batch
     payloads = [S.encode_batch(b) for b in batches]
-    # The machine is shared: each path runs ``repeats`` times, interleaved, best time kept.
     repeats = 2 if args.quick else 3
-    ours_runs, grpc_runs, zmq_runs = [], [], []
-    for _ in range(repeats):
-        dt, total = _ours(batches)
-        ours_runs.append(dt)
-        grpc_runs.append(_ours(batches, data_plane=False)[0])
-        zmq_runs.append(_zmq(payloads))
-    t_ours, t_grpc, t_zmq = min(ours_runs), min(grpc_runs), min(zmq_runs)
-    t_pickle, pickle_bytes = _unary_pickle(batches, 2000 if args.quick else 5000)
-    ours_bps = total / t_ours
-    grpc_bps = total / t_grpc
-    total_zmq = sum(len(p) for p in payloads)
-    zmq_bps = total_zmq / t_zmq
-    pickle_bps = pickle_bytes / t_pickle
-    result = {
-        "upload_ratio_vs_zmq": round(ours_bps / zmq_bps, 3),
-        "upload_ratio_vs_unary_pickle": round(ours_bps / pickle_bps, 3),
-        "upload_ratio_vs_zmq_grpc_bytes_only": round(
-            grpc_bps / (sum(map(len, payloads)) / t_zmq), 3
-        ),
-        "upload_bytes_per_s": round(ours_bps),
-        "upload_bytes_per_s_grpc_bytes_only": round(grpc_bps),
-        "zmq_bytes_per_s": round(zmq_bps),
-        "unary_pickle_bytes_per_s": round(pickle_bps),
-        "upload_bytes_per_s_runs": [round(total / x) for x in ours_runs],
-        "zmq_bytes_per_s_runs": [round(total_zmq / x) for x in zmq_runs],
-    }
+    measured = _measure(batches, payloads, repeats, 2000 if args.quick else 5000)
+    result = _result(measured)
     if not args.json:
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(
-            title=f"experience upload, loopback, {total / 1e6:.0f} MB in {n_batches} Arrow batches"
-            f" (best of {repeats})"
-        )
-        for col in ("path", "MB/s", "robofleet / path", "target"):
-            t.add_column(col, justify="right")
-        t.add_row("robofleet: ZeroMQ data plane, gRPC acks", f"{ours_bps / 1e6:.1f}", "1.000", "")
-        t.add_row(
-            "robofleet: gRPC stream only (data plane off)",
-            f"{grpc_bps / 1e6:.1f}",
-            f"{ours_bps / grpc_bps:.3f}",
-            "",
-        )
-        t.add_row(
-            "raw pyzmq PUSH/PULL (no acks)",
-            f"{zmq_bps / 1e6:.1f}",
-            f"{ours_bps / zmq_bps:.3f}",
-            ">= 0.5",
-        )
-        t.add_row(
-            "pickled step per unary gRPC call",
-            f"{pickle_bps / 1e6:.1f}",
-            f"{ours_bps / pickle_bps:.3f}",
-            ">= 3",
-        )
-        Console().print(t)
+        _print_table(measured, n_batches, repeats)
     print(json.dumps(result))
     return 0
 

@@ -20,19 +20,31 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from comms.bench_common import BenchCloud
+    from comms.receiver import WeightReceiver
+    from comms.weight_file import WeightDirectory
+
+
+_WIDTH = 1024  # every bench model is square layers of this width
+
+
+def _layers(n_params: int) -> int:
+    """How many ``_WIDTH`` x ``_WIDTH`` layers make about ``n_params`` parameters (at least 1)."""
+    return max(1, n_params // (_WIDTH * _WIDTH))
 
 
 def _state(n_params: int, seed: int = 0) -> dict[str, Any]:
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    width = 1024
-    layers = max(1, n_params // (width * width))
-    state = {f"layers.{i}.weight": torch.randn(width, width, generator=g) for i in range(layers)}
-    state.update({f"layers.{i}.bias": torch.randn(width, generator=g) for i in range(layers)})
+    layers = _layers(n_params)
+    state = {f"layers.{i}.weight": torch.randn(_WIDTH, _WIDTH, generator=g) for i in range(layers)}
+    state.update({f"layers.{i}.bias": torch.randn(_WIDTH, generator=g) for i in range(layers)})
     return state
 
 
@@ -46,21 +58,39 @@ def _ours(state: dict[str, Any], n_subs: int) -> float:
     clients = [cloud.client(c) for _, c in robots]
     rxs = [WeightReceiver(as_torch=True) for _ in robots]
     srcs = [GrpcWeightSubscription(c, RUN, rx) for c, rx in zip(clients, rxs, strict=True)]
-    pub = cloud.server.distributor(RUN)
-    time.sleep(0.5)  # subscriptions open
-    t0 = time.perf_counter()
-    pub.publish(state)
-    ok = all(rx.wait_for(0, 120) for rx in rxs)
-    dt = time.perf_counter() - t0
-    assert ok, "a subscriber never applied the version"
-    for s in srcs:
-        s.close()
-    for c in clients:
-        c.close()
+    # 0.5 s for the subscriptions to open.
+    dt = _push_time(cloud, state, rxs, 0.5, "a subscriber never applied the version")
+    _close_all([*srcs, *clients])
     cloud.close()
     del rxs, srcs
     gc.collect()
     return dt
+
+
+def _push_time(
+    cloud: BenchCloud, state: dict[str, Any], rxs: list[WeightReceiver], settle_s: float, what: str
+) -> float:
+    """Seconds from publishing ``state`` as version 0 (after ``settle_s`` of set-up) until
+    every receiver applied it.
+
+    Raises:
+        AssertionError: ``what``, when a receiver did not apply it within 120 s.
+    """
+    from comms.bench_common import RUN
+
+    pub = cloud.server.distributor(RUN)
+    time.sleep(settle_s)
+    t0 = time.perf_counter()
+    pub.publish(state)
+    ok = all(rx.wait_for(0, 120) for rx in rxs)
+    dt = time.perf_counter() - t0
+    assert ok, what
+    return dt
+
+
+def _close_all(closeables: Sequence[Any]) -> None:
+    for c in closeables:
+        c.close()
 
 
 def _via_relay(state: dict[str, Any], n_subs: int) -> float:
@@ -85,17 +115,9 @@ def _via_relay(state: dict[str, Any], n_subs: int) -> float:
         ZmqWeightSubscription(c, relay.zmq_address, RUN, rx)
         for c, rx in zip(clients, rxs, strict=True)
     ]
-    pub = cloud.server.distributor(RUN)
-    time.sleep(1.0)  # robots registered, the relay subscribed upstream
-    t0 = time.perf_counter()
-    pub.publish(state)
-    ok = all(rx.wait_for(0, 120) for rx in rxs)
-    dt = time.perf_counter() - t0
-    assert ok, "a robot behind the relay never applied the version"
-    for s in srcs:
-        s.close()
-    for c in clients:
-        c.close()
+    # 1 s for the robots to register and the relay to subscribe upstream.
+    dt = _push_time(cloud, state, rxs, 1.0, "a robot behind the relay never applied the version")
+    _close_all([*srcs, *clients])
     relay.stop()
     cloud.close()
     del rxs, srcs
@@ -233,9 +255,58 @@ cloud.close()
 """
 
 
+class _Learner:
+    """A training loop of about ``n_params`` parameters (``_WIDTH`` square linear layers,
+    Adam, a batch of 32) on one torch thread, which can write its weights to a
+    ``WeightDirectory`` once a second while it trains."""
+
+    def __init__(self, n_params: int) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        self.model = torch.nn.Sequential(
+            *[torch.nn.Linear(_WIDTH, _WIDTH) for _ in range(_layers(n_params))]
+        )
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.x = torch.randn(32, _WIDTH)
+        self.versions_written = 0
+
+    def step(self) -> None:
+        loss = self.model(self.x).pow(2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+    def run(self, span: float, directory: WeightDirectory | None = None) -> list[float]:
+        """Train for ``span`` s; the seconds of each step (a push included), writing the
+        next version to ``directory`` (when given) at the first step of each second."""
+        import torch
+
+        times = []
+        end = time.perf_counter() + span
+        next_push = time.perf_counter()
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            self.step()
+            if directory is not None and t0 >= next_push:
+                self.versions_written += 1
+                with torch.no_grad():
+                    directory.publish(self.versions_written, self.model.state_dict())
+                next_push += 1.0
+            times.append(time.perf_counter() - t0)
+        return times
+
+
+class _LearnerFigures(NamedTuple):
+    without: float  # mean step s without pushes
+    with_push: float  # mean step s with a push every second
+    written: int  # versions the learner wrote
+    applied: int  # versions the subscribers applied, all of them together
+
+
 def _learner_ratio(
     n_params: int, cycles: int, n_subs: int = 4, cap_bytes_per_s: float = 0.0
-) -> tuple[float, float, int, int]:
+) -> _LearnerFigures:
     """Mean step time of a training loop without pushes / with a push every second.
 
     Deployed as in ``robofleet cloud``: the learner process writes each version to a file
@@ -243,79 +314,27 @@ def _learner_ratio(
     cloud process (here a subprocess with the gRPC server) publishes it to ``n_subs``
     subscribers (another subprocess). Both loops run in this same process run, one after the
     other.
-
-    Returns:
-        (step s without pushes, step s with pushes, versions written, versions applied in all).
     """
     import tempfile
 
-    import torch
-
     from comms.weight_file import WeightDirectory
 
-    torch.set_num_threads(1)
-    width = 1024
-    layers = max(1, n_params // (width * width))
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(32, width)
-
-    def step() -> None:
-        loss = model(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
+    learner = _Learner(n_params)
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="robofleet-bench-weights-", dir=shm) as tmp:
         directory = WeightDirectory(tmp, keep=5)  # as the run's learner process keeps them
-        cloud = subprocess.Popen(
-            [sys.executable, "-c", _CLOUD, tmp, str(n_subs), str(cap_bytes_per_s)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        cloud = _spawn([sys.executable, "-c", _CLOUD, tmp, str(n_subs), str(cap_bytes_per_s)])
         subs: subprocess.Popen[str] | None = None
         try:
             assert cloud.stdout is not None
             info = json.loads(cloud.stdout.readline())
             # The subscribers stand in for robots, whose CPUs are elsewhere: lowest priority.
-            subs = subprocess.Popen(
+            subs = _spawn(
                 ["nice", "-n", "19", sys.executable, "-c", _SUBSCRIBERS, info["address"]]
-                + info["creds"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+                + info["creds"]
             )
             assert subs.stdout is not None and subs.stdout.readline().strip() == "ready"
-            version = [0]
-
-            def run(push: bool, span: float) -> list[float]:
-                times = []
-                end = time.perf_counter() + span
-                next_push = time.perf_counter()
-                while time.perf_counter() < end:
-                    t0 = time.perf_counter()
-                    step()
-                    if push and t0 >= next_push:
-                        version[0] += 1
-                        with torch.no_grad():
-                            directory.publish(version[0], model.state_dict())
-                        next_push += 1.0
-                    times.append(time.perf_counter() - t0)
-                return times
-
-            for _ in range(3):
-                step()
-            # Interleaved, because the load of a shared machine drifts: pushing 2 s (two
-            # versions), 1 s unmeasured for the last push to drain, 2 s quiet; ``cycles`` times.
-            quiet: list[float] = []
-            pushing: list[float] = []
-            for _ in range(cycles):
-                pushing += run(True, 2.0)
-                run(False, 1.0)
-                quiet += run(False, 2.0)
-            without, with_push = float(np.mean(quiet)), float(np.mean(pushing))
+            without, with_push = _step_times(learner, directory, cycles)
             time.sleep(3.0)  # the last version reaches the robots
             out, _ = subs.communicate("", timeout=60)
             applied = int(out.strip().splitlines()[-1])
@@ -325,10 +344,87 @@ def _learner_ratio(
                 if p is not None and p.poll() is None:
                     p.kill()
                     p.wait(10)
-    return without, with_push, version[0], applied
+    return _LearnerFigures(without, with_push, learner.versions_written, applied)
 
 
-def main(argv: Sequence[str]) -> int:
+def _spawn(cmd: list[str]) -> subprocess.Popen[str]:
+    """A child process talking text lines on its stdin and stdout."""
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def _step_times(learner: _Learner, directory: WeightDirectory, cycles: int) -> tuple[float, float]:
+    """Mean step s (without pushes, with a push every second) after 3 warm-up steps.
+
+    Interleaved, because the load of a shared machine drifts: pushing 2 s (two versions),
+    1 s unmeasured for the last push to drain, 2 s quiet; ``cycles`` times.
+    """
+    for _ in range(3):
+        learner.step()
+    quiet: list[float] = []
+    pushing: list[float] = []
+    for _ in range(cycles):
+        pushing += learner.run(2.0, directory)
+        learner.run(1.0)
+        quiet += learner.run(2.0)
+    return float(np.mean(quiet)), float(np.mean(pushing))
+
+
+class _PushRow(NamedTuple):
+    params: str  # e.g. "9M"
+    subscribers: int
+    ours: float  # s, best of the repeats
+    base: float  # LeRobot's s, best of the repeats
+    ratio: float  # ours / base
+
+
+class _CodecFigures(NamedTuple):
+    t_ours: float  # s to take a Snapshot of 10M parameters
+    t_copy: float  # s to copy the tensors
+    delta_bytes: int  # a delta's payload with 1% of the elements changed
+    ideal_bytes: int  # changed elements x (int32 index + float32 value)
+    delta_ratio: float  # delta_bytes / ideal_bytes
+
+
+def _push_rows(quick: bool, repeats: int) -> tuple[list[_PushRow], list[_PushRow]]:
+    """Weight push times, ours (direct, and via the site relay for 4 and 16 robots of the
+    10M model) and LeRobot's, per model size and subscriber count."""
+    cases: list[tuple[int, list[int]]] = [(10_000_000, [1, 4, 16])]
+    if not quick:
+        # 16 robots x (payload + tensors) of 100M float32 on each side would not fit next to
+        # other work in 24 GiB; 100M runs to 1 and 4 subscribers.
+        cases.append((100_000_000, [1, 4]))
+    rows: list[_PushRow] = []
+    relay_rows: list[_PushRow] = []
+    for n_params, subs in cases:
+        state = _state(n_params)
+        real = sum(v.numel() for v in state.values())
+        for n in subs:
+            # The machine is shared: both paths interleaved ``repeats`` times, best kept.
+            ours_runs, base_runs = [], []
+            for _ in range(repeats):
+                ours_runs.append(_ours(state, n))
+                base_runs.append(_lerobot(state, n))
+            ours, base = min(ours_runs), min(base_runs)
+            rows.append(_PushRow(f"{real / 1e6:.0f}M", n, ours, base, ours / base))
+            if n > 1 and n_params <= 10_000_000:
+                relay_t = min(_via_relay(state, n) for _ in range(repeats))
+                relay_rows.append(_PushRow(f"{real / 1e6:.0f}M", n, relay_t, base, relay_t / base))
+        del state
+        gc.collect()
+    return rows, relay_rows
+
+
+def _codec_figures() -> _CodecFigures:
+    """Serialization and delta figures of a 10M-parameter state."""
+    state = _state(10_000_000)
+    t_ours, t_copy = _serialize_ratio(state)
+    delta_bytes, ideal_bytes, delta_ratio = _delta_ratio(state)
+    del state
+    gc.collect()
+    return _CodecFigures(t_ours, t_copy, delta_bytes, ideal_bytes, delta_ratio)
+
+
+def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="robofleet bench weights", description=__doc__)
     parser.add_argument("--config", default=None)
     parser.add_argument(
@@ -341,100 +437,98 @@ def main(argv: Sequence[str]) -> int:
         default=100.0,
         help="comms.weight_max_bytes_per_s of the cloud in the learner run, MB/s (0 = none)",
     )
-    args = parser.parse_args(list(argv))
+    return parser.parse_args(list(argv))
+
+
+def _result(
+    rows: list[_PushRow],
+    relay_rows: list[_PushRow],
+    codec: _CodecFigures,
+    learner: _LearnerFigures,
+    cap_bytes_per_s: float,
+) -> dict[str, Any]:
+    """The JSON line's object."""
+    return {
+        "push_ratio_vs_lerobot": round(max(r.ratio for r in rows), 3),
+        "serialize_ratio_vs_memcpy": round(codec.t_ours / codec.t_copy, 3),
+        "delta_bytes_ratio_vs_changed_elements": round(codec.delta_ratio, 3),
+        "learner_step_ratio_with_push": round(learner.without / learner.with_push, 3),
+        "push_ratio_vs_lerobot_per_case": {
+            f"{r.params}x{r.subscribers}": round(r.ratio, 3) for r in rows
+        },
+        "push_ratio_vs_lerobot_via_site_relay_per_case": {
+            f"{r.params}x{r.subscribers}": round(r.ratio, 3) for r in relay_rows
+        },
+        "versions_written_by_learner": learner.written,
+        "versions_applied_by_subscribers_during_learner_run": learner.applied,
+        "learner_run_weight_cap_bytes_per_s": cap_bytes_per_s,
+    }
+
+
+def _print_tables(
+    rows: list[_PushRow],
+    relay_rows: list[_PushRow],
+    repeats: int,
+    codec: _CodecFigures,
+    learner: _LearnerFigures,
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=f"weight push: publish -> applied by every subscriber (loopback, best of {repeats})"
+    )
+    for col in ("params", "subscribers", "robofleet s", "lerobot s", "ratio (target <= 0.5)"):
+        t.add_column(col, justify="right")
+    for p, n, o, b, r in rows:
+        t.add_row(p, str(n), f"{o:.3f}", f"{b:.3f}", f"{r:.3f}")
+    for p, n, o, b, r in relay_rows:
+        t.add_row(p, f"{n} via site relay", f"{o:.3f}", f"{b:.3f}", f"{r:.3f}")
+    c = Console()
+    c.print(t)
+    t2 = Table(title="serialization, delta, learner")
+    t2.add_column("measure")
+    t2.add_column("robofleet", justify="right")
+    t2.add_column("reference", justify="right")
+    t2.add_column("ratio", justify="right")
+    t2.add_row(
+        "serialize 10M (s) vs torch copy",
+        f"{codec.t_ours:.4f}",
+        f"{codec.t_copy:.4f}",
+        f"{codec.t_ours / codec.t_copy:.3f} (<= 1.5)",
+    )
+    t2.add_row(
+        "delta bytes (1% changed) vs idx+val",
+        str(codec.delta_bytes),
+        str(codec.ideal_bytes),
+        f"{codec.delta_ratio:.3f}",
+    )
+    t2.add_row(
+        f"learner step s: none / push 1 Hz ({learner.written} written, {learner.applied} "
+        "applied by 4)",
+        f"{learner.without:.4f}",
+        f"{learner.with_push:.4f}",
+        f"{learner.without / learner.with_push:.3f} (>= 0.9)",
+    )
+    c.print(t2)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = _parse_args(argv)
     import logging
 
     logging.disable(logging.WARNING)
     import torch
 
     torch.set_num_threads(2)
-    cases: list[tuple[int, list[int]]] = [(10_000_000, [1, 4, 16])]
-    if not args.quick:
-        # 16 robots x (payload + tensors) of 100M float32 on each side would not fit next to
-        # other work in 24 GiB; 100M runs to 1 and 4 subscribers.
-        cases.append((100_000_000, [1, 4]))
-    rows = []
-    relay_rows = []
-    ratios = []
     repeats = 2 if args.quick else 3
-    for n_params, subs in cases:
-        state = _state(n_params)
-        real = sum(v.numel() for v in state.values())
-        for n in subs:
-            # The machine is shared: both paths interleaved ``repeats`` times, best kept.
-            ours_runs, base_runs = [], []
-            for _ in range(repeats):
-                ours_runs.append(_ours(state, n))
-                base_runs.append(_lerobot(state, n))
-            ours, base = min(ours_runs), min(base_runs)
-            ratios.append(ours / base)
-            rows.append((f"{real / 1e6:.0f}M", n, ours, base, ours / base))
-            if n > 1 and n_params <= 10_000_000:
-                relay_t = min(_via_relay(state, n) for _ in range(repeats))
-                relay_rows.append((f"{real / 1e6:.0f}M", n, relay_t, base, relay_t / base))
-        del state
-        gc.collect()
-    state = _state(10_000_000)
-    t_ours, t_copy = _serialize_ratio(state)
-    delta_bytes, ideal_bytes, delta_ratio = _delta_ratio(state)
-    del state
-    gc.collect()
-    without, with_push, written, applied = _learner_ratio(
-        10_000_000, 2 if args.quick else 5, cap_bytes_per_s=args.learner_cap_mb * 1e6
-    )
-    result = {
-        "push_ratio_vs_lerobot": round(max(ratios), 3),
-        "serialize_ratio_vs_memcpy": round(t_ours / t_copy, 3),
-        "delta_bytes_ratio_vs_changed_elements": round(delta_ratio, 3),
-        "learner_step_ratio_with_push": round(without / with_push, 3),
-        "push_ratio_vs_lerobot_per_case": {f"{p}x{n}": round(r, 3) for p, n, _, _, r in rows},
-        "push_ratio_vs_lerobot_via_site_relay_per_case": {
-            f"{p}x{n}": round(r, 3) for p, n, _, _, r in relay_rows
-        },
-        "versions_written_by_learner": written,
-        "versions_applied_by_subscribers_during_learner_run": applied,
-        "learner_run_weight_cap_bytes_per_s": args.learner_cap_mb * 1e6,
-    }
+    rows, relay_rows = _push_rows(args.quick, repeats)
+    codec = _codec_figures()
+    cap = args.learner_cap_mb * 1e6
+    learner = _learner_ratio(10_000_000, 2 if args.quick else 5, cap_bytes_per_s=cap)
+    result = _result(rows, relay_rows, codec, learner, cap)
     if not args.json:
-        from rich.console import Console
-        from rich.table import Table
-
-        t = Table(
-            title="weight push: publish -> applied by every subscriber (loopback, "
-            f"best of {repeats})"
-        )
-        for col in ("params", "subscribers", "robofleet s", "lerobot s", "ratio (target <= 0.5)"):
-            t.add_column(col, justify="right")
-        for p, n, o, b, r in rows:
-            t.add_row(p, str(n), f"{o:.3f}", f"{b:.3f}", f"{r:.3f}")
-        for p, n, o, b, r in relay_rows:
-            t.add_row(p, f"{n} via site relay", f"{o:.3f}", f"{b:.3f}", f"{r:.3f}")
-        c = Console()
-        c.print(t)
-        t2 = Table(title="serialization, delta, learner")
-        t2.add_column("measure")
-        t2.add_column("robofleet", justify="right")
-        t2.add_column("reference", justify="right")
-        t2.add_column("ratio", justify="right")
-        t2.add_row(
-            "serialize 10M (s) vs torch copy",
-            f"{t_ours:.4f}",
-            f"{t_copy:.4f}",
-            f"{t_ours / t_copy:.3f} (<= 1.5)",
-        )
-        t2.add_row(
-            "delta bytes (1% changed) vs idx+val",
-            str(delta_bytes),
-            str(ideal_bytes),
-            f"{delta_ratio:.3f}",
-        )
-        t2.add_row(
-            f"learner step s: none / push 1 Hz ({written} written, {applied} applied by 4)",
-            f"{without:.4f}",
-            f"{with_push:.4f}",
-            f"{without / with_push:.3f} (>= 0.9)",
-        )
-        c.print(t2)
+        _print_tables(rows, relay_rows, repeats, codec, learner)
     print(json.dumps(result))
     return 0
 

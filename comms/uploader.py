@@ -20,8 +20,9 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 import pyarrow as pa
@@ -123,6 +124,7 @@ class MemorySpool:
 
 
 _HELLO = -2  # marker in the outstanding-ack queue
+_Request = pb.StepBatch | bytes  # a message, or one already serialized (``wire.step_batch``)
 
 
 class Uploader:
@@ -232,70 +234,107 @@ class Uploader:
                 st.sock.close(0)
                 st.sock = None
 
-    def _request_loop(self, st: _StreamState) -> Any:
-        s = self._s
+    def _request_loop(self, st: _StreamState) -> Iterator[_Request]:
+        """The opening message, then hellos and batches as the window, backpressure and
+        re-sync rules allow, until the stream dies, the uploader stops or a send fails."""
         with self._cond:
             st.outstanding.append(_HELLO)
-        yield pb.StepBatch(run_id=self._run_id, data_plane=s.data_plane)
+        yield pb.StepBatch(run_id=self._run_id, data_plane=self._s.data_plane)
         while True:
-            with self._cond:
-                if self._stop.is_set() or st.dead:
+            turn = self._next_turn(st)
+            if turn is None:
+                return
+            self._open_data_plane(st)
+            if turn.hello:
+                if not (yield from self._send_hello(st)):
                     return
+                continue
+            if not turn.ready:
+                with self._cond:
+                    self._cond.wait(0.2)
+                continue
+            entries = self._spool.entries_after(turn.sent_seq, turn.room)
+            if not entries:
+                self._spool.wait(turn.sent_seq, 0.2)
+                continue
+            if not (yield from self._send_entries(st, entries)):
+                return
+
+    def _next_turn(self, st: _StreamState) -> _Turn | None:
+        """What the request loop does next, once any backpressure pause is over; None when
+        the stream is to end (stopped, dead, or no ack for ``stream_idle_timeout_s``: then
+        it is dropped). A due re-sync queues its hello here."""
+        s = self._s
+        with self._cond:
+            while True:
+                if self._stop.is_set() or st.dead:
+                    return None
                 now = time.monotonic()
                 inflight = sum(1 for k in st.outstanding if k != _HELLO)
                 if st.outstanding and now - st.last_progress > s.stream_idle_timeout_s:
                     log.warning("no ack for %.0f s; dropping the stream", s.stream_idle_timeout_s)
-                    if self._call is not None:
-                        self._call.cancel()
-                    return
-                if st.need_sync:
-                    if now < st.resync_at:
-                        self._cond.wait(min(0.5, st.resync_at - now))
-                        continue
+                    self._drop_stream()
+                    return None
+                if not st.need_sync:
+                    hello = False
+                    break
+                if now >= st.resync_at:
                     st.need_sync = False
                     st.synced = False
                     st.outstanding.append(_HELLO)
                     hello = True
-                else:
-                    hello = False
-                ready = st.synced and inflight < s.upload_window
-                sent_seq = st.sent_seq
-            if st.offer is not None and not st.tried:
-                st.tried = True
-                st.sock = dataplane_client.connect(
-                    st.offer, s.data_plane_handshake_s, require_curve=s.tls_ca_file is not None
-                )
-            if hello:
-                if st.sock is not None:
-                    if not self._send_frames(st, [BATCH, BATCH_HEADER.pack(-1, 0), b""]):
-                        return
-                else:
-                    yield pb.StepBatch(run_id=self._run_id)
-                continue
-            if not ready:
-                with self._cond:
-                    self._cond.wait(0.2)
-                continue
-            entries = self._spool.entries_after(sent_seq, s.upload_window - inflight)
-            if not entries:
-                self._spool.wait(sent_seq, 0.2)
-                continue
-            for e in entries:
-                with self._cond:
-                    if st.need_sync or st.dead or self._stop.is_set():
-                        break
-                    st.outstanding.append(e.last_seq)
-                    st.sent_seq = e.last_seq
-                    if len(st.outstanding) == 1:
-                        st.last_progress = time.monotonic()
-                if st.sock is not None:
-                    # Whole, and without a copy: the frame points at the spooled bytes.
-                    head = BATCH_HEADER.pack(e.last_seq, 0)
-                    if not self._send_frames(st, [BATCH, head, e.data]):
-                        return
-                    self.data_plane_batches += 1
-                else:
-                    yield from _parts(self._run_id, e, s.upload_part_bytes)
+                    break
+                self._cond.wait(min(0.5, st.resync_at - now))
+            room = s.upload_window - inflight
+            return _Turn(hello, st.synced and room > 0, st.sent_seq, room)
+
+    def _open_data_plane(self, st: _StreamState) -> None:
+        """Connect to the data plane the first ack offered, once a stream (``st.sock`` stays
+        None when it does not answer: the batches go on the stream)."""
+        if st.offer is not None and not st.tried:
+            st.tried = True
+            st.sock = dataplane_client.connect(
+                st.offer,
+                self._s.data_plane_handshake_s,
+                require_curve=self._s.tls_ca_file is not None,
+            )
+
+    def _send_hello(self, st: _StreamState) -> Generator[_Request, None, bool]:
+        """A re-sync hello, on the data plane when there is one; False when it could not be
+        sent (the stream is dropped)."""
+        if st.sock is not None:
+            return self._send_frames(st, [BATCH, BATCH_HEADER.pack(-1, 0), b""])
+        yield pb.StepBatch(run_id=self._run_id)
+        return True
+
+    def _send_entries(
+        self, st: _StreamState, entries: list[SpoolEntry]
+    ) -> Generator[_Request, None, bool]:
+        """Send ``entries`` in order, each counted outstanding first, until a re-sync is due
+        or the stream ends; False when the data plane could not take one (the stream is
+        dropped)."""
+        for e in entries:
+            with self._cond:
+                if st.need_sync or st.dead or self._stop.is_set():
+                    break
+                st.outstanding.append(e.last_seq)
+                st.sent_seq = e.last_seq
+                if len(st.outstanding) == 1:
+                    st.last_progress = time.monotonic()
+            if st.sock is not None:
+                # Whole, and without a copy: the frame points at the spooled bytes.
+                head = BATCH_HEADER.pack(e.last_seq, 0)
+                if not self._send_frames(st, [BATCH, head, e.data]):
+                    return False
+                self.data_plane_batches += 1
+            else:
+                yield from _parts(self._run_id, e, self._s.upload_part_bytes)
+        return True
+
+    def _drop_stream(self) -> None:
+        """Cancel the stream's call: its ack loop ends and :meth:`_run` re-opens it."""
+        if self._call is not None:
+            self._call.cancel()
 
     def _send_frames(self, st: _StreamState, frames: list[bytes]) -> bool:
         """Send on the data plane; False (and the stream is dropped) when it cannot take it."""
@@ -306,8 +345,7 @@ class Uploader:
         except zmq.ZMQError as exc:
             self.last_error = f"data plane: {exc}"
             log.info("data plane send failed (%s); re-opening the stream", exc)
-            if self._call is not None:
-                self._call.cancel()
+            self._drop_stream()
             return False
 
     def wait_durable(self, seq: int, timeout: float) -> bool:
@@ -317,6 +355,16 @@ class Uploader:
             return self._cond.wait_for(
                 lambda: self.durable_seq >= seq, max(0.0, deadline - time.monotonic())
             )
+
+
+class _Turn(NamedTuple):
+    """The request loop's next move: send a re-sync hello, or send up to ``room`` batches
+    after ``sent_seq`` when ``ready`` (synced and the window not full)."""
+
+    hello: bool
+    ready: bool
+    sent_seq: int
+    room: int
 
 
 class _StreamState:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,9 +22,13 @@ from edge_agent.credential import (
 )
 from edge_agent.gating import HGDaggerGate
 from edge_agent.inference import LocalPolicyRunner, RemotePolicyRunner
-from edge_agent.operators import make_operator
+from edge_agent.operators import Expert, make_operator
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
+
+if TYPE_CHECKING:
+    from comms.client import EdgeClient
+    from comms.receiver import WeightReceiver
 
 log = logging.getLogger(__name__)
 
@@ -163,18 +167,10 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     spool_dir = opts.spool_dir or edge.spool_dir / opts.robot_name
     spool = Spool(spool_dir, edge.spool_max_bytes, edge.spool_full_policy)
     schema = StepSchema.from_features(driver.observation_features, driver.action_features)
-    action_dim = driver.spec.action_dim
 
-    client = None
-    robot_id: int | str = opts.robot_name
-    if opts.server is not None:
-        from comms.client import EdgeClient, make_channel
-
-        rid, credential = _credential(spool_dir, opts, comms, driver.spec.to_dict())
-        robot_id = rid
-        client = EdgeClient(make_channel(opts.server, comms), credential, comms)
+    robot_id, client = _connect(spool_dir, opts, comms, driver.spec)
+    if client is not None:
         closers.append(client.close)
-
     uplink = UplinkWorker(
         spool,
         schema,
@@ -183,66 +179,16 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         robot_id_on_wire="int64" if client is not None else "schema",
     ).start()
     closers.append(uplink.close)
-
-    weights = None
-    runner: Any
-    if edge.inference == "remote":
-        if client is None:
-            raise ValueError("remote inference needs --server")
-        from edge_agent.grpc_client import EdgeActClient
-
-        act = EdgeActClient(client, opts.run_id)
-        closers.append(act.close)
-        runner = RemotePolicyRunner(
-            act, action_dim, tasks, edge.remote_deadline_s, edge.hold_keep_dims
-        )
-    else:
-        import torch
-
-        from edge_agent.policy_build import CardPolicy
-
-        torch.set_num_threads(1)
-        state_dim = int(driver.observation_features["observation.state"]["shape"][0])
-        # The network is whatever each weight version's policy card says (MLP, RECAP's
-        # indicator-conditioned MLP, SAC's Gaussian sampling while training).
-        policy = CardPolicy(
-            state_dim, action_dim, len(tasks), opts.hidden, stochastic=True, seed=opts.seed
-        )
-        runner = LocalPolicyRunner(policy, action_dim)
-        if client is not None:
-            from comms.grpc_subscription import GrpcWeightSubscription
-            from comms.receiver import WeightReceiver
-
-            receiver = WeightReceiver(as_torch=True)
-            source = GrpcWeightSubscription(client, opts.run_id, receiver)
-            closers.append(source.close)
-            weights = receiver
-
-    expert = None
-    if opts.operator == "scripted" and experts is not None:
-        scripted = experts
-
-        def expert(obs: Any) -> Any:  # the expert of the episode's task
-            return scripted[driver.episode.task or tasks[0]](obs)
-
-    gate = HGDaggerGate(
-        edge.gating_threshold, edge.handback_steps, edge.gating_norm, edge.risk_regions
-    )
-    spec = driver.spec
-    bounds = None
-    if spec.action_low is not None and spec.action_high is not None:
-        bounds = (np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32))
-    operator = make_operator(opts.operator, action_dim, expert=expert, gate=gate, bounds=bounds)
+    runner, weights = _policy_runner(edge, opts, driver, tasks, client, closers)
+    operator = _operator(edge, opts, driver, tasks, experts)
     closers.append(operator.close)
 
     heartbeat = None
     if client is not None:
         from comms.uploader import Uploader
 
-        uploader = Uploader(client, opts.run_id, spool)
-        closers.append(uploader.close)
+        closers.append(Uploader(client, opts.run_id, spool).close)
         heartbeat = client.heartbeat
-
     agent = EdgeAgent(
         driver,
         runner,
@@ -261,3 +207,94 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         closers.append(listen(client, agent.control).close)  # closed before the client
     closers.insert(0, driver.disconnect)
     return BuiltAgent(agent, closers)
+
+
+def _connect(
+    spool_dir: Path, opts: AgentOptions, comms: Any, spec: Any
+) -> tuple[int | str, EdgeClient | None]:
+    """The robot's id on the wire and its cloud client: the enrolled id and a client when
+    ``opts.server`` is set (enrolling first if no credential is stored), else the robot's
+    name and None (offline)."""
+    if opts.server is None:
+        return opts.robot_name, None
+    from comms.client import EdgeClient, make_channel
+
+    robot_id, credential = _credential(spool_dir, opts, comms, spec.to_dict())
+    return robot_id, EdgeClient(make_channel(opts.server, comms), credential, comms)
+
+
+def _policy_runner(
+    edge: EdgeSettings,
+    opts: AgentOptions,
+    driver: Any,
+    tasks: list[str],
+    client: EdgeClient | None,
+    closers: list[Any],
+) -> tuple[Any, WeightReceiver | None]:
+    """The policy runner ``edge.inference`` names and the receiver of the weights the local
+    runner applies (None for remote inference or offline); appends what must be closed to
+    ``closers``.
+
+    Raises:
+        ValueError: remote inference without a client (no ``--server``).
+    """
+    action_dim = driver.spec.action_dim
+    if edge.inference == "remote":
+        if client is None:
+            raise ValueError("remote inference needs --server")
+        from edge_agent.grpc_client import EdgeActClient
+
+        act = EdgeActClient(client, opts.run_id)
+        closers.append(act.close)
+        remote = RemotePolicyRunner(
+            act, action_dim, tasks, edge.remote_deadline_s, edge.hold_keep_dims
+        )
+        return remote, None
+    import torch
+
+    from edge_agent.policy_build import CardPolicy
+
+    torch.set_num_threads(1)
+    state_dim = int(driver.observation_features["observation.state"]["shape"][0])
+    # The network is whatever each weight version's policy card says (MLP, RECAP's
+    # indicator-conditioned MLP, SAC's Gaussian sampling while training).
+    policy = CardPolicy(
+        state_dim, action_dim, len(tasks), opts.hidden, stochastic=True, seed=opts.seed
+    )
+    local = LocalPolicyRunner(policy, action_dim)
+    if client is None:
+        return local, None
+    from comms.grpc_subscription import GrpcWeightSubscription
+    from comms.receiver import WeightReceiver
+
+    receiver = WeightReceiver(as_torch=True)
+    closers.append(GrpcWeightSubscription(client, opts.run_id, receiver).close)
+    return local, receiver
+
+
+def _operator(
+    edge: EdgeSettings,
+    opts: AgentOptions,
+    driver: Any,
+    tasks: list[str],
+    experts: dict[str, Expert] | None,
+) -> Any:
+    """The intervention source ``opts.operator`` names, gated by HG-DAgger's rule within the
+    driver's action bounds; the scripted one follows the expert of the episode's task."""
+    expert = None
+    if opts.operator == "scripted" and experts is not None:
+        scripted = experts
+
+        def expert(obs: Any) -> Any:  # the expert of the episode's task
+            return scripted[driver.episode.task or tasks[0]](obs)
+
+    gate = HGDaggerGate(
+        edge.gating_threshold, edge.handback_steps, edge.gating_norm, edge.risk_regions
+    )
+    spec = driver.spec
+    bounds = None
+    if spec.action_low is not None and spec.action_high is not None:
+        bounds = (np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32))
+    return make_operator(
+        opts.operator, driver.spec.action_dim, expert=expert, gate=gate, bounds=bounds
+    )
