@@ -55,9 +55,12 @@ lint: venv
 typecheck: venv
 	"$(VENV)/bin/mypy" robofleet buffer comms hal edge_agent cloud_learner dashboard deploy
 
-# The postgres-marked tests run against a throwaway loopback server (tools/with-postgres starts
-# it, installing PostgreSQL when missing; a ROBOFLEET_TEST_PG_URL already set is used instead).
+# What the suite needs beside the virtualenv, set up here so a newcomer's `make test` is the
+# whole suite: Debian's chromium for the browser tests (tools/ensure-chromium) and a throwaway
+# loopback PostgreSQL for the postgres-marked tests (tools/with-postgres starts it, installing
+# PostgreSQL when missing; a ROBOFLEET_TEST_PG_URL already set is used instead).
 unit: venv
+	tools/ensure-chromium
 	tools/with-postgres "$(VENV)/bin/python" -m pytest --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 test: lint typecheck unit
