@@ -7,30 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from comms.server import CloudServer
 from comms.sink import MemorySink
-from robofleet.store.models import Run
-from robofleet.store.store import MetadataStore, upgrade
-from tests.comms.helpers import RUN, Cloud, fast_settings
+from robofleet.store.store import MetadataStore
+from tests.fakes.cloud import RUN, Cloud, migrated_store
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[MetadataStore]:
-    url = f"sqlite:///{tmp_path}/meta.db"
-    upgrade(url)
-    st = MetadataStore(url)
-    with st.session() as s:
-        s.add(Run(id=RUN, algorithm="hg_dagger"))
-        s.add(Run(id="run-other", algorithm="hg_dagger"))
+    st = migrated_store(f"sqlite:///{tmp_path}/meta.db", RUN, "run-other")
     yield st
     st.close()
 
 
 @pytest.fixture
-def cloud(store: MetadataStore) -> Iterator[Cloud]:
-    settings = fast_settings()
-    sink = MemorySink()
-    server = CloudServer(settings, store, sink)
-    server.start()
-    yield Cloud(server, sink, settings, store)
-    server.close()
+def cloud(store: MetadataStore) -> Iterator[Cloud[MemorySink]]:
+    with Cloud(store, MemorySink()) as c:
+        yield c

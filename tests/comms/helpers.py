@@ -1,84 +1,14 @@
-"""Helpers for comms tests: settings with short timeouts, robots, step batches, certificates."""
+"""Helpers of the comms tests: step batches, certificates, gRPC status codes (the cloud, its
+robots and the fast settings are the suite's: tests.fakes.cloud, tests.fakes.settings)."""
 
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pyarrow as pa
-
-from comms.client import EdgeClient, enroll, make_channel
-from comms.config import CommsSettings
-from comms.server import CloudServer
-from comms.sink import MemorySink
-from robofleet.store.store import MetadataStore
-
-RUN = "run-1"
-
-
-def fast_settings(**kw: object) -> CommsSettings:
-    """Settings with short timeouts so fault tests finish in seconds."""
-    base: dict[str, object] = dict(
-        grpc_port=0,
-        stream_idle_timeout_s=3.0,
-        keepalive_time_s=1.0,
-        keepalive_timeout_s=1.0,
-        reconnect_initial_s=0.05,
-        reconnect_max_s=0.5,
-        call_timeout_s=5.0,
-        auth_cache_s=0.0,
-    )
-    base.update(kw)
-    return CommsSettings(**base)  # type: ignore[arg-type]
-
-
-@dataclass
-class Robot:
-    robot_id: int
-    credential: str
-
-
-def enroll_robot(
-    store: MetadataStore,
-    address: str,
-    name: str,
-    settings: CommsSettings,
-    lease: str | None = RUN,
-    ca: Path | None = None,
-) -> Robot:
-    token = store.create_enrollment_token(timedelta(minutes=5))
-    ch = make_channel(address, settings, ca)
-    try:
-        rid, cred = enroll(ch, token, name, "sim_arm")
-    finally:
-        ch.close()
-    if lease is not None:
-        store.lease_robots(lease, [rid])
-    return Robot(rid, cred)
-
-
-@dataclass
-class Cloud:
-    server: CloudServer
-    sink: MemorySink
-    settings: CommsSettings
-    store: MetadataStore
-
-    @property
-    def address(self) -> str:
-        return self.server.address
-
-    def robot(self, name: str, lease: str | None = RUN) -> Robot:
-        return enroll_robot(self.store, self.address, name, self.settings, lease)
-
-    def client(self, robot: Robot) -> EdgeClient:
-        return EdgeClient(
-            make_channel(self.address, self.settings), robot.credential, self.settings
-        )
 
 
 def steps(robot_id: int, first_seq: int, n: int, payload_bytes: int = 16) -> pa.RecordBatch:

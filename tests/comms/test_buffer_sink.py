@@ -11,11 +11,10 @@ import pytest
 
 from buffer import ReplayBuffer, StepSchema
 from comms.buffer_sink import BufferSink
-from comms.client import EdgeClient, make_channel
-from comms.server import CloudServer
+from comms.client import make_channel
 from comms.uploader import MemorySpool, Uploader
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import RUN, enroll_robot, fast_settings
+from tests.fakes.cloud import RUN, Cloud
 
 SCHEMA = StepSchema.from_features(
     {"observation.state": {"dtype": "float32", "shape": (3,)}},
@@ -51,11 +50,9 @@ def test_upload_lands_in_the_buffer_and_survives_reopen(
     tmp_path: Path, store: MetadataStore
 ) -> None:
     buf = ReplayBuffer.open(tmp_path / "buf", SCHEMA)
-    settings = fast_settings()
-    server = CloudServer(settings, store, BufferSink(buf))
-    server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(store, BufferSink(buf))
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     try:
@@ -67,7 +64,7 @@ def test_upload_lands_in_the_buffer_and_survives_reopen(
     finally:
         up.close()
         client.close()
-        server.close()
+        cloud.close()
         buf.close()
     reopened = ReplayBuffer.open(tmp_path / "buf")
     try:
@@ -82,10 +79,8 @@ def test_upload_lands_in_the_buffer_and_survives_reopen(
 
 def test_rows_the_buffer_refuses_get_invalid_argument(tmp_path: Path, store: MetadataStore) -> None:
     buf = ReplayBuffer.open(tmp_path / "buf", SCHEMA)
-    settings = fast_settings()
-    server = CloudServer(settings, store, BufferSink(buf))
-    server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
+    cloud = Cloud(store, BufferSink(buf))
+    robot = cloud.robot("arm-1")
     from comms import steps as S
     from comms.auth import credential_metadata
     from comms.proto import robofleet_pb2 as pb
@@ -94,7 +89,7 @@ def test_rows_the_buffer_refuses_get_invalid_argument(tmp_path: Path, store: Met
     bad = pa.RecordBatch.from_pydict(
         {"robot_id": [str(robot.robot_id)], "seq": pa.array([0], pa.int64())}
     )  # lacks every other column of the schema
-    ch = make_channel(server.address, settings)
+    ch = make_channel(cloud.address, cloud.settings)
     try:
         msgs = [pb.StepBatch(run_id=RUN), pb.StepBatch(run_id=RUN, arrow_ipc=S.encode_batch(bad))]
         with pytest.raises(grpc.RpcError) as err:
@@ -108,5 +103,5 @@ def test_rows_the_buffer_refuses_get_invalid_argument(tmp_path: Path, store: Met
         assert buf.num_steps == 0
     finally:
         ch.close()
-        server.close()
+        cloud.close()
         buf.close()

@@ -10,12 +10,13 @@ import grpc
 import numpy as np
 import pytest
 
-from comms.client import ControlListener, EdgeClient, make_channel
+from comms.client import ControlListener, EdgeClient
 from comms.proto import robofleet_pb2 as pb
 from comms.server import CloudServer
 from comms.sink import MemorySink
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, rpc_code
+from tests.comms.helpers import rpc_code
+from tests.fakes.cloud import RUN, Cloud
 
 
 def test_estop_pause_resume_reach_the_robot(cloud: Cloud) -> None:
@@ -51,14 +52,11 @@ def act_cloud(store: MetadataStore) -> Iterator[tuple[CloudServer, EdgeClient]]:
         state = obs["observation.state"].astype(np.float32)
         return np.stack([state * (i + 1) for i in range(4)]), 12  # chunk of 4 actions
 
-    settings = fast_settings()
-    server = CloudServer(settings, store, MemorySink(), act_handler=policy)
-    server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
-    yield server, client
+    cloud = Cloud(store, MemorySink(), act_handler=policy)
+    client = cloud.client(cloud.robot("arm-1"))
+    yield cloud.server, client
     client.close()
-    server.close()
+    cloud.close()
 
 
 def test_act_returns_an_action_chunk(act_cloud: tuple[CloudServer, EdgeClient]) -> None:

@@ -20,12 +20,13 @@ from comms.dataplane import BATCH, BATCH_HEADER, HELLO, NO, OK, DataPlaneServer
 from comms.grpc_subscription import GrpcWeightSubscription
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import WeightReceiver
-from comms.server import CloudServer
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from comms.weight_codec import EncodedVersion
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, self_signed_cert, steps
+from tests.comms.helpers import self_signed_cert, steps
+from tests.fakes.cloud import RUN, Cloud
+from tests.fakes.settings import fast_comms
 
 
 def _model(seed: int, n: int) -> dict[str, np.ndarray]:
@@ -92,21 +93,18 @@ def test_uploads_travel_on_the_data_plane_whole_and_are_stored_exactly_once(
 def test_upload_on_the_data_plane_resumes_after_a_server_restart_without_duplicates(
     store: MetadataStore,
 ) -> None:
-    settings = fast_settings()
-    sink = MemorySink()
-    server = CloudServer(settings, store, sink)
-    port = server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(store, MemorySink())
+    sink = cloud.sink
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     try:
         spool.put(steps(robot.robot_id, 0, 10))
         assert up.wait_durable(9, 10)
-        server.stop()
+        cloud.stop()
         spool.put(steps(robot.robot_id, 10, 10))  # spooled while the cloud is away
-        server = CloudServer(settings, store, sink, port=port)
-        server.start()
+        cloud.start()  # on the same port, with the same sink
         spool.put(steps(robot.robot_id, 20, 10))
         assert up.wait_durable(29, 20), up.last_error
         assert sink.seqs(robot.robot_id) == list(range(30))
@@ -114,24 +112,24 @@ def test_upload_on_the_data_plane_resumes_after_a_server_restart_without_duplica
     finally:
         up.close()
         client.close()
-        server.close()
+        cloud.close()
 
 
 def test_unreachable_data_plane_falls_back_to_grpc_bytes(store: MetadataStore) -> None:
     # Offers name 127.0.0.2, where nothing listens: every handshake times out.
-    settings = fast_settings(data_advertise_host="127.0.0.2", data_plane_handshake_s=0.3)
-    sink = MemorySink()
-    server = CloudServer(settings, store, sink)
-    server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(
+        store, MemorySink(), fast_comms(data_advertise_host="127.0.0.2", data_plane_handshake_s=0.3)
+    )
+    sink = cloud.sink
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
     rx = WeightReceiver()
     src = GrpcWeightSubscription(client, RUN, rx)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     try:
         state = _model(2, 1_500_000)
-        server.distributor(RUN).publish(state)
+        cloud.server.distributor(RUN).publish(state)
         for i in range(5):
             spool.put(steps(robot.robot_id, i * 4, 4))
         assert rx.wait_for(0, 20)
@@ -144,7 +142,7 @@ def test_unreachable_data_plane_falls_back_to_grpc_bytes(store: MetadataStore) -
         up.close()
         src.close()
         client.close()
-        server.close()
+        cloud.close()
 
 
 def _offer(cloud: Cloud, credential: str) -> tuple[Any, pb.DataPlane]:
@@ -249,14 +247,12 @@ def test_corrupted_chunk_on_the_data_plane_is_refused_and_fetched_over_grpc(
 def test_a_data_plane_that_stops_delivering_is_left_for_the_grpc_stream(
     store: MetadataStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = fast_settings(data_plane_stall_s=0.3)
-    server = CloudServer(settings, store, MemorySink())
-    server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(store, MemorySink(), fast_comms(data_plane_stall_s=0.3))
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
     rx = WeightReceiver()
     src = GrpcWeightSubscription(client, RUN, rx)
-    pub = server.distributor(RUN)
+    pub = cloud.server.distributor(RUN)
     try:
         state = _model(4, 500_000)
         time.sleep(0.3)
@@ -278,19 +274,19 @@ def test_a_data_plane_that_stops_delivering_is_left_for_the_grpc_stream(
     finally:
         src.close()
         client.close()
-        server.close()
+        cloud.close()
 
 
 def test_under_tls_the_data_plane_is_curve_encrypted(tmp_path: Path, store: MetadataStore) -> None:
     cert, key = self_signed_cert(tmp_path)
-    settings = fast_settings(tls_cert_file=cert, tls_key_file=key, tls_ca_file=cert)
-    sink = MemorySink()
-    server = CloudServer(settings, store, sink)
-    server.start()
-    dp = server.state.dataplane
+    cloud = Cloud(
+        store, MemorySink(), fast_comms(tls_cert_file=cert, tls_key_file=key, tls_ca_file=cert)
+    )
+    sink = cloud.sink
+    dp = cloud.server.state.dataplane
     assert dp is not None and len(dp.curve_public_key) == 40
-    robot = enroll_robot(store, server.address, "arm-tls", settings, ca=cert)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    robot = cloud.robot("arm-tls", ca=cert)
+    client = cloud.client(robot)
     rx = WeightReceiver()
     src = GrpcWeightSubscription(client, RUN, rx)
     spool = MemorySpool()
@@ -298,7 +294,7 @@ def test_under_tls_the_data_plane_is_curve_encrypted(tmp_path: Path, store: Meta
     try:
         state = _model(5, 1_000_000)
         time.sleep(0.5)
-        server.distributor(RUN).publish(state)
+        cloud.server.distributor(RUN).publish(state)
         spool.put(steps(robot.robot_id, 0, 8))
         assert rx.wait_for(0, 20)
         assert src.data_plane_bytes >= 4_000_000
@@ -313,23 +309,21 @@ def test_under_tls_the_data_plane_is_curve_encrypted(tmp_path: Path, store: Meta
         up.close()
         src.close()
         client.close()
-        server.close()
+        cloud.close()
 
 
 def test_uploader_on_the_data_plane_closes_promptly_when_the_server_is_gone(
     store: MetadataStore,
 ) -> None:
-    settings = fast_settings(data_plane_handshake_s=0.5)
-    server = CloudServer(settings, store, MemorySink())
-    server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(store, MemorySink(), fast_comms(data_plane_handshake_s=0.5))
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     try:
         spool.put(steps(robot.robot_id, 0, 4))
         assert up.wait_durable(3, 10) and up.data_plane_batches == 1
-        server.close()  # never comes back
+        cloud.close()  # never comes back
         for i in range(1, 20):
             spool.put(steps(robot.robot_id, i * 4, 4))
         time.sleep(1.5)

@@ -12,7 +12,8 @@ from comms.auth import credential_metadata
 from comms.client import EdgeClient, enroll, make_channel
 from comms.proto import robofleet_pb2 as pb
 from robofleet.store.models import Robot, RobotStatus
-from tests.comms.helpers import RUN, Cloud, rpc_code, steps
+from tests.comms.helpers import rpc_code, steps
+from tests.fakes.cloud import RUN, Cloud
 
 
 def test_token_is_exchanged_once_for_a_working_credential(cloud: Cloud) -> None:

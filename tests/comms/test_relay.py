@@ -14,8 +14,9 @@ from comms.receiver import WeightReceiver
 from comms.relay import SiteRelay
 from comms.uploader import MemorySpool, Uploader
 from comms.zmq_subscription import ZmqWeightSubscription
-from tests.comms.helpers import RUN, Cloud, rpc_code, steps
+from tests.comms.helpers import rpc_code, steps
 from tests.comms.netproxy import TcpProxy
+from tests.fakes.cloud import RUN, Cloud
 
 
 def test_relay_fans_out_one_copy_per_version_to_four_robots(cloud: Cloud) -> None:

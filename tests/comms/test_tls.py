@@ -8,23 +8,22 @@ import grpc
 import pytest
 
 from comms.client import EdgeClient, make_channel
-from comms.server import CloudServer
 from comms.sink import MemorySink
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import enroll_robot, fast_settings, rpc_code, self_signed_cert
+from tests.comms.helpers import rpc_code, self_signed_cert
+from tests.fakes.cloud import Cloud
+from tests.fakes.settings import fast_comms
 
 
 def test_tls_server_serves_tls_clients_only(tmp_path: Path, store: MetadataStore) -> None:
     cert, key = self_signed_cert(tmp_path)
-    settings = fast_settings(tls_cert_file=cert, tls_key_file=key)
-    server = CloudServer(settings, store, MemorySink())
-    server.start()
+    settings = fast_comms(tls_cert_file=cert, tls_key_file=key)
+    cloud = Cloud(store, MemorySink(), settings)
+    server = cloud.server
     try:
         assert server.settings.bind_host == "127.0.0.1"
-        robot = enroll_robot(store, server.address, "arm-tls", settings, ca=cert)
-        client = EdgeClient(
-            make_channel(server.address, settings, cert), robot.credential, settings
-        )
+        robot = cloud.robot("arm-tls", ca=cert)
+        client = cloud.client(robot, ca=cert)
         assert client.heartbeat("running", None, {}) > 0
         client.close()
         plain = EdgeClient(
@@ -43,4 +42,4 @@ def test_tls_server_serves_tls_clients_only(tmp_path: Path, store: MetadataStore
         assert rpc_code(err.value) == grpc.StatusCode.UNAVAILABLE
         wrong.close()
     finally:
-        server.close()
+        cloud.close()

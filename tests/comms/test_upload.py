@@ -13,11 +13,12 @@ import time
 import grpc
 import pytest
 
-from comms.server import CloudServer
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import RUN, Cloud, enroll_robot, fast_settings, rpc_code, steps
+from tests.comms.helpers import rpc_code, steps
+from tests.fakes.cloud import RUN, Cloud
+from tests.fakes.settings import fast_comms
 
 
 def test_batches_are_acknowledged_in_order(cloud: Cloud) -> None:
@@ -58,26 +59,21 @@ def test_batch_over_4mb_is_split_and_reassembled(cloud: Cloud) -> None:
 
 
 def test_reconnect_after_server_restart_resumes_without_duplicates(store: MetadataStore) -> None:
-    settings = fast_settings()
     sink = MemorySink()  # outlives the server, like the buffer on disk
-    server = CloudServer(settings, store, sink)
-    port = server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    from comms.client import EdgeClient, make_channel
-
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(store, sink)
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     for i in range(10):
         spool.put(steps(robot.robot_id, i * 10, 10))
     assert up.wait_durable(99, 10)
-    server.stop()
+    cloud.stop()
     for i in range(10, 20):  # produced while the cloud is down: spooled
         spool.put(steps(robot.robot_id, i * 10, 10))
     time.sleep(1.0)
     assert up.durable_seq == 99 and len(spool) == 10
-    server = CloudServer(settings, store, sink, port=port)
-    server.start()
+    cloud.start()  # on the same port, with the same sink
     try:
         assert up.wait_durable(199, 20), up.last_error
         assert sink.seqs(robot.robot_id) == list(range(200))  # each exactly once
@@ -85,18 +81,14 @@ def test_reconnect_after_server_restart_resumes_without_duplicates(store: Metada
     finally:
         up.close()
         client.close()
-        server.close()
+        cloud.close()
 
 
 def test_backpressure_pauses_and_loses_nothing(store: MetadataStore) -> None:
-    settings = fast_settings(upload_window=4)
     sink = MemorySink(capacity_rows=30)
-    server = CloudServer(settings, store, sink)
-    server.start()
-    robot = enroll_robot(store, server.address, "arm-1", settings)
-    from comms.client import EdgeClient, make_channel
-
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(store, sink, fast_comms(upload_window=4))
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
     spool = MemorySpool()
     up = Uploader(client, RUN, spool)
     try:
@@ -112,7 +104,7 @@ def test_backpressure_pauses_and_loses_nothing(store: MetadataStore) -> None:
     finally:
         up.close()
         client.close()
-        server.close()
+        cloud.close()
 
 
 FROZEN_CLIENT = textwrap.dedent(
@@ -141,14 +133,12 @@ FROZEN_CLIENT = textwrap.dedent(
 
 
 def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> None:
-    settings = fast_settings(max_concurrent_streams=1, stream_idle_timeout_s=2.0)
     sink = MemorySink()
-    server = CloudServer(settings, store, sink)
-    server.start()
-    frozen_robot = enroll_robot(store, server.address, "arm-frozen", settings)
-    robot = enroll_robot(store, server.address, "arm-new", settings)
+    cloud = Cloud(store, sink, fast_comms(max_concurrent_streams=1, stream_idle_timeout_s=2.0))
+    frozen_robot = cloud.robot("arm-frozen")
+    robot = cloud.robot("arm-new")
     proc = subprocess.Popen(
-        [sys.executable, "-c", FROZEN_CLIENT, server.address, frozen_robot.credential],
+        [sys.executable, "-c", FROZEN_CLIENT, cloud.address, frozen_robot.credential],
         stdout=subprocess.PIPE,
         text=True,
         cwd=os.getcwd(),
@@ -156,10 +146,8 @@ def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> No
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "streaming"
         os.kill(proc.pid, signal.SIGSTOP)  # frozen: holds its TCP connection, answers nothing
-        assert server.stats()["active_streams"] == 1
-        from comms.client import EdgeClient, make_channel
-
-        client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+        assert cloud.server.stats()["active_streams"] == 1
+        client = cloud.client(robot)
         with pytest.raises(grpc.RpcError) as err:  # the only slot is taken
             client.heartbeat("running", None, {})
         assert rpc_code(err.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -173,7 +161,7 @@ def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> No
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        server.close()
+        cloud.close()
 
 
 def test_two_streams_of_one_robot_store_each_row_once(cloud: Cloud) -> None:

@@ -10,22 +10,15 @@ lost or duplicated in the cloud.
 from __future__ import annotations
 
 import json
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.fakes.procs import Child, python_module
 from tests.netns import netns_available, sh, two_hosts
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 SUBNET = "10.214.88"
@@ -52,56 +45,10 @@ def wan() -> Iterator[tuple[str, str, str]]:
         yield h.ns_a, h.ns_b, h.ip_a
 
 
-class _Driver:
-    """A tests.comms.wan_driver process in a namespace, spoken to in JSON lines."""
-
-    def __init__(self, ns: str, args: list[str], log: Path) -> None:
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "tests.comms.wan_driver", *args],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            text=True,
-            start_new_session=True,
-        )
-        self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-        self.log = log
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._lines.put(line)
-
-    def read(self, timeout: float) -> dict[str, Any]:
-        try:
-            return dict(json.loads(self._lines.get(timeout=timeout)))
-        except queue.Empty:
-            raise AssertionError(
-                f"no answer in {timeout} s; log: {self.log.read_text(errors='replace')[-3000:]}"
-            ) from None
-
-    def ask(self, command: str, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self.read(timeout)
-
-    def stop(self) -> None:
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=15)
-        except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=15)
-        self._log.close()
+def _driver(ns: str, args: list[str], log: Path) -> Child:
+    """A tests.comms.wan_driver process in namespace ``ns``, spoken to in JSON lines."""
+    argv = ["ip", "netns", "exec", ns, *python_module("tests.comms.wan_driver", *args)]
+    return Child(argv, log=log, stdin=True)
 
 
 @pytest.mark.skipif(not _netns_available(), reason="needs root, iproute2 and tc for namespaces")
@@ -110,16 +57,16 @@ def test_site_behind_slow_link_gets_each_version_once_and_uploads_survive_drops(
     wan: tuple[str, str, str], tmp_path: Path
 ) -> None:
     cloud_ns, site_ns, cloud_ip = wan
-    drivers: list[_Driver] = []
+    drivers: list[Child] = []
     try:
-        cloud = _Driver(
+        cloud = _driver(
             cloud_ns,
             ["cloud", cloud_ip, f"sqlite:///{tmp_path}/meta.db", "4", str(VERSION_FLOATS)],
             tmp_path / "cloud.log",
         )
         drivers.append(cloud)
-        hello = cloud.read(90)
-        site = _Driver(
+        hello = cloud.json(90)
+        site = _driver(
             site_ns,
             [
                 "site",
@@ -130,7 +77,7 @@ def test_site_behind_slow_link_gets_each_version_once_and_uploads_survive_drops(
             tmp_path / "site.log",
         )
         drivers.append(site)
-        assert site.read(90)["ready"]
+        assert site.json(90)["ready"]
 
         one_copy_s = VERSION_FLOATS * 4 / (RATE_MBIT * 1e6 / 8)  # 1.6 s
         # Version 1 opens the relay's subscription; version 2 is timed.
@@ -166,4 +113,4 @@ def test_site_behind_slow_link_gets_each_version_once_and_uploads_survive_drops(
             assert seqs[rid] == list(range(last + 1)), rid  # nothing lost, nothing twice
     finally:
         for d in reversed(drivers):
-            d.stop()
+            d.stop(15)

@@ -25,7 +25,7 @@ from comms.loop_thread import LoopThread
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.receiver import VersionAssembler, WeightReceiver
-from tests.comms.helpers import RUN, Cloud
+from tests.fakes.cloud import RUN, Cloud
 
 
 def model(seed: int, n: int = 50_000) -> dict[str, np.ndarray]:

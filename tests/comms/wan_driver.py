@@ -15,7 +15,6 @@ import logging
 import sys
 import threading
 import time
-from datetime import timedelta
 from typing import Any
 
 import numpy as np
@@ -28,36 +27,14 @@ def _say(obj: dict[str, Any]) -> None:
 
 
 def _cloud(host: str, db_url: str, n: int, version_floats: int) -> None:
-    from comms.config import CommsSettings
-    from comms.server import CloudServer
-    from comms.sink import MemorySink
-    from robofleet.store.models import Run
-    from robofleet.store.store import MetadataStore, upgrade
+    from tests.fakes.cloud import Cloud, migrated_store
+    from tests.fakes.settings import wan_comms
 
-    upgrade(db_url)
-    store = MetadataStore(db_url)
-    with store.session() as s:
-        s.add(Run(id=RUN, algorithm="wan-test"))
-    robots: list[tuple[int, str]] = []
-    for i in range(n):
-        token = store.create_enrollment_token(timedelta(minutes=10))
-        robot, cred = store.consume_enrollment_token(
-            token, robot_name=f"wan-arm-{i}", robot_type="sim_arm", spec={}
-        )
-        robots.append((robot.id, cred))
-    store.lease_robots(RUN, [r for r, _ in robots])
-    settings = CommsSettings(
-        bind_host=host,
-        grpc_port=0,
-        keepalive_time_s=2.0,
-        keepalive_timeout_s=2.0,
-        reconnect_initial_s=0.1,
-        reconnect_max_s=1.0,
-        stream_idle_timeout_s=10.0,
-    )
-    sink = MemorySink()
-    server = CloudServer(settings, store, sink)
-    port = server.start()
+    store = migrated_store(db_url, RUN, algorithm="wan-test")
+    cloud = Cloud(store, settings=wan_comms(bind_host=host, grpc_port=0))
+    server, sink, port = cloud.server, cloud.sink, cloud.port
+    enrolled = [cloud.robot(f"wan-arm-{i}", lease=RUN) for i in range(n)]
+    robots = [(r.robot_id, r.credential) for r in enrolled]
     pub = server.distributor(RUN)
     rng = np.random.default_rng(0)
     _say({"port": port, "robots": robots})
@@ -81,29 +58,21 @@ def _cloud(host: str, db_url: str, n: int, version_floats: int) -> None:
                     ),
                 }
             )
-    server.close()
+    cloud.close()
     store.close()
 
 
 def _site(cloud: str, robots: list[list[Any]], latency_s: float) -> None:
-    import pyarrow as pa
-
     from comms.client import EdgeClient, make_channel
-    from comms.config import CommsSettings
     from comms.receiver import WeightReceiver
     from comms.relay import SiteRelay
     from comms.uploader import MemorySpool, Uploader
     from comms.zmq_subscription import ZmqWeightSubscription
+    from tests.comms.helpers import steps
     from tests.comms.netproxy import TcpProxy
+    from tests.fakes.settings import wan_comms
 
-    settings = CommsSettings(
-        keepalive_time_s=2.0,
-        keepalive_timeout_s=2.0,
-        reconnect_initial_s=0.1,
-        reconnect_max_s=1.0,
-        stream_idle_timeout_s=10.0,
-        call_timeout_s=30.0,
-    )
+    settings = wan_comms(call_timeout_s=30.0)
     link = TcpProxy(cloud, latency_s=latency_s)  # the site's end of the WAN link
     relay = SiteRelay(settings, cloud_address=link.address, port=0, zmq_port=0)
     relay.start()
@@ -128,20 +97,10 @@ def _site(cloud: str, robots: list[list[Any]], latency_s: float) -> None:
     producing.set()
 
     def produce() -> None:  # 4 robots x 50 steps/s of 1 KiB observations
-        rng = np.random.default_rng(1)
         while producing.is_set():
             for i, (rid, _c) in enumerate(robots):
                 first = next_seq[i]
-                obs = rng.integers(0, 255, size=(5, 1024), dtype=np.uint8)
-                spools[i].put(
-                    pa.RecordBatch.from_pydict(
-                        {
-                            "robot_id": pa.array([rid] * 5, pa.int64()),
-                            "seq": pa.array(range(first, first + 5), pa.int64()),
-                            "observation": pa.array(list(obs), pa.list_(pa.uint8())),
-                        }
-                    )
-                )
+                spools[i].put(steps(rid, first, 5, payload_bytes=1024))
                 next_seq[i] = first + 5
             time.sleep(0.1)
 

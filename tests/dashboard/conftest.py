@@ -13,28 +13,22 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from pydantic import SecretStr
 
 from dashboard.accounts import create_user
 from dashboard.app import create_app
-from dashboard.config import DashboardSettings
 from dashboard.deps import CSRF_HEADER
 from robofleet.app.orchestration.manager import QueuedRunManager
 from robofleet.app.settings import Settings
 from robofleet.store.accounts import Role
 from robofleet.store.store import MetadataStore, upgrade
+from tests.fakes.settings import fast_settings
 
 PASSWORD = "correct horse battery"
 ROLES = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
 
 
 def make_settings(data_dir: Path, db_url: str) -> Settings:
-    return Settings(
-        data_dir=data_dir,
-        database_url=db_url,
-        secret_key=SecretStr("dashboard-test-secret-" + "x" * 20),
-        dashboard=DashboardSettings(stream_poll_interval_s=0.1),
-    )
+    return fast_settings(data_dir, database_url=db_url)
 
 
 @pytest.fixture

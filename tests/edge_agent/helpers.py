@@ -1,9 +1,9 @@
-"""Shared pieces of the edge agent tests: a tiny real policy, a hardware stand-in, builders."""
+"""Shared pieces of the edge agent tests: a tiny real policy, an agent builder, the spool's rows
+(the robot is the suite's fake, tests.fakes.robot.PointRobot)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from edge_agent.inference import LocalPolicyRunner
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
 from edge_agent.weights import StagedWeights
+from tests.fakes.settings import fast_edge
 
 
 class BiasPolicy:
@@ -49,68 +50,6 @@ class BiasPolicy:
         self.bias.copy_(w)
 
 
-@dataclass
-class FakeEpisode:
-    task: str = ""
-    frame_index: int = 0
-    reward: float = 0.0
-    terminated: bool = False
-    truncated: bool = False
-    success: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
-
-
-class FakeRobot:
-    """Hardware stand-in (a point that integrates the action), with hal's driver contract.
-
-    ``env_intervention`` is what the robot's own device claims in ``episode.info``.
-    """
-
-    observation_features = {"observation.state": {"dtype": "float32", "shape": (3,)}}
-    action_features = {"action": {"dtype": "float32", "shape": (4,)}}
-    control_hz = 200.0
-
-    def __init__(self, episode_steps: int = 10, env_intervention: bool = False) -> None:
-        self.episode_steps = episode_steps
-        self.env_intervention = env_intervention
-        self.episode = FakeEpisode()
-        self.pos = np.zeros(3, np.float32)
-        self.connected = False
-        self.estopped = False
-        self.sent: list[np.ndarray] = []
-
-    def connect(self) -> None:
-        self.connected = True
-
-    def disconnect(self) -> None:
-        self.connected = False
-
-    def reset(self, task: str | None = None, seed: int | None = None) -> dict[str, np.ndarray]:
-        self.pos[:] = 0
-        self.episode = FakeEpisode(task=task or "")
-        return self.get_observation()
-
-    def get_observation(self) -> dict[str, np.ndarray]:
-        return {"observation.state": self.pos.copy()}
-
-    def send_action(self, action: Any) -> dict[str, np.ndarray]:
-        vec = np.clip(np.asarray(action["action"], np.float32), -1, 1)
-        self.sent.append(vec)
-        self.pos += 0.01 * vec[:3]
-        ep = self.episode
-        ep.frame_index += 1
-        ep.reward = -float(np.linalg.norm(self.pos))
-        ep.truncated = ep.frame_index >= self.episode_steps
-        ep.info = {"is_intervention": self.env_intervention}
-        return {"action": vec}
-
-    def estop(self) -> None:
-        self.estopped = True
-
-    def is_healthy(self) -> bool:
-        return self.connected and not self.estopped
-
-
 def make_agent(
     tmp: Path,
     driver: Any,
@@ -122,7 +61,7 @@ def make_agent(
     runner: Any = None,
     tasks: tuple[str, ...] = ("reach-v3",),
 ) -> EdgeAgent:
-    settings = settings or EdgeSettings(control_hz=200.0)
+    settings = settings or fast_edge()
     schema = StepSchema.from_features(driver.observation_features, driver.action_features)
     spool = Spool(tmp / "spool", settings.spool_max_bytes, settings.spool_full_policy)
     up = UplinkWorker(spool, schema, batch_max_steps=settings.batch_max_steps).start()

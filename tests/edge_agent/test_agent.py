@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from edge_agent.config import EdgeSettings
 from edge_agent.core import Driver
 from edge_agent.operators import NoOperator
 from edge_agent.weights import StagedWeights
-from tests.edge_agent.helpers import BiasPolicy, FakeRobot, FixedOperator, make_agent, spooled_rows
+from tests.edge_agent.helpers import BiasPolicy, FixedOperator, make_agent, spooled_rows
+from tests.fakes.robot import PointRobot
+from tests.fakes.settings import fast_edge
 
 
 def bias_of(versions: np.ndarray) -> np.ndarray:
@@ -27,13 +28,13 @@ def run_and_rows(agent, episodes=1):
     return spooled_rows(agent.uplink.spool)
 
 
-# -- driver contract: the hardware stand-in behaves like hal's real driver ------------------
+# -- driver contract: the fake robot behaves like hal's real driver ------------------
 
 
 @pytest.fixture(params=["fake", "metaworld"])
 def any_driver(request):
     if request.param == "fake":
-        return FakeRobot(episode_steps=5)
+        return PointRobot(episode_steps=5)
     from hal.drivers.metaworld import MetaWorldDriver
 
     return MetaWorldDriver("contract-robot", task="reach-v3", max_episode_steps=5)
@@ -64,7 +65,7 @@ def test_source_flag_reaches_the_row_whatever_the_env_says(tmp_path, source, env
     op_action = np.array([0.5, -0.5, 0.25, 1.0], np.float32)
     agent = make_agent(
         tmp_path,
-        FakeRobot(episode_steps=6, env_intervention=env),
+        PointRobot(episode_steps=6, env_intervention=env),
         BiasPolicy(),
         operator=FixedOperator(source, op_action),
     )
@@ -85,7 +86,7 @@ def test_source_flag_reaches_the_row_whatever_the_env_says(tmp_path, source, env
 def test_without_a_source_the_robots_own_device_may_claim_the_step(tmp_path):
     agent = make_agent(
         tmp_path,
-        FakeRobot(episode_steps=4, env_intervention=True),
+        PointRobot(episode_steps=4, env_intervention=True),
         BiasPolicy(),
         operator=NoOperator(),
     )
@@ -97,7 +98,7 @@ def test_without_a_source_the_robots_own_device_may_claim_the_step(tmp_path):
 
 
 def test_rows_carry_every_buffer_field_and_the_final_observation(tmp_path):
-    robot = FakeRobot(episode_steps=5)
+    robot = PointRobot(episode_steps=5)
     agent = make_agent(tmp_path, robot, BiasPolicy(), tasks=("reach-v3", "push-v3"))
     rows = run_and_rows(agent, episodes=2)
     assert rows.num_rows == 10
@@ -117,18 +118,18 @@ def test_rows_carry_every_buffer_field_and_the_final_observation(tmp_path):
 
 
 def test_seq_and_episode_index_survive_an_agent_restart(tmp_path):
-    agent = make_agent(tmp_path, FakeRobot(episode_steps=3), BiasPolicy())
+    agent = make_agent(tmp_path, PointRobot(episode_steps=3), BiasPolicy())
     run_and_rows(agent, episodes=2)
     agent.uplink.close()
-    again = make_agent(tmp_path, FakeRobot(episode_steps=3), BiasPolicy())
+    again = make_agent(tmp_path, PointRobot(episode_steps=3), BiasPolicy())
     rows = run_and_rows(again, episodes=1)
     assert rows.column("seq").to_pylist() == list(range(9))
     assert rows.column("episode_index").to_pylist()[-3:] == [2, 2, 2]
 
 
 def test_stop_mid_episode_closes_it_as_truncated(tmp_path):
-    robot = FakeRobot(episode_steps=10_000)
-    agent = make_agent(tmp_path, robot, BiasPolicy(), settings=EdgeSettings(control_hz=100.0))
+    robot = PointRobot(episode_steps=10_000)
+    agent = make_agent(tmp_path, robot, BiasPolicy(), settings=fast_edge(control_hz=100.0))
     t = threading.Thread(target=agent.run)
     t.start()
     time.sleep(0.3)
@@ -154,10 +155,10 @@ def test_rerecord_discards_the_held_episode_and_reuses_its_index(tmp_path):
                 out.command = "rerecord"
             return out
 
-    settings = EdgeSettings(control_hz=200.0, episode_commit="episode_end")
+    settings = fast_edge(control_hz=200.0, episode_commit="episode_end")
     agent = make_agent(
         tmp_path,
-        FakeRobot(episode_steps=4),
+        PointRobot(episode_steps=4),
         BiasPolicy(),
         operator=RerecordOnce(),
         settings=settings,
@@ -176,7 +177,9 @@ def test_operator_label_ends_the_episode(tmp_path):
             out.command = "success"
             return out
 
-    agent = make_agent(tmp_path, FakeRobot(episode_steps=50), BiasPolicy(), operator=SayDone(False))
+    agent = make_agent(
+        tmp_path, PointRobot(episode_steps=50), BiasPolicy(), operator=SayDone(False)
+    )
     rows = run_and_rows(agent)
     assert rows.num_rows == 1 and rows.column("terminated").to_pylist() == [True]
     assert agent.stats.labels["success"] == 1
@@ -188,9 +191,9 @@ def test_operator_label_ends_the_episode(tmp_path):
 def test_weight_swap_during_a_running_loop_is_atomic_at_episode_end(tmp_path):
     staged = StagedWeights()
     policy = BiasPolicy()
-    settings = EdgeSettings(control_hz=400.0, weight_apply_at="episode_end")
+    settings = fast_edge(control_hz=400.0, weight_apply_at="episode_end")
     agent = make_agent(
-        tmp_path, FakeRobot(episode_steps=15), policy, weights=staged, settings=settings
+        tmp_path, PointRobot(episode_steps=15), policy, weights=staged, settings=settings
     )
     done = threading.Event()
 
@@ -223,9 +226,9 @@ def test_weight_swap_during_a_running_loop_is_atomic_at_episode_end(tmp_path):
 def test_weight_swap_at_chunk_boundaries_only(tmp_path):
     staged = StagedWeights()
     policy = BiasPolicy(chunk=4)
-    settings = EdgeSettings(control_hz=400.0, weight_apply_at="chunk_boundary")
+    settings = fast_edge(control_hz=400.0, weight_apply_at="chunk_boundary")
     agent = make_agent(
-        tmp_path, FakeRobot(episode_steps=40), policy, weights=staged, settings=settings
+        tmp_path, PointRobot(episode_steps=40), policy, weights=staged, settings=settings
     )
     done = threading.Event()
 
@@ -255,7 +258,7 @@ def test_weight_swap_at_chunk_boundaries_only(tmp_path):
 def test_weights_that_do_not_fit_keep_the_running_version(tmp_path):
     staged = StagedWeights()
     policy = BiasPolicy()
-    agent = make_agent(tmp_path, FakeRobot(episode_steps=3), policy, weights=staged)
+    agent = make_agent(tmp_path, PointRobot(episode_steps=3), policy, weights=staged)
     staged.offer(1, {"bias": torch.full((4,), 0.5)})
     run_and_rows(agent)
     staged.offer(2, {"bias": torch.zeros(7)})  # wrong shape
@@ -267,11 +270,11 @@ def test_weights_that_do_not_fit_keep_the_running_version(tmp_path):
 
 
 def test_a_step_the_buffer_would_refuse_is_dropped_counted_and_leaves_no_seq_gap(tmp_path):
-    class GlitchyRobot(FakeRobot):
+    class GlitchyRobot(PointRobot):
         """A sensor glitch: NaN in the observation at one step."""
 
-        def get_observation(self):
-            obs = super().get_observation()
+        def _get_observation(self):
+            obs = super()._get_observation()
             if self.episode.frame_index == 3:
                 obs["observation.state"][1] = np.nan
             return obs
@@ -290,10 +293,10 @@ def test_heartbeats_carry_loop_statistics_and_the_applied_version(tmp_path):
     staged.offer(3, {"bias": torch.zeros(4)})
     agent = make_agent(
         tmp_path,
-        FakeRobot(episode_steps=30),
+        PointRobot(episode_steps=30),
         BiasPolicy(),
         weights=staged,
-        settings=EdgeSettings(control_hz=100.0, heartbeat_interval_s=0.05),
+        settings=fast_edge(control_hz=100.0, heartbeat_interval_s=0.05),
     )
     agent.heartbeat = lambda state, version, stats: beats.append((state, version, dict(stats)))
     agent.run(episodes=1)

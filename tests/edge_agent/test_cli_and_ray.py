@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 
-from comms.server import CloudServer
 from comms.sink import MemorySink
-from tests.comms.helpers import fast_settings
-from tests.edge_agent.conftest import RUN
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.fakes.cloud import ROBOFLEET, RUN, Cloud
+from tests.fakes.procs import REPO
 
 
 def robofleet(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "robofleet.app.cli", *args],
+        [*ROBOFLEET, *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -33,8 +28,7 @@ def robofleet(*args: str) -> subprocess.Popen[str]:
 def test_robofleet_edge_enrolls_runs_and_uploads(tmp_path, db):
     _url, store = db
     sink = MemorySink()
-    server = CloudServer(fast_settings(), store, sink, port=0)
-    server.start()
+    cloud = Cloud(store, sink)
     try:
         token = store.create_enrollment_token(timedelta(minutes=5))
         config = tmp_path / "edge.yaml"
@@ -45,7 +39,7 @@ def test_robofleet_edge_enrolls_runs_and_uploads(tmp_path, db):
         spool = tmp_path / "spool"
         proc = robofleet(
             "--config", str(config), "edge",
-            "--server", server.address, "--token", token, "--robot", "cli-robot",
+            "--server", cloud.address, "--token", token, "--robot", "cli-robot",
             "--run", RUN, "--episodes", "1", "--max-steps", "20",
             "--spool-dir", str(spool), "--report",
         )  # fmt: skip
@@ -63,7 +57,7 @@ def test_robofleet_edge_enrolls_runs_and_uploads(tmp_path, db):
         assert seqs == list(range(20))
         # a second start reuses the stored credential (the token is spent)
         proc = robofleet(
-            "--config", str(config), "edge", "--server", server.address, "--robot", "cli-robot",
+            "--config", str(config), "edge", "--server", cloud.address, "--robot", "cli-robot",
             "--run", RUN, "--episodes", "1", "--max-steps", "5", "--spool-dir", str(spool),
         )  # fmt: skip
         _out, err = proc.communicate(timeout=120)
@@ -71,7 +65,7 @@ def test_robofleet_edge_enrolls_runs_and_uploads(tmp_path, db):
         seqs = [s for _rid, b in sink.batches for s in b.column("seq").to_pylist()]
         assert seqs == list(range(25))
     finally:
-        server.close()
+        cloud.close()
 
 
 def test_robofleet_edge_without_credential_or_token_says_so(tmp_path):

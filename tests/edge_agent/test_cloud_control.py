@@ -19,32 +19,28 @@ import pytest
 from sqlalchemy import select
 
 from comms.buffer_sink import BufferSink
-from comms.server import CloudServer
 from edge_agent.build import AgentOptions, build_agent
-from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
 from robofleet.store.models import Event, Robot, RobotStatus
-from tests.comms.helpers import fast_settings
-from tests.edge_agent.cloud_proc import metaworld_schema
-from tests.edge_agent.conftest import RUN
-from tests.edge_agent.helpers import BiasPolicy, FakeRobot, make_agent, spooled_rows
+from tests.edge_agent.helpers import BiasPolicy, make_agent, spooled_rows
+from tests.fakes.cloud import RUN, Cloud, metaworld_schema
+from tests.fakes.procs import wait_until
+from tests.fakes.robot import PointRobot
+from tests.fakes.settings import fast_comms, fast_edge
 
 HZ = 20.0
 PERIOD = 1.0 / HZ
 
 
 def wait_for(cond: Any, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
+    """Polled every 5 ms: the e-stop's latency is measured around these waits."""
+    wait_until(cond, timeout, what, poll_s=0.005)
 
 
-def push(server: CloudServer, robot_id: int, kind: str) -> None:
+def push(cloud: Cloud[BufferSink], robot_id: int, kind: str) -> None:
     """Push once the robot's Control stream is registered (it connects in the background)."""
-    wait_for(lambda: server.push_control(robot_id, kind, RUN, "test"), 10, f"{kind} delivered")
+    send = cloud.server.push_control
+    wait_for(lambda: send(robot_id, kind, RUN, "test"), 10, f"{kind} delivered")
 
 
 @pytest.mark.slow
@@ -53,28 +49,25 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
 
     _url, store = db
     buf = ReplayBuffer.open(tmp_path / "buffer", metaworld_schema())
-    server = CloudServer(fast_settings(), store, BufferSink(buf), port=0)
-    server.start()
+    cloud = Cloud(store, BufferSink(buf))
     built = None
     try:
-        edge = EdgeSettings(
+        edge = fast_edge(
             control_hz=HZ,
-            heartbeat_interval_s=0.2,
             batch_max_steps=8,
-            batch_max_delay_s=0.2,
             wait_for_first_weights=False,  # this cloud publishes no policy
         )
         opts = AgentOptions(
             robot_name="sawyer-ctl",
             tasks=["reach-v3"],
             run_id=RUN,
-            server=server.address,
+            server=cloud.address,
             token=store.create_enrollment_token(timedelta(minutes=5)),
             operator="scripted",
             max_episode_steps=50,
             spool_dir=tmp_path / "spool",
         )
-        built = build_agent(edge, fast_settings(), opts)
+        built = build_agent(edge, fast_comms(), opts)
         robot_id = json.loads((tmp_path / "spool" / "credential.json").read_text())["robot_id"]
         store.lease_robots(RUN, [robot_id])
         agent, driver, spool = built.agent, built.agent.driver, built.agent.uplink.spool
@@ -94,7 +87,7 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
         # --- e-stop in the middle of the first episode
         wait_for(lambda: agent.stats.steps >= 20, 30, "20 steps")
         pushed = time.monotonic()
-        push(server, robot_id, "estop")
+        push(cloud, robot_id, "estop")
         wait_for(lambda: agent.control.estop_received_at is not None, 5, "the e-stop")
         received = agent.control.estop_received_at
         assert received is not None and received - pushed < 1.0
@@ -111,7 +104,7 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
         # the cloud sees it: heartbeat state -> robot status and event
         wait_for(lambda: _status(store, robot_id) == RobotStatus.ESTOPPED, 5, "robot estopped")
         # a resume does not release an e-stop
-        push(server, robot_id, "resume")
+        push(cloud, robot_id, "resume")
         wait_for(lambda: agent.control.counts["resume"] == 1, 5, "the resume")
         time.sleep(10 * PERIOD)
         assert agent.stats.steps == steps_at_estop and driver.is_estopped  # type: ignore[attr-defined]
@@ -121,7 +114,7 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
         wait_for(lambda: agent.stats.steps >= steps_at_estop + 15, 30, "steps after the clear")
 
         # --- pause mid-episode holds at a step boundary, resume continues the same episode
-        push(server, robot_id, "pause")
+        push(cloud, robot_id, "pause")
         wait_for(lambda: agent.heartbeat_state == "paused", 5, "paused state")
         steps_at_pause = agent.stats.steps
         episodes_at_pause = agent.stats.episodes
@@ -132,7 +125,7 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
         wait_for(lambda: spool.acked_seq == spool.next_seq - 1, 10, "spool drained in pause")
         # (unless the pause came exactly at an episode's first step)
         assert spool.next_seq in (steps_at_pause - 1, steps_at_pause)
-        push(server, robot_id, "resume")
+        push(cloud, robot_id, "resume")
         wait_for(lambda: agent.stats.steps >= steps_at_pause + 10, 30, "steps after resume")
         assert agent.stats.episodes == episodes_at_pause  # no episode ended at the pause
         assert agent.next_episode_index - 1 == paused_episode
@@ -146,7 +139,7 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
     finally:
         if built is not None:
             built.close()
-        server.close()
+        cloud.close()
     try:
         n = buf.visible - buf.index.base
         seqs = np.asarray(buf.index.cols["seq"][:n])
@@ -186,15 +179,15 @@ def _status(store: Any, robot_id: int) -> RobotStatus | None:
 
 def test_estop_wakes_a_slow_loop_at_once_and_closes_the_episode(tmp_path: Path) -> None:
     """At 2 Hz the loop sleeps 0.5 s between steps; an e-stop must not wait for that."""
-    driver = FakeRobot(episode_steps=1000)
-    agent = make_agent(tmp_path, driver, BiasPolicy(), settings=EdgeSettings(control_hz=2.0))
+    driver = PointRobot(episode_steps=1000)
+    agent = make_agent(tmp_path, driver, BiasPolicy(), settings=fast_edge(control_hz=2.0))
     runner = threading.Thread(target=agent.run)
     runner.start()
     wait_for(lambda: agent.stats.steps >= 2, 10, "two steps")
     t0 = time.monotonic()
     agent.control.handle("estop", "test")
     wait_for(lambda: agent.stats.episodes == 1, 5, "episode closed")
-    assert time.monotonic() - t0 < 0.25 and driver.estopped
+    assert time.monotonic() - t0 < 0.25 and driver.is_estopped
     sent = len(driver.sent)
     agent.stop()
     runner.join(10)
@@ -206,7 +199,7 @@ def test_estop_wakes_a_slow_loop_at_once_and_closes_the_episode(tmp_path: Path) 
 
 
 def test_estop_before_an_episode_starts_leaves_no_empty_episode(tmp_path: Path) -> None:
-    driver = FakeRobot(episode_steps=3)
+    driver = PointRobot(episode_steps=3)
     agent = make_agent(tmp_path, driver, BiasPolicy())
     agent.control.handle("estop")
     runner = threading.Thread(target=agent.run, kwargs={"episodes": 2})
@@ -220,10 +213,10 @@ def test_estop_before_an_episode_starts_leaves_no_empty_episode(tmp_path: Path) 
 
 
 def test_unknown_or_noop_commands_change_nothing(tmp_path: Path) -> None:
-    driver = FakeRobot()
+    driver = PointRobot()
     control = CloudControl(driver, tmp_path / "control.jsonl")
     control.handle("self_destruct", seq=7)
     control.handle("lease_changed")
-    assert not control.holding and not driver.estopped
+    assert not control.holding and not driver.is_estopped
     assert control.unknown == 1 and control.counts["lease_changed"] == 1
     assert [json.loads(x)["kind"] for x in (tmp_path / "control.jsonl").open()] == ["lease_changed"]

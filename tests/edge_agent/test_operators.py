@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from edge_agent.operators import GamepadOperator, KeyboardOperator, make_operator
-from tests.edge_agent.helpers import BiasPolicy, FakeRobot, make_agent, spooled_rows
+from tests.edge_agent.helpers import BiasPolicy, make_agent, spooled_rows
+from tests.fakes.robot import PointRobot
 
 OBS = {"observation.state": np.zeros(3, np.float32)}
 NOVICE = np.zeros(4, np.float32)
@@ -62,7 +63,7 @@ def test_keyboard_takeover_drive_gripper_and_commands(keys):
 def test_keyboard_operator_in_the_loop_flags_exactly_the_keyed_steps(tmp_path, keys):
     Key, KeyCode = keys
     op = KeyboardOperator(4, step_size=1.0, listen=False)
-    robot = FakeRobot(episode_steps=6)
+    robot = PointRobot(episode_steps=6)
 
     class Scripted:
         """Presses keys at given steps, then asks the keyboard operator."""

@@ -8,14 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from comms.client import EdgeClient, make_channel
-from comms.server import CloudServer
 from comms.sink import MemorySink
 from edge_agent.grpc_client import EdgeActClient
 from edge_agent.inference import NO_POLICY, RemotePolicyRunner
-from tests.comms.helpers import enroll_robot, fast_settings
-from tests.edge_agent.conftest import RUN
-from tests.edge_agent.helpers import FakeRobot, make_agent, spooled_rows
+from tests.edge_agent.helpers import make_agent, spooled_rows
+from tests.fakes.cloud import RUN, Cloud
+from tests.fakes.robot import PointRobot
 
 CHUNK = (
     np.array([[0.1, 0.2, 0.3, 0.4]] * 3, np.float32) + np.arange(3, dtype=np.float32)[:, None] / 10
@@ -44,16 +42,13 @@ class SlowPolicy:
 def act_client(db):
     _url, store = db
     policy = SlowPolicy()
-    settings = fast_settings()
-    server = CloudServer(settings, store, MemorySink(), act_handler=policy, port=0)
-    server.start()
-    robot = enroll_robot(store, server.address, "remote-robot", settings, lease=RUN)
-    client = EdgeClient(make_channel(server.address, settings), robot.credential, settings)
+    cloud = Cloud(store, MemorySink(), act_handler=policy)
+    client = cloud.client(cloud.robot("remote-robot", lease=RUN))
     act = EdgeActClient(client, RUN, timeout_s=2.0)
     yield act, policy
     act.close()
     client.close()
-    server.close()
+    cloud.close()
 
 
 OBS = {"observation.state": np.zeros(3, np.float32)}
@@ -94,7 +89,7 @@ def test_hold_steps_are_recorded_as_produced_by_no_policy(tmp_path, act_client):
     act, policy = act_client
     policy.first_delays = [0.3]  # the first call is late; later ones come well in time
     runner = RemotePolicyRunner(act, 4, ["reach-v3"], deadline_s=0.2)
-    agent = make_agent(tmp_path, FakeRobot(episode_steps=30), None, runner=runner)
+    agent = make_agent(tmp_path, PointRobot(episode_steps=30), None, runner=runner)
     agent.run(episodes=1)
     agent.uplink.flush()
     rows = spooled_rows(agent.uplink.spool)

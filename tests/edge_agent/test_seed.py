@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from edge_agent.build import AgentOptions, build_agent
-from edge_agent.config import EdgeSettings
 from hal.drivers.metaworld import MetaWorldDriver
 from robofleet.app.commands.edge import build_parser, options_from_args
+from tests.fakes.settings import fast_edge
 
 
 def _agent_goals(tmp_path, name: str, **kw) -> list[np.ndarray]:
@@ -16,7 +16,7 @@ def _agent_goals(tmp_path, name: str, **kw) -> list[np.ndarray]:
         robot_name=name, tasks=["reach-v3"], operator="none", max_episode_steps=2,
         spool_dir=tmp_path / name, **kw,
     )  # fmt: skip
-    built = build_agent(EdgeSettings(control_hz=1000.0), None, opts)
+    built = build_agent(fast_edge(control_hz=1000.0), None, opts)
     goals: list[np.ndarray] = []
     try:
         for _ in range(2):

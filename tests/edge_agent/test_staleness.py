@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
 from edge_agent.config import EdgeSettings
 from edge_agent.weights import StagedWeights
-from tests.edge_agent.helpers import BiasPolicy, FakeRobot, make_agent, spooled_rows
+from tests.edge_agent.helpers import BiasPolicy, make_agent, spooled_rows
+from tests.fakes.robot import PointRobot
+from tests.fakes.settings import fast_edge
 
 
-class OfferAtStep(FakeRobot):
+class OfferAtStep(PointRobot):
     """Offers version ``v`` to the agent's weight slot right after action ``at[v]`` is sent,
     so the tests know exactly when each version became available."""
 
@@ -20,7 +24,7 @@ class OfferAtStep(FakeRobot):
         self.at = at
         self.total = 0
 
-    def send_action(self, action: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def send_action(self, action: Any) -> dict[str, np.ndarray]:
         out = super().send_action(action)
         self.total += 1
         for v, step in self.at.items():
@@ -33,7 +37,7 @@ def run(tmp_path, apply_at: str, every: int = 25):
     staged = StagedWeights()
     staged.offer(1, {"bias": torch.full((4,), 0.001)})
     driver = OfferAtStep(staged, {2: 3, 3: 12}, episode_steps=10)
-    settings = EdgeSettings(
+    settings = fast_edge(
         control_hz=1000.0, weight_apply_at=apply_at, weight_apply_every_steps=every
     )
     agent = make_agent(tmp_path, driver, BiasPolicy(), weights=staged, settings=settings)
@@ -75,7 +79,7 @@ def test_no_episode_starts_before_the_first_version_arrives(tmp_path):
     import time
 
     staged = StagedWeights()
-    driver = FakeRobot(episode_steps=5)
+    driver = PointRobot(episode_steps=5)
     agent = make_agent(tmp_path, driver, BiasPolicy(), weights=staged)
     runner = threading.Thread(target=agent.run, kwargs={"episodes": 1})
     runner.start()

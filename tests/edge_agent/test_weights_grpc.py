@@ -12,13 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from comms.server import CloudServer
 from comms.sink import MemorySink
 from edge_agent.build import AgentOptions, build_agent
-from edge_agent.config import EdgeSettings
 from robofleet.store.models import Robot
-from tests.comms.helpers import fast_settings
-from tests.edge_agent.conftest import RUN
+from tests.fakes.cloud import RUN, Cloud
+from tests.fakes.settings import fast_comms, fast_edge
 
 
 @pytest.mark.slow
@@ -27,13 +25,11 @@ def test_published_version_applies_at_episode_end_and_is_reported(tmp_path, db):
 
     _url, store = db
     sink = MemorySink()
-    server = CloudServer(fast_settings(), store, sink, port=0)
-    server.start()
+    cloud = Cloud(store, sink)
     built = None
     try:
-        edge = EdgeSettings(
+        edge = fast_edge(
             control_hz=50.0,
-            heartbeat_interval_s=0.2,
             weight_apply_at="episode_end",
             wait_for_first_weights=False,  # act before the first version, to see it arrive
         )
@@ -41,13 +37,13 @@ def test_published_version_applies_at_episode_end_and_is_reported(tmp_path, db):
             robot_name="weights-robot",
             tasks=["reach-v3"],
             run_id=RUN,
-            server=server.address,
+            server=cloud.address,
             token=store.create_enrollment_token(timedelta(minutes=5)),
             operator="none",
             max_episode_steps=25,
             spool_dir=tmp_path / "spool",
         )
-        built = build_agent(edge, fast_settings(), opts)
+        built = build_agent(edge, fast_comms(), opts)
         robot_id = json.loads((tmp_path / "spool" / "credential.json").read_text())["robot_id"]
         store.lease_robots(RUN, [robot_id])
         agent = built.agent
@@ -57,7 +53,7 @@ def test_published_version_applies_at_episode_end_and_is_reported(tmp_path, db):
             time.sleep(0.01)
         torch.manual_seed(1)
         trained = MLPPolicy(PolicySpec(39, 4, num_tasks=1, hidden=64))
-        server.distributor(RUN).publish(trained.get_weights(), version=5)
+        cloud.server.distributor(RUN).publish(trained.get_weights(), version=5)
         thread.join(60)
         assert not thread.is_alive()
         assert agent.uplink.wait_acked(20)
@@ -65,7 +61,7 @@ def test_published_version_applies_at_episode_end_and_is_reported(tmp_path, db):
     finally:
         if built is not None:
             built.close()
-        server.close()
+        cloud.close()
     assert agent.applied_version == 5
     rows = [b for _rid, b in sink.batches]
     versions = np.concatenate([b.column("policy_version").to_numpy() for b in rows])

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-ROS_JOINTS = ["joint1", "joint2", "joint3"]
+from tests.fakes.ros2_robot import Ros2Robot, ros2_robot
+
 _domains = itertools.count()
 
 
@@ -23,29 +18,8 @@ def unique_domain_id() -> int:
     return 1 + (os.getpid() * 7 + next(_domains)) % 230
 
 
-@dataclass
-class EchoRobot:
-    domain_id: int
-    joints: list[str]
-    proc: subprocess.Popen[str]
-
-
 @pytest.fixture
-def ros2_echo() -> Iterator[EchoRobot]:
+def ros2_echo() -> Iterator[Ros2Robot]:
     """A separate process publishing ROS 2 JointState on loopback and echoing commands."""
-    domain = unique_domain_id()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.hal.ros2_echo", str(domain), ",".join(ROS_JOINTS)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready", "echo robot did not start"
-        yield EchoRobot(domain, ROS_JOINTS, proc)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+    with ros2_robot(unique_domain_id()) as robot:
+        yield robot

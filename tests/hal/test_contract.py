@@ -1,5 +1,6 @@
-"""The driver contract: every driver passes the same tests (a real LeRobot arm too, when one is
-attached: set ROBOFLEET_TEST_LEROBOT='so100_follower:/dev/ttyACM0')."""
+"""The driver contract: every driver passes the same tests (the suite's fake robot, the stand-ins
+behind the LeRobot and ROS 2 drivers, a real LeRobot arm too when one is attached: set
+ROBOFLEET_TEST_LEROBOT='so100_follower:/dev/ttyACM0')."""
 
 from __future__ import annotations
 
@@ -19,9 +20,14 @@ from hal.driver import (
 )
 from hal.drivers import make_driver
 from hal.spec import RobotSpec
-from tests.hal.conftest import EchoRobot
+from tests.fakes.robot import PointRobot
+from tests.fakes.ros2_robot import Ros2Robot
 
 Factory = Callable[[], RobotDriver]
+
+
+def _point(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
+    return PointRobot(episode_steps=6)
 
 
 def _metaworld(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
@@ -48,7 +54,7 @@ def _lerobot_fake(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
         "lerobot",
         "arm-0",
         type="fake_follower",
-        module="tests.hal.fake_lerobot",
+        module="tests.fakes.lerobot",
         config={"calibration_dir": str(tmp / "calib"), "max_relative_target": 5.0},
         max_episode_steps=6,
     )
@@ -62,7 +68,7 @@ def _lerobot_hardware(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
 
 
 def _ros2(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
-    echo: EchoRobot = request.getfixturevalue("ros2_echo")
+    echo: Ros2Robot = request.getfixturevalue("ros2_echo")
     return make_driver(
         "ros2",
         "ros-0",
@@ -78,6 +84,7 @@ def _ros2(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
 
 
 DRIVERS = [
+    pytest.param(_point, id="point-fake"),
     pytest.param(_metaworld, id="metaworld"),
     pytest.param(_metaworld_camera, id="metaworld-camera"),
     pytest.param(_gym, id="gymnasium"),
@@ -210,7 +217,7 @@ def test_episode_truncates_at_step_limit(driver: RobotDriver) -> None:
     assert not driver.episode.done and driver.episode.frame_index == 0
 
 
-def test_ros2_commands_reach_the_robot_as_sent(ros2_echo: EchoRobot) -> None:
+def test_ros2_commands_reach_the_robot_as_sent(ros2_echo: Ros2Robot) -> None:
     """What ``send_action`` reports as sent is exactly what the robot received: the stand-in
     robot republishes every command it takes on ``/joint_commands_echo``; a rejected action
     publishes nothing."""

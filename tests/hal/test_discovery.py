@@ -7,17 +7,18 @@ from pathlib import Path
 
 import pytest
 
-import tests.hal.fake_lerobot  # noqa: F401  (registers the fake_follower LeRobot type)
-from hal.config import HalSettings, RobotDeclaration
+import tests.fakes.lerobot  # noqa: F401  (registers the fake_follower LeRobot type)
+from hal.config import RobotDeclaration
 from hal.discovery import probe
 from robofleet.app.commands.hal import main as hal_main
-from tests.hal.conftest import EchoRobot
+from tests.fakes.ros2_robot import Ros2Robot
+from tests.fakes.settings import fast_hal
 
 
-def test_probe_finds_declared_serial_and_dds(tmp_path: Path, ros2_echo: EchoRobot) -> None:
+def test_probe_finds_declared_serial_and_dds(tmp_path: Path, ros2_echo: Ros2Robot) -> None:
     (tmp_path / "ttyACM0").touch()
     (tmp_path / "ttyACM1").touch()
-    settings = HalSettings(
+    settings = fast_hal(
         robots=[
             RobotDeclaration(name="sim-1", driver="metaworld", options={"task": "reach-v3"}),
             RobotDeclaration(
@@ -32,7 +33,6 @@ def test_probe_finds_declared_serial_and_dds(tmp_path: Path, ros2_echo: EchoRobo
         serial_globs=[str(tmp_path / "ttyACM*")],
         serial_robot_type="fake_follower",
         dds_domains=[ros2_echo.domain_id],
-        dds_loopback_only=True,
         dds_probe_s=3.0,
     )
     reports = {r.name: r for r in probe(settings, host="node7")}
@@ -48,7 +48,7 @@ def test_probe_finds_declared_serial_and_dds(tmp_path: Path, ros2_echo: EchoRobo
 def test_probe_rejects_duplicate_declarations() -> None:
     dup = RobotDeclaration(name="x", driver="metaworld")
     with pytest.raises(ValueError, match=r"declared twice.*\['x'\]"):
-        probe(HalSettings(robots=[dup, dup], serial_globs=[]))
+        probe(fast_hal(robots=[dup, dup]))
 
 
 def test_cli_probe_report_list_and_node_command(

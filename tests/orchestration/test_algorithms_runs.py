@@ -15,15 +15,13 @@ import pytest
 from buffer import ReplayBuffer
 from cloud_learner.metrics import read_metrics
 from robofleet.store.models import RunState
-from tests.orchestration.cloudproc import (
-    FAST,
-    Cloud,
+from tests.fakes.cloud import RobofleetCloud, cli, store_for
+from tests.fakes.settings import FAST_RUN
+from tests.orchestration.helpers import (
     active_lease_robots,
-    cli,
     run_dir,
     run_state,
     spec_file,
-    store_for,
     wait_until,
 )
 
@@ -38,9 +36,11 @@ ENDED = (RunState.FINISHED, RunState.STOPPED)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cloud, Path, dict[str, str]]]:
+def runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RobofleetCloud, Path, dict[str, str]]]:
     data_dir = tmp_path_factory.mktemp("algorithms")
-    cloud = Cloud(data_dir, sim_robots=2)
+    cloud = RobofleetCloud(data_dir, sim_robots=2)
     try:
         ids: dict[str, str] = {}
         for algorithm, (kind, _) in RUNS.items():
@@ -62,7 +62,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cloud, Path
 
 @pytest.mark.parametrize("algorithm", sorted(RUNS))
 def test_short_run_trains_publishes_and_robots_act_with_it(
-    runs: tuple[Cloud, Path, dict[str, str]], algorithm: str
+    runs: tuple[RobofleetCloud, Path, dict[str, str]], algorithm: str
 ) -> None:
     cloud, data_dir, ids = runs
     store = store_for(data_dir)
@@ -80,7 +80,7 @@ def test_short_run_trains_publishes_and_robots_act_with_it(
     # The learner ran this algorithm's updates online, past the BC warm start.
     rows = read_metrics(directory)
     keys = RUNS[algorithm][1]
-    online = [r for r in rows if keys <= set(r) and r["step"] > FAST["bc_updates"]]
+    online = [r for r in rows if keys <= set(r) and r["step"] > FAST_RUN["bc_updates"]]
     assert online, f"no learner metrics with {sorted(keys)} in {directory / 'metrics.jsonl'}"
     assert all(np.isfinite(r["loss"]) for r in online)
     other = RUNS["sac" if algorithm == "recap" else "recap"][1]

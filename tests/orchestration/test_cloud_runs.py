@@ -12,16 +12,14 @@ import pytest
 
 from robofleet.app.orchestration.accounting import acked_total
 from robofleet.store.models import RunState
-from tests.orchestration.cloudproc import (
-    Cloud,
+from tests.fakes.cloud import RobofleetCloud, cli, store_for
+from tests.orchestration.helpers import (
     active_lease_robots,
-    cli,
     events,
     progress,
     run_dir,
     run_state,
     spec_file,
-    store_for,
     wait_until,
 )
 
@@ -38,7 +36,7 @@ def _launch(data_dir: Path, spec: Path) -> str:
 
 
 def _stop_and_report(
-    data_dir: Path, run_id: str, cloud: Cloud, requested: bool = False
+    data_dir: Path, run_id: str, cloud: RobofleetCloud, requested: bool = False
 ) -> dict[str, object]:
     store = store_for(data_dir)
     if not requested:
@@ -54,7 +52,7 @@ def _stop_and_report(
 def test_two_runs_on_disjoint_robots_and_a_sigkilled_learner_resumes_by_itself(
     tmp_path: Path,
 ) -> None:
-    cloud = Cloud(tmp_path, sim_robots=2)
+    cloud = RobofleetCloud(tmp_path, sim_robots=2)
     store = store_for(tmp_path)
     try:
         a = _launch(tmp_path, spec_file(tmp_path / "a.yaml", "a", 1))
@@ -95,7 +93,7 @@ def test_two_runs_on_disjoint_robots_and_a_sigkilled_learner_resumes_by_itself(
 
 
 def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) -> None:
-    cloud = Cloud(tmp_path, sim_robots=1)
+    cloud = RobofleetCloud(tmp_path, sim_robots=1)
     store = store_for(tmp_path)
     try:
         run_id = _launch(tmp_path, spec_file(tmp_path / "spec.yaml", "kill-cloud", 1))
@@ -105,7 +103,7 @@ def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) ->
         assert len(killed) > 3  # the cloud, Ray's processes, the learner, the edge agent
         steps = progress(store, run_id)["env_steps"]
         assert run_state(store, run_id) in LIVE  # nobody marked it: the cloud just vanished
-        cloud = Cloud(tmp_path, sim_robots=1)
+        cloud = RobofleetCloud(tmp_path, sim_robots=1)
         wait_until(lambda: bool(events(store, run_id, "run.resuming")), 60, cloud.fail_text)
         wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
         wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 40, 90, cloud.fail_text)

@@ -11,7 +11,8 @@ from robofleet.app.orchestration.manager import submit_run
 from robofleet.runspec import RunSpecError, parse_run_spec
 from robofleet.store.models import Lease, Robot, RobotStatus, Run
 from robofleet.store.store import upgrade
-from tests.orchestration.cloudproc import cli, spec_file, store_for
+from tests.fakes.cloud import cli, store_for
+from tests.orchestration.helpers import spec_file
 
 
 def _fleet(data_dir: Path, n: int) -> None:

@@ -17,17 +17,8 @@ from buffer import ReplayBuffer
 from robofleet.app.orchestration.accounting import acked_lost, acked_total
 from robofleet.store.models import Lease, Robot, RobotStatus, RunState
 from robofleet.store.store import MetadataStore
-from tests.orchestration.cloudproc import (
-    Cloud,
-    cli,
-    events,
-    progress,
-    run_dir,
-    run_state,
-    spec_file,
-    store_for,
-    wait_until,
-)
+from tests.fakes.cloud import RobofleetCloud, cli, store_for
+from tests.orchestration.helpers import events, progress, run_dir, run_state, spec_file, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -54,11 +45,8 @@ def _ok(*args: str, data_dir: Path) -> str:
     return out.stdout
 
 
-def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ROBOFLEET_ORCHESTRATION__LEARNER_HANG_S", str(HANG_S))
-    cloud = Cloud(tmp_path, sim_robots=1)
+def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(tmp_path: Path) -> None:
+    cloud = RobofleetCloud(tmp_path, sim_robots=1, orchestration={"learner_hang_s": HANG_S})
     store = store_for(tmp_path)
     try:
         spec = spec_file(tmp_path / "spec.yaml", "pause-hang", 1)

@@ -1,4 +1,5 @@
-"""A fake LeRobot follower arm: the lerobot ``Robot`` interface without hardware.
+"""A fake LeRobot follower arm: the lerobot ``Robot`` interface without hardware (what hal's
+LeRobotDriver talks to; ``make_driver("lerobot", ..., module="tests.fakes.lerobot")``).
 
 It follows LeRobot's conventions exactly (per-motor ``<motor>.pos`` float features, a camera
 as an (H, W, 3) tuple, ``send_action`` clipping with ``ensure_safe_goal_position`` and
@@ -13,7 +14,7 @@ import numpy as np
 from lerobot.robots import Robot
 from lerobot.robots.utils import ensure_safe_goal_position
 
-from tests.hal.fake_lerobot.config_fake_follower import FakeFollowerConfig
+from tests.fakes.lerobot.config_fake_follower import FakeFollowerConfig
 
 MOTORS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 

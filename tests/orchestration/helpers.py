@@ -1,0 +1,88 @@
+"""What the orchestration system tests read of a run, from the metadata store and its run
+directory, and the run spec they launch (the cloud itself is tests.fakes.cloud.RobofleetCloud)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import select
+
+from robofleet.store.models import Event, Lease, Run, RunState
+from robofleet.store.store import MetadataStore
+from tests.fakes import procs
+from tests.fakes.settings import FAST_RUN
+
+
+def wait_until(
+    cond: Callable[[], object], timeout_s: float, what: str | Callable[[], str] = ""
+) -> None:
+    """:func:`tests.fakes.procs.wait_until`, polling every 0.5 s: the store and files it reads
+    are the busy cloud's."""
+    procs.wait_until(cond, timeout_s, what, poll_s=0.5)
+
+
+def spec_file(
+    path: Path, name: str, count: int, tags: dict[str, str] | None = None, **extra: Any
+) -> Path:
+    """Write a run spec of ``count`` simulated Sawyers that learns in seconds (``FAST_RUN``)."""
+    spec = {
+        "version": 1,
+        "name": name,
+        "algorithm": "hg-dagger",
+        "tasks": ["reach-v3"],
+        "hyperparameters": FAST_RUN,
+        "policy": {"hidden_sizes": [64, 64]},
+        "robots": {
+            "robot_type": "metaworld-sawyer",
+            "tags": tags or {"simulated": "true"},
+            "count": count,
+        },
+        "learner": {"num_cpus": 0.5},
+        "publish": {"every_updates": 20},
+        "evaluation": {"every_seconds": 15, "episodes_per_task": 2},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def run_state(store: MetadataStore, run_id: str) -> RunState:
+    run = store.get_run(run_id)
+    assert run is not None
+    return run.state
+
+
+def events(store: MetadataStore, run_id: str, kind: str) -> list[dict[str, Any]]:
+    with store.session() as s:
+        rows = s.scalars(
+            select(Event).where(Event.run_id == run_id, Event.kind == kind).order_by(Event.id)
+        )
+        return [dict(e.data) for e in rows]
+
+
+def active_lease_robots(store: MetadataStore, run_id: str) -> set[int]:
+    with store.session() as s:
+        return set(
+            s.scalars(
+                select(Lease.robot_id).where(Lease.run_id == run_id, Lease.released_at.is_(None))
+            )
+        )
+
+
+def run_dir(store: MetadataStore, run_id: str) -> Path:
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        return Path(run.run_dir)
+
+
+def progress(store: MetadataStore, run_id: str) -> dict[str, Any]:
+    path = run_dir(store, run_id) / "progress.jsonl"
+    if not path.exists():
+        return {}
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    return json.loads(lines[-1]) if lines else {}
