@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestration.cloudproc import ROBOFLEET, env_for
+from tests.fakes.cloud import ROBOFLEET
+from tests.fakes.settings import cloud_env as env_for
 
 
 @pytest.mark.slow
