@@ -19,9 +19,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-# Every table module, so Base.metadata (and Alembic's comparison) holds the whole schema.
-from robofleet.store import accounts as _accounts  # noqa: F401
-from robofleet.store import metrics as _metrics  # noqa: F401
 from robofleet.store.models import (
     EnrollmentToken,
     Event,
