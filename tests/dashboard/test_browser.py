@@ -183,7 +183,7 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     _shot(page, "08-policies")
     page.goto(f"{base}/audit?run_id={run_id}")
     page.wait_for_selector("#events tbody tr:has-text('run.stopped')")
-    page.wait_for_selector("#events tbody tr:has-text('run.resume_requested')")
+    page.wait_for_selector("#events tbody tr:has-text('run.resuming')")
     _shot(page, "09-audit")
     page.goto(f"{base}/account")
     page.fill("#token-form input[name=name]", "ci")

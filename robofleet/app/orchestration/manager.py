@@ -133,7 +133,9 @@ class QueuedRunManager:
         request(self.store, run_id, "stop", actor=actor)
         if cloud_running(self.data_dir) is None:
             self.store.release_leases(run_id, actor=actor)
-            set_state(self.store, run_id, RunState.STOPPED, "stopped with no cloud running")
+            set_state(
+                self.store, run_id, RunState.STOPPED, "stopped with no cloud running", actor=actor
+            )
 
     def pause(self, run_id: str, *, actor: str) -> None:
         request(self.store, run_id, "pause", actor=actor)
