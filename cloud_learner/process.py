@@ -106,10 +106,18 @@ def _parser() -> argparse.ArgumentParser:
 class RunLearner:
     """One run's learner: its plan, its batches, its publisher, and the loop's pacing."""
 
-    def __init__(self, plan: RunPlan, learner: Learner, remote: RemoteBuffer, resumed: bool):
+    def __init__(
+        self,
+        plan: RunPlan,
+        learner: Learner,
+        source: TransitionBatchSource,
+        remote: RemoteBuffer,
+        resumed: bool,
+    ):
         self.plan = plan
         self.params: RunParams = plan.params
         self.learner = learner
+        self.source = source  # the learner's batches: the run's buffer service behind ``remote``
         self.remote = remote
         self.resumed = resumed
         spi = plan.spec.buffer.samples_per_insert
@@ -152,7 +160,7 @@ class RunLearner:
         except (CheckpointError, ValueError) as exc:
             remote.close()
             raise Refused(str(exc)) from None
-        return cls(plan, learner, remote, resumed)
+        return cls(plan, learner, source, remote, resumed)
 
     def run(self, should_stop: Callable[[], bool], checkpoint_now: Callable[[], bool]) -> None:
         """Warm start (fresh runs), then update until ``should_stop``; a final checkpoint,
@@ -183,7 +191,7 @@ class RunLearner:
         p = self.params
         if self.limiter is not None and not self.limiter.allows_sample(
             p.batch_size,
-            inserts=self.learner.source.online_transitions(),  # type: ignore[attr-defined]
+            inserts=self.source.online_transitions(),
             # The warm start's updates are not charged to the robots' rows.
             samples=(self.learner.step - p.bc_updates) * p.batch_size,
         ):
@@ -206,9 +214,7 @@ class RunLearner:
     def warm_start(self) -> None:
         """Normalisation from the demonstrations, ``bc_updates`` behaviour-cloning updates
         (the algorithm's own ``bc_update``), publish version 1 and checkpoint."""
-        learner, p = self.learner, self.params
-        source = learner.source
-        assert isinstance(source, TransitionBatchSource)
+        learner, p, source = self.learner, self.params, self.source
         learner.version = max(learner.version, int(learner.publisher.latest_version()))
         states = source.sample_numpy(4096)["observation.state"]
         fit_state_normalization(learner.algorithm, states, p.min_state_std)

@@ -100,6 +100,17 @@ def request(store: MetadataStore, run_id: str, action: str, *, actor: str) -> Ru
     return target
 
 
+def end_run(store: MetadataStore, run_id: str, state: RunState, reason: str, *, actor: str) -> None:
+    """End a run no cloud is driving: release its robots' leases, then move it to ``state``
+    (``stopped`` or ``crashed``) with ``reason``.
+
+    Raises:
+        RunNotFound: no run ``run_id``.
+    """
+    store.release_leases(run_id, actor=actor)
+    set_state(store, run_id, state, reason, actor=actor)
+
+
 def set_state(
     store: MetadataStore,
     run_id: str,

@@ -64,16 +64,17 @@ class RunEvaluations:
         version: int,
         weights: bytes,
         clock: RunClock,
-        counts: tuple[int, int],
+        counts: Callable[[], tuple[int, int]],
         final: bool = False,
     ) -> None:
         """Queue ``version`` (its safetensors ``weights``), stamped with the run's clock and
-        ``counts`` (env steps, interventions) now. A version already queued is not queued
-        again, except for the ``final`` evaluation; none before the first version."""
+        ``counts()`` (env steps, interventions: read only when a snapshot is queued) now. A
+        version already queued is not queued again, except for the ``final`` evaluation;
+        none before the first version."""
         self.last_at = time.monotonic()
         if version == 0 or (version == self._last_version and not final):
             return
-        steps, interventions = counts
+        steps, interventions = counts()
         snap = EvalSnapshot(
             version, weights, clock.elapsed(), clock.robot_hours, steps, interventions
         )

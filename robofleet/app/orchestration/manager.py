@@ -30,6 +30,7 @@ from robofleet.store.runs import (
     ACTIVE_STATES,
     RunNotFound,
     RunStateError,
+    end_run,
     record_run,
     request,
     set_state,
@@ -132,8 +133,7 @@ class QueuedRunManager:
     def stop(self, run_id: str, *, actor: str) -> None:
         request(self.store, run_id, "stop", actor=actor)
         if cloud_running(self.data_dir) is None:
-            self.store.release_leases(run_id, actor=actor)
-            set_state(
+            end_run(
                 self.store, run_id, RunState.STOPPED, "stopped with no cloud running", actor=actor
             )
 
@@ -236,8 +236,7 @@ class RunManager:
                 del self.drivers[driver.run_id]
 
     def _finish_without_driver(self, run_id: str, state: RunState) -> None:
-        self.store.release_leases(run_id, actor="run-manager")
-        set_state(self.store, run_id, state, "no cloud process was running it")
+        end_run(self.store, run_id, state, "no cloud process was running it", actor="run-manager")
 
     def resume_interrupted(self) -> list[str]:
         """At cloud start: runs left active by a cloud that died; resumed or marked crashed."""
@@ -254,8 +253,9 @@ class RunManager:
                 set_state(self.store, run_id, RunState.RESUMING, "cloud restarted")
                 self._start(run_id)
             else:
-                self.store.release_leases(run_id, actor="run-manager")
-                set_state(self.store, run_id, RunState.CRASHED, "cloud restarted")
+                end_run(
+                    self.store, run_id, RunState.CRASHED, "cloud restarted", actor="run-manager"
+                )
         return runs
 
     def poll(self) -> None:

@@ -429,9 +429,12 @@ class RunDriver:
     def _snapshot_for_eval(self, final: bool = False) -> None:
         assert self.learning is not None and self.evaluations is not None
         learning = self.learning
-        counts = self.figures.counts(learning.buffer) if learning.version else (0, 0)
         self.evaluations.snapshot(
-            learning.version, learning.latest_bytes, self.clock, counts, final=final
+            learning.version,
+            learning.latest_bytes,
+            self.clock,
+            lambda: self.figures.counts(learning.buffer),
+            final=final,
         )
 
     def _collect_eval(self, wait: bool = False) -> None:
