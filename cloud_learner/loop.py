@@ -8,6 +8,7 @@ logs metrics. ``Learner.start`` resumes from the run directory's latest checkpoi
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -28,11 +29,18 @@ from cloud_learner.config import LearnerSettings
 from cloud_learner.core import Algorithm, BatchSource, Metrics
 from cloud_learner.metrics import MetricsWriter
 from robofleet.contracts import WeightPublisher
+from robofleet.durable import append_line
 
 log = logging.getLogger("robofleet.learner")
 
-# Called after each checkpoint / publish (e.g. to record it in the metadata store).
+# Called after each checkpoint / publish (e.g. to record it in the metadata store). A learner
+# killed between a publish (or checkpoint) and its hook call announces it again at the next
+# start, so a hook must ignore what it already recorded.
 Hook = Callable[[str, Mapping[str, Any]], None]
+
+# One fsynced line per version, written before the version is published: what a restarted
+# learner re-announces to the hook for versions shipped after the last checkpoint.
+PUBLISHED = "published.jsonl"
 
 
 class Learner:
@@ -84,6 +92,7 @@ class Learner:
         last_published = int(getattr(self.publisher, "latest_version", lambda: 0)())
         if latest is None:
             self.version = last_published
+            self._announce_unrecorded(after_version=0, up_to=last_published)
             self.metrics = MetricsWriter(self.run_dir)
             log.info("starting a fresh run in %s", self.run_dir)
             return False
@@ -95,12 +104,36 @@ class Learner:
         self.step = state.learner_step
         self.training_started = bool(state.counters.get("training_started", False))
         self.version = max(state.policy_version, last_published)
+        self._announce_unrecorded(after_version=state.policy_version, up_to=last_published)
+        if self.hook is not None:
+            self.hook(
+                "checkpoint",
+                {
+                    "learner_step": state.learner_step,
+                    "policy_version": state.policy_version,
+                    "path": str(latest),
+                },
+            )
         self.metrics = MetricsWriter(self.run_dir, resume_step=self.step)
         log.info(
             "resumed %s at learner step %d, policy version %d", latest, self.step, self.version
         )
         self.publish()  # robots get a version from the resumed learner right away
         return True
+
+    def _announce_unrecorded(self, after_version: int, up_to: int) -> None:
+        """Tell the hook again of the versions in (after_version, up_to] (published after the
+        last checkpoint, so possibly never announced before a crash)."""
+        journal = self.run_dir / PUBLISHED
+        if self.hook is None or up_to <= after_version or not journal.exists():
+            return
+        for line in journal.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:  # a line torn by the crash: its version never shipped
+                continue
+            if after_version < int(entry["version"]) <= up_to:
+                self.hook("published", entry)
 
     # -- one iteration ---------------------------------------------------------------------
 
@@ -161,17 +194,16 @@ class Learner:
         """Publish the algorithm's weights as the next version (and tell the hook)."""
         self.version += 1
         weights = self.algorithm.get_weights()
+        entry = {
+            "version": self.version,
+            "learner_step": self.step,
+            "num_bytes": sum(t.numel() * t.element_size() for t in weights.values()),
+        }
+        append_line(self.run_dir / PUBLISHED, json.dumps(entry))
         self.publisher.publish(self.version, weights)
         self._last_publish = time.monotonic()
         if self.hook is not None:
-            self.hook(
-                "published",
-                {
-                    "version": self.version,
-                    "learner_step": self.step,
-                    "num_bytes": sum(t.numel() * t.element_size() for t in weights.values()),
-                },
-            )
+            self.hook("published", entry)
 
     def save_checkpoint(self) -> Path:
         assert self.metrics is not None

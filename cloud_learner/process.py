@@ -257,7 +257,13 @@ def run_dims(run_dir: Path) -> tuple[int, int]:
 
 
 def metadata_hook(database_url: str, run_id: str) -> Hook:
-    """Records published versions and checkpoints in the metadata store (for the dashboard)."""
+    """Records published versions and checkpoints in the metadata store (for the dashboard).
+
+    Idempotent: a version or checkpoint already recorded (announced again by a learner that
+    restarted after a crash between the publish and its record) is left as it is.
+    """
+    from sqlalchemy import select
+
     from robofleet.store.models import Checkpoint, PolicyVersion
     from robofleet.store.store import MetadataStore
 
@@ -266,19 +272,33 @@ def metadata_hook(database_url: str, run_id: str) -> Hook:
     def hook(kind: str, data: Mapping[str, Any]) -> None:
         with store.session() as s:
             if kind == "published":
+                version = int(data["version"])
+                if s.scalar(
+                    select(PolicyVersion.id).where(
+                        PolicyVersion.run_id == run_id, PolicyVersion.version == version
+                    )
+                ):
+                    return
                 s.add(
                     PolicyVersion(
                         run_id=run_id,
-                        version=int(data["version"]),
+                        version=version,
                         learner_step=int(data["learner_step"]),
                         num_bytes=int(data["num_bytes"]),
                     )
                 )
             elif kind == "checkpoint":
+                step = int(data["learner_step"])
+                if s.scalar(
+                    select(Checkpoint.id).where(
+                        Checkpoint.run_id == run_id, Checkpoint.learner_step == step
+                    )
+                ):
+                    return
                 s.add(
                     Checkpoint(
                         run_id=run_id,
-                        learner_step=int(data["learner_step"]),
+                        learner_step=step,
                         policy_version=int(data["policy_version"]),
                         path=str(data["path"]),
                     )

@@ -233,3 +233,47 @@ def test_learner_publishes_through_the_weight_directory_to_the_comms_distributor
         assert latest is not None and latest.version == 7
     finally:
         comms.close()
+
+
+def test_a_version_published_but_never_recorded_before_a_crash_is_announced_at_restart(
+    tmp_path: Path,
+) -> None:
+    """The crash window between a weight file and its metadata row (a SIGKILL there left a
+    gap in the dashboard's versions): the restarted learner announces the version again."""
+
+    class Killed(BaseException):
+        pass
+
+    recorded: list[tuple[str, int]] = []
+
+    def dying_hook(kind: str, data: object) -> None:
+        assert isinstance(data, dict)
+        if kind == "published" and data["version"] == 3:
+            raise Killed  # the process dies after v3's file is written, before its row
+        recorded.append((kind, int(data.get("version", data.get("learner_step", -1)))))
+
+    settings = _settings(publish_every_updates=4, checkpoint_every_updates=4, max_updates=100)
+    weights = WeightDirectory(tmp_path / "weights")
+    first = _learner(tmp_path, settings, InMemorySource(columns(n=300)), weights)
+    first.hook = dying_hook
+    first.start(resume=False)
+    with pytest.raises(Killed):
+        first.run(should_stop=lambda: False, idle_sleep=0.01)
+    assert weights.latest_version() == 3 and ("published", 3) not in recorded
+
+    seen: dict[int, int] = {}
+
+    def hook(kind: str, data: object) -> None:
+        assert isinstance(data, dict)
+        if kind == "published":
+            seen[int(data["version"])] = int(data["learner_step"])
+
+    second = _learner(
+        tmp_path,
+        settings.model_copy(update={"max_updates": 0}),
+        InMemorySource(columns(n=300)),
+        weights,
+    )
+    second.hook = hook
+    assert second.start(resume=True)
+    assert seen == {3: 12, 4: second.step}  # v3 (its own learner step) again, then the new v4
