@@ -100,6 +100,11 @@ class RunPlan:
         """Robots end an episode at success (the algorithm's episode rule)."""
         return self.builder.terminate_on_success
 
+    @property
+    def needs_operator(self) -> bool:
+        """Every robot of the run must have an operator (the algorithm learns from them)."""
+        return self.builder.needs_operator
+
 
 def _split(
     spec: RunSpec, builder: AlgorithmBuilder

@@ -117,9 +117,16 @@ class EdgeClient:
         self._act = rpc.ActStub(channel)
 
     def heartbeat(
-        self, state: str, applied_policy_version: int | None, stats: Mapping[str, float]
+        self,
+        state: str,
+        applied_policy_version: int | None,
+        stats: Mapping[str, float],
+        run_id: str = "",
+        info: Mapping[str, Any] | None = None,
     ) -> float:
-        """Report liveness; returns the server's clock (unix seconds).
+        """Report liveness; returns the server's clock (unix seconds). ``run_id``: the run
+        ``state`` and ``stats`` belong to (the run acted in; for ``idle``, the last one left);
+        ``info``: see ``HeartbeatRequest.info_json`` (sent as JSON).
 
         Raises:
             grpc.RpcError: UNAUTHENTICATED for a revoked credential, DEADLINE_EXCEEDED after
@@ -132,6 +139,8 @@ class EdgeClient:
                 if applied_policy_version is None
                 else applied_policy_version,
                 stats={k: float(v) for k, v in stats.items()},
+                run_id=run_id,
+                info_json=json.dumps(dict(info)) if info else "",
             ),
             metadata=self.metadata,
             timeout=self.settings.call_timeout_s,

@@ -19,8 +19,15 @@ def record_heartbeat(
     state: str,
     applied_policy_version: int | None,
     stats: dict[str, Any],
+    run_id: str = "",
+    info: dict[str, Any] | None = None,
 ) -> None:
-    """Store a heartbeat: time, applied policy version, control-loop stats and derived status."""
+    """Store a heartbeat: time, applied policy version, control-loop stats and derived status.
+
+    ``robot.stats`` keeps the stats with the reported ``state`` and ``run_id`` beside them
+    (what the run driver reads to see which run a robot acts in), and ``info["refused"]``
+    when there is one; ``info["robot"]`` (an idle robot computer's description: ``spec``,
+    ``driver``, ``operator``) refreshes the robot's stored spec."""
     with store.session() as s:
         robot = s.get(Robot, robot_id)
         if robot is None:
@@ -29,7 +36,14 @@ def record_heartbeat(
         if applied_policy_version is not None:
             robot.applied_policy_version = applied_policy_version
         reported_before = (robot.stats or {}).get("state")
-        robot.stats = {**stats, "state": state}
+        robot.stats = {**stats, "state": state, "run_id": run_id}
+        info = info or {}
+        if info.get("refused"):
+            robot.stats["refused"] = str(info["refused"])[:2000]
+        described = info.get("robot")
+        if isinstance(described, dict) and isinstance(described.get("spec"), dict):
+            computer = {k: v for k, v in described.items() if k != "spec"}
+            robot.spec = {**described["spec"], "computer": computer}
         flagged = _STATUS_FOR_STATE.get(state)
         # Flag on the robot's change of state only: an operator who cleared an e-stop in the
         # cloud while the robot still reports it (the clear is on its way) is not overruled.

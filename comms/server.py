@@ -39,6 +39,8 @@ CONTROL_KINDS = {
     "resume": pb.ControlCommand.RESUME,
     "lease_changed": pb.ControlCommand.LEASE_CHANGED,
     "clear_estop": pb.ControlCommand.CLEAR_ESTOP,
+    "assign": pb.ControlCommand.ASSIGN,
+    "release": pb.ControlCommand.RELEASE,
 }
 
 
@@ -151,11 +153,16 @@ class CloudServer:
         """Serve an existing distributor (e.g. one kept across a server restart)."""
         self.state.attach(dist)
 
-    def push_control(self, robot_id: int, kind: str, run_id: str = "", reason: str = "") -> bool:
+    def push_control(
+        self, robot_id: int, kind: str, run_id: str = "", reason: str = "", assignment: str = ""
+    ) -> bool:
         """Queue a command on the robot's Control stream; returns False when it is not connected.
 
+        ``assignment`` (``assign`` only) is the run's ``edge_agent.assignment.Assignment`` as JSON.
+
         Raises:
-            ValueError: ``kind`` is not one of estop, pause, resume, lease_changed, clear_estop.
+            ValueError: ``kind`` is not one of estop, pause, resume, lease_changed, clear_estop,
+                assign, release.
         """
         if kind not in CONTROL_KINDS:
             raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")
@@ -168,7 +175,8 @@ class CloudServer:
                 return False
             if q.full():
                 q.get_nowait()  # drop the oldest; the newest command is what matters
-            q.put_nowait(control_command(self.state, CONTROL_KINDS[kind], run_id, reason))
+            cmd = control_command(self.state, CONTROL_KINDS[kind], run_id, reason, assignment)
+            q.put_nowait(cmd)
             return True
 
         return self._loop.run(push())

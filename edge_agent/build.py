@@ -5,6 +5,7 @@ Used by the CLI (``robofleet edge``) and the Ray actor alike, so both run the sa
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ class AgentOptions:
             ``terminate_on_success`` apply), ``gymnasium``, ``lerobot`` or ``ros2``.
         driver_options: keyword options of that driver (e.g. ``env_id`` for gymnasium,
             ``type`` and ``config`` for lerobot, ``joints`` for ros2).
+        credential_dir: where the robot's credential is kept (default ``spool_dir``; a robot
+            computer keeps one credential and one spool per run, ``edge_agent.host``).
     """
 
     robot_name: str
@@ -76,6 +79,7 @@ class AgentOptions:
     driver: str = "metaworld"
     driver_options: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    credential_dir: Path | None = None
 
 
 @dataclass
@@ -93,10 +97,16 @@ class BuiltAgent:
                 log.warning("closing %s failed: %s", c, exc)
 
 
-def _credential(
+def credential(
     spool_dir: Path, opts: AgentOptions, comms: Any, spec: dict[str, Any]
 ) -> tuple[int, str]:
-    """The stored credential, or enroll with the token once and store it (mode 0600)."""
+    """The robot's (id, credential): the one stored in ``spool_dir``, or enroll with
+    ``opts.token`` once and store it (mode 0600).
+
+    Raises:
+        ValueError: no credential stored and no token.
+        grpc.RpcError: the cloud refused the enrollment or is unreachable.
+    """
     from comms.client import enroll, make_channel
 
     stored = read_credential(spool_dir)
@@ -109,11 +119,16 @@ def _credential(
     assert opts.server is not None
     ch = make_channel(opts.server, comms)
     try:
-        robot_id, credential = enroll(ch, opts.token, opts.robot_name, spec["robot_type"], spec)
+        robot_id, secret = enroll(ch, opts.token, opts.robot_name, spec["robot_type"], spec)
     finally:
         ch.close()
-    write_credential(spool_dir, RobotCredential(robot_id, credential))
-    return robot_id, credential
+    write_credential(spool_dir, RobotCredential(robot_id, secret))
+    return robot_id, secret
+
+
+def probe_driver(opts: AgentOptions) -> Any:
+    """The robot's driver, not connected: what a robot computer describes itself with."""
+    return _driver(opts)[0]
 
 
 def _driver(opts: AgentOptions) -> tuple[Any, list[str], Any]:
@@ -188,7 +203,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         from comms.uploader import Uploader
 
         closers.append(Uploader(client, opts.run_id, spool).close)
-        heartbeat = client.heartbeat
+        heartbeat = functools.partial(client.heartbeat, run_id=opts.run_id)
     agent = EdgeAgent(
         driver,
         runner,
@@ -219,8 +234,9 @@ def _connect(
         return opts.robot_name, None
     from comms.client import EdgeClient, make_channel
 
-    robot_id, credential = _credential(spool_dir, opts, comms, spec.to_dict())
-    return robot_id, EdgeClient(make_channel(opts.server, comms), credential, comms)
+    home = opts.credential_dir or spool_dir
+    robot_id, secret = credential(home, opts, comms, spec.to_dict())
+    return robot_id, EdgeClient(make_channel(opts.server, comms), secret, comms)
 
 
 def _policy_runner(

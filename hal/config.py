@@ -44,9 +44,6 @@ class HalSettings(BaseModel):
     node_ip: str | None = Field(
         default=None, description="This node's address as Ray sees it (default: auto)."
     )
-    edge_cpus: float = Field(
-        default=0.5, ge=0, description="CPUs reserved beside each robot for its edge agent."
-    )
     placement_timeout_s: float = Field(
         default=60.0, gt=0, description="How long a run waits for its placement group."
     )

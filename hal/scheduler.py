@@ -1,4 +1,4 @@
-"""Lease robots beside learner resources and pin edge agents to their robots' nodes.
+"""Lease robots beside the learner's Ray resources.
 
 A run asks for robots (a type and/or tags, a count, a minimum to start with) and learner
 resources. :class:`RobotAllocation`:
@@ -6,15 +6,15 @@ resources. :class:`RobotAllocation`:
 1. picks idle matching robots and leases them atomically (``MetadataStore.lease_robots``:
    all or none; a partial unique index refuses double booking, so on a conflict it retries with
    the robots still free);
-2. creates one Ray placement group: bundle 0 is the learner (CPU/GPU), bundle i>0 holds
-   ``robot/<name>`` (exists only on that robot's node) plus the edge agent's CPUs; robots
-   without a Ray resource yet (enrolled after their node started) are pinned by the node's
-   ``node:<ip>`` resource instead;
+2. reserves the learner's CPUs/GPUs as a Ray placement group; when Ray cannot place it in
+   time the leases are given back, so a run gets everything it asks for or nothing. Robots
+   are not Ray resources: a robot computer dials the cloud over gRPC (outbound only, so one
+   behind NAT needs none of Ray's ports) and is assigned to the run over its Control stream;
 3. :meth:`RobotAllocation.reconcile`, called periodically by the run manager, follows the
    fleet: members that go offline/e-stopped/unhealthy are *lost* (the run continues degraded,
-   keeping the lease and bundle), lost members that come back are *returned*, and while the run
-   has fewer members than requested, newly idle matching robots (e.g. enrolled during the run)
-   are leased and placed in their own one-bundle placement group, without restarting anything.
+   keeping the lease), lost members that come back are *returned*, and while the run has fewer
+   members than requested, newly idle matching robots (e.g. enrolled during the run) are
+   leased, without restarting anything.
 """
 
 from __future__ import annotations
@@ -25,12 +25,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from hal.resources import robot_resource, type_resource
 from robofleet.store.models import Robot, RobotStatus
 from robofleet.store.store import LeaseConflict, MetadataStore
-
-# Ray's automatic per-node resource has capacity 1; a tiny share pins without excluding others.
-_NODE_SHARE = 0.001
 
 
 class SchedulingError(RuntimeError):
@@ -75,13 +71,11 @@ class LearnerRequest:
 
 @dataclass
 class Member:
-    """A robot held by the run: its lease, where it is placed, and whether it is usable now."""
+    """A robot held by the run: its lease and whether it is usable now."""
 
     robot_id: int
     name: str
     robot_type: str
-    placement_group: Any
-    bundle_index: int
     active: bool = True
 
 
@@ -105,13 +99,13 @@ def schedulable_robots(
 
 
 class RobotAllocation:
-    """The robots and Ray placement of one run. Needs ``ray.init`` done by the caller.
+    """The robots and the learner's Ray placement of one run. Needs ``ray.init`` done by
+    the caller.
 
     Args:
         store: metadata store.
         run_id: an existing ``Run``.
         request / learner: what the run needs.
-        edge_cpus: CPUs reserved next to each robot for its edge agent.
     """
 
     def __init__(
@@ -121,23 +115,20 @@ class RobotAllocation:
         request: RobotRequest,
         learner: LearnerRequest | None = None,
         *,
-        edge_cpus: float = 0.5,
         actor: str = "scheduler",
     ) -> None:
         self.store = store
         self.run_id = run_id
         self.request = request
         self.learner = learner or LearnerRequest()
-        self.edge_cpus = edge_cpus
         self.actor = actor
         self.members: dict[str, Member] = {}
         self.placement_group: Any = None
-        self._extra_groups: list[Any] = []
 
     # -- acquire -----------------------------------------------------------------------------
 
     def acquire(self, *, timeout_s: float = 60.0, retries: int = 5) -> list[str]:
-        """Lease robots and reserve the placement group; returns the robot names.
+        """Lease robots and reserve the learner's placement group; returns the robot names.
 
         Raises:
             SchedulingError: fewer than ``min_count`` schedulable robots, or the placement group
@@ -161,32 +152,18 @@ class RobotAllocation:
         else:
             raise SchedulingError(f"run {self.run_id}: lost the lease race {retries} times")
         try:
-            bundles = [self.learner.bundle()] + [self._bundle(r) for r in robots]
-            self.placement_group = self._create_group(bundles, timeout_s)
+            self.placement_group = self._create_group([self.learner.bundle()], timeout_s)
         except BaseException:
             self.store.release_leases(self.run_id, [r.id for r in robots], actor=self.actor)
             raise
-        for i, r in enumerate(robots, start=1):
-            self.members[r.name] = Member(r.id, r.name, r.robot_type, self.placement_group, i)
+        for r in robots:
+            self.members[r.name] = Member(r.id, r.name, r.robot_type)
         self.store.record_event(
             "run.placed", actor=self.actor, run_id=self.run_id, robots=[r.name for r in robots]
         )
         return [r.name for r in robots]
 
     # -- placement ---------------------------------------------------------------------------
-
-    def edge_strategy(self, robot_name: str) -> Any:
-        """Ray scheduling strategy that runs an actor on ``robot_name``'s node, in its bundle.
-
-        Raises:
-            KeyError: the robot is not a member of this run.
-        """
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        m = self.members[robot_name]
-        return PlacementGroupSchedulingStrategy(
-            placement_group=m.placement_group, placement_group_bundle_index=m.bundle_index
-        )
 
     def learner_strategy(self) -> Any:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -234,23 +211,17 @@ class RobotAllocation:
         if missing > 0:
             taken = {m.robot_id for m in self.members.values()}
             for robot in schedulable_robots(self.store, self.request, taken)[:missing]:
-                if self._add(robot, timeout_s):
+                if self._add(robot):
                     result.added.append(robot.name)
         result.degraded = len(self.active) < self.request.count
         return result
 
-    def _add(self, robot: Robot, timeout_s: float) -> bool:
+    def _add(self, robot: Robot) -> bool:
         try:
             self.store.lease_robots(self.run_id, [robot.id], actor=self.actor)
         except LeaseConflict:
             return False  # another run took it first
-        try:
-            group = self._create_group([self._bundle(robot)], timeout_s)
-        except SchedulingError:
-            self.store.release_leases(self.run_id, [robot.id], actor=self.actor)
-            return False
-        self._extra_groups.append(group)
-        self.members[robot.name] = Member(robot.id, robot.name, robot.robot_type, group, 0)
+        self.members[robot.name] = Member(robot.id, robot.name, robot.robot_type)
         self.store.record_event(
             "run.robot_added", actor=self.actor, run_id=self.run_id, robot=robot.name
         )
@@ -274,33 +245,12 @@ class RobotAllocation:
     def _remove_groups(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
-        for group in [self.placement_group, *self._extra_groups]:
-            if group is not None:
-                remove_placement_group(group)
+        if self.placement_group is not None:
+            remove_placement_group(self.placement_group)
         self.placement_group = None
-        self._extra_groups.clear()
         self.members.clear()
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _bundle(self, robot: Robot) -> dict[str, float]:
-        import ray
-
-        bundle: dict[str, float] = {"CPU": self.edge_cpus} if self.edge_cpus else {}
-        cluster = ray.cluster_resources()
-        if robot_resource(robot.name) in cluster:
-            bundle[robot_resource(robot.name)] = 1.0
-            if type_resource(robot.robot_type) in cluster:
-                bundle[type_resource(robot.robot_type)] = 1.0
-            return bundle
-        node_ip = robot.tags.get("node_ip")
-        if node_ip and f"node:{node_ip}" in cluster:
-            bundle[f"node:{node_ip}"] = _NODE_SHARE
-            return bundle
-        raise SchedulingError(
-            f"robot {robot.name}: no Ray node offers {robot_resource(robot.name)} and its "
-            f"node_ip {node_ip!r} is not in the cluster"
-        )
 
     def _create_group(self, bundles: list[dict[str, float]], timeout_s: float) -> Any:
         import ray

@@ -35,6 +35,8 @@ class AlgorithmBuilder(ABC):
         terminate_on_success: robots end an episode (``terminated``) when the task is solved;
             otherwise episodes run their full length (truncation is not termination).
         indicator: its policy takes RECAP's improvement indicator as an input.
+        needs_operator: it learns from human interventions (HG-DAgger): every robot of its
+            runs must have an operator (keyboard, gamepad, the scripted expert).
     """
 
     name: ClassVar[str]
@@ -43,6 +45,7 @@ class AlgorithmBuilder(ABC):
     options: ClassVar[type] = NoOptions
     terminate_on_success: ClassVar[bool] = False
     indicator: ClassVar[bool] = False  # its policy is conditioned on an improvement indicator
+    needs_operator: ClassVar[bool] = False
 
     @property
     def policy_kind(self) -> str:

@@ -128,6 +128,7 @@ class HGDAggerBuilder(AlgorithmBuilder):
     name = "hg-dagger"
     learner_name = "hg_dagger"
     display_name = "HG-DAgger"
+    needs_operator = True
 
     def build(self, policy: Any, config: dict[str, Any]) -> HGDAgger:
         return HGDAgger(policy, HGDAggerConfig(**config))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0frobofleet.proto\x12\x12robofleet.comms.v1\"Y\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\nrobot_name\x18\x02 \x01(\t\x12\x12\n\nrobot_type\x18\x03 \x01(\t\x12\x11\n\tspec_json\x18\x04 \x01(\t\"G\n\x0b\x45nrollReply\x12\x10\n\x08robot_id\x18\x01 \x01(\x03\x12\x12\n\nrobot_name\x18\x02 \x01(\t\x12\x12\n\ncredential\x18\x03 \x01(\t\"F\n\tDataPlane\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x0c\x12\x18\n\x10\x63urve_server_key\x18\x03 \x01(\x0c\"b\n\tStepBatch\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08last_seq\x18\x02 \x01(\x03\x12\x11\n\tarrow_ipc\x18\x03 \x01(\x0c\x12\x0c\n\x04more\x18\x04 \x01(\x08\x12\x12\n\ndata_plane\x18\x05 \x01(\x08\"\xa2\x01\n\tUploadAck\x12\x13\n\x0b\x64urable_seq\x18\x01 \x01(\x03\x12\x14\n\x0c\x62\x61\x63kpressure\x18\x02 \x01(\x08\x12\x16\n\x0eretry_after_ms\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x31\n\ndata_plane\x18\x05 \x01(\x0b\x32\x1d.robofleet.comms.v1.DataPlane\x12\x0f\n\x07\x62\x61tches\x18\x06 \x01(\r\"\x97\x01\n\x0bTensorEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12:\n\x08\x65ncoding\x18\x04 \x01(\x0e\x32(.robofleet.comms.v1.TensorEntry.Encoding\" \n\x08\x45ncoding\x12\x08\n\x04\x46ULL\x10\x00\x12\n\n\x06SPARSE\x10\x01\"\xdc\x01\n\x08Manifest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x03\x12\x30\n\x07tensors\x18\x04 \x03(\x0b\x32\x1f.robofleet.comms.v1.TensorEntry\x12\x0f\n\x07\x63hanged\x18\x05 \x03(\t\x12\x15\n\rpayload_bytes\x18\x06 \x01(\x04\x12\x13\n\x0b\x63hunk_bytes\x18\x07 \x01(\r\x12\x14\n\x0c\x63hunk_sha256\x18\x08 \x03(\x0c\x12\x14\n\x0clearner_step\x18\t \x01(\x03\"K\n\x05\x43hunk\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x14\n\x0c\x62\x61se_version\x18\x02 \x01(\x03\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\xc8\x01\n\rWeightMessage\x12\x30\n\x08manifest\x18\x01 \x01(\x0b\x32\x1c.robofleet.comms.v1.ManifestH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.robofleet.comms.v1.ChunkH\x00\x12\x33\n\ndata_plane\x18\x03 \x01(\x0b\x32\x1d.robofleet.comms.v1.DataPlaneH\x00\x12\x1c\n\x14\x63hunks_on_data_plane\x18\x04 \x01(\x08\x42\x06\n\x04kind\"}\n\x10SubscribeRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0chave_version\x18\x02 \x01(\x03\x12\x14\n\x0c\x64one_version\x18\x03 \x01(\x03\x12\x12\n\ndata_plane\x18\x04 \x01(\x08\x12\x19\n\x11\x64\x61ta_plane_failed\x18\x05 \x01(\x08\"m\n\x0c\x46\x65tchRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x03\x12\x0f\n\x07indices\x18\x04 \x03(\r\x12\x15\n\rmanifest_only\x18\x05 \x01(\x08\"\xaf\x01\n\x10HeartbeatRequest\x12\r\n\x05state\x18\x01 \x01(\t\x12\x1e\n\x16\x61pplied_policy_version\x18\x02 \x01(\x03\x12>\n\x05stats\x18\x03 \x03(\x0b\x32/.robofleet.comms.v1.HeartbeatRequest.StatsEntry\x1a,\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"%\n\x0eHeartbeatReply\x12\x13\n\x0bserver_time\x18\x01 \x01(\x01\"\x10\n\x0e\x43ontrolRequest\"\xcc\x01\n\x0e\x43ontrolCommand\x12\x35\n\x04kind\x18\x01 \x01(\x0e\x32\'.robofleet.comms.v1.ControlCommand.Kind\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0b\n\x03seq\x18\x04 \x01(\x04\"V\n\x04Kind\x12\x08\n\x04NOOP\x10\x00\x12\t\n\x05\x45STOP\x10\x01\x12\t\n\x05PAUSE\x10\x02\x12\n\n\x06RESUME\x10\x03\x12\x11\n\rLEASE_CHANGED\x10\x04\x12\x0f\n\x0b\x43LEAR_ESTOP\x10\x05\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xc0\x01\n\nActRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x44\n\x0bobservation\x18\x02 \x03(\x0b\x32/.robofleet.comms.v1.ActRequest.ObservationEntry\x12\x0c\n\x04task\x18\x03 \x01(\t\x1aN\n\x10ObservationEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.robofleet.comms.v1.Tensor:\x02\x38\x01\"N\n\x08\x41\x63tReply\x12*\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x1a.robofleet.comms.v1.Tensor\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x32Z\n\nEnrollment\x12L\n\x06\x45nroll\x12!.robofleet.comms.v1.EnrollRequest\x1a\x1f.robofleet.comms.v1.EnrollReply2X\n\nExperience\x12J\n\x06Upload\x12\x1d.robofleet.comms.v1.StepBatch\x1a\x1d.robofleet.comms.v1.UploadAck(\x01\x30\x01\x32\xb3\x01\n\x07Weights\x12X\n\tSubscribe\x12$.robofleet.comms.v1.SubscribeRequest\x1a!.robofleet.comms.v1.WeightMessage(\x01\x30\x01\x12N\n\x05\x46\x65tch\x12 .robofleet.comms.v1.FetchRequest\x1a!.robofleet.comms.v1.WeightMessage0\x01\x32]\n\tHeartbeat\x12P\n\x04\x42\x65\x61t\x12$.robofleet.comms.v1.HeartbeatRequest\x1a\".robofleet.comms.v1.HeartbeatReply2_\n\x07\x43ontrol\x12T\n\x08\x43ommands\x12\".robofleet.comms.v1.ControlRequest\x1a\".robofleet.comms.v1.ControlCommand0\x01\x32J\n\x03\x41\x63t\x12\x43\n\x03\x41\x63t\x12\x1e.robofleet.comms.v1.ActRequest\x1a\x1c.robofleet.comms.v1.ActReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0frobofleet.proto\x12\x12robofleet.comms.v1\"Y\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x12\n\nrobot_name\x18\x02 \x01(\t\x12\x12\n\nrobot_type\x18\x03 \x01(\t\x12\x11\n\tspec_json\x18\x04 \x01(\t\"G\n\x0b\x45nrollReply\x12\x10\n\x08robot_id\x18\x01 \x01(\x03\x12\x12\n\nrobot_name\x18\x02 \x01(\t\x12\x12\n\ncredential\x18\x03 \x01(\t\"F\n\tDataPlane\x12\x10\n\x08\x65ndpoint\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x0c\x12\x18\n\x10\x63urve_server_key\x18\x03 \x01(\x0c\"b\n\tStepBatch\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08last_seq\x18\x02 \x01(\x03\x12\x11\n\tarrow_ipc\x18\x03 \x01(\x0c\x12\x0c\n\x04more\x18\x04 \x01(\x08\x12\x12\n\ndata_plane\x18\x05 \x01(\x08\"\xa2\x01\n\tUploadAck\x12\x13\n\x0b\x64urable_seq\x18\x01 \x01(\x03\x12\x14\n\x0c\x62\x61\x63kpressure\x18\x02 \x01(\x08\x12\x16\n\x0eretry_after_ms\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x31\n\ndata_plane\x18\x05 \x01(\x0b\x32\x1d.robofleet.comms.v1.DataPlane\x12\x0f\n\x07\x62\x61tches\x18\x06 \x01(\r\"\x97\x01\n\x0bTensorEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12:\n\x08\x65ncoding\x18\x04 \x01(\x0e\x32(.robofleet.comms.v1.TensorEntry.Encoding\" \n\x08\x45ncoding\x12\x08\n\x04\x46ULL\x10\x00\x12\n\n\x06SPARSE\x10\x01\"\xdc\x01\n\x08Manifest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x03\x12\x30\n\x07tensors\x18\x04 \x03(\x0b\x32\x1f.robofleet.comms.v1.TensorEntry\x12\x0f\n\x07\x63hanged\x18\x05 \x03(\t\x12\x15\n\rpayload_bytes\x18\x06 \x01(\x04\x12\x13\n\x0b\x63hunk_bytes\x18\x07 \x01(\r\x12\x14\n\x0c\x63hunk_sha256\x18\x08 \x03(\x0c\x12\x14\n\x0clearner_step\x18\t \x01(\x03\"K\n\x05\x43hunk\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12\x14\n\x0c\x62\x61se_version\x18\x02 \x01(\x03\x12\r\n\x05index\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\xc8\x01\n\rWeightMessage\x12\x30\n\x08manifest\x18\x01 \x01(\x0b\x32\x1c.robofleet.comms.v1.ManifestH\x00\x12*\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x19.robofleet.comms.v1.ChunkH\x00\x12\x33\n\ndata_plane\x18\x03 \x01(\x0b\x32\x1d.robofleet.comms.v1.DataPlaneH\x00\x12\x1c\n\x14\x63hunks_on_data_plane\x18\x04 \x01(\x08\x42\x06\n\x04kind\"}\n\x10SubscribeRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x14\n\x0chave_version\x18\x02 \x01(\x03\x12\x14\n\x0c\x64one_version\x18\x03 \x01(\x03\x12\x12\n\ndata_plane\x18\x04 \x01(\x08\x12\x19\n\x11\x64\x61ta_plane_failed\x18\x05 \x01(\x08\"m\n\x0c\x46\x65tchRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x14\n\x0c\x62\x61se_version\x18\x03 \x01(\x03\x12\x0f\n\x07indices\x18\x04 \x03(\r\x12\x15\n\rmanifest_only\x18\x05 \x01(\x08\"\xd2\x01\n\x10HeartbeatRequest\x12\r\n\x05state\x18\x01 \x01(\t\x12\x1e\n\x16\x61pplied_policy_version\x18\x02 \x01(\x03\x12>\n\x05stats\x18\x03 \x03(\x0b\x32/.robofleet.comms.v1.HeartbeatRequest.StatsEntry\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\x11\n\tinfo_json\x18\x05 \x01(\t\x1a,\n\nStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"%\n\x0eHeartbeatReply\x12\x13\n\x0bserver_time\x18\x01 \x01(\x01\"\x10\n\x0e\x43ontrolRequest\"\xf9\x01\n\x0e\x43ontrolCommand\x12\x35\n\x04kind\x18\x01 \x01(\x0e\x32\'.robofleet.comms.v1.ControlCommand.Kind\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0b\n\x03seq\x18\x04 \x01(\x04\x12\x12\n\nassignment\x18\x05 \x01(\t\"o\n\x04Kind\x12\x08\n\x04NOOP\x10\x00\x12\t\n\x05\x45STOP\x10\x01\x12\t\n\x05PAUSE\x10\x02\x12\n\n\x06RESUME\x10\x03\x12\x11\n\rLEASE_CHANGED\x10\x04\x12\x0f\n\x0b\x43LEAR_ESTOP\x10\x05\x12\n\n\x06\x41SSIGN\x10\x06\x12\x0b\n\x07RELEASE\x10\x07\"4\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\xc0\x01\n\nActRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x44\n\x0bobservation\x18\x02 \x03(\x0b\x32/.robofleet.comms.v1.ActRequest.ObservationEntry\x12\x0c\n\x04task\x18\x03 \x01(\t\x1aN\n\x10ObservationEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12)\n\x05value\x18\x02 \x01(\x0b\x32\x1a.robofleet.comms.v1.Tensor:\x02\x38\x01\"N\n\x08\x41\x63tReply\x12*\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x1a.robofleet.comms.v1.Tensor\x12\x16\n\x0epolicy_version\x18\x02 \x01(\x03\x32Z\n\nEnrollment\x12L\n\x06\x45nroll\x12!.robofleet.comms.v1.EnrollRequest\x1a\x1f.robofleet.comms.v1.EnrollReply2X\n\nExperience\x12J\n\x06Upload\x12\x1d.robofleet.comms.v1.StepBatch\x1a\x1d.robofleet.comms.v1.UploadAck(\x01\x30\x01\x32\xb3\x01\n\x07Weights\x12X\n\tSubscribe\x12$.robofleet.comms.v1.SubscribeRequest\x1a!.robofleet.comms.v1.WeightMessage(\x01\x30\x01\x12N\n\x05\x46\x65tch\x12 .robofleet.comms.v1.FetchRequest\x1a!.robofleet.comms.v1.WeightMessage0\x01\x32]\n\tHeartbeat\x12P\n\x04\x42\x65\x61t\x12$.robofleet.comms.v1.HeartbeatRequest\x1a\".robofleet.comms.v1.HeartbeatReply2_\n\x07\x43ontrol\x12T\n\x08\x43ommands\x12\".robofleet.comms.v1.ControlRequest\x1a\".robofleet.comms.v1.ControlCommand0\x01\x32J\n\x03\x41\x63t\x12\x43\n\x03\x41\x63t\x12\x1e.robofleet.comms.v1.ActRequest\x1a\x1c.robofleet.comms.v1.ActReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -60,35 +60,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FETCHREQUEST']._serialized_start=1324
   _globals['_FETCHREQUEST']._serialized_end=1433
   _globals['_HEARTBEATREQUEST']._serialized_start=1436
-  _globals['_HEARTBEATREQUEST']._serialized_end=1611
-  _globals['_HEARTBEATREQUEST_STATSENTRY']._serialized_start=1567
-  _globals['_HEARTBEATREQUEST_STATSENTRY']._serialized_end=1611
-  _globals['_HEARTBEATREPLY']._serialized_start=1613
-  _globals['_HEARTBEATREPLY']._serialized_end=1650
-  _globals['_CONTROLREQUEST']._serialized_start=1652
-  _globals['_CONTROLREQUEST']._serialized_end=1668
-  _globals['_CONTROLCOMMAND']._serialized_start=1671
-  _globals['_CONTROLCOMMAND']._serialized_end=1875
-  _globals['_CONTROLCOMMAND_KIND']._serialized_start=1789
-  _globals['_CONTROLCOMMAND_KIND']._serialized_end=1875
-  _globals['_TENSOR']._serialized_start=1877
-  _globals['_TENSOR']._serialized_end=1929
-  _globals['_ACTREQUEST']._serialized_start=1932
-  _globals['_ACTREQUEST']._serialized_end=2124
-  _globals['_ACTREQUEST_OBSERVATIONENTRY']._serialized_start=2046
-  _globals['_ACTREQUEST_OBSERVATIONENTRY']._serialized_end=2124
-  _globals['_ACTREPLY']._serialized_start=2126
-  _globals['_ACTREPLY']._serialized_end=2204
-  _globals['_ENROLLMENT']._serialized_start=2206
-  _globals['_ENROLLMENT']._serialized_end=2296
-  _globals['_EXPERIENCE']._serialized_start=2298
-  _globals['_EXPERIENCE']._serialized_end=2386
-  _globals['_WEIGHTS']._serialized_start=2389
-  _globals['_WEIGHTS']._serialized_end=2568
-  _globals['_HEARTBEAT']._serialized_start=2570
-  _globals['_HEARTBEAT']._serialized_end=2663
-  _globals['_CONTROL']._serialized_start=2665
-  _globals['_CONTROL']._serialized_end=2760
-  _globals['_ACT']._serialized_start=2762
-  _globals['_ACT']._serialized_end=2836
+  _globals['_HEARTBEATREQUEST']._serialized_end=1646
+  _globals['_HEARTBEATREQUEST_STATSENTRY']._serialized_start=1602
+  _globals['_HEARTBEATREQUEST_STATSENTRY']._serialized_end=1646
+  _globals['_HEARTBEATREPLY']._serialized_start=1648
+  _globals['_HEARTBEATREPLY']._serialized_end=1685
+  _globals['_CONTROLREQUEST']._serialized_start=1687
+  _globals['_CONTROLREQUEST']._serialized_end=1703
+  _globals['_CONTROLCOMMAND']._serialized_start=1706
+  _globals['_CONTROLCOMMAND']._serialized_end=1955
+  _globals['_CONTROLCOMMAND_KIND']._serialized_start=1844
+  _globals['_CONTROLCOMMAND_KIND']._serialized_end=1955
+  _globals['_TENSOR']._serialized_start=1957
+  _globals['_TENSOR']._serialized_end=2009
+  _globals['_ACTREQUEST']._serialized_start=2012
+  _globals['_ACTREQUEST']._serialized_end=2204
+  _globals['_ACTREQUEST_OBSERVATIONENTRY']._serialized_start=2126
+  _globals['_ACTREQUEST_OBSERVATIONENTRY']._serialized_end=2204
+  _globals['_ACTREPLY']._serialized_start=2206
+  _globals['_ACTREPLY']._serialized_end=2284
+  _globals['_ENROLLMENT']._serialized_start=2286
+  _globals['_ENROLLMENT']._serialized_end=2376
+  _globals['_EXPERIENCE']._serialized_start=2378
+  _globals['_EXPERIENCE']._serialized_end=2466
+  _globals['_WEIGHTS']._serialized_start=2469
+  _globals['_WEIGHTS']._serialized_end=2648
+  _globals['_HEARTBEAT']._serialized_start=2650
+  _globals['_HEARTBEAT']._serialized_end=2743
+  _globals['_CONTROL']._serialized_start=2745
+  _globals['_CONTROL']._serialized_end=2840
+  _globals['_ACT']._serialized_start=2842
+  _globals['_ACT']._serialized_end=2916
 # @@protoc_insertion_point(module_scope)

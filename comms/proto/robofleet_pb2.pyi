@@ -162,7 +162,7 @@ class FetchRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., base_version: _Optional[int] = ..., indices: _Optional[_Iterable[int]] = ..., manifest_only: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("state", "applied_policy_version", "stats")
+    __slots__ = ("state", "applied_policy_version", "stats", "run_id", "info_json")
     class StatsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -173,10 +173,14 @@ class HeartbeatRequest(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     APPLIED_POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    INFO_JSON_FIELD_NUMBER: _ClassVar[int]
     state: str
     applied_policy_version: int
     stats: _containers.ScalarMap[str, float]
-    def __init__(self, state: _Optional[str] = ..., applied_policy_version: _Optional[int] = ..., stats: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    run_id: str
+    info_json: str
+    def __init__(self, state: _Optional[str] = ..., applied_policy_version: _Optional[int] = ..., stats: _Optional[_Mapping[str, float]] = ..., run_id: _Optional[str] = ..., info_json: _Optional[str] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("server_time",)
@@ -189,7 +193,7 @@ class ControlRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ControlCommand(_message.Message):
-    __slots__ = ("kind", "run_id", "reason", "seq")
+    __slots__ = ("kind", "run_id", "reason", "seq", "assignment")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         NOOP: _ClassVar[ControlCommand.Kind]
@@ -198,21 +202,27 @@ class ControlCommand(_message.Message):
         RESUME: _ClassVar[ControlCommand.Kind]
         LEASE_CHANGED: _ClassVar[ControlCommand.Kind]
         CLEAR_ESTOP: _ClassVar[ControlCommand.Kind]
+        ASSIGN: _ClassVar[ControlCommand.Kind]
+        RELEASE: _ClassVar[ControlCommand.Kind]
     NOOP: ControlCommand.Kind
     ESTOP: ControlCommand.Kind
     PAUSE: ControlCommand.Kind
     RESUME: ControlCommand.Kind
     LEASE_CHANGED: ControlCommand.Kind
     CLEAR_ESTOP: ControlCommand.Kind
+    ASSIGN: ControlCommand.Kind
+    RELEASE: ControlCommand.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
     kind: ControlCommand.Kind
     run_id: str
     reason: str
     seq: int
-    def __init__(self, kind: _Optional[_Union[ControlCommand.Kind, str]] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ..., seq: _Optional[int] = ...) -> None: ...
+    assignment: str
+    def __init__(self, kind: _Optional[_Union[ControlCommand.Kind, str]] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ..., seq: _Optional[int] = ..., assignment: _Optional[str] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")

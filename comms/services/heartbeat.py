@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
+import grpc
 import grpc.aio
 
 from comms.proto import robofleet_pb2 as pb
@@ -22,6 +24,12 @@ class HeartbeatServicer(rpc.HeartbeatServicer):
         self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> pb.HeartbeatReply:
         ident = await identify(self.s, context)
+        try:
+            info = json.loads(request.info_json) if request.info_json else {}
+            if not isinstance(info, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"info_json: {exc}")
         applied = (
             None if request.applied_policy_version < 0 else int(request.applied_policy_version)
         )
@@ -32,5 +40,7 @@ class HeartbeatServicer(rpc.HeartbeatServicer):
             request.state,
             applied,
             dict(request.stats),
+            request.run_id,
+            info,
         )
         return pb.HeartbeatReply(server_time=time.time())

@@ -3,8 +3,9 @@ manager, dashboard API, fleet liveness. ``robofleet cloud`` and ``robofleet demo
 
 Embedded default: a local Ray on loopback (``ray.init`` with a CPU count sized for the
 machine), SQLite and run data in ``settings.data_dir``. With ``ray_address`` the same code joins
-an existing Ray cluster (``ray.init(address=...)``); robots then run their edge agents on the
-nodes that offer their ``robot/<name>`` resources.
+an existing Ray cluster (``ray.init(address=...)``) for the learners' resources. Robot
+computers never need Ray: they dial the cloud's gRPC port and are assigned to runs over their
+Control stream; simulated ones (``sim_robots``) are ``robofleet edge`` processes started here.
 """
 
 from __future__ import annotations
@@ -14,20 +15,17 @@ import os
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from robofleet.app.orchestration.manager import RunManager
 from robofleet.app.orchestration.pidfile import remove_pidfile, write_pidfile
 from robofleet.app.orchestration.run import CloudContext
-from robofleet.app.sim.fleet import SIM_TAG, SimFleetHost, enroll_sim_robots
+from robofleet.app.sim.computers import SimRobotComputers, sim_robot_names
 from robofleet.store.store import MetadataStore, upgrade
 
 log = logging.getLogger(__name__)
-
-
-def sim_robot_names(n: int) -> list[str]:
-    return [f"sim-{i:02d}" for i in range(n)]
 
 
 class CloudService:
@@ -38,7 +36,8 @@ class CloudService:
         ray_address: join this Ray cluster; None starts a local one.
         num_cpus: logical CPUs of the local Ray (default: 2 per core, at least 4; bundles of
             learners and edge agents reserve them, the OS shares the real cores).
-        sim_robots: make sure this many simulated Meta-World robots are enrolled.
+        sim_robots: start this many simulated robot computers (``robofleet edge`` processes
+            with Meta-World robots; enrolled at their first start).
         dashboard_port: serve the dashboard/API here (None: no dashboard; 0: any port).
         grpc_port: comms port (default ``comms.grpc_port``; 0 = any).
         auto_resume: resume runs left running by a cloud that died.
@@ -67,7 +66,7 @@ class CloudService:
         self.data_dir = Path(settings.data_dir)
         self.store: MetadataStore | None = None
         self.server: Any = None
-        self.host: SimFleetHost | None = None
+        self.computers: SimRobotComputers | None = None
         self.manager: RunManager | None = None
         self.dashboard_url: str | None = None
         self.admin_login: tuple[str, str] | None = None
@@ -80,10 +79,8 @@ class CloudService:
 
     def start(self) -> CloudService:
         import ray
-        from sqlalchemy import select
 
         from comms.server import CloudServer
-        from robofleet.store.models import Robot
 
         s = self.settings
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -101,30 +98,20 @@ class CloudService:
                     _node_ip_address="127.0.0.1",
                 )
                 self._started_ray = True
-        node_ip = s.hal.node_ip or ray.util.get_node_ip_address()
         self.sinks: dict[str, Any] = {}
         self.server = CloudServer(s.comms, store, sinks=self.sinks.get, port=self.grpc_port)
         port = self.server.start()
         address = f"{s.comms.bind_host}:{port}"
         if self.sim_robots:
-            enroll_sim_robots(
-                store, s.comms, address, sim_robot_names(self.sim_robots), self.data_dir, node_ip
-            )
-        self.host = SimFleetHost(s.comms, address, self.data_dir, s.hal.heartbeat_interval_s)
-        with store.session() as sess:
-            for robot in sess.scalars(select(Robot)):
-                if robot.tags.get(SIM_TAG) == "true":
-                    self.host.robots.add(robot.name)
-                    if robot.tags.get("node_ip") != node_ip:  # a new node after a restart
-                        robot.tags = {**robot.tags, "node_ip": node_ip}
-        self.host.start()
+            names = sim_robot_names(self.sim_robots)
+            self.computers = SimRobotComputers(s, store, address, names).start()
+            self._wait_idle(names, s.orchestration.robots_ready_timeout_s)
         ctx = CloudContext(
             settings=s,
             store=store,
             server=self.server,
             server_address=address,
             sinks=self.sinks,
-            host=self.host,
             python=sys.executable,
             eval_every_s=self.eval_every_s,
         )
@@ -137,6 +124,27 @@ class CloudService:
         self._spawn(self._poll_runs, "run-requests")
         self._spawn(self._estop_sync, "estop-sync")
         return self
+
+    def _wait_idle(self, names: list[str], timeout_s: float) -> None:
+        """Wait until the simulated robot computers enrolled and report (runs lease them)."""
+        from sqlalchemy import select
+
+        from robofleet.store.models import Robot
+
+        assert self.store is not None
+        deadline = time.monotonic() + timeout_s
+        reported: set[str] = set()
+        while time.monotonic() < deadline:
+            with self.store.session() as s:
+                rows = s.execute(select(Robot.name, Robot.stats).where(Robot.name.in_(names)))
+                reported = {name for name, stats in rows if (stats or {}).get("state")}
+            if reported == set(names):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(
+            f"simulated robot computers {sorted(set(names) - reported)} did not report within "
+            f"{timeout_s:.0f}s; see {self.data_dir / 'robots'}/<name>/edge.log"
+        )
 
     def _spawn(self, fn: Any, name: str) -> None:
         t = threading.Thread(target=fn, name=name, daemon=True)
@@ -223,8 +231,8 @@ class CloudService:
             self._uvicorn.should_exit = True
         for t in self._threads:
             t.join(5)
-        if self.host is not None:
-            self.host.close()
+        if self.computers is not None:
+            self.computers.close()
         if self.server is not None:
             self.server.close()
         if self._started_ray:

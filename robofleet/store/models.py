@@ -99,6 +99,7 @@ class EnrollmentToken(Base):
     robot_name: Mapped[str | None] = mapped_column(String(128))
     robot_type: Mapped[str | None] = mapped_column(String(128))
     site_id: Mapped[int | None] = mapped_column(ForeignKey("sites.id"))
+    tags: Mapped[dict[str, Any]] = mapped_column(default=dict)  # given to the robot
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     expires_at: Mapped[datetime] = mapped_column()
     used_at: Mapped[datetime | None] = mapped_column()

@@ -161,9 +161,11 @@ class MetadataStore:
         robot_name: str | None = None,
         robot_type: str | None = None,
         site_id: int | None = None,
+        tags: dict[str, Any] | None = None,
         actor: str = "system",
     ) -> str:
-        """Create a one-time token valid for ``ttl``; returns the token (only its hash is stored)."""
+        """Create a one-time token valid for ``ttl``; returns the token (only its hash is
+        stored). The robot that uses it gets ``tags`` (what runs select robots by)."""
         token = secrets.token_urlsafe(32)
         with self.session() as s:
             s.add(
@@ -172,6 +174,7 @@ class MetadataStore:
                     robot_name=robot_name,
                     robot_type=robot_type,
                     site_id=site_id,
+                    tags=dict(tags or {}),
                     expires_at=utcnow() + ttl,
                 )
             )
@@ -208,6 +211,7 @@ class MetadataStore:
                 name=name,
                 robot_type=tok.robot_type or robot_type,
                 site_id=tok.site_id,
+                tags=dict(tok.tags or {}),
                 spec=spec,
                 credential_hash=hash_secret(credential),
             )

@@ -50,6 +50,12 @@ def spec_file(
     return path
 
 
+def run_spools(data_dir: Path, run_id: str) -> list[Path]:
+    """The spools of run ``run_id`` on the simulated robot computers of the cloud in
+    ``data_dir`` (``<data_dir>/robots/<robot>/runs/<run_id>``, ``edge_agent.host``)."""
+    return sorted(data_dir.glob(f"robots/*/runs/{run_id}"))
+
+
 def run_state(store: MetadataStore, run_id: str) -> RunState:
     run = store.get_run(run_id)
     assert run is not None

@@ -18,6 +18,7 @@ from tests.orchestration.helpers import (
     events,
     progress,
     run_dir,
+    run_spools,
     run_state,
     spec_file,
     wait_until,
@@ -45,7 +46,7 @@ def _stop_and_report(
     wait_until(lambda: run_state(store, run_id) in ENDED, 120, cloud.fail_text)
     assert active_lease_robots(store, run_id) == set()
     report = json.loads((run_dir(store, run_id) / "report.json").read_text())
-    assert acked_total(run_dir(store, run_id) / "robots") > 0
+    assert acked_total(run_spools(data_dir, run_id)) > 0
     return report
 
 

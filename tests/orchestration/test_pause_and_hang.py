@@ -18,7 +18,15 @@ from robofleet.app.orchestration.accounting import acked_lost, acked_total
 from robofleet.store.models import Lease, Robot, RobotStatus, RunState
 from robofleet.store.store import MetadataStore
 from tests.fakes.cloud import RobofleetCloud, cli, store_for
-from tests.orchestration.helpers import events, progress, run_dir, run_state, spec_file, wait_until
+from tests.orchestration.helpers import (
+    events,
+    progress,
+    run_dir,
+    run_spools,
+    run_state,
+    spec_file,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -126,8 +134,8 @@ def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(tmp_path: P
         assert json.loads((rdir / "progress.json").read_text())["learner_restarts"] == 1
         buffer = ReplayBuffer.open(rdir / "buffer")
         try:
-            assert acked_total(rdir / "robots") > 0
-            assert acked_lost(buffer, rdir / "robots") == 0
+            assert acked_total(run_spools(tmp_path, run_id)) > 0
+            assert acked_lost(buffer, run_spools(tmp_path, run_id)) == 0
         finally:
             buffer.close()
         assert len(events(store, run_id, "learner.hung")) == 1

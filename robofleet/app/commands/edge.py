@@ -1,12 +1,18 @@
 """``robofleet edge``: run one robot's edge agent (no Ray needed).
 
-Example::
+Example (a robot computer: enrolls, goes idle, the cloud assigns it to runs)::
 
     robofleet edge --config edge.yaml --server cloud:50051 --token T --robot sawyer-1 \\
-        --task reach-v3 --run run-1 --operator scripted --seed 1000
-    robofleet edge --server cloud:50051 --robot arm-1 --run run-1 --operator gamepad \\
+        --operator scripted
+    robofleet edge --server cloud:50051 --robot arm-1 --operator gamepad \\
         --driver lerobot --driver-option type=so101_follower \\
         --driver-option 'config={"port": "/dev/ttyACM0"}'
+
+Without ``--run`` the robot computer waits for the cloud to assign it (``edge_agent.host``):
+the run's tasks, episode length, control rate and weight rules come with the assignment, and
+after a run it goes idle for the next one. ``--run ID`` instead streams to one fixed run (or,
+without ``--server``, records offline into the spool) with ``--task``/``--max-steps`` from the
+command line.
 
 ``--driver`` picks the robot's ``hal`` driver (Meta-World by default; gymnasium, lerobot and
 ros2 need only the ``edge`` extra, plus ``ros`` for ros2).
@@ -44,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="task name (repeat for several); Meta-World tasks for the metaworld driver",
     )
-    p.add_argument("--run", default="default", help="run id the steps belong to")
+    p.add_argument(
+        "--run",
+        default=None,
+        help="stream to this one run (default: wait for the cloud to assign runs)",
+    )
     p.add_argument(
         "--operator", default="scripted", choices=["none", "scripted", "keyboard", "gamepad"]
     )
@@ -104,7 +114,7 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         tasks=args.task or default_tasks,
         driver=args.driver,
         driver_options=driver_options(args.driver_option),
-        run_id=args.run,
+        run_id=args.run or "offline",
         server=args.server,
         token=args.token,
         operator=args.operator,
@@ -120,10 +130,16 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     settings = load_settings(args.config)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    try:
+        opts = options_from_args(args)
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
+    if args.run is None and args.server is not None:
+        return _serve(settings, opts, args)
     from edge_agent.build import build_agent
 
     try:
-        opts = options_from_args(args)
         built = build_agent(settings.edge, settings.comms, opts)
     except ValueError as exc:
         print(f"robofleet edge: {exc}", file=sys.stderr)
@@ -141,6 +157,31 @@ def main(argv: Sequence[str]) -> int:
         report = built.agent.report()
     finally:
         built.close()
+    if args.report:
+        print(json.dumps(report))
+    return 0
+
+
+def _serve(settings: Any, opts: AgentOptions, args: argparse.Namespace) -> int:
+    """A robot computer: idle until the cloud assigns it (``edge_agent.host``)."""
+    from edge_agent.host import RobotComputer
+
+    try:
+        computer = RobotComputer(settings.edge, settings.comms, opts)
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
+
+    def _stop(_sig: int, _frame: FrameType | None) -> None:
+        computer.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        report = computer.run()
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
     if args.report:
         print(json.dumps(report))
     return 0

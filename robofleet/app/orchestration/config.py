@@ -29,9 +29,17 @@ class OrchestrationSettings(BaseModel):
         default=180.0,
         gt=0,
         description=(
-            "How long a run waits for its edge agents to be built (driver, policy, uplink, "
-            "weight subscription) before its clock starts; one still starting then joins late "
-            "(event edge_agent.slow_start)."
+            "How long a run waits for its assigned robots to act in it (each robot computer "
+            "builds the run's driver, policy, uplink and weight subscription) before its clock "
+            "starts; one still starting then joins late (event robot.slow_start)."
+        ),
+    )
+    release_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description=(
+            "How long a run's end waits for its robots to leave it (finish the episode, drain "
+            "the spool, report idle) before the learner stops (event robot.release_timeout)."
         ),
     )
     eval_backlog: int = Field(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from comms.weight_file import WeightFileFeed
+from hal.compat import RunFeatures
 from robofleet.app.orchestration.supervisor import ProcessSupervisor
 from robofleet.app.sim.fleet import DEMO_ROBOT, demonstration_records
 from robofleet.runspec import RunParams, RunSpec
@@ -28,6 +29,7 @@ class RunLearning:
     Args:
         ctx: the cloud's shared services (``robofleet.app.orchestration.run.CloudContext``).
         run_id / run_dir / spec / params: the run.
+        features: the features its robots share (the buffer's schema).
         on_event: records an event of the run (``kind, **data``).
     """
 
@@ -38,6 +40,7 @@ class RunLearning:
         run_dir: Path,
         spec: RunSpec,
         params: RunParams,
+        features: RunFeatures,
         on_event: Callable[..., None],
     ) -> None:
         from buffer import InterventionSampler
@@ -46,7 +49,7 @@ class RunLearning:
 
         self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir
         self.on_event = on_event
-        self.buffer = self._open_buffer(spec)
+        self.buffer = self._open_buffer(spec, features)
         try:
             self.demo_rows = self._demonstrations(spec, params)
             self.batch_server = BatchServer(
@@ -81,12 +84,10 @@ class RunLearning:
             self.close()
             raise
 
-    def _open_buffer(self, spec: RunSpec) -> Any:
+    def _open_buffer(self, spec: RunSpec, features: RunFeatures) -> Any:
         from buffer import ReplayBuffer, StepSchema
-        from hal.drivers.metaworld import MetaWorldDriver
 
-        driver = MetaWorldDriver("schema", tasks=list(spec.tasks))
-        schema = StepSchema.from_features(driver.observation_features, driver.action_features)
+        schema = StepSchema.from_features(features.observation_features, features.action_features)
         config = self.ctx.settings.buffer
         if spec.buffer.memory_budget_bytes is not None:  # the run's own hot-tier budget
             config = config.model_copy(
@@ -97,7 +98,7 @@ class RunLearning:
     def _demonstrations(self, spec: RunSpec, params: RunParams) -> int:
         """Rows of demonstrations in the buffer; a fresh run's are recorded first."""
         rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
-        if rows:
+        if rows or not params.demos_per_task:
             return rows
         records = demonstration_records(
             spec.tasks, params.demos_per_task, params.max_episode_steps, self.run_id

@@ -2,20 +2,24 @@
 
 Life of a run (every state change is an event in the metadata store)::
 
-    pending/resuming -> lease robots (hal scheduler) -> open the buffer (+ demonstrations on a
-    fresh run) -> learner process (supervised) and edge agents (Ray actors placed on the
-    robots' bundles) start side by side -> robots ready and first version out: the run's clock
-    starts -> running/degraded
-        loop: supervise learner and agents, hand new weight versions to comms, snapshot the policy
-              for evaluation, metrics, reconcile robots, stop conditions
+    pending/resuming -> lease robots (hal scheduler, beside the learner's Ray resources) ->
+    open the buffer (+ demonstrations on a fresh run) -> learner process (supervised) starts
+    while the robots' computers are assigned to the run over their Control streams
+    (``assignments``) -> robots acting and first version out: the run's clock starts ->
+    running/degraded
+        loop: supervise the learner, follow the robots' assignments (re-assign a robot that
+              comes back idle), hand new weight versions to comms, snapshot the policy for
+              evaluation, metrics, reconcile robots, stop conditions
         pause: robots hold at a step boundary (a Control command to each edge agent, re-sent
                until its heartbeat says ``paused``; spools keep draining); the leases, the Ray
-               placement, the agents and the learner are KEPT; resume continues the episodes
-    -> stopping: agents stop and drain their spools, learner's final checkpoint, final
+               placement, the assignments and the learner are KEPT; resume continues the
+               episodes
+    -> stopping: robots are released (each finishes its episode and drains its spool, then
+       goes idle for the next run), learner's final checkpoint, final
        evaluation, report -> leases released -> finished / stopped (or crashed with a reason)
 
 Durable state of a run lives in its directory: ``spec.json``, ``buffer/`` (every acknowledged
-step), ``checkpoints/``, ``weights/``, ``robots/<name>/`` (edge spools), ``evals.jsonl`` and
+step), ``checkpoints/``, ``weights/``, ``evals.jsonl`` and
 ``progress.jsonl`` (the curves), ``progress.json`` (elapsed time and robot-hours), and the
 final ``report.json`` with its plots. A resumed run picks all of these up.
 """
@@ -32,14 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from cloud_learner.run_plan import RunPlan
-from robofleet.app.orchestration.agents import SimAgents
+from edge_agent.assignment import Assignment, run_edge_settings
+from robofleet.app.orchestration.assignments import RobotAssignments
 from robofleet.app.orchestration.clock import RunClock
 from robofleet.app.orchestration.evaluations import RunEvaluations
 from robofleet.app.orchestration.hold import RobotHold
 from robofleet.app.orchestration.learning import RunLearning
 from robofleet.app.orchestration.progress import RunProgress
 from robofleet.app.orchestration.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
-from robofleet.app.sim.fleet import SimFleetHost
 from robofleet.runspec import RunSpec
 from robofleet.store.models import RunState
 from robofleet.store.runs import set_state
@@ -57,10 +61,8 @@ class CloudContext:
     server: Any  # comms.server.CloudServer
     server_address: str
     sinks: dict[str, Any]
-    host: SimFleetHost | None
     python: str
     learner_restarts: RestartPolicy = field(default_factory=RestartPolicy)
-    agent_restarts: RestartPolicy = field(default_factory=RestartPolicy)
     eval_every_s: float | None = None
 
 
@@ -69,8 +71,8 @@ class RunDriver:
 
     The parts it drives: the robots' leases (``hal.scheduler.RobotAllocation``), the learning
     side (:class:`~robofleet.app.orchestration.learning.RunLearning`: buffer, batch server,
-    learner process, weight feed), the robots' edge agents
-    (:class:`~robofleet.app.orchestration.agents.SimAgents`), the evaluations
+    learner process, weight feed), the robots' assignments
+    (:class:`~robofleet.app.orchestration.assignments.RobotAssignments`), the evaluations
     (:class:`~robofleet.app.orchestration.evaluations.RunEvaluations`), the live figures
     (:class:`~robofleet.app.orchestration.progress.RunProgress`), the run's clock and the
     robots' hold (pause).
@@ -106,8 +108,9 @@ class RunDriver:
         self.hold = RobotHold(ctx.store, ctx.server, run_id)
         self.clock = RunClock()
         self.allocation: Any = None
+        self.features: Any = None  # hal.compat.RunFeatures of the leased robots
         self.learning: RunLearning | None = None
-        self.agents: SimAgents | None = None
+        self.agents: RobotAssignments | None = None
         self.evaluations: RunEvaluations | None = None
         self.figures = RunProgress(ctx.store, run_id, run_dir)
         self.learner_restarts_base = 0
@@ -158,8 +161,8 @@ class RunDriver:
     @property
     def robot_reports(self) -> dict[str, dict[str, float]]:
         """Robot name -> its edge agent's final report (``EdgeAgent.report()``: steps,
-        episodes, interventions, staleness...), returned when the agent stopped; heartbeats
-        carry the same figures only while it runs."""
+        episodes, interventions, staleness...), as its robot computer reported it when it
+        was released; heartbeats carry the same figures while it runs."""
         return {} if self.agents is None else self.agents.reports
 
     # -- the run ---------------------------------------------------------------------------
@@ -217,7 +220,7 @@ class RunDriver:
         self._lease(patient=resumed)
         o = self.orchestration
         self.learning = RunLearning(
-            self.ctx, self.run_id, self.run_dir, self.spec, self.params, self._event
+            self.ctx, self.run_id, self.run_dir, self.spec, self.params, self.features, self._event
         )
         self.figures.offline_rows = self.learning.demo_rows
         self.evaluations = RunEvaluations(
@@ -268,7 +271,6 @@ class RunDriver:
                 min_count=spec.robots.min_count,
             ),
             LearnerRequest(spec.learner.num_cpus, spec.learner.num_gpus),
-            edge_cpus=ctx.settings.hal.edge_cpus,
             actor="run-manager",
         )
         hal = ctx.settings.hal
@@ -281,30 +283,52 @@ class RunDriver:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1.0)
+        try:
+            self.features = self._features()
+        except BaseException:
+            self.allocation.release()  # all or nothing: robots that cannot share a policy
+            raise
         ctx.server.invalidate_auth()
 
-    def _start_agents(self) -> None:
-        """Edge agents boot (connect, subscribe, wait for the first version) while the learner
-        starts and warm-starts: on a real fleet each robot's computer does this on its own."""
-        options = {
-            "tasks": list(self.spec.tasks),
-            "operator": "scripted",
-            "max_episode_steps": self.params.max_episode_steps,
-            "hidden": self.spec.policy.hidden_sizes[0],
-            "terminate_on_success": self.plan.terminate_on_success,  # e.g. RECAP's
-        }
-        self.agents = SimAgents(
-            self.ctx,
-            self.run_id,
-            self.run_dir,
-            options,
-            self.params.control_hz,
-            self.allocation.edge_strategy,
-            self._event,
+    def _features(self) -> Any:
+        """The features the leased robots share (their enrolled specs).
+
+        Raises:
+            hal.compat.SpecMismatch: two robots differ in a feature (named).
+        """
+        from sqlalchemy import select
+
+        from hal.compat import run_features
+        from robofleet.store.models import Robot
+
+        names = list(self.allocation.members)
+        with self.ctx.store.session() as s:
+            rows = s.execute(select(Robot.name, Robot.spec).where(Robot.name.in_(names)))
+            specs = {name: dict(spec or {}) for name, spec in rows}
+        return run_features(specs)
+
+    def assignment(self) -> Assignment:
+        """What every robot of the run is told (each gets its own seed)."""
+        return Assignment(
+            run_id=self.run_id,
+            tasks=list(self.spec.tasks),
+            max_episode_steps=self.params.max_episode_steps,
+            hidden=self.spec.policy.hidden_sizes[0],
+            terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
+            needs_operator=self.plan.needs_operator,
+            edge=run_edge_settings(self.ctx.settings.edge, self.params.control_hz),
         )
-        for i, name in enumerate(sorted(self.allocation.members)):
-            self.agents.start(name, i)
-        self.agents.wait_ready(
+
+    def _start_agents(self) -> None:
+        """Assign the leased robots: their computers build the run's agent (connect,
+        subscribe, wait for the first version) while the learner starts and warm-starts."""
+        assert self.allocation is not None
+        self.agents = RobotAssignments(
+            self.ctx.store, self.ctx.server, self.run_id, self.assignment(), self._event
+        )
+        for i, (name, robot_id) in enumerate(sorted(self._members().items())):
+            self.agents.start(name, robot_id, i)
+        self.agents.wait_acting(
             self.orchestration.robots_ready_timeout_s, self._going, self._poll_learner
         )
 
@@ -326,10 +350,10 @@ class RunDriver:
         every = self.ctx.eval_every_s or self.spec.evaluation.every_seconds
         reconcile_every = self.ctx.settings.hal.heartbeat_interval_s * 5
         last_metrics = 0.0
-        last_reconcile = last_hold = time.monotonic()
+        last_reconcile = last_hold = last_follow = time.monotonic()
         while self._going():
             now = time.monotonic()
-            self.clock.tick(len(self.agents))  # robot-hours count robots acting
+            self.clock.tick(len(self.agents.acting))  # robot-hours count robots acting
             self._poll_learner()  # CrashLoop ends the run as crashed
             if self._checkpoint_requested:
                 self._checkpoint_requested = False
@@ -343,7 +367,9 @@ class RunDriver:
             if now - last_metrics >= 2.0:
                 last_metrics = now
                 self._record_progress()
-            self.agents.supervise()  # a restarted agent is told to hold by _follow_hold
+            if now - last_follow >= 1.0:  # a restarted robot is told to hold by _follow_hold
+                last_follow = now
+                self.agents.follow()
             if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
                 assert self.evaluations is not None
                 if now - self.evaluations.last_at >= every:
@@ -416,8 +442,11 @@ class RunDriver:
     def _reconcile(self) -> None:
         assert self.agents is not None
         result = self.allocation.reconcile(timeout_s=5.0)
+        for name in set(self.agents.names) - set(self.allocation.members):
+            self.agents.drop(name)  # retired: its lease is gone
+        members = self._members()
         for name in result.added:
-            self.agents.start(name, len(self.agents) + len(result.added))
+            self.agents.start(name, members[name], len(self.agents))
         state = RunState.DEGRADED if result.degraded else RunState.RUNNING
         if state.value != self.progress.get("state"):
             live = {RunState.RUNNING, RunState.DEGRADED}
@@ -462,6 +491,13 @@ class RunDriver:
             )
         )
 
+    def _final_reports(self) -> dict[int, dict[str, float]]:
+        """Robot id -> the final report its computer sent when released."""
+        if self.agents is None:
+            return {}
+        ids = {name: rid for name, (rid, _a) in self.agents.robots.items()}
+        return {ids[name]: r for name, r in self.agents.reports.items() if name in ids}
+
     # -- the end ---------------------------------------------------------------------------
 
     def _teardown(self, final: bool) -> None:
@@ -470,10 +506,12 @@ class RunDriver:
         if final:
             set_state(self.ctx.store, self.run_id, RunState.STOPPING, self.stop_reason or "")
         try:
-            if self.agents is not None:
-                self.agents.stop()
+            # A run that ends releases its robots; one the cloud detaches from (shutting down,
+            # to be resumed) leaves them acting and spooling, as a crash of the cloud would.
+            if self.agents is not None and final:
+                self.agents.release(self.orchestration.release_timeout_s)
         except Exception:
-            log.exception("stopping edge agents")
+            log.exception("releasing the robots")
         if self.learning is not None:
             self.learning.learner.stop()
             if final:
@@ -492,7 +530,7 @@ class RunDriver:
     def _final_report(self) -> None:
         """The last version out, the last figures, the final evaluation, then the report with
         the acknowledged steps the buffer lost (``accounting``)."""
-        from robofleet.app.orchestration.accounting import acked_lost
+        from robofleet.app.orchestration.accounting import reported_lost
         from robofleet.app.orchestration.report import write_report
 
         assert self.learning is not None and self.evaluations is not None
@@ -507,7 +545,7 @@ class RunDriver:
             self.run_id,
             self.spec,
             learner_restarts=self._learner_restarts(),
-            acked_lost=acked_lost(self.learning.buffer, self.run_dir / "robots"),
+            acked_lost=reported_lost(self.learning.buffer, self._final_reports()),
             elapsed_s=self.clock.elapsed(),
             setup_s=self.progress.get("setup_s"),
         )
