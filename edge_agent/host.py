@@ -208,6 +208,18 @@ class RobotComputer:
         except Exception as exc:  # a cloud outage must not stop the robot computer
             log.info("idle heartbeat failed: %s", exc)
 
+    def _beat_starting(self, run_id: str, started: threading.Event) -> None:
+        """Heartbeats while the run's agent is built and its robot connects (until it runs)."""
+        while not started.wait(self.edge.heartbeat_interval_s):
+            with self._lock:
+                current = self._current
+            if self.client is None or (current is not None and current[1].agent.state != "idle"):
+                return  # the agent's own heartbeats took over
+            try:
+                self.client.heartbeat("starting", None, {}, run_id=run_id)
+            except Exception as exc:
+                log.info("heartbeat failed: %s", exc)
+
     def _options(self, a: Assignment, spool: Path) -> AgentOptions:
         return replace(
             self.base,
@@ -235,21 +247,33 @@ class RobotComputer:
             return
         spool = run_spool(self.root, a.run_id)
         spool.mkdir(parents=True, exist_ok=True)
+        # Building the agent and connecting the robot take seconds (a simulator builds its
+        # scenes, a policy imports torch): beat "starting" meanwhile, so it is not offline.
+        started = threading.Event()
+        beats = threading.Thread(
+            target=self._beat_starting, args=(a.run_id, started), name="edge-starting", daemon=True
+        )
+        beats.start()
         try:
-            edge = a.edge_settings(self.edge).model_copy(update={"cloud_control": False})
-            built = build_agent(edge, self.comms, self._options(a, spool))
-        except (ValueError, OSError) as exc:  # AssignmentError is a ValueError
-            self._refuse(a, str(exc))
-            return
-        with self._lock:
-            self._current = (a.run_id, built)
-        log.info("assigned to run %s", a.run_id)
+            try:
+                edge = a.edge_settings(self.edge).model_copy(update={"cloud_control": False})
+                built = build_agent(edge, self.comms, self._options(a, spool))
+            except (ValueError, OSError) as exc:  # AssignmentError is a ValueError
+                self._refuse(a, str(exc))
+                return
+            with self._lock:
+                self._current = (a.run_id, built)
+            log.info("assigned to run %s", a.run_id)
+        finally:
+            if self._current is None:
+                started.set()
         try:
             built.agent.run()
         except Exception:
             # A failed robot (driver fault) ends this stint; the cloud assigns it again.
             log.exception("robot %s failed in run %s", self.base.robot_name, a.run_id)
         finally:
+            started.set()
             report = self._drain(built)
             with self._lock:
                 self._current = None
