@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from dashboard import accounts
+from dashboard import accounts, bodies
 from dashboard.accounts import Principal
 from dashboard.api import audit, auth, fleet, policies, runs
 from dashboard.api.common import AUTH_ERRORS
@@ -90,6 +90,7 @@ def create_app(
 
     for module in (auth, fleet, runs, policies, audit):
         app.include_router(module.router, prefix="/api")
+    bodies.install(app)  # before security_headers, which then wraps its 422s too
 
     @app.middleware("http")
     async def security_headers(request: Request, call_next: Any) -> Response:

@@ -3,10 +3,11 @@ app reads of the composed settings (:class:`AppSettings`)."""
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from comms.config import CommsSettings
 
@@ -36,6 +37,16 @@ class DashboardSettings(BaseModel):
     login_window_s: float = Field(
         default=300.0, gt=0, description="Sliding window of the failed-login limits, seconds."
     )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Addresses or networks (CIDR) of the reverse proxies in front of the dashboard. "
+            "Only a request from one of them may name its client in X-Forwarded-For (the "
+            "rightmost address not in this list counts); the login throttle and the audit log "
+            "key on that client. Empty: the header is ignored and the connecting address is "
+            "the client (behind a proxy, set its address, or every user shares its limits)."
+        ),
+    )
     stream_poll_interval_s: float = Field(
         default=0.5, gt=0, description="How often live streams look for new metrics."
     )
@@ -49,6 +60,22 @@ class DashboardSettings(BaseModel):
             "token, robot_name, robot_type (the latter two are NAME/TYPE when not fixed)."
         ),
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _addresses_or_networks(cls, value: list[str]) -> list[str]:
+        """Each entry an IP address or a network with no host bits (``10.1.0.0/16``); uvicorn
+        would silently take anything else as a literal that never matches."""
+        out = []
+        for entry in value:
+            try:
+                parsed = (
+                    ipaddress.ip_network(entry) if "/" in entry else ipaddress.ip_address(entry)
+                )
+            except ValueError as err:
+                raise ValueError(f"trusted_proxies: {err} (an IP address or network)") from None
+            out.append(str(parsed))
+        return out
 
 
 class AppSettings(Protocol):

@@ -192,6 +192,7 @@ class CloudService:
 
         from dashboard.accounts import ensure_bootstrap_admin
         from dashboard.app import create_app
+        from dashboard.serve import uvicorn_config
 
         assert self.store is not None and self.dashboard_port is not None
         assert self.manager is not None
@@ -211,7 +212,7 @@ class CloudService:
                 "(choose another with --port, or --no-dashboard)"
             ) from None
         self.dashboard_url = f"http://{host}:{sock.getsockname()[1]}/"
-        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        config = uvicorn_config(app, self.settings.dashboard, log_level="warning")
         self._uvicorn = uvicorn.Server(config)
         self._spawn(lambda: self._uvicorn.run(sockets=[sock]), "dashboard")
 

@@ -6,8 +6,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -16,7 +18,9 @@ from fastapi.testclient import TestClient
 
 from dashboard.accounts import create_user
 from dashboard.app import create_app
+from dashboard.config import DashboardSettings
 from dashboard.deps import CSRF_HEADER
+from dashboard.serve import uvicorn_config
 from robofleet.app.orchestration.manager import QueuedRunManager
 from robofleet.app.settings import Settings
 from robofleet.store.accounts import Role
@@ -85,21 +89,25 @@ class LiveServer:
     store: MetadataStore
 
 
-@pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[LiveServer]:
-    """uvicorn on 127.0.0.1 (a free port) in a thread, over SQLite."""
+@contextmanager
+def serve_live(tmp_path: Path, **dashboard: Any) -> Iterator[LiveServer]:
+    """uvicorn on 127.0.0.1 (a free port) in a thread, over SQLite; ``dashboard`` overrides
+    keys of the dashboard settings (``trusted_proxies=["127.0.0.1"]``)."""
     url = f"sqlite:///{tmp_path}/live.db"
     upgrade(url)
     st = MetadataStore(url)
     for role in ROLES:
         create_user(st, role.value, PASSWORD, role, actor="test")
     settings = make_settings(tmp_path / "data", url)
+    settings.dashboard = DashboardSettings.model_validate(
+        {**settings.dashboard.model_dump(), **dashboard}
+    )
     app = create_app(settings, st, QueuedRunManager(st, settings.data_dir))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1)
+        uvicorn_config(app, settings.dashboard, log_level="warning", timeout_graceful_shutdown=1)
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -114,3 +122,10 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
         thread.join(timeout=10)
         sock.close()
         st.close()
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """The dashboard served by uvicorn with its default settings (:func:`serve_live`)."""
+    with serve_live(tmp_path) as server:
+        yield server

@@ -110,6 +110,16 @@ def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> Non
             assert c.get("/healthz").json() == {"status": "ok"}
             r = c.post("/api/auth/login", json={"username": "admin", "password": password.group(1)})
             assert r.status_code == 200 and r.json()["role"] == "admin"
+            # No proxy is trusted by default: a rotating X-Forwarded-For is one client.
+            codes = [
+                c.post(
+                    "/api/auth/login",
+                    json={"username": "admin", "password": "guess"},
+                    headers={"X-Forwarded-For": f"198.51.100.{i}"},
+                ).status_code
+                for i in range(6)
+            ]
+            assert codes == [401] * 5 + [429], codes
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import httpx
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
 from sqlalchemy import select
 
 from dashboard.accounts import ensure_bootstrap_admin
+from dashboard.config import DashboardSettings
 from dashboard.security import hash_password, verify_password
 from robofleet.store.accounts import ApiToken, Role, User
 from robofleet.store.models import Event
 from robofleet.store.store import MetadataStore, upgrade
-from tests.dashboard.conftest import PASSWORD, login
+from tests.dashboard.conftest import PASSWORD, LiveServer, login, serve_live
 
 
 def _kinds(store: MetadataStore) -> list[str]:
@@ -183,3 +189,55 @@ def test_throttle_tracks_a_bounded_number_of_keys() -> None:
     assert len(t._failures) == 10
     assert t.retry_after("10.0.0.99", "admin") is not None  # the newest are kept
     assert t.retry_after("10.0.0.0", "admin") is None
+
+
+def _guess(c: httpx.Client, user: str, forwarded_for: str, password: str = "guess") -> int:
+    r = c.post(
+        "/api/auth/login",
+        json={"username": user, "password": password},
+        headers={"X-Forwarded-For": forwarded_for},
+    )
+    return r.status_code
+
+
+def test_a_rotating_forwarded_for_does_not_bypass_the_throttle(live_server: LiveServer) -> None:
+    """Issue 16 finding 5: uvicorn's defaults trusted X-Forwarded-For from 127.0.0.1, so a
+    guesser on this host got a fresh throttle key per request. Without trusted proxies the
+    header is ignored: the socket's address is the client."""
+    with httpx.Client(base_url=live_server.url, timeout=10) as c:
+        codes = [_guess(c, "viewer", f"198.51.100.{i}") for i in range(6)]
+        assert codes == [401] * 5 + [429]  # dashboard.login_max_failures
+        assert _guess(c, "viewer", "198.51.100.77", PASSWORD) == 429
+        # 20 failures (dashboard.login_max_failures_per_client) across usernames: every
+        # username is refused from this address, whatever the header says.
+        codes = [_guess(c, f"user{i}", f"203.0.113.{i}") for i in range(15)]
+        assert codes == [401] * 15
+        assert _guess(c, "operator", "203.0.113.99", PASSWORD) == 429
+    with live_server.store.session() as s:
+        clients = {e.data["client"] for e in s.scalars(select(Event)) if "client" in e.data}
+    assert clients == {"127.0.0.1"}
+
+
+def test_a_trusted_proxy_forwards_the_client_address(tmp_path: Path) -> None:
+    """With ``dashboard.trusted_proxies`` naming the proxy (here this host), the throttle keys
+    on the address the proxy forwards; a client cannot escape it by prepending addresses of
+    its own (the rightmost untrusted address counts)."""
+    with (
+        serve_live(tmp_path, trusted_proxies=["127.0.0.1"]) as server,
+        httpx.Client(base_url=server.url, timeout=10) as c,
+    ):
+        codes = [_guess(c, "viewer", f"10.9.9.{i}, 198.51.100.7") for i in range(6)]
+        assert codes == [401] * 5 + [429]
+        assert _guess(c, "viewer", "198.51.100.8", PASSWORD) == 200  # another client
+        with server.store.session() as s:
+            events = list(s.scalars(select(Event).where(Event.kind == "user.login_throttled")))
+        assert [e.data["client"] for e in events] == ["198.51.100.7"]
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    d = DashboardSettings(trusted_proxies=["10.0.0.1", "10.1.0.0/16", "fd00::/8"])
+    assert d.trusted_proxies == ["10.0.0.1", "10.1.0.0/16", "fd00::/8"]
+    assert DashboardSettings().trusted_proxies == []
+    for bad in ("*", "proxy.example.org", "10.1.0.1/16"):
+        with pytest.raises(ValidationError, match="trusted_proxies"):
+            DashboardSettings(trusted_proxies=[bad])

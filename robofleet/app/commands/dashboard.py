@@ -30,6 +30,7 @@ def main(argv: Sequence[str]) -> int:
 
     from dashboard.accounts import ensure_bootstrap_admin
     from dashboard.app import create_app
+    from dashboard.serve import uvicorn_config
     from robofleet.app.orchestration.manager import QueuedRunManager
     from robofleet.store.store import MetadataStore, upgrade
 
@@ -56,8 +57,8 @@ def main(argv: Sequence[str]) -> int:
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(f"robofleet dashboard: serving on http://{shown}:{bound}/", flush=True)
-    config = uvicorn.Config(
-        app, log_level=settings.log_level.lower(), access_log=False, timeout_graceful_shutdown=2
+    config = uvicorn_config(
+        app, settings.dashboard, log_level=settings.log_level.lower(), timeout_graceful_shutdown=2
     )
     logging.getLogger("uvicorn.error").propagate = False
     try:
