@@ -103,7 +103,7 @@ class RobotComputer:
         """
         from comms.client import ControlListener, EdgeClient, make_channel
 
-        driver = probe_driver(self.base)
+        driver = probe_driver(self._probe_options())
         spec = driver.spec.to_dict()
         self._description = {
             "spec": spec,
@@ -132,6 +132,15 @@ class RobotComputer:
             self._beat_idle()
             self.client.close()
         return dict(self._last_report)
+
+    def _probe_options(self) -> AgentOptions:
+        """The options the robot describes itself with: a simulated Meta-World Sawyer with no
+        ``--task`` runs every Meta-World v3 task (the run's assignment picks them)."""
+        if self.base.driver != "metaworld" or self.base.tasks:
+            return self.base
+        from hal.drivers.metaworld import v3_tasks
+
+        return replace(self.base, tasks=v3_tasks())
 
     # -- commands from the cloud (the listener's thread) -------------------------------------
 

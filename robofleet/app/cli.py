@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, str] = {
     "weights": "comms.bench_weights",
     "transport": "comms.bench_transport",
     "efficiency": "robofleet.app.bench.efficiency",
+    "assign": "robofleet.app.bench.assign",
     "edge": "edge_agent.latency_report",
 }
 

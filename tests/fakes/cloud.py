@@ -255,10 +255,18 @@ class RobofleetCloud:
     :func:`tests.fakes.settings.cloud_env`.
     """
 
-    def __init__(self, data_dir: Path, sim_robots: int, **sections: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        sim_robots: int,
+        *,
+        dashboard: bool = False,
+        **sections: dict[str, Any],
+    ) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        argv = [*ROBOFLEET, "cloud", "--sim-robots", str(sim_robots), "--no-dashboard"]
+        argv = [*ROBOFLEET, "cloud", "--sim-robots", str(sim_robots)]
+        argv += ["--port", "0"] if dashboard else ["--no-dashboard"]
         self.child = Child(
             [*argv, "--num-cpus", "4"],
             log=data_dir / f"cloud-{time.time_ns()}.log",

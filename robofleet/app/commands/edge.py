@@ -108,7 +108,9 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
     """The agent options a parsed ``robofleet edge`` command line asks for."""
     from edge_agent.build import AgentOptions
 
-    default_tasks = ["reach-v3"] if args.driver == "metaworld" else []
+    # A robot computer takes its tasks from each run; a fixed run needs one for Meta-World.
+    fixed = args.run is not None or args.server is None
+    default_tasks = ["reach-v3"] if args.driver == "metaworld" and fixed else []
     return AgentOptions(
         robot_name=args.robot,
         tasks=args.task or default_tasks,

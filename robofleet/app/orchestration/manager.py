@@ -41,34 +41,27 @@ log = logging.getLogger(__name__)
 
 
 def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
-    """Refuse a spec the fleet cannot serve; nothing is written.
+    """Refuse a spec the fleet cannot serve; nothing is written (and nothing leased).
 
     Raises:
-        RunSpecError: an unknown task, an unsupported knob, or fewer robots in the fleet
-            (of any status but retired) than the spec's minimum, each named by field.
+        RunSpecError: an unsupported knob; fewer robots in the fleet (of any status but
+            retired) than the spec's minimum; matching robots whose enrolled specs one policy
+            cannot take (the feature named, ``hal.compat``); a robot without an operator for
+            an algorithm that learns from interventions; a task no matching robot runs; the
+            scripted demonstrations for tasks without a scripted expert. Each is named by field.
     """
-    from metaworld.policies import ENV_POLICY_MAP
-
     errors: dict[str, str] = {}
+    plan: RunPlan | None = None
     try:
-        RunPlan.from_spec(spec)
+        plan = RunPlan.from_spec(spec)
     except RunSpecError as exc:
         errors.update(exc.errors)
-    unknown = [t for t in spec.tasks if t not in ENV_POLICY_MAP]
-    if unknown:
-        errors["tasks"] = f"no simulated operator (scripted expert) for {unknown}"
     for field in ("init_checkpoint", "init_from_run"):
         if getattr(spec.policy, field) is not None:
             errors[f"policy.{field}"] = "the run manager starts policies from scratch for now"
     errors.update(_unapplied_buffer_fields(spec))
+    robots = _matching_robots(store, spec)
     demand = spec.robots
-    with store.session() as s:
-        q = select(Robot).where(Robot.status != RobotStatus.RETIRED)
-        if demand.robot_type is not None:
-            q = q.where(Robot.robot_type == demand.robot_type)
-        robots = [
-            r for r in s.scalars(q) if all(r.tags.get(k) == v for k, v in demand.tags.items())
-        ]
     if len(robots) < demand.minimum:
         what = ", ".join(
             [f"robot_type={demand.robot_type}"] * (demand.robot_type is not None)
@@ -78,8 +71,62 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
             f"asks for at least {demand.minimum} robot(s) matching {what}; "
             f"the fleet has {len(robots)}"
         )
+    elif robots:
+        errors.update(_fleet_errors(spec, plan, robots))
+    if plan is not None and plan.params.demos_per_task:
+        from metaworld.policies import ENV_POLICY_MAP
+
+        unknown = [t for t in spec.tasks if t not in ENV_POLICY_MAP]
+        if unknown:
+            errors["hyperparameters.demos_per_task"] = (
+                f"the run's demonstrations are recorded by a scripted expert, and {unknown} "
+                "have none; set demos_per_task: 0"
+            )
     if errors:
         raise RunSpecError(errors)
+
+
+def _matching_robots(store: MetadataStore, spec: RunSpec) -> list[Robot]:
+    """The fleet's robots (any status but retired) that match the spec's robot request."""
+    demand = spec.robots
+    with store.session() as s:
+        q = select(Robot).where(Robot.status != RobotStatus.RETIRED).order_by(Robot.name)
+        if demand.robot_type is not None:
+            q = q.where(Robot.robot_type == demand.robot_type)
+        return [r for r in s.scalars(q) if all(r.tags.get(k) == v for k, v in demand.tags.items())]
+
+
+def _fleet_errors(spec: RunSpec, plan: RunPlan | None, robots: list[Robot]) -> dict[str, str]:
+    """What the matching robots' enrolled specs refuse: features one policy cannot take,
+    no operator for an algorithm that needs one, tasks none of them runs."""
+    from hal.compat import SpecMismatch, robot_spec, run_features
+
+    errors: dict[str, str] = {}
+    try:
+        run_features({r.name: r.spec for r in robots})
+    except SpecMismatch as exc:
+        errors["robots"] = f"the matching robots cannot share one policy: {exc}"
+        return errors
+    if plan is not None and plan.needs_operator:
+        lacking = [
+            r.name for r in robots if (r.spec.get("computer") or {}).get("operator") == "none"
+        ]
+        if lacking:
+            errors["robots"] = (
+                f"{spec.algorithm} learns from operator interventions and {lacking} have no "
+                "operator (their robot computers run --operator none); select other robots "
+                "with robots.tags or give them an operator"
+            )
+    offered: set[str] = set()
+    open_ended = False
+    for r in robots:
+        tasks = robot_spec(r.name, r.spec).tasks
+        offered.update(tasks)
+        open_ended = open_ended or not tasks
+    unknown = [t for t in spec.tasks if t not in offered]
+    if unknown and not open_ended:
+        errors["tasks"] = f"no matching robot runs {unknown} (they run {sorted(offered)})"
+    return errors
 
 
 def _unapplied_buffer_fields(spec: RunSpec) -> dict[str, str]:
