@@ -18,7 +18,7 @@ from buffer.replay_buffer import ReplayBuffer
 from dashboard.accounts import create_api_token, create_user
 from robofleet.store.accounts import Role
 from robofleet.store.models import Lease, Robot, RunState
-from tests.fakes.cloud import ROBOFLEET, RobofleetCloud, store_for
+from tests.fakes.cloud import ROBOFLEET, RobofleetCloud, free_port, store_for
 from tests.fakes.procs import Child
 from tests.fakes.settings import FAST_RUN, cloud_env
 from tests.orchestration.helpers import (
@@ -40,19 +40,27 @@ ARMS = ["arm-1", "arm-2"]
 class Lab:
     """A cloud with its REST API, and the robot computers the test starts beside it."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, **sections: dict[str, Any]) -> None:
         self.data_dir = data_dir
-        self.cloud = RobofleetCloud(data_dir, sim_robots=0, dashboard=True)
         self.store = store_for(data_dir)
-        meta = json.loads((data_dir / "cloud.json").read_text())
-        self.grpc, self.url = str(meta["grpc"]), str(meta["dashboard"]).rstrip("/")
-        user = create_user(self.store, "lab-admin", "a-long-password-1", Role.ADMIN, actor="test")
-        _tok, secret = create_api_token(self.store, user.id, "test", None, actor="test")
-        self.http = httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {secret}"}, timeout=30
-        )
         self.computers: dict[str, Child] = {}
         self.args: dict[str, list[str]] = {}
+        self._secret = ""
+        self.restart_cloud(**sections)
+
+    def restart_cloud(self, **sections: dict[str, Any]) -> None:
+        """Start the cloud (again, on the same data directory) and its REST client."""
+        self.cloud = RobofleetCloud(self.data_dir, sim_robots=0, dashboard=True, **sections)
+        meta = json.loads((self.data_dir / "cloud.json").read_text())
+        self.grpc, self.url = str(meta["grpc"]), str(meta["dashboard"]).rstrip("/")
+        if not self._secret:
+            user = create_user(
+                self.store, "lab-admin", "a-long-password-1", Role.ADMIN, actor="test"
+            )
+            _tok, self._secret = create_api_token(self.store, user.id, "test", None, actor="test")
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self._secret}"}, timeout=30
+        )
 
     def enroll(self, name: str, *driver: str) -> None:
         """A token from the REST API, then the robot computer with it (first start)."""
@@ -228,3 +236,45 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
     wait_until(lambda: progress(lab.store, second).get("env_steps", 0) > 50, 120, lab.fail_text)
     assert _stop(lab, second)["acked_lost"] == 0
     assert lab.computers["arm-2"].pid == first_pid  # never restarted
+
+
+def test_robots_keep_spooling_while_the_cloud_is_down_and_rejoin_the_resumed_run(
+    tmp_path: Path,
+) -> None:
+    port = free_port()  # the robot computer keeps dialing the same address
+    lab = Lab(tmp_path, comms={"grpc_port": port})
+    try:
+        lab.enroll("arm-1", "--driver", "metaworld", "--operator", "scripted")
+        wait_until(lambda: _idle(lab, ["arm-1"]), 180, lab.fail_text)
+        got = lab.launch(hg_dagger("outage", 1))
+        assert got.status_code == 201, got.text
+        run_id = got.json()["id"]
+        wait_until(lambda: _acting_in(lab, run_id, ["arm-1"]), 240, lab.fail_text)
+        wait_until(lambda: progress(lab.store, run_id).get("env_steps", 0) > 100, 120)
+
+        lab.cloud.kill_tree()  # the cloud vanishes; the robot computer is not its child
+        spool = lab.data_dir / "computers" / "arm-1" / "runs" / run_id
+        acked = _spool_state(spool)["acked_seq"]
+        wait_until(lambda: _spool_next_seq(spool) > acked + 100, 60)  # still acting, spooling
+        assert lab.computers["arm-1"].proc.poll() is None
+
+        lab.restart_cloud(comms={"grpc_port": port})
+        wait_until(lambda: run_state(lab.store, run_id) in LIVE, 240, lab.fail_text)
+        wait_until(lambda: _spool_state(spool)["acked_seq"] > acked + 100, 120, lab.fail_text)
+        report = _stop(lab, run_id)
+        assert report["acked_lost"] == 0
+        wait_until(lambda: _idle(lab, ["arm-1"]), 120, lab.fail_text)
+        state = _spool_state(spool)
+        assert state["acked_seq"] == _spool_next_seq(spool) - 1  # drained at release
+    finally:
+        lab.close()
+
+
+def _spool_state(spool: Path) -> dict[str, Any]:
+    return dict(json.loads((spool / "state.json").read_text()))
+
+
+def _spool_next_seq(spool: Path) -> int:
+    """``next_seq`` as the robot's spool files say (``batches/<first>-<last>.arrow``)."""
+    lasts = [int(f.stem.split("-")[1]) for f in (spool / "batches").glob("*-*.arrow")]
+    return max([int(_spool_state(spool)["next_seq"]), *(n + 1 for n in lasts)])
