@@ -2,8 +2,9 @@
 
 Joins the Ray cluster as a driver, lists the live nodes with the robots they offer
 (``robot/<name>`` resources from ``robofleet hal node-command``), and places one tiny actor on
-each named robot's node through that resource, exactly as the scheduler places edge agents
-(:mod:`hal.resources`). Prints one JSON object as the last stdout line::
+each named robot's node through that resource (:mod:`hal.resources`; runs need none of this:
+the scheduler assigns robots over gRPC, Ray node or not). Prints one JSON object as the last
+stdout line::
 
     {"nodes": [{"ip": "10.0.0.1", "robots": []}, ...], "placed": {"arm-7": "10.0.0.2"}}
 

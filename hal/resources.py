@@ -1,8 +1,11 @@
-"""Robots as Ray custom resources.
+"""Robots as Ray custom resources, for robot computers that also join a Ray cluster.
 
-Each robot is two resources on the node that hosts its edge agent: ``robot/<robot_type>``
-(a count per type, so "any 4 sawyers" is expressible) and ``robot/<name>`` (exactly 1, so a
-placement-group bundle holding it can only land on that robot's node).
+Such a computer (``robofleet hal node-command`` prints its ``ray start`` line) offers each of
+its robots as two resources: ``robot/<robot_type>`` (a count per type, so "any 4 sawyers" is
+expressible) and ``robot/<name>`` (exactly 1), so Ray work that must run beside a robot
+(``deploy.cluster_check``'s probe, an edge agent as a Ray actor) lands on that robot's node.
+Runs do not need them: :mod:`hal.scheduler` leases robots in the metadata store, and every
+robot computer, Ray node or not, is assigned to runs over its gRPC connection.
 """
 
 from __future__ import annotations

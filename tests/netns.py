@@ -1,8 +1,8 @@
 """Two test hosts in network namespaces joined by a veth pair (traffic never leaves them).
 
-Shared by the multi-node Ray, multi-host deploy and WAN tests. Everything started inside the
-namespaces belongs to the test, so teardown SIGKILLs it by pid and deletes the namespaces,
-also when the test fails.
+Shared by the robot-computer-on-its-own-network, multi-host deploy and WAN tests. Everything
+started inside the namespaces belongs to the test, so teardown SIGKILLs it by pid and deletes
+the namespaces, also when the test fails.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -252,7 +253,8 @@ class RobofleetCloud:
     """``robofleet cloud --sim-robots N`` on ``data_dir`` in its own session, ready on return.
 
     ``sections`` become its settings (``orchestration={"learner_hang_s": 30}``) on top of
-    :func:`tests.fakes.settings.cloud_env`.
+    :func:`tests.fakes.settings.cloud_env`; ``netns`` runs it in that network namespace
+    (``ip netns exec``, :mod:`tests.netns`).
     """
 
     def __init__(
@@ -261,11 +263,13 @@ class RobofleetCloud:
         sim_robots: int,
         *,
         dashboard: bool = False,
+        netns: str | None = None,
         **sections: dict[str, Any],
     ) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        argv = [*ROBOFLEET, "cloud", "--sim-robots", str(sim_robots)]
+        prefix = ["ip", "netns", "exec", netns] if netns else []
+        argv = [*prefix, *ROBOFLEET, "cloud", "--sim-robots", str(sim_robots)]
         argv += ["--port", "0"] if dashboard else ["--no-dashboard"]
         self.child = Child(
             [*argv, "--num-cpus", "4"],
@@ -275,6 +279,13 @@ class RobofleetCloud:
         )
         ready = "robofleet cloud: ready"
         wait_until(lambda: ready in self.child.output(10**9), 120, self.fail_text, poll_s=0.5)
+
+    @property
+    def grpc_address(self) -> str:
+        """The ``host:port`` its gRPC services listen on (from its ready banner)."""
+        found = re.search(r"robofleet cloud: gRPC on (\S+)", self.child.output(10**9))
+        assert found, f"no gRPC address in its log: {self.fail_text()}"
+        return found.group(1)
 
     def fail_text(self) -> str:
         """The tail of its log, for a failed wait."""

@@ -1,130 +1,161 @@
-"""Two Ray nodes in network namespaces joined by a veth pair (traffic never leaves them): the
-scheduler places an edge agent on the robot's node and nowhere else."""
+"""A robot computer on its own network, never a Ray node, is assigned to a run.
+
+Two hosts in network namespaces joined by a veth pair (traffic never leaves them): the cloud
+(``robofleet cloud``: its Ray on its own loopback, gRPC bound on its veth address) on one; on
+the other a robot computer (``robofleet edge`` with no ``--run``): no Ray, nothing listening,
+only its outbound gRPC connection to the cloud. A run asking for one Meta-World Sawyer gets it,
+its steps land in the run's buffer, and when the run stops the robot goes back to idle.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 import subprocess
-import sys
-import time
-import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import select
 
-from hal.resources import node_resources, ray_start_command
-from tests.netns import netns_available, two_hosts
+from edge_agent.host import run_spool
+from robofleet.app.orchestration.accounting import acked_total
+from robofleet.store.models import Robot, RobotStatus, RunState
+from robofleet.store.store import MetadataStore
+from tests.fakes.cloud import ROBOFLEET, RobofleetCloud, cli, store_for
+from tests.fakes.procs import Child, descendants
+from tests.fakes.settings import cloud_env
+from tests.netns import TwoHosts, netns_available, two_hosts
+from tests.orchestration.helpers import (
+    active_lease_robots,
+    progress,
+    run_state,
+    spec_file,
+    wait_until,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-RAY = str(Path(sys.executable).with_name("ray"))
 pytestmark = pytest.mark.slow
-# The suite pins Ray to one node (conftest); these processes are the deliberate exception.
-_RAY_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
-    "PYTHONPATH": str(REPO),
-    # A token of this test's own cluster, so nothing reads or writes ~/.ray/auth_token.
-    "RAY_AUTH_MODE": "token",
-    "RAY_AUTH_TOKEN": uuid.uuid4().hex + uuid.uuid4().hex,
-}
 
-
-def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if log.exists() and text in log.read_text(errors="replace"):
-            return
-        assert proc.poll() is None, f"ray start exited: {log.read_text(errors='replace')[-3000:]}"
-        time.sleep(0.5)
-    raise AssertionError(f"{log.name}: no {text!r} within {timeout_s}s")
+ROBOT = "arm-7"
+SITE = {"site": "behind-its-own-router"}  # what the run selects: this robot only
 
 
 @pytest.fixture
-def two_namespaces() -> Iterator[tuple[str, str, str, str]]:
-    """(head namespace, robot namespace, head ip, robot ip); torn down even on failure."""
+def hosts() -> Iterator[TwoHosts]:
+    """The cloud's host (a) and the robot computer's (b); torn down even on failure."""
     with two_hosts("rfn", "10.213.77") as h:
-        yield h.ns_a, h.ns_b, h.ip_a, h.ip_b
+        yield h
 
 
-def _start(ns: str, argv: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **_RAY_ENV}
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            ["ip", "netns", "exec", ns, *argv],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+def _robot(store: MetadataStore) -> Robot | None:
+    with store.session() as s:
+        return s.scalar(select(Robot).where(Robot.name == ROBOT))
+
+
+def _heartbeat(store: MetadataStore) -> dict[str, Any]:
+    robot = _robot(store)
+    return dict(robot.stats or {}) if robot is not None else {}
+
+
+def _in_namespace(ns: str, *argv: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, *argv], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _namespace_processes(ns: str) -> dict[int, list[str]]:
+    """pid -> argv of every process in network namespace ``ns``."""
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=True)
+    procs = {}
+    for pid in out.stdout.split():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except FileNotFoundError:
+            continue  # ended meanwhile
+        procs[int(pid)] = argv
+    return procs
+
+
+def _is_ray(argv: list[str]) -> bool:
+    """A Ray process: its raylet or GCS, or a worker (Ray titles those ``ray::...``)."""
+    return Path(argv[0]).name in ("raylet", "gcs_server") or argv[0].startswith("ray::")
+
+
+def _launch(data_dir: Path, spec: Path) -> str:
+    out = cli(data_dir, "run", "launch", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
 
 
 @pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 for namespaces")
-@pytest.mark.timeout(240)
-def test_edge_agent_lands_on_the_robots_node(
-    two_namespaces: tuple[str, str, str, str], tmp_path: Path
+@pytest.mark.timeout(360)
+def test_robot_computer_on_its_own_network_never_a_ray_node_is_assigned_to_a_run(
+    hosts: TwoHosts, tmp_path: Path
 ) -> None:
-    head_ns, robot_ns, head_ip, robot_ip = two_namespaces
-    address = f"{head_ip}:6379"
-    procs: list[subprocess.Popen[bytes]] = []
-    # Short: Ray's AF_UNIX socket paths under it must stay below 108 bytes.
-    ray_tmp = Path(f"/tmp/rf-{head_ns}")
+    data_dir, robot_dir = tmp_path / "cloud", tmp_path / "robot"
+    cloud = RobofleetCloud(
+        data_dir, sim_robots=0, netns=hosts.ns_a, comms={"bind_host": hosts.ip_a}
+    )
+    robot: Child | None = None
     try:
-        head = ray_start_command(
-            {},
-            address=None,
-            node_ip=head_ip,
-            num_cpus=1,
-            extra=["--block", "--port=6379", "--include-dashboard=false", f"--temp-dir={ray_tmp}"],
-        )
-        head[0] = RAY
-        procs.append(_start(head_ns, head, tmp_path / "head.log"))
-        _wait_for(tmp_path / "head.log", "Ray runtime started", procs[0], 90)
-        robot_node = ray_start_command(
-            node_resources([("arm-7", "metaworld-sawyer")]),
-            address=address,
-            node_ip=robot_ip,
-            num_cpus=1,
-            extra=["--block"],
-        )
-        robot_node[0] = RAY
-        procs.append(_start(robot_ns, robot_node, tmp_path / "robot.log"))
-        _wait_for(tmp_path / "robot.log", "Ray runtime started", procs[1], 90)
-        db = f"sqlite:///{tmp_path}/meta.db"
-        out = subprocess.run(
+        server = cloud.grpc_address
+        assert server.startswith(f"{hosts.ip_a}:")
+        store = store_for(data_dir)
+        token = store.create_enrollment_token(timedelta(minutes=10), tags=SITE)
+        robot_dir.mkdir()
+        robot = Child(
             [
-                "ip",
-                "netns",
-                "exec",
-                head_ns,
-                sys.executable,
-                "-m",
-                "tests.hal.multinode_driver",
-                address,
-                db,
-                "arm-7",
-                robot_ip,
+                *("ip", "netns", "exec", hosts.ns_b, *ROBOFLEET, "edge"),
+                *("--server", server, "--token", token, "--robot", ROBOT),
+                *("--driver", "metaworld", "--operator", "scripted"),
+                *("--spool-dir", str(robot_dir / "spool")),
             ],
-            cwd=REPO,
-            env={**os.environ, **_RAY_ENV},
-            capture_output=True,
-            text=True,
-            timeout=120,
+            log=robot_dir / "edge.log",
+            lines=False,
+            env=cloud_env(robot_dir),  # the robot computer's own data dir and settings
         )
-        assert out.returncode == 0, (
-            out.stderr[-3000:] + (tmp_path / "robot.log").read_text()[-2000:]
+
+        def logs() -> str:
+            return f"robot:\n{robot.output() if robot else ''}\ncloud:\n{cloud.fail_text()}"
+
+        # Enrolled over gRPC and idle: schedulable, though no Ray node knows it.
+        wait_until(lambda: _heartbeat(store).get("state") == "idle", 120, logs)
+        enrolled = _robot(store)
+        assert enrolled is not None and enrolled.status == RobotStatus.IDLE
+        assert enrolled.robot_type == "metaworld-sawyer" and "node_ip" not in enrolled.tags
+        # Not a Ray node, outbound only: nothing of Ray runs on its host, nothing listens there.
+        on_robot_host = _namespace_processes(hosts.ns_b)
+        assert set(on_robot_host) <= {robot.pid, *descendants(robot.pid)}, on_robot_host
+        assert not any(_is_ray(argv) for argv in on_robot_host.values()), on_robot_host
+        assert _in_namespace(hosts.ns_b, "ss", "-Hltun").strip() == ""
+
+        spec = spec_file(tmp_path / "spec.yaml", "own-network", 1, tags=SITE)
+        run_id = _launch(data_dir, spec)
+        wait_until(
+            lambda: (
+                _heartbeat(store).get("run_id") == run_id
+                and _heartbeat(store).get("state") == "running"
+            ),
+            150,
+            logs,
         )
-        result = json.loads(out.stdout.strip().splitlines()[-1])
-        assert result["nodes"] == [head_ip, robot_ip]  # both nodes joined, over the veth only
-        assert result["edge_agents_on"] == [robot_ip] * 2
+        assert active_lease_robots(store, run_id) == {enrolled.id}
+        wait_until(lambda: run_state(store, run_id) == RunState.RUNNING, 120, logs)
+        # Its steps land in the run's buffer.
+        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 30, 120, logs)
+        steps = progress(store, run_id)["env_steps"]
+        wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 30, 90, logs)
+
+        out = cli(data_dir, "run", "stop", run_id)
+        assert out.returncode == 0, out.stderr
+        wait_until(lambda: run_state(store, run_id) == RunState.STOPPED, 120, logs)
+        wait_until(lambda: _heartbeat(store).get("state") == "idle", 60, logs)
+        released = _robot(store)
+        assert released is not None and released.status == RobotStatus.IDLE
+        assert active_lease_robots(store, run_id) == set()
+        assert acked_total([run_spool(robot_dir / "spool", run_id)]) > steps
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait(timeout=30)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        if robot is not None:
+            robot.stop(60)
+        cloud.stop()

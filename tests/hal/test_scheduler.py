@@ -1,4 +1,9 @@
-"""Leasing robots beside learner resources on a real (single-node) Ray."""
+"""Leasing robots beside the learner's Ray bundle on a real (single-node) Ray.
+
+Robots are not Ray resources: the Ray node below offers only CPUs, and the scheduler's promise
+is leases (all or none, never an e-stopped, offline or leased robot) plus the learner's bundle,
+both or neither.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +12,25 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
+from sqlalchemy import select
 
 from hal.fleet import RobotReport, heartbeat, mark_offline, report_robots, set_status
-from hal.resources import node_resources
 from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest, SchedulingError
-from robofleet.store.models import RobotStatus, Run, utcnow
+from robofleet.store.models import Robot, RobotStatus, Run, utcnow
 from robofleet.store.store import MetadataStore, upgrade
 
 ROBOTS = [f"sawyer-{i}" for i in range(4)]
 TYPE = "metaworld-sawyer"
+NODE_CPUS = 4.0
 
 
 @pytest.fixture(scope="module")
 def ray_node() -> Iterator[str]:
-    res = node_resources((n, TYPE) for n in ROBOTS)
-    ray.init(num_cpus=4, resources=res, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=int(NODE_CPUS), include_dashboard=False, log_to_driver=False)
     try:
         yield ray.util.get_node_ip_address()
     finally:
@@ -48,35 +54,100 @@ def store(tmp_path: Path, ray_node: str) -> Iterator[MetadataStore]:
     s.close()
 
 
-@ray.remote(num_cpus=0.1)
-class EdgeProbe:
-    def node(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+def enroll(store: MetadataStore, name: str, tags: dict[str, str] | None = None) -> None:
+    """A robot computer that enrolled over gRPC (a token, no probe, no Ray node, no node_ip)."""
+    tok = store.create_enrollment_token(timedelta(minutes=5), tags=tags)
+    store.consume_enrollment_token(tok, robot_name=name, robot_type=TYPE, spec={})
 
 
-def test_acquire_places_edge_agents_and_never_estopped(store: MetadataStore) -> None:
+def wait_available_cpus(expected: float, what: str) -> None:
+    """Ray frees (and reports) a removed group's bundles asynchronously: poll for ``expected``."""
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0.0) != expected:
+        assert time.monotonic() < deadline, (
+            f"{what}: available CPU {ray.available_resources().get('CPU')} != {expected}"
+        )
+        time.sleep(0.1)
+
+
+class _LearnerProbe:
+    def group(self) -> str | None:
+        return ray.get_runtime_context().get_placement_group_id()
+
+
+LearnerProbe: Any = ray.remote(num_cpus=0.5)(_LearnerProbe)  # Ray's actor class is untyped
+
+
+def test_acquire_leases_all_never_unschedulable_robots_and_reserves_the_learner(
+    store: MetadataStore,
+) -> None:
     set_status(store, "sawyer-0", RobotStatus.ESTOPPED, "test")
+    set_status(store, "sawyer-3", RobotStatus.OFFLINE, "test")
     alloc = RobotAllocation(
         store, "run-a", RobotRequest(2, TYPE, {"site": "lab"}), LearnerRequest(1)
     )
+    other = RobotAllocation(store, "run-b", RobotRequest(1, TYPE), LearnerRequest(1))
     try:
         names = alloc.acquire(timeout_s=30)
         assert names == ["sawyer-1", "sawyer-2"]
         assert {lease.robot_id for lease in store.active_leases("run-a")} and len(
             store.active_leases("run-a")
         ) == 2
-        agent = EdgeProbe.options(scheduling_strategy=alloc.edge_strategy("sawyer-1")).remote()
-        assert ray.get(agent.node.remote(), timeout=60) == ray.get_runtime_context().get_node_id()
-        # The robot's unique resource is held by the run's bundle, so nobody else can take it.
-        assert ray.available_resources().get("robot/sawyer-1", 0.0) == 0.0
-        ray.kill(agent)
+        # The learner's bundle is held: Ray's free CPUs dropped by its CPUs, and the learner
+        # runs inside that group.
+        wait_available_cpus(NODE_CPUS - 1, "learner bundle held")
+        learner = LearnerProbe.options(scheduling_strategy=alloc.learner_strategy()).remote()
+        assert ray.get(learner.group.remote(), timeout=60) == alloc.placement_group.id.hex()
+        ray.kill(learner)
+        # e-stopped (sawyer-0), leased (sawyer-1, sawyer-2) and offline (sawyer-3): none left.
+        with pytest.raises(SchedulingError, match="needs 1 schedulable robot"):
+            other.acquire(timeout_s=10)
+        assert store.active_leases("run-b") == [] and other.placement_group is None
     finally:
         alloc.release()
     assert store.active_leases("run-a") == []
-    deadline = time.monotonic() + 30  # Ray frees a removed group's bundles asynchronously
-    while ray.available_resources().get("robot/sawyer-1") != 1.0:
-        assert time.monotonic() < deadline, "placement group not freed"
-        time.sleep(0.1)
+    assert alloc.placement_group is None
+    wait_available_cpus(NODE_CPUS, "placement group not freed")
+
+
+def test_robots_that_are_not_ray_nodes_are_leasable(store: MetadataStore) -> None:
+    """Robot computers that only dial the cloud (no Ray node, no node_ip) lease like any."""
+    for name in ("remote-1", "remote-2"):
+        enroll(store, name, tags={"site": "far"})
+        assert heartbeat(store, name) == RobotStatus.IDLE
+    with store.session() as s:
+        remote = [r for r in s.scalars(select(Robot)) if r.name.startswith("remote-")]
+    assert remote and all("node_ip" not in r.tags and "node" not in r.tags for r in remote)
+    alloc = RobotAllocation(
+        store, "run-a", RobotRequest(2, TYPE, {"site": "far"}), LearnerRequest(1)
+    )
+    try:
+        assert alloc.acquire(timeout_s=30) == ["remote-1", "remote-2"]
+        assert len(store.active_leases("run-a")) == 2
+        assert heartbeat(store, "remote-1") == RobotStatus.LEASED
+        wait_available_cpus(NODE_CPUS - 1, "learner bundle held")
+    finally:
+        alloc.release()
+    assert store.active_leases() == []
+    wait_available_cpus(NODE_CPUS, "placement group not freed")
+
+
+def test_a_learner_ray_cannot_place_leases_nothing(store: MetadataStore) -> None:
+    alloc = RobotAllocation(store, "run-a", RobotRequest(2, TYPE), LearnerRequest(num_cpus=1000))
+    with pytest.raises(SchedulingError, match="Ray could not place"):
+        alloc.acquire(timeout_s=2)
+    assert store.active_leases() == []
+    assert alloc.members == {} and alloc.placement_group is None
+    with store.session() as s:
+        statuses = {r.name: r.status for r in s.scalars(select(Robot))}
+    assert statuses == dict.fromkeys(ROBOTS, RobotStatus.IDLE)  # all free for the next run
+    wait_available_cpus(NODE_CPUS, "the refused group was not removed")
+    # ...and the robots go to the next run that Ray can place.
+    fits = RobotAllocation(store, "run-b", RobotRequest(2, TYPE), LearnerRequest(1))
+    try:
+        assert fits.acquire(timeout_s=30) == ["sawyer-0", "sawyer-1"]
+    finally:
+        fits.release()
 
 
 def test_not_enough_robots_leases_nothing(store: MetadataStore) -> None:
@@ -94,7 +165,7 @@ def test_concurrent_runs_never_double_book(store: MetadataStore) -> None:
     """Two runs ask for 3 of the 4 robots at the same moment: one wins, one gets none."""
     stores = [MetadataStore(store.url), MetadataStore(store.url)]
     allocs = [
-        RobotAllocation(st, run, RobotRequest(3, TYPE), LearnerRequest(0.5), edge_cpus=0.1)
+        RobotAllocation(st, run, RobotRequest(3, TYPE), LearnerRequest(0.5))
         for st, run in zip(stores, ("run-a", "run-b"), strict=True)
     ]
     outcome: dict[str, str] = {}
@@ -117,6 +188,8 @@ def test_concurrent_runs_never_double_book(store: MetadataStore) -> None:
         assert sorted(outcome.values()) == ["lost", "won"], outcome
         leased = [lease.robot_id for lease in store.active_leases()]
         assert len(leased) == 3 == len(set(leased))
+        # the loser holds no learner bundle either
+        assert [a.placement_group is None for a in allocs].count(True) == 1
     finally:
         for a in allocs:
             a.release()
@@ -125,9 +198,10 @@ def test_concurrent_runs_never_double_book(store: MetadataStore) -> None:
 
 
 def test_degraded_run_takes_its_robot_back(store: MetadataStore) -> None:
-    alloc = RobotAllocation(store, "run-a", RobotRequest(2, TYPE), edge_cpus=0.1)
+    alloc = RobotAllocation(store, "run-a", RobotRequest(2, TYPE), LearnerRequest(1))
     try:
         alloc.acquire(timeout_s=30)
+        group = alloc.placement_group
         t0 = utcnow()
         heartbeat(store, "sawyer-0", now=t0)
         heartbeat(store, "sawyer-1", now=t0 - timedelta(seconds=60))
@@ -140,9 +214,6 @@ def test_degraded_run_takes_its_robot_back(store: MetadataStore) -> None:
         assert heartbeat(store, "sawyer-1") == RobotStatus.LEASED
         r = alloc.reconcile()
         assert r.returned == ["sawyer-1"] and not r.degraded
-        agent = EdgeProbe.options(scheduling_strategy=alloc.edge_strategy("sawyer-1")).remote()
-        assert ray.get(agent.node.remote(), timeout=60)
-        ray.kill(agent)
         # An e-stop mid-run is a loss too; a retired robot frees its slot for another.
         heartbeat(store, "sawyer-0", estopped=True)
         heartbeat(store, "sawyer-2")
@@ -150,30 +221,28 @@ def test_degraded_run_takes_its_robot_back(store: MetadataStore) -> None:
         r = alloc.reconcile(timeout_s=30)
         assert sorted(r.lost) == ["sawyer-0", "sawyer-1"] and r.added == ["sawyer-2"]
         assert alloc.active == ["sawyer-2"] and r.degraded
+        # Following the fleet never touches the learner's placement.
+        assert alloc.placement_group is group
+        wait_available_cpus(NODE_CPUS - 1, "learner bundle held")
     finally:
         alloc.release()
 
 
-def test_robot_enrolled_during_run_becomes_schedulable(store: MetadataStore, ray_node: str) -> None:
+def test_robot_enrolled_during_run_becomes_schedulable(store: MetadataStore) -> None:
     for n in ROBOTS[2:]:
         set_status(store, n, RobotStatus.OFFLINE, "not here yet")
-    alloc = RobotAllocation(store, "run-a", RobotRequest(3, TYPE, min_count=2), edge_cpus=0.1)
+    alloc = RobotAllocation(store, "run-a", RobotRequest(3, TYPE, min_count=2))
     try:
         assert alloc.acquire(timeout_s=30) == ["sawyer-0", "sawyer-1"]
         assert alloc.reconcile().degraded
-        # A new robot is enrolled and reported by its node; Ray was started without it.
-        tok = store.create_enrollment_token(timedelta(minutes=5))
-        store.consume_enrollment_token(tok, robot_name="late-1", robot_type=TYPE, spec={})
-        report_robots(
-            store, [RobotReport("late-1", "metaworld", TYPE, {})], node="head", node_ip=ray_node
-        )
+        # A new robot computer enrolls over gRPC during the run (no Ray node, no probe).
+        enroll(store, "late-1")
         assert alloc.reconcile().added == []  # enrolled, but never heard from: not yet
         assert heartbeat(store, "late-1") == RobotStatus.IDLE
         r = alloc.reconcile(timeout_s=30)
         assert r.added == ["late-1"] and not r.degraded
-        agent = EdgeProbe.options(scheduling_strategy=alloc.edge_strategy("late-1")).remote()
-        assert ray.get(agent.node.remote(), timeout=60) == ray.get_runtime_context().get_node_id()
-        ray.kill(agent)
+        assert heartbeat(store, "late-1") == RobotStatus.LEASED
+        assert len(store.active_leases("run-a")) == 3
     finally:
         alloc.release()
 
@@ -183,13 +252,12 @@ def test_suspend_frees_placement_but_keeps_leases(store: MetadataStore) -> None:
     other = RobotAllocation(store, "run-b", RobotRequest(2, TYPE), LearnerRequest(1))
     try:
         held = paused.acquire(timeout_s=30)
+        wait_available_cpus(NODE_CPUS - 1, "learner bundle held")
         leases = {lease.id for lease in store.active_leases("run-a")}
         paused.suspend()
         assert {lease.id for lease in store.active_leases("run-a")} == leases  # kept as they were
-        deadline = time.monotonic() + 30  # Ray frees a removed group's bundles asynchronously
-        while any(ray.available_resources().get(f"robot/{n}") != 1.0 for n in held):
-            assert time.monotonic() < deadline, "placement group not freed"
-            time.sleep(0.1)
+        assert paused.placement_group is None
+        wait_available_cpus(NODE_CPUS, "placement group not freed")
         # the suspended run's robots stay leased: another run gets the other two only
         assert set(other.acquire(timeout_s=30)).isdisjoint(held)
         paused.suspend()  # idempotent
