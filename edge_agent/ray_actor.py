@@ -1,7 +1,8 @@
-"""The edge agent as a Ray actor, for robots that live inside a Ray cluster.
+"""The edge agent as a Ray actor, for a robot whose computer is also a Ray node.
 
-hal's scheduler places one actor per robot on the robot's node (custom resource
-``robot/<name>``)::
+Runs do not need it (the cloud assigns robot computers over gRPC, ``edge_agent.host``); code
+that drives a robot from inside a Ray cluster places the actor on the robot's node with its
+custom resource ``robot/<name>`` (``hal.resources``)::
 
     Actor = edge_agent.ray_actor.remote_class()
     a = Actor.options(resources={f"robot/{name}": 1}).remote(edge, comms, opts)
