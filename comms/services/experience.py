@@ -22,6 +22,7 @@ from comms.dataplane import DataPlaneServer
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.common import OpenStream, ServerState, guarded, identify, write
+from comms.services.requests import BadRequest, read_message, require
 from comms.sink import Backpressure, SinkRejected, StepSink
 
 _REFUSALS: dict[type[Exception], grpc.StatusCode] = {
@@ -126,6 +127,7 @@ class ExperienceServicer(rpc.ExperienceServicer):
         first = await self._read(context)
         if first is grpc.aio.EOF:
             return
+        require(first)
         run_id = first.run_id
         await asyncio.to_thread(s.auth.require_lease, ident, run_id)
         sink = s.sinks(run_id)
@@ -216,6 +218,8 @@ class ExperienceServicer(rpc.ExperienceServicer):
                     )
                 except TimeoutError:
                     await self._idle_abort(context)
+            if kind == "bad":
+                raise got
             if kind == "grpc":
                 if got is grpc.aio.EOF:
                     return
@@ -256,7 +260,9 @@ class ExperienceServicer(rpc.ExperienceServicer):
 
     async def _read(self, context: grpc.aio.ServicerContext) -> Any:
         try:
-            return await asyncio.wait_for(context.read(), self.s.settings.stream_idle_timeout_s)
+            return await asyncio.wait_for(
+                read_message(context), self.s.settings.stream_idle_timeout_s
+            )
         except TimeoutError:
             await self._idle_abort(context)
 
@@ -299,9 +305,13 @@ def _ingest(
 
 
 async def _pump(context: grpc.aio.ServicerContext, inbox: asyncio.Queue[tuple[str, Any]]) -> None:
-    """Move this stream's messages (then EOF) into ``inbox``."""
+    """Move this stream's messages (then EOF, or ("bad", BadRequest)) into ``inbox``."""
     while True:
-        m = await context.read()
+        try:
+            m = await read_message(context)
+        except BadRequest as exc:
+            inbox.put_nowait(("bad", exc))
+            return
         inbox.put_nowait(("grpc", m))
         if m is grpc.aio.EOF:
             return
