@@ -23,12 +23,14 @@ from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.common import OpenStream, ServerState, guarded, identify, write
 from comms.services.requests import BadRequest, read_message, require
-from comms.sink import Backpressure, SinkRejected, StepSink
+from comms.services.sink_events import SinkFullEvents
+from comms.sink import Backpressure, SinkFull, SinkRejected, StepSink
 
 _REFUSALS: dict[type[Exception], grpc.StatusCode] = {
     S.StepFormatError: grpc.StatusCode.INVALID_ARGUMENT,
     S.ForeignRowsError: grpc.StatusCode.PERMISSION_DENIED,
     SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
+    SinkFull: grpc.StatusCode.RESOURCE_EXHAUSTED,  # retryable: the robot keeps its steps
 }
 
 
@@ -116,6 +118,7 @@ def _coalesce(acks: list[tuple[pb.UploadAck, bool]]) -> list[pb.UploadAck]:
 class ExperienceServicer(rpc.ExperienceServicer):
     def __init__(self, state: ServerState) -> None:
         self.s = state
+        self.sink_full = SinkFullEvents(state.store)
 
     @guarded
     async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
@@ -253,8 +256,12 @@ class ExperienceServicer(rpc.ExperienceServicer):
         before = up.rows
         acks, refused = await asyncio.to_thread(up.take_all, batches)
         self.s.uploaded_rows += up.rows - before
+        if up.rows > before:
+            await self.sink_full.stored(up.run_id)
         for ack in _coalesce(acks) if coalesce else [a for a, _ in acks]:
             await write(self.s, context, ack)
+        if isinstance(refused, SinkFull):
+            await self.sink_full.refused(up.run_id, str(refused))
         if refused is not None:
             await context.abort(_REFUSALS[type(refused)], str(refused))
 
