@@ -30,7 +30,9 @@ The whole public API::
     result.acked                        # {robot_id: highest durable seq}
     # All-or-nothing: one invalid record -> StepValidationError (names record + field) and
     # nothing of the batch is stored. Records whose (robot_id, seq) is already stored are
-    # acknowledged again without being stored twice (safe retries).
+    # acknowledged again without being stored twice (safe retries). A full disk ->
+    # DiskFullError (nothing of the batch stored; retry): appends are taken again by
+    # themselves once space is back, no reopen needed.
 
     # Backpressure (uplink): with a rate limiter, buf.can_accept(n) says whether an insert of
     # n would go through now; append(batch, timeout=0.5) raises BackpressureError (with
@@ -106,6 +108,7 @@ from buffer.errors import (
     BackpressureError,
     BufferClosedError,
     CorruptDataError,
+    DiskFullError,
     RateLimiterTimeout,
     ReplayBufferError,
     StepValidationError,
@@ -133,6 +136,7 @@ __all__ = [
     "BufferSettings",
     "CacheAwareSampler",
     "CorruptDataError",
+    "DiskFullError",
     "FORMAT_VERSION",
     "FeatureSpec",
     "InterventionSampler",

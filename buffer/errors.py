@@ -44,6 +44,21 @@ class BackpressureError(ReplayBufferError):
         self.retry_after_s = retry_after_s
 
 
+class DiskFullError(ReplayBufferError, OSError):
+    """The buffer's disk has no space (``ENOSPC`` / ``EDQUOT``): nothing of this append was
+    stored or acknowledged; retry it later. Appends are taken again by themselves once space
+    is back (the buffer needs no reopen). ``errno`` is the file system's.
+    """
+
+    def __init__(self, directory: object, cause: OSError) -> None:
+        super().__init__(
+            f"buffer disk full: {directory}: {cause.strerror or cause}; nothing of this batch "
+            "was stored (retry)"
+        )
+        self.errno = cause.errno
+        self.directory = directory
+
+
 class RateLimiterTimeout(ReplayBufferError, TimeoutError):
     """A blocking insert or sample waited past its timeout."""
 

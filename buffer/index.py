@@ -239,6 +239,47 @@ class RowIndex:
             rs.extend(seqs[mine])
             self.robot_last_row[int(code)] = first + int(np.flatnonzero(mine)[-1])
 
+    def truncate(self, end: int) -> None:
+        """Forget rows ``[end, self.end)`` (never published: a failed write's rows and those
+        behind it), as if they had never been added: links into them, their seqs, the
+        robots' last rows and the episodes they left open are what they were before.
+        Names they added to the vocabularies stay (codes are never reused).
+
+        Raises:
+            ValueError: ``end`` is outside ``[base, self.end]``.
+        """
+        if not self.base <= end <= self.end:
+            raise ValueError(f"cannot truncate rows [{self.base}, {self.end}) to end {end}")
+        lo, hi = end - self.base, self.end - self.base
+        if lo == hi:
+            return
+        c = self.cols
+        nxt = c["next_row"][:lo]
+        nxt[nxt >= end] = -1
+        dropped = {int(k) for k in np.unique(c["robot"][lo:hi])}
+        keys = set(
+            zip(*(c[k][lo:hi].tolist() for k in ("run", "robot", "episode_index")), strict=True)
+        )
+        self.end = end
+        for code in dropped:
+            mine = np.flatnonzero(c["robot"][:lo] == code)
+            rs = self.robot_seqs[code]
+            rs.n = len(mine)  # a robot's seqs are in row order: its first len(mine)
+            if len(mine):
+                self.robot_last_row[code] = int(mine[-1]) + self.base
+            else:
+                self.robot_last_row.pop(code, None)
+        for key in keys:
+            # The episode's latest row before ``end``, open unless it was done.
+            run, robot, ep = key
+            same = (c["run"][:lo] == run) & (c["robot"][:lo] == robot)
+            rows = np.flatnonzero(same & (c["episode_index"][:lo] == ep))
+            last = int(rows[-1]) if len(rows) else -1
+            if last < 0 or c["terminated"][last] or c["truncated"][last]:
+                self._open.pop(key, None)
+            else:
+                self._open[key] = (last + self.base, int(c["frame_index"][last]))
+
     def publish(self, first: int, end: int) -> int:
         """Mark rows ``[first, end)`` visible: done steps and newly linked predecessors
         become eligible transitions. Returns how many transitions became eligible."""

@@ -10,7 +10,6 @@ read-only open (a mount) changes nothing: replayed WAL rows are served from RAM.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +22,8 @@ from buffer.sealed import WalSegment, list_sealed, seal_files
 from buffer.segments import MappedSegment, list_segments
 from buffer.state import TableState
 from buffer.storage import Segment
-from buffer.wal import FILE_HEADER, FILE_MAGIC, WalRecord, list_wals, record_header, scan_wal
-from robofleet.durable import atomic_write_bytes, fsync_dir
+from buffer.wal import WalRecord, keep_only, list_wals, scan_wal
+from robofleet.durable import fsync_dir
 
 # The index columns a sealed segment's rows are indexed from (no payload is read).
 INDEX_COLUMNS = [
@@ -230,36 +229,10 @@ def _seal_replayed(
         n = sum(b.num_rows for r, b in pending if first <= r < stop)
         seg_first = rows[0]
         for p in paths:
-            _keep_only(p, in_file.get(p, []), kept)
+            keep_only(p, in_file.get(p, []), kept)
         sealed = seal_files(d, seg_first, n, paths)
         seg = WalSegment(sealed, seg_first, n, state.schema.arrow_schema)
         state.storage.add_cold(seg, seg_first)
         retention.add(seg_first, n, seg)
         report.recovered_rows += n
     fsync_dir(d)
-
-
-def _keep_only(path: Path, recs: list[WalRecord], kept: set[int]) -> None:
-    """Make WAL file ``path`` hold exactly its records whose first row is in ``kept``, durably.
-
-    Appends write their records outside the buffer lock, so a file's records need not be in
-    row order: a dropped record (after a gap) may sit before a kept one. Then the file is
-    rewritten (``robofleet.durable.atomic_write_bytes``); otherwise it is truncated after the
-    last kept record (dropping a torn tail) and fdatasynced.
-    """
-    keep = [r for r in recs if r.first_row in kept]
-    n = len(keep)
-    if all(a is b for a, b in zip(recs[:n], keep, strict=True)):  # a prefix of the file
-        size = keep[-1].end if keep else 0
-        fd = os.open(path, os.O_RDWR)
-        try:
-            if os.fstat(fd).st_size != size:
-                os.ftruncate(fd, size)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        return
-    parts: list[bytes | memoryview] = [FILE_HEADER.pack(FILE_MAGIC, int(path.stem.split("-")[1]))]
-    for r in keep:
-        parts += [record_header(r.first_row, r.payload), r.payload]
-    atomic_write_bytes(path, b"".join(parts))

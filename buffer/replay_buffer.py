@@ -265,7 +265,10 @@ class ReplayBuffer:
             BackpressureError: the rate limiter did not admit the insert within ``timeout``
                 (carries ``retry_after_s``).
             BufferClosedError: the buffer is closed or read-only.
-            OSError: the disk failed; nothing of this batch was acknowledged.
+            DiskFullError: the disk has no space; nothing of this batch was stored. Retry:
+                appends are taken again once space is back (no reopen needed).
+            OSError: the disk failed; nothing of this batch was acknowledged (later appends
+                are tried again).
         """
         return self.writer.append(records, timeout)
 

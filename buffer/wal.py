@@ -19,6 +19,12 @@ record under the buffer's lock, then call :meth:`WriteAheadLog.sync` with the lo
 they need durable. One of them becomes the leader and runs a single ``fdatasync`` that covers
 every record written so far; the others wait for it. The leader lingers up to
 ``max_delay_s`` only while other appends are in flight, so a lone writer pays no delay.
+
+Failures (a full disk): a write that fails is cut back off the file at once, so the file never
+holds a torn record with later ones behind it. After a failed write or fdatasync the log
+refuses writes and syncs until :meth:`WriteAheadLog.reset` drops every record at or above the
+buffer's durable watermark (never acknowledged) and takes writes again; a rotation creates
+every new stripe file before it closes an old one, so a full disk leaves the log as it was.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import xxhash
 
 from buffer.errors import UnsupportedFormatError
 from buffer.format import SUPPORTED_FORMAT_VERSIONS, WAL_MARKER_PREFIX, wal_marker
-from robofleet.durable import fsync_dir
+from robofleet.durable import atomic_write_bytes, fsync_dir
 
 FILE_MAGIC = wal_marker()
 # Version 1 WALs have the same record layout; only sealing differs (see buffer.format).
@@ -132,6 +138,37 @@ def list_wals(directory: Path) -> Iterator[tuple[int, Path]]:
             continue
 
 
+def keep_only(path: Path, recs: list[WalRecord], kept: set[int]) -> None:
+    """Make WAL file ``path`` hold exactly its records whose first row is in ``kept``, durably.
+
+    ``recs`` are the file's complete records in file order (:func:`scan_wal`). Appends write
+    their records outside the buffer lock, so a file's records need not be in row order: a
+    dropped record may sit before a kept one. Then the file is rewritten
+    (``robofleet.durable.atomic_write_bytes``, which needs the file's size in free space);
+    otherwise it is cut after the last kept record (after its header when none is kept:
+    needs no space) and fdatasynced.
+
+    Raises:
+        OSError: as the OS reports it (the file is then unchanged, or cut and not yet synced).
+    """
+    keep = [r for r in recs if r.first_row in kept]
+    n = len(keep)
+    if all(a is b for a, b in zip(recs[:n], keep, strict=True)):  # a prefix of the file
+        size = keep[-1].end if keep else FILE_HEADER.size
+        fd = os.open(path, os.O_RDWR)
+        try:
+            if os.fstat(fd).st_size > size:
+                os.ftruncate(fd, size)
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return
+    parts: list[bytes | memoryview] = [FILE_HEADER.pack(FILE_MAGIC, int(path.stem.split("-")[1]))]
+    for r in keep:
+        parts += [record_header(r.first_row, r.payload), r.payload]
+    atomic_write_bytes(path, b"".join(parts))
+
+
 class WriteAheadLog:
     """The active WAL file of one buffer directory, with group commit.
 
@@ -153,16 +190,27 @@ class WriteAheadLog:
         self._syncing = False
         self._inflight = 0
         self._fsyncs = 0
-        self._failed: BaseException | None = None
-        self.path = directory / wal_name(first_row, stripe)
-        self._fd = self._create(self.path, first_row)
+        self._failed: BaseException | None = None  # a failed write or sync, until reset
+        self.path, self._fd = self.open_next(first_row)
+        self._size = FILE_HEADER.size  # bytes of whole records (and header) in the file
 
-    def _create(self, path: Path, first_row: int) -> int:
+    def open_next(self, first_row: int) -> tuple[Path, int]:
+        """Create (durably) the file of this stripe starting at ``first_row``: ``(path, fd)``.
+
+        Raises:
+            OSError: e.g. ENOSPC; no file is left behind.
+        """
+        path = self.directory / wal_name(first_row, self.stripe)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        os.write(fd, FILE_HEADER.pack(FILE_MAGIC, first_row))
-        os.fdatasync(fd)
-        fsync_dir(self.directory)
-        return fd
+        try:
+            _write_all(fd, FILE_HEADER.pack(FILE_MAGIC, first_row))
+            os.fdatasync(fd)
+            fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        return path, fd
 
     @property
     def fsync_count(self) -> int:
@@ -183,13 +231,34 @@ class WriteAheadLog:
         header = record_header(first_row, payload)
         total = len(header) + len(payload)
         with self._lock:
-            done = os.writev(self._fd, [header, payload])
-            if done < total:  # a short write: finish it from where it stopped
-                rest = (header + bytes(payload))[done:]
-                while rest:
-                    rest = rest[os.write(self._fd, rest) :]
+            if self._failed is not None:
+                raise self._failed_earlier()
+            try:
+                done = os.writev(self._fd, [header, payload])
+                if done < total:  # a short write: finish it from where it stopped
+                    _write_all(self._fd, (header + bytes(payload))[done:])
+            except OSError as exc:
+                self._cut_back(exc)
+                raise
+            self._size += total
             self._written += total
             return self._written
+
+    def _failed_earlier(self) -> OSError:
+        """The refusal of a write or sync after a failure (with that failure's errno)."""
+        err = OSError(f"write-ahead log failed earlier: {self._failed}")
+        err.errno = getattr(self._failed, "errno", None)
+        return err
+
+    def _cut_back(self, exc: OSError) -> None:
+        """Drop what a failed write left behind the last whole record (locked); when even
+        that fails, nothing more is written to this file until :meth:`reset`."""
+        try:
+            os.ftruncate(self._fd, self._size)
+            os.lseek(self._fd, self._size, os.SEEK_SET)
+        except OSError:
+            with self._cond:
+                self._failed = exc
 
     def sync(self, lsn: int) -> None:
         """Block until everything up to ``lsn`` is on stable storage.
@@ -202,7 +271,7 @@ class WriteAheadLog:
                 while self._synced < lsn and self._syncing:
                     self._cond.wait()
                 if self._failed is not None:
-                    raise OSError(f"write-ahead log failed earlier: {self._failed}")
+                    raise self._failed_earlier()
                 if self._synced >= lsn:
                     return
                 self._syncing = True
@@ -231,21 +300,57 @@ class WriteAheadLog:
                 self._syncing = False
                 self._cond.notify_all()
 
-    def rotate(self, first_row: int) -> Path:
-        """Make the current file durable, close it and start a new one; returns the old path."""
-        with self._sync_lock:
-            with self._lock:
+    def sync_all(self) -> int:
+        """fdatasync the current file (a rotation, no write in flight); returns the position
+        it covers.
+
+        Raises:
+            OSError: fdatasync failed, now (the log then refuses writes and syncs until
+                reset) or earlier (a later fdatasync may succeed without the lost pages).
+        """
+        with self._sync_lock, self._lock:
+            if self._failed is not None:
+                raise self._failed_earlier()
+            try:
                 os.fdatasync(self._fd)
-                self._fsyncs += 1
-                os.close(self._fd)
-                old = self.path
-                self.path = self.directory / wal_name(first_row, self.stripe)
-                self._fd = self._create(self.path, first_row)
-                target = self._written
+            except OSError as exc:
+                with self._cond:
+                    self._failed = exc
+                    self._cond.notify_all()
+                raise
+            self._fsyncs += 1
+            return self._written
+
+    def switch_to(self, path: Path, fd: int, synced: int) -> Path:
+        """Close the current file (made durable up to ``synced`` by :meth:`sync_all`) and
+        write ``path`` / ``fd`` (from :meth:`open_next`) from now on; returns the old path."""
+        with self._sync_lock, self._lock:
+            os.close(self._fd)
+            old, self.path, self._fd, self._size = self.path, path, fd, FILE_HEADER.size
         with self._cond:
-            self._synced = max(self._synced, target)
+            self._synced = max(self._synced, synced)
             self._cond.notify_all()
         return old
+
+    def reset(self, end: int) -> None:
+        """After a failed write or fdatasync: keep exactly the file's records of rows below
+        ``end`` (the buffer's durable watermark: each of them is durable), durably, and take
+        writes again on a fresh descriptor. Call with no write or sync in flight.
+
+        Raises:
+            OSError: the file could not be cut or rewritten (it then stays failed).
+        """
+        with self._sync_lock, self._lock:
+            recs = scan_wal(self.path).records
+            keep_only(self.path, recs, {r.first_row for r in recs if r.first_row < end})
+            fd = os.open(self.path, os.O_WRONLY)
+            os.close(self._fd)
+            self._fd = fd
+            self._size = os.lseek(fd, 0, os.SEEK_END)
+        with self._cond:
+            self._failed = None
+            self._synced = self._written  # what was written is durable now or cut away
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._sync_lock, self._lock:
@@ -280,8 +385,39 @@ class StripedWal:
         return [w.path for w in self.logs]
 
     def rotate(self, first_row: int) -> list[Path]:
-        return [w.rotate(first_row) for w in self.logs]
+        """Make every stripe durable and continue in new files from ``first_row``; returns
+        the old paths. The new files all exist before an old one is closed, so a failure
+        (a full disk) leaves every stripe as it was.
+
+        Raises:
+            OSError: creating a file or an fdatasync failed.
+        """
+        fresh: list[tuple[Path, int]] = []
+        try:
+            for w in self.logs:
+                fresh.append(w.open_next(first_row))
+            synced = [w.sync_all() for w in self.logs]
+        except BaseException:
+            for path, fd in fresh:
+                os.close(fd)
+                path.unlink(missing_ok=True)
+            raise
+        return [
+            w.switch_to(path, fd, n)
+            for w, (path, fd), n in zip(self.logs, fresh, synced, strict=True)
+        ]
+
+    def reset(self, end: int) -> None:
+        """:meth:`WriteAheadLog.reset` of every stripe."""
+        for w in self.logs:
+            w.reset(end)
 
     def close(self) -> None:
         for w in self.logs:
             w.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

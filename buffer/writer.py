@@ -5,15 +5,22 @@ given rows under the lock, then written to its WAL stripe and into the open tail
 lock (other appends proceed; group commit shares one fdatasync among them). Rows become
 visible only when the durable watermark passes them: every row below it is fdatasynced, so
 recovery (which keeps the contiguous prefix of the stripes) has every acknowledged row.
+
+A failed write or fdatasync (a full disk) fails its append and every append given rows after
+it (the watermark cannot pass the gap); appends are refused (:class:`DiskFullError` for
+``ENOSPC``/``EDQUOT``) until the next append finds no append in flight and recovers in place:
+the rows above the watermark (never acknowledged) leave the index and the WAL stripes, and
+appends proceed. So the buffer takes appends again by itself once space is back.
 """
 
 from __future__ import annotations
 
+import errno
 import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +28,7 @@ import pyarrow as pa
 from buffer.errors import (
     BackpressureError,
     BufferClosedError,
+    DiskFullError,
     RateLimiterTimeout,
     StepValidationError,
 )
@@ -82,6 +90,7 @@ class Writer:
         self._watermark = 0  # every row below it is durable
         self._durable: dict[int, int] = {}  # synced appends above the watermark: first -> end
         self._unwritten = 0  # appends given rows whose WAL record is not written yet
+        self._claimed = 0  # appends given rows that have not returned or raised yet
 
     def start(self) -> None:
         """Open a fresh WAL and tail after the recovered rows."""
@@ -116,6 +125,8 @@ class Writer:
             return AppendResult({}, 0, 0, (st.visible, st.visible))
         robots = np.asarray(batch.column("robot_id").to_numpy(zero_copy_only=False), dtype=object)
         seqs = batch.column("seq").to_numpy()
+        if self.failed is not None:
+            self._recover()
         wal = self.wal.logs[zlib.crc32(str(robots[0]).encode()) % len(self.wal.logs)]
         wal.begin()
         claim: _Claim | None = None
@@ -124,10 +135,10 @@ class Writer:
             self._limit(claim, timeout)
             claim.payload = _encode_ipc(claim.new) if claim.new.num_rows else b""
             self._claim_rows(claim)
-            claim.limited = 0
             if claim.new.num_rows:
                 self._write(claim, wal)
             acked = self._acknowledge(claim, robots, seqs)
+            claim.limited = 0  # stored: the rate limiter keeps counting these inserts
             self.ack_latencies.append(time.perf_counter() - t0)
             if len(self.ack_latencies) > 100_000:
                 del self.ack_latencies[:50_000]
@@ -135,6 +146,10 @@ class Writer:
             return AppendResult(acked, n_new, int(batch.num_rows - n_new), (claim.first, claim.end))
         finally:
             wal.end()
+            if claim is not None and claim.end > claim.first:
+                with st.lock:
+                    self._claimed -= 1
+                    st.cond.notify_all()
             if claim is not None and claim.limited and self.rate_limiter is not None:
                 self.rate_limiter.undo_insert(claim.limited)
 
@@ -178,6 +193,8 @@ class Writer:
         with st.lock:
             if st.closed:
                 raise BufferClosedError(f"{st.directory}: buffer closed")
+            if self.failed is not None:
+                raise self._refusal()
             if claim.new.num_rows:
                 new = claim.new
                 dup2, bad = st.index.classify_seqs(
@@ -196,6 +213,7 @@ class Writer:
                 claim.tail = self._tail_for(claim.new.num_rows)
                 claim.first, claim.end = st.index_rows(claim.new)
                 self._unwritten += 1
+                self._claimed += 1
 
     def _write(self, claim: _Claim, wal: WriteAheadLog) -> None:
         """The rows are ours now; copy them into the WAL and the tail WITHOUT the buffer lock
@@ -204,20 +222,70 @@ class Writer:
         st = self.state
         assert claim.tail is not None
         try:
-            try:
-                lsn = wal.write(claim.first, claim.payload)
-                st.storage.write_rows(claim.tail, claim.new, claim.first - claim.tail.first_row)
-            finally:
-                with st.lock:
-                    self._unwritten -= 1
-                    st.cond.notify_all()
+            lsn = wal.write(claim.first, claim.payload)
+            st.storage.write_rows(claim.tail, claim.new, claim.first - claim.tail.first_row)
+        except BaseException as exc:
+            with st.lock:  # failed before unwritten drops: no rotation passes these rows
+                self._unwritten -= 1
+                self._fail(exc)
+            self._raise_disk_full(exc)
+            raise
+        with st.lock:
+            self._unwritten -= 1
+            st.cond.notify_all()
+        try:
             wal.sync(lsn)
         except BaseException as exc:
             with st.lock:
-                if self.failed is None:  # rows given out can no longer be durable
-                    self.failed = exc
-                st.cond.notify_all()
+                self._fail(exc)
+            self._raise_disk_full(exc)
             raise
+
+    def _fail(self, exc: BaseException) -> None:
+        """Note the first failure: rows given out can no longer be durable (locked)."""
+        if self.failed is None:
+            self.failed = exc
+        self.state.cond.notify_all()
+
+    def _raise_disk_full(self, exc: BaseException) -> None:
+        """Raise :class:`DiskFullError` when ``exc`` is the file system running out of space."""
+        if _out_of_space(exc):
+            raise DiskFullError(self.state.directory, exc) from exc
+
+    def _refusal(self) -> OSError:
+        """What an append raises while the failure noted is not recovered from."""
+        failed = self.failed
+        if _out_of_space(failed):
+            return DiskFullError(self.state.directory, failed)
+        return OSError(f"write-ahead log failed: {failed}")
+
+    def _recover(self) -> None:
+        """Take appends again after a failure: once no append given rows is in flight (they
+        fail or finish quickly), drop the rows above the durable watermark (never
+        acknowledged) from the WAL stripes and the index. Nothing acknowledged is touched.
+
+        Raises:
+            DiskFullError / OSError: a stripe could not be cleaned (appends stay refused).
+        """
+        st = self.state
+        assert self.wal is not None and self.tail is not None
+        with st.lock:
+            while self._claimed or self._unwritten:
+                st.cond.wait(0.05)
+            if self.failed is None:
+                return  # another append recovered meanwhile
+            end = self._watermark
+            try:
+                self.wal.reset(end)
+            except OSError as exc:
+                self._raise_disk_full(exc)
+                raise
+            st.index.truncate(end)
+            self._durable.clear()  # only appends above the watermark were left there
+            tail = self.tail
+            tail.finals = {r: v for r, v in tail.finals.items() if r < end}
+            self.failed = None
+            st.cond.notify_all()
 
     def _acknowledge(self, claim: _Claim, robots: np.ndarray, seqs: np.ndarray) -> dict[str, int]:
         """Publish this append's rows once durable and wait until every row before them is
@@ -230,7 +298,7 @@ class Writer:
                 self._advance_watermark()
             while st.visible < claim.end:
                 if self.failed is not None:
-                    raise OSError(f"write-ahead log failed: {self.failed}")
+                    raise self._refusal()
                 st.cond.wait(0.5)
             return self._acked(robots, seqs)
 
@@ -272,22 +340,29 @@ class Writer:
         st = self.state
         assert self.tail is not None and self.wal is not None
         while True:
+            if self.failed is not None:
+                raise self._refusal()  # never rotate past rows that cannot become durable
             tail = self.tail
             used = st.index.end - tail.first_row
             if used + n <= tail.capacity:
                 return tail
-            if self._unwritten and not self.failed:
+            if self._unwritten:
                 # Rows already given out must be in the old WAL files before they close.
                 st.cond.wait(0.05)
                 continue
-            if not (used and self.sealer.queue) or self.failed or st.stop.is_set():
+            if not (used and self.sealer.queue) or st.stop.is_set():
                 break
             # An unsealed tail cannot be evicted: with one still queued, wait for its seal
             # (a rename, milliseconds) rather than let the hot tier overshoot the budget.
             st.cond.wait(0.05)
         if used > 0:
+            try:
+                old = self.wal.rotate(st.index.end)
+            except OSError as exc:  # nothing changed: this append is refused, no rows given
+                self._raise_disk_full(exc)
+                raise
             tail.n = used
-            self.sealer.enqueue(tail, self.wal.rotate(st.index.end))
+            self.sealer.enqueue(tail, old)
         else:
             st.storage.remove_chunks([tail])
         self.tail = self._new_tail(max(st.rows_per_segment, n))
@@ -339,6 +414,11 @@ class Writer:
         """Wait until appends given rows have written their records (locked; ``close``)."""
         while self._unwritten:
             self.state.cond.wait(0.05)
+
+
+def _out_of_space(exc: BaseException | None) -> TypeGuard[OSError]:
+    """Whether ``exc`` is the file system out of space (ENOSPC) or over a quota (EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _encode_ipc(batch: pa.RecordBatch) -> memoryview:

@@ -1,16 +1,17 @@
 """The real :class:`~comms.sink.StepSink`: uploads go into a :class:`buffer.ReplayBuffer`.
 
 The buffer acknowledges after fdatasync and reports the highest durable ``seq`` per robot; its
-rate limiter's refusal becomes :class:`~comms.sink.Backpressure`, an invalid batch
-:class:`~comms.sink.SinkRejected`. Robots are keyed in the buffer by ``str(robot_id)``.
+rate limiter's refusal becomes :class:`~comms.sink.Backpressure`, a full disk
+:class:`~comms.sink.SinkFull`, an invalid batch :class:`~comms.sink.SinkRejected`. Robots are
+keyed in the buffer by ``str(robot_id)``.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from buffer import BackpressureError, ReplayBuffer, StepValidationError
-from comms.sink import NO_SEQ, Backpressure, SinkRejected
+from buffer import BackpressureError, DiskFullError, ReplayBuffer, StepValidationError
+from comms.sink import NO_SEQ, Backpressure, SinkFull, SinkRejected
 
 
 class BufferSink:
@@ -36,10 +37,14 @@ class BufferSink:
             result = self.buffer.append(batch, timeout=self.append_timeout_s)
         except BackpressureError as exc:
             raise Backpressure(str(exc), exc.retry_after_s) from None
+        except DiskFullError as exc:
+            raise SinkFull(str(exc)) from None
         except StepValidationError as exc:
             raise SinkRejected(str(exc)) from None
         return int(result.acked.get(key, self.durable_seq(robot_id)))
 
     def durable_seq(self, robot_id: int) -> int:
-        last = self.buffer.index.last_seq(str(robot_id))
+        # Durable rows only: the index also holds rows of appends still in flight, or failed
+        # (a full disk) and not yet dropped, and those must never be acknowledged.
+        last = self.buffer.durable_seq(robot_id)
         return NO_SEQ if last is None else int(last)

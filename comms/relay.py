@@ -48,7 +48,8 @@ from comms.proto import robofleet_pb2_grpc as rpc
 from comms.ratelimit import AsyncByteRate
 from comms.receiver import WeightReceiver
 from comms.services.common import ServerState, server_options, write
-from comms.services.weights import WeightsServicer, add_weights_servicer
+from comms.services.requests import add_service
+from comms.services.weights import WeightsServicer
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,7 @@ class SiteRelay:
             options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
         )
         rpc.add_ExperienceServicer_to_server(RelayExperience(self), server)
-        add_weights_servicer(server, RelayWeights(self.state, self))
+        add_service(server, RelayWeights(self.state, self), "Weights")
         target = f"{s.bind_host}:{self._port}"
         if s.tls_cert_file is not None and s.tls_key_file is not None:
             port = server.add_secure_port(

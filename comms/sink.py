@@ -25,6 +25,11 @@ class Backpressure(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
+class SinkFull(RuntimeError):
+    """The sink has no room on its disk; nothing of the batch was stored. The robot keeps it
+    and retries later: the sink takes batches again by itself once space is back."""
+
+
 class SinkRejected(ValueError):
     """The sink found the batch invalid (its schema, values or seq order); nothing was stored."""
 
@@ -41,6 +46,7 @@ class StepSink(Protocol):
 
         Raises:
             Backpressure: nothing was stored; retry later.
+            SinkFull: its disk is full; nothing was stored; retry later.
             SinkRejected: the batch is invalid; nothing was stored.
         """
         ...

@@ -11,6 +11,7 @@ module                 service
 ``act``                Act: remote inference
 ``common``             what they share: ``ServerState``, ``guarded`` (refusals to status
                        codes), ``identify``, ``write``, server options
+``requests``           requests decoded without raising, required fields, registration
 =====================  ===============================================================
 
 Blocking work (database, sink appends with fsync, Arrow parsing, policy inference) runs in
@@ -21,23 +22,37 @@ slot freed (HTTP/2 keepalive catches a peer that vanished outright).
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc.aio
 
-from comms.proto import robofleet_pb2_grpc as rpc
+from comms.proto import robofleet_pb2 as pb
 from comms.services.act import ActServicer
 from comms.services.common import ServerState
 from comms.services.control import ControlServicer
 from comms.services.enrollment import EnrollmentServicer
 from comms.services.experience import ExperienceServicer
 from comms.services.heartbeat import HeartbeatServicer
-from comms.services.weights import WeightsServicer, add_weights_servicer
+from comms.services.requests import add_service
+from comms.services.weights import WeightsServicer
 
 
 def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
-    """Register every service of the cloud server on ``server``."""
-    rpc.add_EnrollmentServicer_to_server(EnrollmentServicer(state), server)
-    rpc.add_ExperienceServicer_to_server(ExperienceServicer(state), server)
-    add_weights_servicer(server, WeightsServicer(state))
-    rpc.add_HeartbeatServicer_to_server(HeartbeatServicer(state), server)
-    rpc.add_ControlServicer_to_server(ControlServicer(state), server)
-    rpc.add_ActServicer_to_server(ActServicer(state), server)
+    """Register every service of robofleet.proto on ``server``.
+
+    Raises:
+        RuntimeError: the proto has a service no servicer here implements.
+    """
+    servicers: dict[str, Any] = {
+        "Enrollment": EnrollmentServicer(state),
+        "Experience": ExperienceServicer(state),
+        "Weights": WeightsServicer(state),
+        "Heartbeat": HeartbeatServicer(state),
+        "Control": ControlServicer(state),
+        "Act": ActServicer(state),
+    }
+    missing = sorted(set(pb.DESCRIPTOR.services_by_name) - set(servicers))
+    if missing:
+        raise RuntimeError(f"no servicer for service(s) {', '.join(missing)}")
+    for name, servicer in servicers.items():
+        add_service(server, servicer, name)

@@ -21,6 +21,7 @@ from comms.dataplane import DataPlaneServer
 from comms.distributor import WeightDistributor
 from comms.proto import robofleet_pb2 as pb
 from comms.ratelimit import AsyncByteRate
+from comms.services.requests import BadRequest, checked
 from comms.sink import SinkResolver
 from robofleet.store.store import MetadataStore
 
@@ -98,12 +99,18 @@ class ServerState:
 def guarded[R](
     fn: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]],
 ) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[R]]:
-    """Map refusals to status codes; an unexpected error is logged here, never sent as a traceback."""
+    """Map refusals to status codes; an unexpected error is logged here, never sent as a traceback.
+
+    A unary request is checked first (``comms.services.requests.checked``): undecodable, or a
+    required field empty, it is refused INVALID_ARGUMENT like any :class:`BadRequest`.
+    """
 
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
         try:
-            return await fn(self, request, context)
+            return await fn(self, checked(request), context)
+        except BadRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except AuthError as exc:
             code = (
                 grpc.StatusCode.UNAUTHENTICATED

@@ -29,8 +29,6 @@ class EnrollmentServicer(rpc.EnrollmentServicer):
                 raise ValueError("not an object")
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec_json: {exc}")
-        if not request.token:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "enrollment token is required")
         try:
             robot, credential = await asyncio.to_thread(
                 self.s.store.consume_enrollment_token,

@@ -22,12 +22,15 @@ from comms.dataplane import DataPlaneServer
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.common import OpenStream, ServerState, guarded, identify, write
-from comms.sink import Backpressure, SinkRejected, StepSink
+from comms.services.requests import BadRequest, read_message, require
+from comms.services.sink_events import SinkFullEvents
+from comms.sink import Backpressure, SinkFull, SinkRejected, StepSink
 
 _REFUSALS: dict[type[Exception], grpc.StatusCode] = {
     S.StepFormatError: grpc.StatusCode.INVALID_ARGUMENT,
     S.ForeignRowsError: grpc.StatusCode.PERMISSION_DENIED,
     SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
+    SinkFull: grpc.StatusCode.RESOURCE_EXHAUSTED,  # retryable: the robot keeps its steps
 }
 
 
@@ -115,6 +118,7 @@ def _coalesce(acks: list[tuple[pb.UploadAck, bool]]) -> list[pb.UploadAck]:
 class ExperienceServicer(rpc.ExperienceServicer):
     def __init__(self, state: ServerState) -> None:
         self.s = state
+        self.sink_full = SinkFullEvents(state.store)
 
     @guarded
     async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
@@ -126,6 +130,7 @@ class ExperienceServicer(rpc.ExperienceServicer):
         first = await self._read(context)
         if first is grpc.aio.EOF:
             return
+        require(first)
         run_id = first.run_id
         await asyncio.to_thread(s.auth.require_lease, ident, run_id)
         sink = s.sinks(run_id)
@@ -216,6 +221,8 @@ class ExperienceServicer(rpc.ExperienceServicer):
                     )
                 except TimeoutError:
                     await self._idle_abort(context)
+            if kind == "bad":
+                raise got
             if kind == "grpc":
                 if got is grpc.aio.EOF:
                     return
@@ -249,14 +256,20 @@ class ExperienceServicer(rpc.ExperienceServicer):
         before = up.rows
         acks, refused = await asyncio.to_thread(up.take_all, batches)
         self.s.uploaded_rows += up.rows - before
+        if up.rows > before:
+            await self.sink_full.stored(up.run_id)
         for ack in _coalesce(acks) if coalesce else [a for a, _ in acks]:
             await write(self.s, context, ack)
+        if isinstance(refused, SinkFull):
+            await self.sink_full.refused(up.run_id, str(refused))
         if refused is not None:
             await context.abort(_REFUSALS[type(refused)], str(refused))
 
     async def _read(self, context: grpc.aio.ServicerContext) -> Any:
         try:
-            return await asyncio.wait_for(context.read(), self.s.settings.stream_idle_timeout_s)
+            return await asyncio.wait_for(
+                read_message(context), self.s.settings.stream_idle_timeout_s
+            )
         except TimeoutError:
             await self._idle_abort(context)
 
@@ -299,9 +312,13 @@ def _ingest(
 
 
 async def _pump(context: grpc.aio.ServicerContext, inbox: asyncio.Queue[tuple[str, Any]]) -> None:
-    """Move this stream's messages (then EOF) into ``inbox``."""
+    """Move this stream's messages (then EOF, or ("bad", BadRequest)) into ``inbox``."""
     while True:
-        m = await context.read()
+        try:
+            m = await read_message(context)
+        except BadRequest as exc:
+            inbox.put_nowait(("bad", exc))
+            return
         inbox.put_nowait(("grpc", m))
         if m is grpc.aio.EOF:
             return

@@ -16,19 +16,20 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from comms import wire
 from comms.dataplane import DataPlaneServer, Session
 from comms.distributor import WeightDistributor
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.common import OpenStream, ServerState, guarded, identify, write
+from comms.services.requests import BadRequest, read_message, require
 from comms.weight_codec import EncodedVersion
 
 
 @dataclass
 class _Subscriber:
     """One Subscribe call's robot: the version it holds (``have``), the newest it acknowledged
-    (``done``), and whether it may be sent the next one (``acked``)."""
+    (``done``), whether it may be sent the next one (``acked``), and an undecodable
+    acknowledgement that ends the call (``error``)."""
 
     run_id: str
     have: int
@@ -36,13 +37,19 @@ class _Subscriber:
     session: Session | None
     acked: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
+    error: BadRequest | None = None
 
-    async def read_acks(self, request_iterator: Any, dp: DataPlaneServer | None) -> None:
-        async for ack in request_iterator:
-            self.have, self.done = int(ack.have_version), max(self.done, int(ack.done_version))
-            if ack.data_plane_failed and self.session is not None and dp is not None:
-                dp.unbind(self.session)  # chunks go on this stream from now on
-            self.acked.set()
+    async def read_acks(
+        self, context: grpc.aio.ServicerContext, dp: DataPlaneServer | None
+    ) -> None:
+        try:
+            while (ack := await read_message(context)) is not grpc.aio.EOF:
+                self.have, self.done = int(ack.have_version), max(self.done, int(ack.done_version))
+                if ack.data_plane_failed and self.session is not None and dp is not None:
+                    dp.unbind(self.session)  # chunks go on this stream from now on
+                self.acked.set()
+        except BadRequest as exc:
+            self.error = exc
         self.closed = True
         self.acked.set()
 
@@ -92,17 +99,18 @@ class WeightsServicer(rpc.WeightsServicer):
         so a slow robot skips them and the server holds nothing per subscriber but the encoding
         being sent. The call ends when the subscriber closes its side.
         """
-        first = await context.read()
+        first = await read_message(context)
         if first is grpc.aio.EOF:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "Subscribe needs a first request naming the run"
-            )
+            # Closed before asking (or ended by grpc: a frame over the message limit, already
+            # answered RESOURCE_EXHAUSTED, where an abort here could not be sent).
+            return
+        require(first)
         dist = await self._authorize(context, first.run_id)
         dp = self.s.dataplane
         session = dp.open() if dp is not None and first.data_plane else None
         sub = _Subscriber(dist.run_id, int(first.have_version), int(first.have_version), session)
         sub.acked.set()
-        reader = asyncio.create_task(sub.read_acks(request_iterator, dp))
+        reader = asyncio.create_task(sub.read_acks(context, dp))
         try:
             if session is not None:
                 assert dp is not None
@@ -110,6 +118,8 @@ class WeightsServicer(rpc.WeightsServicer):
             with OpenStream(self.s):
                 while True:
                     await sub.acked.wait()
+                    if sub.error is not None:
+                        raise sub.error
                     if sub.closed:
                         return
                     enc = await self._newer(sub)
@@ -181,22 +191,3 @@ class WeightsServicer(rpc.WeightsServicer):
             )
         with OpenStream(self.s):
             await self._send(context, enc, list(request.indices) or None)
-
-
-def add_weights_servicer(server: grpc.aio.Server, servicer: rpc.WeightsServicer) -> None:
-    """Register the Weights service with a serializer that passes pre-serialized chunks on."""
-    handlers = {
-        "Subscribe": grpc.stream_stream_rpc_method_handler(
-            servicer.Subscribe,
-            request_deserializer=pb.SubscribeRequest.FromString,
-            response_serializer=wire.passthrough,
-        ),
-        "Fetch": grpc.unary_stream_rpc_method_handler(
-            servicer.Fetch,
-            request_deserializer=pb.FetchRequest.FromString,
-            response_serializer=wire.passthrough,
-        ),
-    }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("robofleet.comms.v1.Weights", handlers),)
-    )

@@ -1,4 +1,5 @@
-"""Fixtures for comms tests: a migrated SQLite metadata store and a live cloud server."""
+"""Fixtures for comms tests: a migrated SQLite metadata store, a live cloud server and a disk
+that fills up (``full_disk``, tests.fakes.disk)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from comms.sink import MemorySink
 from robofleet.store.store import MetadataStore
 from tests.fakes.cloud import RUN, Cloud, migrated_store
+from tests.fakes.disk import full_disk
 
 
 @pytest.fixture
@@ -23,3 +25,6 @@ def store(tmp_path: Path) -> Iterator[MetadataStore]:
 def cloud(store: MetadataStore) -> Iterator[Cloud[MemorySink]]:
     with Cloud(store, MemorySink()) as c:
         yield c
+
+
+__all__ = ["cloud", "full_disk", "store"]

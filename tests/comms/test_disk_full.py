@@ -1,0 +1,80 @@
+"""The cloud's buffer disk fills up under a robot's upload: the robot is refused by name
+(RESOURCE_EXHAUSTED, "buffer disk full ... (retry)"), keeps its steps in its spool and retries
+with a growing backoff; once space is back every step is stored without a restart, and the
+run's events say when the disk filled and when it stored again."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import select
+
+from buffer import ReplayBuffer
+from comms.buffer_sink import BufferSink
+from comms.uploader import MemorySpool, Uploader
+from robofleet.store.models import Event
+from robofleet.store.store import MetadataStore
+from tests.comms.test_buffer_sink import SCHEMA, records
+from tests.fakes.cloud import RUN, Cloud
+from tests.fakes.disk import Disk
+from tests.fakes.procs import wait_until
+from tests.fakes.settings import fast_comms
+
+
+def _events(store: MetadataStore) -> list[tuple[str, dict[str, Any]]]:
+    with store.session() as s:
+        rows = s.scalars(select(Event).where(Event.run_id == RUN).order_by(Event.id)).all()
+        return [(e.kind, dict(e.data)) for e in rows if e.kind.startswith("buffer.")]
+
+
+def test_a_full_buffer_disk_is_a_named_retryable_refusal_and_heals(
+    full_disk: Disk, store: MetadataStore
+) -> None:
+    buf = ReplayBuffer.open(full_disk.path / "buf", SCHEMA)
+    cloud = Cloud(store, BufferSink(buf), fast_comms(reconnect_max_s=4.0))
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool)
+    n = 0
+    try:
+        for _ in range(4):
+            spool.put(records(robot.robot_id, n, 8))
+            n += 8
+        assert up.wait_durable(n - 1, 20), up.last_error
+        full_disk.fill()
+        for _ in range(40):  # more than the last pages of the disk hold
+            spool.put(records(robot.robot_id, n, 8))
+            n += 8
+        wait_until(
+            lambda: "buffer disk full" in (up.last_error or ""), 20, lambda: str(up.last_error)
+        )
+        assert "RESOURCE_EXHAUSTED" in str(up.last_error) and "(retry)" in str(up.last_error)
+        wait_until(lambda: _events(store), 10, lambda: "no buffer event")
+        ((kind, data),) = _events(store)
+        assert kind == "buffer.disk_full" and "buffer disk full" in data["reason"]
+        durable = up.durable_seq
+        assert len(spool) > 0 and durable < n - 1  # the refused steps wait in the spool
+        reconnects = up.reconnects
+        time.sleep(4.0)
+        # The delay grows while refused (0.05 s doubling towards 4 s: 6 tries in 4 s at
+        # most); one that did not grow would give 13 or more.
+        assert up.reconnects - reconnects <= 8, up.reconnects - reconnects
+        assert up.durable_seq == durable
+        full_disk.free()  # no restart of anything
+        assert up.wait_durable(n - 1, 30), up.last_error  # within the 4 s delay
+        assert len(spool) == 0
+        assert [int(s) for s in buf.stored_seqs(robot.robot_id)] == list(range(n))
+        wait_until(lambda: len(_events(store)) == 2, 10, lambda: str(_events(store)))
+        kinds = [k for k, _ in _events(store)]
+        assert kinds == ["buffer.disk_full", "buffer.disk_recovered"]
+        assert _events(store)[1][1]["refused_for_s"] >= 4.0
+    finally:
+        full_disk.free()
+        up.close()
+        client.close()
+        cloud.close()
+        buf.close()
+    with ReplayBuffer.open(full_disk.path / "buf") as again:
+        assert [int(s) for s in again.stored_seqs(robot.robot_id)] == list(range(n))
