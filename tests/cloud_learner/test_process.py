@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -32,9 +31,9 @@ from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device
 from comms.weight_file import WeightDirectory
 from robofleet.store.models import Checkpoint, Event, PolicyVersion, Run
 from robofleet.store.store import MetadataStore, upgrade
+from tests.cloud_learner.helpers import ACTION, STATE, rows
 
 TASKS = ["reach-v3"]
-STATE, ACTION = {"dtype": "float32", "shape": (39,)}, {"dtype": "float32", "shape": (4,)}
 
 
 def spec(hidden: int = 32, **extra: Any) -> dict[str, Any]:
@@ -53,39 +52,6 @@ def spec(hidden: int = 32, **extra: Any) -> dict[str, Any]:
         "publish": {"every_updates": 10},
         **extra,
     }
-
-
-def rows(
-    n: int, robot_id: str = "robot-1", first_seq: int = 0, episode_steps: int = 50
-) -> list[dict[str, Any]]:
-    """``n`` steps (seq from ``first_seq``) of ``episode_steps``-step episodes of
-    ``robot_id``, every other step the operator's; the last step of each episode is its
-    truncation, with its final observation."""
-    rng = np.random.default_rng(first_seq)
-    out = []
-    for seq in range(first_seq, first_seq + n):
-        frame = (seq - first_seq) % episode_steps
-        last = frame == episode_steps - 1
-        row: dict[str, Any] = {
-            "seq": seq,
-            "robot_id": robot_id,
-            "run_id": "run-1",
-            "task": TASKS[0],
-            "episode_index": seq // episode_steps,
-            "frame_index": frame,
-            "timestamp": frame / 20,
-            "reward": 0.0,
-            "terminated": False,
-            "truncated": last,
-            "is_intervention": seq % 2 == 0,
-            "policy_version": 1,
-            "action": rng.uniform(-1, 1, 4).astype(np.float32),
-            "observation.state": rng.normal(size=39).astype(np.float32),
-        }
-        if last:
-            row["next.observation.state"] = rng.normal(size=39).astype(np.float32)
-        out.append(row)
-    return out
 
 
 class Run_:
