@@ -45,7 +45,13 @@ class LearnerSettings(BaseModel):
     seed: int = 0
     batch_size: int = Field(default=256, ge=1)
     min_transitions: int = Field(
-        default=1000, ge=0, description="Training starts once the buffer holds this many."
+        default=1000,
+        ge=0,
+        description=(
+            "Online updates start once the source holds this many robot transitions"
+            " (``online_transitions``: demonstrations and other offline rows do not count);"
+            " a run's is its spec's ``buffer.min_size``."
+        ),
     )
     publish_every_updates: int = Field(default=100, ge=1)
     publish_every_seconds: float = Field(default=30.0, gt=0)

@@ -9,8 +9,8 @@ The learner loop, in full (``cloud_learner.loop.Learner`` runs exactly this)::
 
     state = checkpoints.restore(algorithm, source) or fresh   # counters, RNG, sampler state
     while not stop:
-        if source.num_transitions() < min_transitions:        # never waits on one robot:
-            sleep(); continue                                 # the buffer is fed by the fleet
+        if source.online_transitions() < min_transitions:     # robots' rows, not demos; never
+            sleep(); continue                                 # waits on one robot
         if not source.can_sample(batch_size):                 # samples-per-insert limiter
             sleep(); continue
         metrics = algorithm.update(source.sample(batch_size)) # one gradient step
@@ -107,12 +107,17 @@ class Algorithm(Protocol):
 class BatchSource(Protocol):
     """Where batches come from: the replay buffer behind an adapter, or memory in tests.
 
-    ``sample`` returns a :data:`Batch` of exactly ``batch_size`` rows. ``can_sample`` is False
-    while the samples-per-insert rate limiter would block. ``sampler_state`` is an opaque
-    JSON-able dict stored in checkpoints and handed back with ``load_sampler_state``.
+    Counts are transitions (rows): ``num_transitions`` every row the source holds,
+    ``online_transitions`` the rows robots inserted (demonstrations and other offline rows
+    excluded; the learner's ``min_transitions`` gate counts these). ``sample`` returns a
+    :data:`Batch` of exactly ``batch_size`` rows. ``can_sample`` is False while the
+    samples-per-insert rate limiter would block. ``sampler_state`` is an opaque JSON-able dict
+    stored in checkpoints and handed back with ``load_sampler_state``.
     """
 
     def num_transitions(self) -> int: ...
+
+    def online_transitions(self) -> int: ...
 
     def can_sample(self, batch_size: int) -> bool: ...
 

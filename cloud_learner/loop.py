@@ -1,7 +1,8 @@
 """The asynchronous learner loop (the loop drawn in :mod:`cloud_learner.core`).
 
 It never waits for a particular robot: it polls its :class:`~cloud_learner.core.BatchSource`,
-trains whenever the buffer holds ``min_transitions`` and the rate limiter allows a sample,
+trains whenever the buffer holds ``min_transitions`` robot transitions (demonstrations and
+other offline rows do not count) and the rate limiter allows a sample,
 publishes weights every N updates or T seconds, checkpoints atomically every M updates and
 logs metrics. ``Learner.start`` resumes from the run directory's latest checkpoint or refuses.
 """
@@ -138,21 +139,32 @@ class Learner:
     # -- one iteration ---------------------------------------------------------------------
 
     def ready(self) -> bool:
-        """Whether a batch can be sampled now (min transitions reached, limiter open)."""
-        n = self.source.num_transitions()
-        if n < self.settings.min_transitions:
+        """Whether an online update can run now: the source holds ``min_transitions`` robot
+        transitions (``online_transitions``; offline rows do not count) and its rate limiter
+        allows a batch. The first time, logs and records the buffer's counts (``start``)."""
+        counts = self.buffer_counts()
+        if counts["robot_steps"] < self.settings.min_transitions:
             return False
         if not self.training_started:
             self.training_started = True
             log.info(
-                "training starts: buffer holds %d >= %d transitions",
-                n,
+                "online training starts: the buffer holds %d >= %d robot transitions"
+                " (and %d offline)",
+                counts["robot_steps"],
                 self.settings.min_transitions,
+                counts["offline_steps"],
             )
             assert self.metrics is not None
-            self.metrics.write(self.step, {"buffer_transitions": float(n)}, prefix="start")
+            self.metrics.write(self.step, counts, prefix="start")
             self.metrics.flush()
         return self.source.can_sample(self.settings.batch_size)
+
+    def buffer_counts(self) -> dict[str, float]:
+        """The source's transitions apart: ``robot_steps`` (rows robots inserted) and
+        ``offline_steps`` (demonstrations and other offline rows)."""
+        total = self.source.num_transitions()
+        robot = self.source.online_transitions()
+        return {"robot_steps": float(robot), "offline_steps": float(max(total - robot, 0))}
 
     def train_step(self) -> Metrics:
         """One update, then publish / checkpoint when due."""
@@ -161,11 +173,7 @@ class Learner:
         metrics = self.algorithm.update(batch)
         self.step += 1
         if self.step % self.settings.log_every_updates == 0:
-            metrics = {
-                **metrics,
-                "buffer_transitions": float(self.source.num_transitions()),
-                "policy_version": float(self.version),
-            }
+            metrics = {**metrics, **self.buffer_counts(), "policy_version": float(self.version)}
             self.metrics.write(self.step, metrics)
         due = self.step % self.settings.publish_every_updates == 0 or (
             time.monotonic() - self._last_publish >= self.settings.publish_every_seconds

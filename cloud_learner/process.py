@@ -5,10 +5,12 @@ The run driver starts it (and restarts it after a crash) beside the cloud proces
 the run directory and resumes from the directory's latest checkpoint; on a fresh run it first
 fits the state normalisation and trains the weak initial policy on the demonstrations already
 in the buffer (each algorithm's ``bc_update``), publishes it as version 1 and checkpoints.
-Then it trains online (:class:`cloud_learner.loop.Learner`) on batches from the run's buffer
-service (``buffer.service.BatchServer``, another process), at most ``updates_per_s`` updates
-per second and, when the spec sets ``buffer.samples_per_insert``, no faster than the robots
-insert data (the sampling side of ``buffer.RateLimiter``: robots are never blocked).
+Then, once the buffer holds the spec's ``buffer.min_size`` robot transitions (the
+demonstrations do not count), it trains online (:class:`cloud_learner.loop.Learner`) on
+batches from the run's buffer service (``buffer.service.BatchServer``, another process), at
+most ``updates_per_s`` updates per second and, when the spec sets
+``buffer.samples_per_insert``, no faster than the robots insert data (the sampling side of
+``buffer.RateLimiter``: robots are never blocked).
 
 Weights go to ``<run-dir>/weights`` (``comms.weight_file.WeightDirectory``); the cloud process
 hands each new version to comms' distributor, so encoding and streaming never slow the updates
@@ -186,14 +188,19 @@ class RunLearner:
         log.info("stopped at learner step %d, policy version %d", learner.step, learner.version)
 
     def _step(self, t0: float) -> bool:
-        """One update when the samples-per-insert rate allows it; the learner's figures go to
-        the batch server with the next request (the run driver shows them). False: waiting."""
+        """One online update once the buffer holds ``buffer.min_size`` robot transitions
+        (``Learner.ready``) and when the samples-per-insert rate allows it; the learner's
+        figures go to the batch server with the next request (the run driver shows them).
+        False: waiting."""
         p = self.params
-        if self.limiter is not None and not self.limiter.allows_sample(
-            p.batch_size,
-            inserts=self.source.online_transitions(),
-            # The warm start's updates are not charged to the robots' rows.
-            samples=(self.learner.step - p.bc_updates) * p.batch_size,
+        if not self.learner.ready() or (
+            self.limiter is not None
+            and not self.limiter.allows_sample(
+                p.batch_size,
+                inserts=self.source.online_transitions(),
+                # The warm start's updates are not charged to the robots' rows.
+                samples=(self.learner.step - p.bc_updates) * p.batch_size,
+            )
         ):
             self._window = [t for t in self._window if t0 - t < 5.0]
             self.remote.stats = {**self.remote.stats, "updates_per_s": len(self._window) / 5.0}

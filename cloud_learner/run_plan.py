@@ -75,7 +75,7 @@ class RunPlan:
                 },
                 "seed": params.seed,
                 "batch_size": params.batch_size,
-                "min_transitions": 1,
+                "min_transitions": spec.buffer.min_size,
                 "publish_every_updates": spec.publish.every_updates or 10**9,
                 "publish_every_seconds": spec.publish.every_seconds or 1e9,
                 "checkpoint_every_updates": params.checkpoint_every_updates,

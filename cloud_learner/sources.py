@@ -110,6 +110,10 @@ class InMemorySource:
             return 0
         return int(next(iter(self.columns.values())).shape[0])
 
+    def online_transitions(self) -> int:
+        """Every row (this source holds no offline data apart)."""
+        return self.num_transitions()
+
     def extend(self, rows: Mapping[str, np.ndarray]) -> None:
         """Append rows (same keys as existing columns)."""
         if self.columns and set(rows) != set(self.columns):
@@ -171,6 +175,10 @@ class BufferSource:
         self.device = device
 
     def num_transitions(self) -> int:
+        return len(self.buffer)
+
+    def online_transitions(self) -> int:
+        """The buffer's online window (``len(buffer)``; mounted offline views are outside it)."""
         return len(self.buffer)
 
     def can_sample(self, batch_size: int) -> bool:

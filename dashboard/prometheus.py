@@ -32,6 +32,11 @@ RUN_GAUGES: dict[str, tuple[str, str]] = {
     "learner_updates_per_s": ("robofleet_learner_updates_per_second", "Gradient updates per s."),
     "loss": ("robofleet_learner_loss", "Training loss of the algorithm."),
     "buffer_size": ("robofleet_buffer_transitions", "Transitions held by the buffer."),
+    "buffer_robot_steps": ("robofleet_buffer_robot_steps", "Buffer transitions from robots."),
+    "buffer_offline_steps": (
+        "robofleet_buffer_offline_steps",
+        "Buffer transitions from demonstrations and other offline data.",
+    ),
     "cache_hit_rate": ("robofleet_buffer_cache_hit_ratio", "Buffer hot-cache hit ratio (0-1)."),
     "policy_version": ("robofleet_robot_policy_version", "Policy version applied on a robot."),
 }

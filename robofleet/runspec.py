@@ -110,7 +110,17 @@ class BufferSpec(_Strict):
             " 0.5 updates per env step. None: only hyperparameters.updates_per_s caps it."
         ),
     )
-    min_size: int = Field(default=256, ge=1, description="Transitions before training starts.")
+    min_size: int = Field(
+        default=1,
+        ge=1,
+        strict=True,
+        description=(
+            "Robot transitions (demonstrations and other offline rows do not count) the"
+            " buffer holds before the learner leaves its warm start for online updates."
+            " 1: at once (the warm start already trained the first policy on the"
+            " demonstrations)."
+        ),
+    )
     offline_data: list[str] = Field(
         default_factory=list, description="Buffer dirs or LeRobot datasets to mount."
     )

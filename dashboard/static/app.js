@@ -226,9 +226,11 @@ pages.runs = () => {
 
 pages.run = () => {
   const runId = document.body.dataset.runId;
+  // metric name -> its chart: a canvas plots the metric of its id, or those of data-metrics
   const charts = {};
   for (const canvas of document.querySelectorAll("canvas[id^=chart-]")) {
-    charts[canvas.id.slice(6)] = new LineChart(canvas);
+    const chart = new LineChart(canvas);
+    for (const name of (canvas.dataset.metrics || canvas.id.slice(6)).split(" ")) charts[name] = chart;
   }
   function showState(state, reason) {
     const badge = document.getElementById("run-state");

@@ -37,6 +37,7 @@ class LineChart {
     ctx.font = "11px system-ui, sans-serif";
     ctx.fillStyle = "#6b7280";
     c.dataset.points = String(this.count());
+    c.dataset.series = [...this.series.keys()].join(" ");
     if (!this.count()) {
       ctx.fillText("no data yet", W / 2 - 28, H / 2);
       return;

@@ -14,7 +14,9 @@ name                     labels     meaning (unit)
 ``env_steps_per_s``      robot?     environment steps per second, fleet or one robot
 ``learner_updates_per_s``           gradient updates per second
 ``loss``                            the algorithm's training loss
-``buffer_size``                     transitions held by the buffer
+``buffer_size``                     transitions held by the buffer (robots' and offline)
+``buffer_robot_steps``              of them, the robots' steps
+``buffer_offline_steps``            of them, demonstrations and other offline rows
 ``cache_hit_rate``                  buffer hot-cache hit ratio (0-1)
 ``policy_version``       robot      policy version applied on a robot
 =======================  =========  ===============================================
@@ -41,6 +43,8 @@ METRIC_NAMES = (
     "learner_updates_per_s",
     "loss",
     "buffer_size",
+    "buffer_robot_steps",
+    "buffer_offline_steps",
     "cache_hit_rate",
     "policy_version",
 )

@@ -1,6 +1,9 @@
-"""Small fixtures shared by the learner tests: synthetic batches and linear policies."""
+"""Small fixtures shared by the learner tests: synthetic batches, buffer step records and
+linear policies."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +28,48 @@ def columns(
         "episode_index": np.arange(n, dtype=np.int64) // 50,
         "frame_index": np.arange(n, dtype=np.int64) % 50,
     }
+
+
+# Features of ``rows``' buffer (Meta-World Sawyer sizes).
+STATE, ACTION = {"dtype": "float32", "shape": (39,)}, {"dtype": "float32", "shape": (4,)}
+
+
+def rows(
+    n: int,
+    robot_id: str = "robot-1",
+    first_seq: int = 0,
+    episode_steps: int = 50,
+    task: str = "reach-v3",
+) -> list[dict[str, Any]]:
+    """``n`` buffer step records (``STATE`` / ``ACTION`` features; seq from ``first_seq``)
+    of ``episode_steps``-step episodes of ``robot_id`` on ``task``, every other step the
+    operator's; the last step of each episode is its truncation, with its final
+    observation."""
+    rng = np.random.default_rng(first_seq)
+    out = []
+    for seq in range(first_seq, first_seq + n):
+        frame = (seq - first_seq) % episode_steps
+        last = frame == episode_steps - 1
+        row: dict[str, Any] = {
+            "seq": seq,
+            "robot_id": robot_id,
+            "run_id": "run-1",
+            "task": task,
+            "episode_index": seq // episode_steps,
+            "frame_index": frame,
+            "timestamp": frame / 20,
+            "reward": 0.0,
+            "terminated": False,
+            "truncated": last,
+            "is_intervention": seq % 2 == 0,
+            "policy_version": 1,
+            "action": rng.uniform(-1, 1, 4).astype(np.float32),
+            "observation.state": rng.normal(size=39).astype(np.float32),
+        }
+        if last:
+            row["next.observation.state"] = rng.normal(size=39).astype(np.float32)
+        out.append(row)
+    return out
 
 
 def constant_policy(bias: list[float], state_dim: int = 2, **spec_kw: object) -> MLPPolicy:

@@ -81,7 +81,7 @@ def test_training_waits_for_min_transitions_then_starts(tmp_path: Path) -> None:
     assert not worker.is_alive() and learner.step == 12
     learner.close()
     started = read_metrics(tmp_path, prefix="start")
-    assert started == [{"step": 0, "prefix": "start", "buffer_transitions": 300.0}]
+    assert started == [{"step": 0, "prefix": "start", "robot_steps": 300.0, "offline_steps": 0.0}]
     steps = [m["step"] for m in read_metrics(tmp_path)]
     assert steps == list(range(1, 13))
 

@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -27,16 +27,16 @@ from buffer import InterventionSampler, ReplayBuffer, StepSchema
 from buffer.service import BatchServer
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.metrics import read_metrics
-from cloud_learner.process import EXIT_REFUSED, learner_device
+from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device
 from comms.weight_file import WeightDirectory
 from robofleet.store.models import Checkpoint, Event, PolicyVersion, Run
 from robofleet.store.store import MetadataStore, upgrade
+from tests.cloud_learner.helpers import ACTION, STATE, rows
 
 TASKS = ["reach-v3"]
-STATE, ACTION = {"dtype": "float32", "shape": (39,)}, {"dtype": "float32", "shape": (4,)}
 
 
-def spec(hidden: int = 32) -> dict[str, Any]:
+def spec(hidden: int = 32, **extra: Any) -> dict[str, Any]:
     return {
         "version": 1,
         "algorithm": "hg-dagger",
@@ -50,35 +50,8 @@ def spec(hidden: int = 32) -> dict[str, Any]:
             "updates_per_s": 0,
         },
         "publish": {"every_updates": 10},
+        **extra,
     }
-
-
-def rows(n: int) -> list[dict[str, Any]]:
-    """``n`` steps of 50-step episodes, every other one the operator's."""
-    rng = np.random.default_rng(0)
-    out = []
-    for seq in range(n):
-        frame = seq % 50
-        row: dict[str, Any] = {
-            "seq": seq,
-            "robot_id": "robot-1",
-            "run_id": "run-1",
-            "task": TASKS[0],
-            "episode_index": seq // 50,
-            "frame_index": frame,
-            "timestamp": frame / 20,
-            "reward": 0.0,
-            "terminated": False,
-            "truncated": frame == 49,
-            "is_intervention": seq % 2 == 0,
-            "policy_version": 1,
-            "action": rng.uniform(-1, 1, 4).astype(np.float32),
-            "observation.state": rng.normal(size=39).astype(np.float32),
-        }
-        if frame == 49:
-            row["next.observation.state"] = rng.normal(size=39).astype(np.float32)
-        out.append(row)
-    return out
 
 
 class Run_:
@@ -216,3 +189,53 @@ def test_a_gpu_the_node_lacks_is_refused_by_field(monkeypatch: pytest.MonkeyPatc
         learner_device(1.0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert learner_device(0.5) == torch.device("cuda")
+
+
+def test_online_updates_wait_for_min_size_robot_transitions_not_demonstrations(
+    tmp_path: Path,
+) -> None:
+    """``buffer.min_size: 40``: after the warm start on 200 demonstration rows the learner does
+    no online update while robots have put 39 transitions in the buffer, then does at 40."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.json").write_text(json.dumps(spec(buffer={"min_size": 40})))
+    schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
+    buffer = ReplayBuffer.open(run_dir / "buffer", schema)
+    buffer.append(schema.batch_from_records(rows(200, robot_id="demo")))
+    server = BatchServer(
+        buffer, TASKS, InterventionSampler(), offline_rows=200, demonstration_robots=["demo"]
+    )
+    proc = RunLearner.open(run_dir, "run-1", server.address, None)
+    bc_updates = proc.params.bc_updates
+    stop = threading.Event()
+    worker = threading.Thread(target=proc.run, args=(stop.is_set, lambda: False), daemon=True)
+
+    def polls_after_counts_changed() -> None:
+        # Every request of a waiting learner is a size poll (at most one a second): once the
+        # server has answered two after this point, the learner has judged the new counts.
+        seen = server.requests
+        _wait_for(lambda: server.requests >= seen + 3, timeout=30)
+
+    try:
+        worker.start()
+        _wait_for(lambda: proc.learner.version >= 1, timeout=60)  # the warm start is done
+        polls_after_counts_changed()
+        assert proc.learner.step == bc_updates  # 200 demonstration rows do not count
+        buffer.append(schema.batch_from_records(rows(39, episode_steps=39)))
+        polls_after_counts_changed()
+        assert proc.learner.step == bc_updates  # 39 robot transitions < 40
+        buffer.append(schema.batch_from_records(rows(1, first_seq=39, episode_steps=1)))
+        _wait_for(lambda: proc.learner.step >= bc_updates + 10, timeout=60)
+    finally:
+        stop.set()
+        worker.join(timeout=60)
+        proc.close()
+        server.close()
+        buffer.close()
+    assert not worker.is_alive()
+    started = read_metrics(run_dir, prefix="start")
+    assert started == [
+        {"step": bc_updates, "prefix": "start", "robot_steps": 40.0, "offline_steps": 200.0}
+    ]
+    logged = read_metrics(run_dir)  # the learner's stats keep robot and offline rows apart
+    assert logged and all(m["robot_steps"] == 40.0 and m["offline_steps"] == 200.0 for m in logged)

@@ -128,6 +128,7 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     run = store.get_run(run_id)
     assert run is not None and run.state == RunState.PENDING
     assert run.spec["tasks"] == ["reach-v3", "push-v3"]
+    assert run.spec["buffer"]["min_size"] == 1  # the form's field, as the learner uses it
 
     # -- run detail: the success chart updates as the learner writes metrics
     page.wait_for_selector("#stream-status:has-text('connected')")
@@ -156,6 +157,8 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
                     "task": "push-v3",
                 },
                 {"name": "loss", "step": step * 100, "value": 1.0 / step},
+                {"name": "buffer_robot_steps", "step": step * 100, "value": 100.0 * step},
+                {"name": "buffer_offline_steps", "step": step * 100, "value": 500.0},
                 {"name": "policy_version", "step": step * 100, "value": step, "robot_id": robot.id},
             ],
         )
@@ -164,6 +167,10 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
             arg=2 * step,
         )
     assert page.locator("#chart-loss").get_attribute("data-points") == "3"
+    # The buffer chart keeps the robots' steps and the demonstrations (offline rows) apart.
+    buffer_chart = page.locator("#chart-buffer_steps")
+    assert buffer_chart.get_attribute("data-points") == "6"
+    assert buffer_chart.get_attribute("data-series") == "buffer_robot_steps buffer_offline_steps"
     time.sleep(0.2)  # let the canvas paint before the screenshot
     _shot(page, "05-run-live-charts")
 

@@ -108,6 +108,8 @@ def test_prometheus_fleet_buffer_learner(as_role: Client, store: MetadataStore) 
         [
             {"name": "buffer_size", "step": 1, "value": 100},
             {"name": "buffer_size", "step": 2, "value": 250},
+            {"name": "buffer_robot_steps", "step": 2, "value": 150},
+            {"name": "buffer_offline_steps", "step": 2, "value": 100},
             {"name": "learner_updates_per_s", "step": 2, "value": 41.5},
             {"name": "success_rate", "step": 2, "value": 0.75, "task": "reach-v3"},
             {"name": "policy_version", "step": 2, "value": 3, "robot_id": rid},
@@ -119,6 +121,8 @@ def test_prometheus_fleet_buffer_learner(as_role: Client, store: MetadataStore) 
     assert "robofleet_leases_active 1.0" in text
     assert 'robofleet_runs{state="running"} 1.0' in text
     assert 'robofleet_buffer_transitions{robot="",run="run-a",task=""} 250.0' in text
+    assert 'robofleet_buffer_robot_steps{robot="",run="run-a",task=""} 150.0' in text
+    assert 'robofleet_buffer_offline_steps{robot="",run="run-a",task=""} 100.0' in text
     assert 'robofleet_learner_updates_per_second{robot="",run="run-a",task=""} 41.5' in text
     assert 'robofleet_run_success_rate{robot="",run="run-a",task="reach-v3"} 0.75' in text
     assert 'robofleet_robot_policy_version{robot="r1",run="run-a",task=""} 3.0' in text

@@ -82,7 +82,7 @@ def test_buffer_fields_a_run_would_ignore_are_refused_by_name(tmp_path: Path) ->
             "robots": {"robot_type": "metaworld-sawyer", "count": 1},
             "buffer": {
                 "sampler": "prioritized",
-                "min_size": 1000,
+                "min_size": 1000,  # applied: not refused
                 "offline_data": ["/data/old-run"],
                 "samples_per_insert": 64,  # applied: not refused
                 "memory_budget_bytes": 1 << 26,
@@ -93,10 +93,57 @@ def test_buffer_fields_a_run_would_ignore_are_refused_by_name(tmp_path: Path) ->
     with pytest.raises(RunSpecError) as err:
         submit_run(store, spec, tmp_path / "runs", actor="test")
     errors = err.value.errors
-    assert set(errors) == {"buffer.sampler", "buffer.min_size", "buffer.offline_data"}
+    assert set(errors) == {"buffer.sampler", "buffer.offline_data"}
     assert "hg-dagger" in errors["buffer.sampler"]
     store.close()
     assert _counts(tmp_path) == (0, 0)
+
+
+def _min_size_spec(min_size: object, **extra: object) -> dict[str, object]:
+    return {
+        "algorithm": "hg-dagger",
+        "tasks": ["reach-v3"],
+        "robots": {"robot_type": "metaworld-sawyer", "count": 1},
+        "buffer": {"min_size": min_size},
+        **extra,
+    }
+
+
+def test_buffer_min_size_is_accepted_and_reaches_the_learner(tmp_path: Path) -> None:
+    from cloud_learner.run_plan import RunPlan
+
+    _fleet(tmp_path, 1)
+    spec = parse_run_spec(_min_size_spec(40))
+    store = store_for(tmp_path)
+    run_id = submit_run(store, spec, tmp_path / "runs", actor="test")
+    stored = store.get_run(run_id)
+    assert stored is not None and stored.spec["buffer"]["min_size"] == 40
+    store.close()
+    assert _counts(tmp_path) == (1, 0)
+    settings = RunPlan.from_spec(spec).learner_settings(39, 4)
+    assert settings.min_transitions == 40  # the learner's gate (cloud_learner.loop.Learner)
+    assert parse_run_spec(_min_size_spec(1)).buffer.min_size == 1
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, 40.0, "40", True, None, "many"])
+def test_an_invalid_buffer_min_size_is_refused_by_name(bad: object) -> None:
+    with pytest.raises(RunSpecError) as err:
+        parse_run_spec(_min_size_spec(bad))
+    assert set(err.value.errors) == {"buffer.min_size"}
+
+
+def test_a_min_size_the_run_stops_before_is_refused_by_name(tmp_path: Path) -> None:
+    _fleet(tmp_path, 1)
+    store = store_for(tmp_path)
+    spec = parse_run_spec(_min_size_spec(500, stop={"env_steps": 200}))
+    with pytest.raises(RunSpecError) as err:
+        submit_run(store, spec, tmp_path / "runs", actor="test")
+    assert set(err.value.errors) == {"buffer.min_size"}
+    assert "stop.env_steps ends the run at 200" in err.value.errors["buffer.min_size"]
+    ok = parse_run_spec(_min_size_spec(200, stop={"env_steps": 200}))
+    submit_run(store, ok, tmp_path / "runs", actor="test")
+    store.close()
+    assert _counts(tmp_path) == (1, 0)
 
 
 def test_a_servable_spec_is_recorded_pending(tmp_path: Path) -> None:

@@ -130,12 +130,13 @@ def _fleet_errors(spec: RunSpec, plan: RunPlan | None, robots: list[Robot]) -> d
 
 
 def _unapplied_buffer_fields(spec: RunSpec) -> dict[str, str]:
-    """``buffer`` fields a run would accept and then ignore: refused by name instead.
+    """``buffer`` fields a run would accept and then ignore (or never reach): refused by name.
 
     The algorithm picks its sampler (HG-DAgger: operator steps; RECAP: uniform; SAC: RLPD's
-    symmetric halves, ``buffer.online_fraction``), training starts on the demonstrations'
-    warm start rather than at a minimum size, and mounting offline data into a run's buffer
-    is not built yet (``buffer.ReplayBuffer.mount`` exists; the run does not call it).
+    symmetric halves, ``buffer.online_fraction``); a ``buffer.min_size`` beyond
+    ``stop.env_steps`` would end the run before its first online update (both count robot
+    steps); mounting offline data into a run's buffer is not built yet
+    (``buffer.ReplayBuffer.mount`` exists; the run does not call it).
     """
     default = type(spec.buffer)()
     errors: dict[str, str] = {}
@@ -143,10 +144,11 @@ def _unapplied_buffer_fields(spec: RunSpec) -> dict[str, str]:
         errors["buffer.sampler"] = (
             f"runs use their algorithm's sampler ({spec.algorithm}); leave it out"
         )
-    if spec.buffer.min_size != default.min_size:
+    env_steps = spec.stop.env_steps
+    if env_steps is not None and spec.buffer.min_size > env_steps:
         errors["buffer.min_size"] = (
-            "runs train from the demonstrations' warm start; pace them with"
-            " buffer.samples_per_insert instead"
+            f"{spec.buffer.min_size} robot transitions before online updates, but"
+            f" stop.env_steps ends the run at {env_steps}: it would never train online"
         )
     if spec.buffer.offline_data:
         errors["buffer.offline_data"] = "mounting offline data into a run is not built yet"

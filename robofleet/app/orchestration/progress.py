@@ -45,6 +45,10 @@ class RunProgress:
         interventions = len(buffer.select(interventions_only=True))
         return total - self.offline_rows, interventions - self.offline_rows
 
+    def offline_steps(self, buffer: Any) -> int:
+        """Transitions of the buffer that are not robots' steps (its demonstrations)."""
+        return min(self.offline_rows, len(buffer))
+
     def record(
         self,
         buffer: Any,
@@ -68,12 +72,14 @@ class RunProgress:
             version: the newest published policy version.
         """
         steps, interventions = self.counts(buffer)
+        offline = self.offline_steps(buffer)
         rate, steps_per_s = self._rates(steps, interventions)
         elapsed = clock.elapsed()
         row = {
             "wall_s": elapsed,
             "robot_hours": clock.robot_hours,
             "env_steps": steps,
+            "offline_steps": offline,
             "interventions": interventions,
             "intervention_rate": rate,
             "policy_version": version,
@@ -88,10 +94,11 @@ class RunProgress:
                 "learner_restarts": restarts,
             },
         )
-        self._metrics(buffer, learner, steps, rate, steps_per_s, robots)
+        self._metrics(buffer, learner, (steps, offline), rate, steps_per_s, robots)
         return {
             "elapsed_s": elapsed,
             "env_steps": steps,
+            "offline_steps": offline,
             "interventions": interventions,
             "intervention_rate": rate,
             "env_steps_per_s": steps_per_s,
@@ -121,11 +128,14 @@ class RunProgress:
         self,
         buffer: Any,
         learner: Mapping[str, float],
-        steps: int,
+        buffer_steps: tuple[int, int],
         rate: float,
         steps_per_s: float,
         robots: Sequence[str],
     ) -> None:
+        """Metric points at env step ``buffer_steps[0]``: ``buffer_steps`` is (robot steps,
+        offline steps) of the buffer."""
+        steps, offline = buffer_steps
         step = int(learner.get("learner_step", 0))
         points: list[dict[str, Any]] = [
             {"name": "intervention_rate", "step": steps, "value": rate},
@@ -136,6 +146,8 @@ class RunProgress:
                 "value": learner.get("updates_per_s", 0.0),
             },
             {"name": "buffer_size", "step": steps, "value": float(len(buffer))},
+            {"name": "buffer_robot_steps", "step": steps, "value": float(steps)},
+            {"name": "buffer_offline_steps", "step": steps, "value": float(offline)},
         ]
         hit = buffer.stats().get("cache_hit_rate")
         if hit is not None:

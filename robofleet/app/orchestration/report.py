@@ -32,7 +32,8 @@ def write_report(
 ) -> dict[str, Any]:
     """Write ``report.json`` and the plots; returns the report's summary keys.
 
-    ``elapsed_s`` is the run's clock (from the moment the robots are up and the first policy
+    ``env_steps`` are the robots' transitions in the run's buffer, ``offline_steps`` its
+    demonstration (offline) rows, apart. ``elapsed_s`` is the run's clock (from the moment the robots are up and the first policy
     version is out); ``setup_s`` the learner's start-up and BC warm start and the edge agents'
     start-up before it (None when unknown, e.g. a resumed run).
     """
@@ -45,6 +46,7 @@ def write_report(
         "final_success": evals[-1]["success_mean"] if evals else None,
         "minutes": round(elapsed_s / 60, 3),
         "env_steps": int(last.get("env_steps", 0)),
+        "offline_steps": int(last.get("offline_steps", 0)),
         "interventions": int(last.get("interventions", 0)),
         "versions_published": int(versions),
         "acked_lost": acked_lost,
