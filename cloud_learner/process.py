@@ -127,6 +127,8 @@ class RunLearner:
         self.limiter = RateLimiter.sampling_side(spi) if spi is not None else None
         self._window: list[float] = []
         self._last: dict[str, float] = {"loss": float("nan")}
+        # The warm start clones the demonstrations; a run without them has no BC updates.
+        self._bc_updates = self.params.bc_updates if self.params.demos_per_task else 0
 
     @classmethod
     def open(cls, run_dir: Path, run_id: str, batches: str, database_url: str | None) -> RunLearner:
@@ -199,12 +201,15 @@ class RunLearner:
                 p.batch_size,
                 inserts=self.source.online_transitions(),
                 # The warm start's updates are not charged to the robots' rows.
-                samples=(self.learner.step - p.bc_updates) * p.batch_size,
+                samples=(self.learner.step - self._bc_updates) * p.batch_size,
             )
         ):
             self._window = [t for t in self._window if t0 - t < 5.0]
             self.remote.stats = {**self.remote.stats, "updates_per_s": len(self._window) / 5.0}
             return False
+        if self._first_online_update():
+            states = self.source.sample_numpy(4096)["observation.state"]
+            fit_state_normalization(self.learner.algorithm, states, p.min_state_std)
         metrics = self.learner.train_step()
         # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go to the
         # run driver with the counters.
@@ -218,11 +223,25 @@ class RunLearner:
         }
         return True
 
+    def _first_online_update(self) -> bool:
+        """The run has no offline rows and has not updated yet: its state normalisation comes
+        from the robots' rows now (a resume keeps it: the learner step is checkpointed)."""
+        offline = self.source.num_transitions() - self.source.online_transitions()
+        return offline == 0 and self.learner.step == 0
+
     def warm_start(self) -> None:
         """Normalisation from the demonstrations, ``bc_updates`` behaviour-cloning updates
         (the algorithm's own ``bc_update``), publish version 1 and checkpoint."""
         learner, p, source = self.learner, self.params, self.source
         learner.version = max(learner.version, int(learner.publisher.latest_version()))
+        if source.num_transitions() == 0:
+            # A run with no demonstrations (demos_per_task: 0, e.g. SAC from scratch): the
+            # untrained policy is version 1; the normalisation is fitted on the robots' first
+            # transitions when online training starts (``_step``).
+            log.info("initial policy: no demonstrations, version 1 is untrained")
+            learner.publish()
+            learner.save_checkpoint()
+            return
         states = source.sample_numpy(4096)["observation.state"]
         fit_state_normalization(learner.algorithm, states, p.min_state_std)
         metrics: dict[str, float] = {}

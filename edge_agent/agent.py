@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ from edge_agent.core import (
     WeightSource,
 )
 from edge_agent.episodes import EpisodeLog
+from edge_agent.evaluation import SuccessTally, is_evaluation
 from edge_agent.heartbeat import HeartbeatLoop
 from edge_agent.holds import Holds
 from edge_agent.operators import NoOperator
@@ -68,6 +69,9 @@ class _Episode:
     obs: Observation
     frame: int = 0
     label: str | None = None  # the operator's: success / failure / rerecord
+    evaluating: bool = False  # a policy-only evaluation episode (edge_agent.evaluation)
+    succeeded: bool = False  # the driver signalled success during the episode
+    intervened: bool = False
 
 
 class EdgeAgent:
@@ -126,6 +130,7 @@ class EdgeAgent:
         self._applier = WeightApplier(weights, runner, settings, self.stats)
         self._holds = Holds(self.control, uplink, self._stop, self.stats)
         self._episodes = EpisodeLog(spool_dir)
+        self.tally = SuccessTally()
         hz = settings.control_hz or float(driver.control_hz)
         self.period = 1.0 / hz
 
@@ -187,6 +192,7 @@ class EdgeAgent:
             weights_wait_s=s.weights_wait_s,
         )
         out.update(self.control.report())
+        out.update(self.tally.report())
         return out
 
     def run(self, episodes: int | None = None, task: str | None = None) -> dict[str, float]:
@@ -257,7 +263,9 @@ class EdgeAgent:
         }
         hold_all = self.settings.episode_commit == "episode_end"
         recorder = EpisodeRecorder(self.uplink, hold_all, ids)
-        return _Episode(task, task_index, index, recorder, StepClock(self.period, self.stats), obs)
+        ep = _Episode(task, task_index, index, recorder, StepClock(self.period, self.stats), obs)
+        ep.evaluating = is_evaluation(index, self.settings.evaluate_every_episodes)
+        return ep
 
     def _step(self, ep: _Episode) -> bool:
         """One control step (see :mod:`edge_agent.core`); False once the episode has ended."""
@@ -269,6 +277,8 @@ class EdgeAgent:
         proposed, version = self.runner.act(ep.obs, ep.task_index)
         self._applier.account(version)
         op = self.operator.step(ep.obs, proposed)
+        if ep.evaluating:  # the policy alone acts; the operator may only end the episode
+            op = replace(op, is_intervention=False, action=None)
         command = op.action if (op.is_intervention and op.action is not None) else proposed
         try:
             reply = self.driver.send_action({"action": command})
@@ -301,6 +311,8 @@ class EdgeAgent:
         )
         if intervening:
             self.stats.interventions += 1
+            ep.intervened = True
+        ep.succeeded = ep.succeeded or bool(getattr(view, "success", False))
         ep.frame += 1
         end_episode = terminated or truncated or self._stop.is_set()
         if end_episode:
@@ -372,7 +384,19 @@ class EdgeAgent:
             log.warning("rerecord in stream mode: episode %d was already uploaded", ep.index)
         ep.recorder.commit()
         self._episodes.log(ep.index, ep.task, ep.frame, ep.label)
+        self._count_outcome(ep)
         return True
+
+    def _count_outcome(self, ep: _Episode) -> None:
+        """An evaluation or autonomous episode's success (``edge_agent.evaluation``)."""
+        if ep.label in ("failure", "rerecord"):
+            success = False
+        else:
+            success = ep.label == "success" or ep.succeeded
+        if ep.evaluating:
+            self.tally.add("eval", ep.task, success, self.applied_version)
+        elif not ep.intervened:
+            self.tally.add("autonomous", ep.task, success)
 
     def _interrupted(self) -> bool:
         return self.control.holding or self._stop.is_set()

@@ -28,6 +28,7 @@ RUN_EDGE_FIELDS = (
     "gating_norm",
     "handback_steps",
     "episode_commit",
+    "evaluate_every_episodes",
 )
 
 
@@ -106,9 +107,13 @@ class Assignment(BaseModel):
             raise AssignmentError(f"invalid edge settings in the assignment: {exc}") from None
 
 
-def run_edge_settings(edge: EdgeSettings, control_hz: float) -> dict[str, Any]:
+def run_edge_settings(
+    edge: EdgeSettings, control_hz: float, evaluate_every: int = 0
+) -> dict[str, Any]:
     """The :data:`RUN_EDGE_FIELDS` of ``edge`` (the cloud's fleet-wide defaults) with the run's
-    control rate: what the cloud puts in each assignment of a run."""
+    control rate and evaluation schedule (every ``evaluate_every``-th episode a policy-only
+    evaluation, 0: none): what the cloud puts in each assignment of a run."""
     fields = {f: getattr(edge, f) for f in RUN_EDGE_FIELDS}
     fields["control_hz"] = control_hz
+    fields["evaluate_every_episodes"] = evaluate_every
     return fields

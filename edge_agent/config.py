@@ -95,6 +95,17 @@ class EdgeSettings(BaseModel):
         ),
     )
 
+    # --- success measured on the robot
+    evaluate_every_episodes: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Every Nth episode is a policy-only evaluation episode (operator takeovers not "
+            "executed; an operator's episode command ends it as a failure); 0: none "
+            "(edge_agent.evaluation). A run sets it for its robots."
+        ),
+    )
+
     # --- cloud control
     cloud_control: bool = Field(
         default=True,

@@ -132,8 +132,20 @@ class PublishSpec(_Strict):
 
 
 class EvalSpec(_Strict):
+    """How a run measures success.
+
+    ``on: robots`` (default): every ``every_episodes``-th episode of each robot is a
+    policy-only evaluation episode (the operator may only abort it, a failure); success comes
+    from the driver's success signal or the operator's label, and a point of the success curve
+    is taken every ``every_seconds`` once each task has new evaluation episodes.
+    ``on: simulator``: a cloud-side Meta-World simulator evaluates each snapshot of the policy
+    on ``episodes_per_task`` fixed goals per task (simulated Meta-World robots only).
+    """
+
+    on: Literal["robots", "simulator"] = "robots"
     every_seconds: float = Field(default=60.0, gt=0)
     episodes_per_task: int = Field(default=5, ge=1)
+    every_episodes: int = Field(default=5, ge=1)
 
 
 class StopSpec(_Strict):
@@ -314,7 +326,7 @@ class RunParams:
     lr: float = knob(1e-3)
     batch_size: int = knob(128)
     bc_updates: int = knob(300, zero_ok=True)
-    demos_per_task: int = knob(1)
+    demos_per_task: int = knob(1, zero_ok=True)
     updates_per_s: float = knob(40.0, zero_ok=True)
     checkpoint_every_updates: int = knob(200)
     control_hz: float = knob(20.0)

@@ -43,7 +43,7 @@ def spec_file(
         },
         "learner": {"num_cpus": 0.5},
         "publish": {"every_updates": 20},
-        "evaluation": {"every_seconds": 15, "episodes_per_task": 2},
+        "evaluation": {"on": "simulator", "every_seconds": 15, "episodes_per_task": 2},
         **extra,
     }
     path.write_text(yaml.safe_dump(spec))

@@ -121,7 +121,7 @@ def hg_dagger(name: str, count: int, **extra: Any) -> dict[str, Any]:
         "robots": {"robot_type": "metaworld-sawyer", "count": count},
         "learner": {"num_cpus": 0.5},
         "publish": {"every_updates": 20},
-        "evaluation": {"every_seconds": 15, "episodes_per_task": 2},
+        "evaluation": {"on": "robots", "every_seconds": 10, "every_episodes": 3},
         **extra,
     }
 
@@ -204,6 +204,13 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
     wait_until(lambda: _acting_in(lab, run_id, ARMS), 120, lab.fail_text)
     wait_until(lambda: progress(lab.store, run_id).get("env_steps", 0) > 200, 120, lab.fail_text)
     first_pid = lab.computers["arm-2"].pid
+    # Success comes from the robots' own policy-only evaluation episodes (no simulator).
+    evals = run_dir(lab.store, run_id) / "evals.jsonl"
+    wait_until(
+        lambda: evals.exists() and '"source": "robots"' in evals.read_text(), 180, lab.fail_text
+    )
+    point = json.loads(evals.read_text().splitlines()[-1])
+    assert set(point["success"]) == {"reach-v3"} and point["episodes"]["reach-v3"] >= 1
 
     # SIGKILL one robot computer mid-run and start it again: it is assigned again and acts.
     lab.computers["arm-1"].kill()
@@ -236,6 +243,18 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
     wait_until(lambda: progress(lab.store, second).get("env_steps", 0) > 50, 120, lab.fail_text)
     assert _stop(lab, second)["acked_lost"] == 0
     assert lab.computers["arm-2"].pid == first_pid  # never restarted
+
+    # SAC on the Gymnasium robot (operator none), idle all along: it trains from scratch.
+    got = lab.launch(_sac_on_pendulum())
+    assert got.status_code == 201, got.text
+    sac = got.json()["id"]
+    wait_until(lambda: run_state(lab.store, sac) in LIVE, 240, lab.fail_text)
+    wait_until(lambda: _acting_in(lab, sac, ["pend-1"]), 120, lab.fail_text)
+    wait_until(lambda: len(events(lab.store, sac, "learner.published")) >= 4, 240, lab.fail_text)
+    with lab.store.session() as s:
+        pend = s.query(Robot).filter(Robot.name == "pend-1").one()
+        assert (pend.applied_policy_version or 0) > 1  # online versions reach the robot
+    assert _stop(lab, sac)["acked_lost"] == 0
 
 
 def test_robots_keep_spooling_while_the_cloud_is_down_and_rejoin_the_resumed_run(
@@ -278,3 +297,20 @@ def _spool_next_seq(spool: Path) -> int:
     """``next_seq`` as the robot's spool files say (``batches/<first>-<last>.arrow``)."""
     lasts = [int(f.stem.split("-")[1]) for f in (spool / "batches").glob("*-*.arrow")]
     return max([int(_spool_state(spool)["next_seq"]), *(n + 1 for n in lasts)])
+
+
+def _sac_on_pendulum() -> dict[str, Any]:
+    """SAC from scratch (no demonstrations) on a Gymnasium robot with a 3-d observation."""
+    return {
+        "version": 1,
+        "name": "pendulum",
+        "algorithm": "sac",
+        "tasks": ["pendulum-v1"],
+        "hyperparameters": {**FAST_RUN, "demos_per_task": 0, "max_episode_steps": 100},
+        "policy": {"hidden_sizes": [64, 64]},
+        "buffer": {"min_size": 64},
+        "robots": {"robot_type": "pendulum-v1", "count": 1},
+        "learner": {"num_cpus": 0.5},
+        "publish": {"every_updates": 20},
+        "evaluation": {"on": "robots", "every_seconds": 10, "every_episodes": 3},
+    }

@@ -73,6 +73,15 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
         )
     elif robots:
         errors.update(_fleet_errors(spec, plan, robots))
+    if spec.evaluation.on == "simulator":
+        from hal.drivers.metaworld import v3_tasks
+
+        foreign = [t for t in spec.tasks if t not in v3_tasks()]
+        if foreign:
+            errors["evaluation.on"] = (
+                f"the cloud's simulator evaluates Meta-World tasks only, not {foreign}; "
+                "use evaluation.on: robots (policy-only episodes on the run's robots)"
+            )
     if plan is not None and plan.params.demos_per_task:
         from metaworld.policies import ENV_POLICY_MAP
 

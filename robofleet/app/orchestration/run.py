@@ -43,6 +43,7 @@ from robofleet.app.orchestration.evaluations import RunEvaluations
 from robofleet.app.orchestration.hold import RobotHold
 from robofleet.app.orchestration.learning import RunLearning
 from robofleet.app.orchestration.progress import RunProgress
+from robofleet.app.orchestration.robot_evals import RobotEvaluations
 from robofleet.app.orchestration.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
 from robofleet.runspec import RunSpec
 from robofleet.store.models import RunState
@@ -111,7 +112,7 @@ class RunDriver:
         self.features: Any = None  # hal.compat.RunFeatures of the leased robots
         self.learning: RunLearning | None = None
         self.agents: RobotAssignments | None = None
-        self.evaluations: RunEvaluations | None = None
+        self.evaluations: RunEvaluations | RobotEvaluations | None = None
         self.figures = RunProgress(ctx.store, run_id, run_dir)
         self.learner_restarts_base = 0
         self._checkpoint_requested = False
@@ -218,21 +219,11 @@ class RunDriver:
         if resumed:
             self._carry_on()
         self._lease(patient=resumed)
-        o = self.orchestration
         self.learning = RunLearning(
             self.ctx, self.run_id, self.run_dir, self.spec, self.params, self.features, self._event
         )
         self.figures.offline_rows = self.learning.demo_rows
-        self.evaluations = RunEvaluations(
-            self.ctx.store,
-            self.run_id,
-            self.run_dir,
-            self.spec,
-            self.params.eval_max_steps,
-            o.evaluator_nice,
-            o.eval_backlog,
-            self._event,
-        )
+        self.evaluations = self._evaluations()
         setup_t0 = time.monotonic()
         self._start_agents()
         self._wait_first_version()
@@ -246,6 +237,30 @@ class RunDriver:
             self._snapshot_for_eval()  # the initial policy's success (version 1)
         # A pause or stop requested during setup stays; the loop acts on it.
         self._set_live_state(only_from={RunState.PENDING, RunState.RESUMING})
+
+    def _evaluations(self) -> RunEvaluations | RobotEvaluations:
+        """The run's success curve: from its robots' evaluation episodes, or a cloud-side
+        simulator (``evaluation.on``)."""
+        if self.spec.evaluation.on == "robots":
+            return RobotEvaluations(
+                self.ctx.store,
+                self.run_id,
+                self.run_dir,
+                self.spec.tasks,
+                lambda: [] if self.agents is None else self.agents.names,
+                self._event,
+            )
+        o = self.orchestration
+        return RunEvaluations(
+            self.ctx.store,
+            self.run_id,
+            self.run_dir,
+            self.spec,
+            self.params.eval_max_steps,
+            o.evaluator_nice,
+            o.eval_backlog,
+            self._event,
+        )
 
     def _carry_on(self) -> None:
         """A resumed run's clock and counters, as its last attempt left them."""
@@ -309,6 +324,7 @@ class RunDriver:
 
     def assignment(self) -> Assignment:
         """What every robot of the run is told (each gets its own seed)."""
+        evaluation = self.spec.evaluation
         return Assignment(
             run_id=self.run_id,
             tasks=list(self.spec.tasks),
@@ -316,7 +332,11 @@ class RunDriver:
             hidden=self.spec.policy.hidden_sizes[0],
             terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
             needs_operator=self.plan.needs_operator,
-            edge=run_edge_settings(self.ctx.settings.edge, self.params.control_hz),
+            edge=run_edge_settings(
+                self.ctx.settings.edge,
+                self.params.control_hz,
+                evaluate_every=evaluation.every_episodes if evaluation.on == "robots" else 0,
+            ),
         )
 
     def _start_agents(self) -> None:
