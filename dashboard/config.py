@@ -53,13 +53,6 @@ class DashboardSettings(BaseModel):
     stream_backlog_points: int = Field(
         default=5000, ge=0, description="Metric points a new live-chart stream starts with."
     )
-    enroll_command_template: str = Field(
-        default=("robofleet edge --server {cloud_address} --token {token} --robot {robot_name}"),
-        description=(
-            "Command shown after creating an enrollment token; placeholders: cloud_address, "
-            "token, robot_name, robot_type (the latter two are NAME/TYPE when not fixed)."
-        ),
-    )
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
+from comms.enrollment import KEY_PATTERN
 from robofleet.store.accounts import Role
 from robofleet.store.models import RobotStatus, RunState
 
@@ -90,6 +91,49 @@ class SiteCreate(BaseModel):
     description: str = Field(default="", max_length=2000)
 
 
+ActivityState = Literal[
+    "idle", "assigned", "leased", "refused", "offline", "estopped", "unhealthy", "enrolled",
+    "retired",
+]  # fmt: skip
+
+
+class RobotActivity(BaseModel):
+    """What a robot does now (``dashboard.robot_view.activity``)."""
+
+    state: ActivityState = Field(
+        description=(
+            "idle; assigned (acting in run_id); leased (held by run_id, not acting yet);"
+            " refused (its computer refused run_id, see reason); offline; estopped;"
+            " unhealthy; enrolled (never heard from); retired"
+        )
+    )
+    run_id: str | None = Field(
+        default=None, description="the run it acts in, is leased to or refused"
+    )
+    run_state: str | None = Field(
+        default=None,
+        description="its heartbeat's state in the run: starting, running, paused, estopped, stopped",
+    )
+    reason: str | None = Field(default=None, description="why its computer refused the run")
+
+
+class CameraOut(BaseModel):
+    name: str
+    height: int
+    width: int
+
+
+class RobotSpecSummary(BaseModel):
+    """The robot's enrolled spec in brief, and what its computer runs."""
+
+    observation: dict[str, list[int]] = Field(description="observation feature -> shape")
+    action: list[int] | None = Field(description="shape of the action")
+    cameras: list[CameraOut]
+    control_hz: float | None = Field(description="control rate, Hz")
+    driver: str | None = Field(description="the robot computer's hal driver")
+    operator: str | None = Field(description="the robot computer's operator device")
+
+
 class RobotOut(BaseModel):
     id: int
     name: str
@@ -103,23 +147,49 @@ class RobotOut(BaseModel):
     applied_policy_version: int | None
     control_loop_p99_ms: float | None = Field(description="from the robot's heartbeat stats")
     stats: dict[str, Any]
+    activity: RobotActivity
+    spec_summary: RobotSpecSummary
+
+
+Key = Annotated[str, StringConstraints(pattern=KEY_PATTERN)]
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_KIND = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
 
 class EnrollmentRequest(BaseModel):
+    """What the robot that uses the token is, and what its computer runs (the command)."""
+
     model_config = ConfigDict(extra="forbid")
-    robot_name: str | None = Field(
-        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-    )
+    robot_name: str | None = Field(default=None, min_length=1, max_length=128, pattern=_NAME)
     robot_type: str | None = Field(
-        default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=_NAME,
+        description="scheduling type (default: its driver's)",
     )
     ttl_s: int | None = Field(default=None, gt=0, le=30 * 24 * 3600)
+    tags: dict[Key, Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=dict, description="given to the robot; run specs select robots by them"
+    )
+    driver: str | None = Field(
+        default=None, pattern=_KIND, description="hal driver: metaworld, gymnasium, lerobot, ros2"
+    )
+    driver_options: dict[Key, JsonValue] = Field(
+        default_factory=dict,
+        description="--driver-option KEY=VALUE each (a value not a string is written as JSON)",
+    )
+    operator: str | None = Field(
+        default=None, pattern=_KIND, description="none, scripted, keyboard, gamepad, ..."
+    )
 
 
 class EnrollmentCreated(BaseModel):
     token: str = Field(description="one-time token; shown once")
     expires_at: datetime
-    command: str = Field(description="the exact command to run on the robot computer")
+    command: str = Field(
+        description="the exact `robofleet edge` command to run on the robot computer"
+    )
 
 
 class EnrollmentTokenOut(BaseModel):
@@ -127,6 +197,7 @@ class EnrollmentTokenOut(BaseModel):
     id: int
     robot_name: str | None
     robot_type: str | None
+    tags: dict[str, Any]
     site_id: int | None
     created_at: datetime
     expires_at: datetime

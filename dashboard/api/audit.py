@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy import select
 
-from dashboard.api.common import AUTH_ERRORS, all_rows
+from dashboard.api.common import PAGED, BeforeId, Limit, page_rows
 from dashboard.deps import Viewer
 from dashboard.schemas import EventOut
 from robofleet.store.models import Event
@@ -18,27 +18,24 @@ router = APIRouter(tags=["audit"])
 @router.get(
     "/events",
     response_model=list[EventOut],
-    summary="Audit events, newest first",
-    responses=AUTH_ERRORS,
+    summary="Audit events, newest first, a page at a time",
+    responses=PAGED,
 )
 def list_events(
     _: Viewer,
     request: Request,
+    response: Response,
     run_id: Annotated[str | None, Query(max_length=64)] = None,
     robot_id: int | None = None,
     kind: Annotated[str | None, Query(max_length=64, description="exact kind or a prefix.")] = None,
-    before_id: Annotated[
-        int | None, Query(ge=1, description="page: events older than this")
-    ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    before_id: BeforeId = None,
+    limit: Limit = 200,
 ) -> list[Event]:
-    q = select(Event).order_by(Event.id.desc())
+    q = select(Event)
     if run_id is not None:
         q = q.where(Event.run_id == run_id)
     if robot_id is not None:
         q = q.where(Event.robot_id == robot_id)
     if kind is not None:
         q = q.where(Event.kind.startswith(kind, autoescape=True))
-    if before_id is not None:
-        q = q.where(Event.id < before_id)
-    return all_rows(request, q.limit(limit))
+    return page_rows(request, response, q, Event.id, before_id, limit)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import HTTPException, Request
-from sqlalchemy import Select
-from sqlalchemy.orm import Session
+from fastapi import HTTPException, Query, Request, Response
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import InstrumentedAttribute, Session
 
 from dashboard.deps import store_of
 
@@ -39,6 +39,35 @@ def all_rows[T](request: Request, query: Select[T]) -> list[T]:
     """Every row of ``query`` (a ``select`` of one model) from the app's metadata store."""
     with store_of(request).session() as s:
         return list(s.scalars(query))
+
+
+TOTAL_HEADER = "X-Total-Count"
+# The query parameters and the documented response of a list read with page_rows.
+BeforeId = Annotated[int | None, Query(ge=1, description="page: rows older than this id")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="rows per page")]
+PAGED: dict[int | str, dict[str, Any]] = {
+    **AUTH_ERRORS,
+    200: {"headers": {TOTAL_HEADER: {"description": "rows matching, in all pages"}}},
+}
+
+
+def page_rows[T](
+    request: Request,
+    response: Response,
+    query: Select[T],
+    id_column: InstrumentedAttribute[int],
+    before_id: int | None,
+    limit: int,
+) -> list[T]:
+    """One page of ``query`` (a filtered ``select`` of one model), newest (largest id) first:
+    at most ``limit`` rows with ids below ``before_id`` (a cursor, so rows added meanwhile do
+    not shift the pages). The ``X-Total-Count`` header says how many rows match in all."""
+    with store_of(request).session() as s:
+        total = s.scalar(select(func.count()).select_from(query.order_by(None).subquery()))
+        response.headers[TOTAL_HEADER] = str(total or 0)
+        if before_id is not None:
+            query = query.where(id_column < before_id)
+        return list(s.scalars(query.order_by(id_column.desc()).limit(limit)))
 
 
 def field_error(errors: list[tuple[str, str]]) -> HTTPException:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from comms.enrollment import issue_enrollment
 from dashboard.accounts import Principal
 from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, all_rows, get_or_404
 from dashboard.deps import Admin, Operator, Viewer, store_of
+from dashboard.robot_view import activity, spec_summary
 from dashboard.schemas import (
+    ActivityState,
     EnrollmentCreated,
     EnrollmentRequest,
     EnrollmentTokenOut,
@@ -43,6 +46,8 @@ def _robot_out(robot: Robot, lease_run: str | None, now: datetime) -> RobotOut:
         applied_policy_version=robot.applied_policy_version,
         control_loop_p99_ms=float(p99) if isinstance(p99, int | float) else None,
         stats=robot.stats,
+        activity=activity(robot, lease_run),
+        spec_summary=spec_summary(robot.spec),
     )
 
 
@@ -50,22 +55,48 @@ def _active_lease(s: Session, robot_id: int) -> Lease | None:
     return s.scalar(select(Lease).where(Lease.robot_id == robot_id, Lease.released_at.is_(None)))
 
 
-def robots_out(store: MetadataStore) -> list[RobotOut]:
+def robots_out(
+    store: MetadataStore,
+    state: ActivityState | None = None,
+    run_id: str | None = None,
+    robot_type: str | None = None,
+) -> list[RobotOut]:
+    """The fleet's robots by name, those whose activity is ``state``, that act in, are leased
+    to or refused ``run_id``, of ``robot_type`` (each filter when given)."""
     now = utcnow()
     with store.session() as s:
         leases = {
             lease.robot_id: lease.run_id
             for lease in s.scalars(select(Lease).where(Lease.released_at.is_(None)))
         }
-        robots = s.scalars(select(Robot).order_by(Robot.name)).all()
-        return [_robot_out(r, leases.get(r.id), now) for r in robots]
+        query = select(Robot).order_by(Robot.name)
+        if robot_type is not None:
+            query = query.where(Robot.robot_type == robot_type)
+        rows = [_robot_out(r, leases.get(r.id), now) for r in s.scalars(query)]
+    return [
+        r
+        for r in rows
+        if (state is None or r.activity.state == state)
+        and (run_id is None or run_id in (r.activity.run_id, r.leased_run_id))
+    ]
 
 
 @router.get(
-    "/robots", response_model=list[RobotOut], summary="Robots of the fleet", responses=AUTH_ERRORS
+    "/robots",
+    response_model=list[RobotOut],
+    summary="Robots of the fleet with what each does now (activity) and is (spec_summary)",
+    responses=AUTH_ERRORS,
 )
-def list_robots(_: Viewer, request: Request) -> list[RobotOut]:
-    return robots_out(store_of(request))
+def list_robots(
+    _: Viewer,
+    request: Request,
+    state: Annotated[ActivityState | None, Query(description="only robots doing this")] = None,
+    run_id: Annotated[
+        str | None, Query(max_length=64, description="only robots in, leased to or refusing it")
+    ] = None,
+    robot_type: Annotated[str | None, Query(max_length=128)] = None,
+) -> list[RobotOut]:
+    return robots_out(store_of(request), state, run_id, robot_type)
 
 
 @router.get(
@@ -244,18 +275,19 @@ def list_enrollment_tokens(_: Operator, request: Request) -> list[EnrollmentToke
 def create_enrollment_token(
     body: EnrollmentRequest, principal: Operator, request: Request
 ) -> EnrollmentCreated:
-    settings = request.app.state.settings
-    store = store_of(request)
-    ttl = timedelta(seconds=body.ttl_s or settings.comms.enrollment_token_ttl_s)
-    expires = utcnow() + ttl  # the store computes its own, a few microseconds later
-    token = store.create_enrollment_token(
-        ttl, robot_name=body.robot_name, robot_type=body.robot_type, actor=principal.actor
+    comms = request.app.state.settings.comms
+    issued = issue_enrollment(
+        store_of(request),
+        server=comms.cloud_address,
+        ttl=timedelta(seconds=body.ttl_s or comms.enrollment_token_ttl_s),
+        robot_name=body.robot_name,
+        robot_type=body.robot_type,
+        tags=body.tags,
+        driver=body.driver,
+        driver_options=body.driver_options,
+        operator=body.operator,
+        actor=principal.actor,
     )
-    values: dict[str, Any] = {
-        "cloud_address": settings.comms.cloud_address,
-        "token": token,
-        "robot_name": body.robot_name or "NAME",
-        "robot_type": body.robot_type or "TYPE",
-    }
-    command = settings.dashboard.enroll_command_template.format(**values)
-    return EnrollmentCreated(token=token, expires_at=expires, command=command)
+    return EnrollmentCreated(
+        token=issued.token, expires_at=issued.expires_at, command=issued.command
+    )

@@ -7,12 +7,20 @@ import tempfile
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import FileResponse
-from sqlalchemy import Select, select
+from sqlalchemy import select
 from starlette.background import BackgroundTask
 
-from dashboard.api.common import AUTH_ERRORS, NOT_FOUND, all_rows, get_or_404
+from dashboard.api.common import (
+    AUTH_ERRORS,
+    NOT_FOUND,
+    PAGED,
+    BeforeId,
+    Limit,
+    get_or_404,
+    page_rows,
+)
 from dashboard.deps import Operator, Viewer, store_of
 from dashboard.schemas import CheckpointOut, PolicyVersionOut
 from robofleet.store.models import Checkpoint, PolicyVersion
@@ -21,21 +29,33 @@ router = APIRouter(tags=["policies"])
 RunFilter = Annotated[str | None, Query(max_length=64, description="only this run's")]
 
 
-def _newest_first[M: (PolicyVersion, Checkpoint)](model: type[M], run_id: str | None) -> Select[M]:
-    q = select(model).order_by(model.created_at.desc(), model.id.desc())
-    return q if run_id is None else q.where(model.run_id == run_id)
-
-
 @router.get(
     "/policy-versions",
     response_model=list[PolicyVersionOut],
-    summary="Policy versions, newest first",
-    responses=AUTH_ERRORS,
+    summary="Policy versions, newest first, a page at a time",
+    responses=PAGED,
 )
 def list_policy_versions(
-    _: Viewer, request: Request, run_id: RunFilter = None
+    _: Viewer,
+    request: Request,
+    response: Response,
+    run_id: RunFilter = None,
+    promoted: Annotated[bool | None, Query(description="only (not) promoted ones")] = None,
+    min_version: Annotated[int | None, Query(ge=0)] = None,
+    max_version: Annotated[int | None, Query(ge=0)] = None,
+    before_id: BeforeId = None,
+    limit: Limit = 100,
 ) -> list[PolicyVersion]:
-    return all_rows(request, _newest_first(PolicyVersion, run_id).limit(1000))
+    q = select(PolicyVersion)
+    if run_id is not None:
+        q = q.where(PolicyVersion.run_id == run_id)
+    if promoted is not None:
+        q = q.where(PolicyVersion.promoted.is_(promoted))
+    if min_version is not None:
+        q = q.where(PolicyVersion.version >= min_version)
+    if max_version is not None:
+        q = q.where(PolicyVersion.version <= max_version)
+    return page_rows(request, response, q, PolicyVersion.id, before_id, limit)
 
 
 @router.post(
@@ -78,11 +98,21 @@ def promote(version_id: int, principal: Operator, request: Request) -> PolicyVer
 @router.get(
     "/checkpoints",
     response_model=list[CheckpointOut],
-    summary="Checkpoints, newest first",
-    responses=AUTH_ERRORS,
+    summary="Checkpoints, newest first, a page at a time",
+    responses=PAGED,
 )
-def list_checkpoints(_: Viewer, request: Request, run_id: RunFilter = None) -> list[Checkpoint]:
-    return all_rows(request, _newest_first(Checkpoint, run_id).limit(1000))
+def list_checkpoints(
+    _: Viewer,
+    request: Request,
+    response: Response,
+    run_id: RunFilter = None,
+    before_id: BeforeId = None,
+    limit: Limit = 100,
+) -> list[Checkpoint]:
+    q = select(Checkpoint)
+    if run_id is not None:
+        q = q.where(Checkpoint.run_id == run_id)
+    return page_rows(request, response, q, Checkpoint.id, before_id, limit)
 
 
 @router.get(

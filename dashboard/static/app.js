@@ -22,7 +22,7 @@ async function api(method, path, body) {
   let data = null;
   const text = await res.text();
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = { detail: text }; }
-  return { ok: res.ok, status: res.status, data };
+  return { ok: res.ok, status: res.status, data, headers: res.headers };
 }
 
 // Build DOM nodes without innerHTML: text is always text.
@@ -63,20 +63,81 @@ function fillTable(id, rows, render) {
   body.replaceChildren(...rows.map((r) => el("tr", {}, render(r))));
 }
 
+// A newest-first list API read a page at a time (?limit=&before_id=, X-Total-Count): Newer and
+// Older buttons and "a–b of N" in the <nav class="pager" data-for=TABLE> under the table.
+function pager(tableId, render, limit = 50) {
+  const nav = document.querySelector(`nav.pager[data-for="${tableId}"]`);
+  const status = el("span", { class: "muted" });
+  let source = null, stack = [], current = null, page = [];
+  async function show(before) {
+    const q = new URLSearchParams(source.params);
+    q.set("limit", String(limit));
+    if (before !== null) q.set("before_id", String(before));
+    const r = await api("GET", `${source.path}?${q}`);
+    if (!r.ok) return flash(errorText(r.data), "error");
+    page = r.data;
+    fillTable(tableId, page, render);
+    const total = Number(r.headers.get("X-Total-Count") ?? page.length);
+    const above = stack.length * limit;
+    status.textContent = page.length ? `${above + 1}–${above + page.length} of ${total}` : `none of ${total}`;
+    newer.disabled = stack.length === 0;
+    older.disabled = above + page.length >= total;
+  }
+  const newer = el("button", { class: "secondary", type: "button", onclick: () => { current = stack.pop() ?? null; show(current); } }, "Newer");
+  const older = el("button", { class: "secondary", type: "button", onclick: () => { stack.push(current); current = page[page.length - 1].id; show(current); } }, "Older");
+  nav.replaceChildren(newer, older, status);
+  return {
+    load(path, params) { source = { path, params }; stack = []; current = null; return show(null); },
+    refresh() { return source ? show(current) : undefined; },
+    onFirstPage: () => stack.length === 0,
+  };
+}
+
+// --- robots: what each does now and what it is (RobotOut.activity, RobotOut.spec_summary) ----
+
+function activityCell(a) {
+  const run = a.run_id ? el("a", { href: `/runs/${a.run_id}` }, a.run_id) : null;
+  const badge = el("span", { class: `badge ${a.state}` }, a.state);
+  if (a.state === "assigned") return [badge, " run ", run, ` (${a.run_state})`];
+  if (a.state === "leased") return [badge, " to run ", run, ", not acting yet"];
+  if (a.state === "refused") return [badge, " run ", run, ": ", a.reason || "no reason given"];
+  if (run) return [badge, a.run_state ? " in run " : " leased to ", run];
+  return [badge];
+}
+
+function specCell(spec) {
+  const shape = (s) => `(${s.join(", ")})`;
+  const parts = [];
+  const obs = Object.entries(spec.observation).filter(([k]) => !k.startsWith("observation.images."));
+  if (obs.length) parts.push("obs " + obs.map(([k, s]) => `${k.replace(/^observation\./, "")} ${shape(s)}`).join(", "));
+  if (spec.action) parts.push(`action ${shape(spec.action)}`);
+  if (spec.cameras.length) parts.push("cameras " + spec.cameras.map((c) => `${c.name} ${c.height}×${c.width}`).join(", "));
+  if (spec.control_hz !== null) parts.push(`${spec.control_hz} Hz`);
+  return parts.length ? parts.join(" · ") : "—";
+}
+
+const computerCell = (spec) => [spec.driver || "—", " · ", spec.operator || "—"];
+const heartbeatAge = (b) => (b.heartbeat_age_s === null ? "never" : `${b.heartbeat_age_s.toFixed(1)} s`);
+
 // --- forms: nested names ("robots.count"), numbers, lists; errors next to the fields ---------
 
-function readForm(form, listFields, mapFields) {
+// mapFields: "k=v, k2=v2" (a textarea: one KEY=VALUE a line) -> {k: "v"}; jsonMapFields the
+// same with each VALUE taken as JSON when it parses (as `robofleet edge --driver-option` does).
+function readForm(form, listFields, mapFields, jsonMapFields = []) {
   const out = {};
-  for (const input of form.querySelectorAll("input[name], select[name]")) {
+  for (const input of form.querySelectorAll("input[name], select[name], textarea[name]")) {
     const raw = input.value.trim();
     if (raw === "") continue;
     let value = raw;
     if (listFields.includes(input.name)) value = raw.split(",").map((s) => s.trim()).filter(Boolean);
-    else if (mapFields.includes(input.name)) {
+    else if (mapFields.includes(input.name) || jsonMapFields.includes(input.name)) {
       value = {};
-      for (const pair of raw.split(",")) {
+      for (const pair of raw.split(input.tagName === "TEXTAREA" ? "\n" : ",")) {
         const [k, ...rest] = pair.split("=");
-        if (k.trim()) value[k.trim()] = rest.join("=").trim();
+        if (!k.trim()) continue;
+        let v = rest.join("=").trim();
+        if (jsonMapFields.includes(input.name)) { try { v = JSON.parse(v); } catch (e) { /* a string */ } }
+        value[k.trim()] = v;
       }
     } else if (input.type === "number") value = Number(raw);
     const parts = input.name.split(".");
@@ -150,22 +211,26 @@ pages.login = () => {
 };
 
 pages.fleet = () => {
+  const filter = document.getElementById("fleet-filter");
   async function robotAction(robot, action, label) {
     const r = await api("POST", `/api/robots/${robot.id}/${action}`);
     flash(r.ok ? `${robot.name}: ${label}` : errorText(r.data), r.ok ? "info" : "error");
     await load();
   }
   async function load() {
-    const r = await api("GET", "/api/robots");
+    const q = new URLSearchParams();
+    for (const name of ["state", "run_id", "robot_type"]) if (filter[name].value.trim()) q.set(name, filter[name].value.trim());
+    const r = await api("GET", `/api/robots?${q}`);
     if (!r.ok) return flash(errorText(r.data), "error");
     document.getElementById("robots-empty").hidden = r.data.length > 0;
     fillTable("robots", r.data, (b) => [
       el("td", {}, b.name),
-      el("td", {}, el("span", { class: `badge ${b.status}` }, b.status)),
-      el("td", {}, b.site || "—"),
+      el("td", { class: "activity", title: `status: ${b.status}` }, activityCell(b.activity)),
       el("td", {}, b.robot_type),
-      el("td", {}, b.heartbeat_age_s === null ? "never" : `${b.heartbeat_age_s.toFixed(1)} s`),
-      el("td", {}, b.leased_run_id ? el("a", { href: `/runs/${b.leased_run_id}` }, b.leased_run_id) : "—"),
+      el("td", {}, b.site || "—"),
+      el("td", {}, computerCell(b.spec_summary)),
+      el("td", { class: "spec" }, specCell(b.spec_summary)),
+      el("td", {}, heartbeatAge(b)),
       el("td", {}, b.applied_policy_version ?? "—"),
       el("td", {}, b.control_loop_p99_ms === null ? "—" : `${b.control_loop_p99_ms.toFixed(1)} ms`),
       el("td", { class: "actions" }, canAct("operator") ? [
@@ -176,6 +241,7 @@ pages.fleet = () => {
       ] : []),
     ]);
   }
+  filter.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
   load();
   setInterval(load, 5000);
 };
@@ -186,12 +252,14 @@ pages.enroll = () => {
     const r = await api("GET", "/api/enrollment-tokens");
     if (r.ok) fillTable("tokens", r.data, (t) => [
       el("td", {}, when(t.created_at)), el("td", {}, t.robot_name || "—"),
-      el("td", {}, t.robot_type || "—"), el("td", {}, when(t.expires_at)),
+      el("td", {}, t.robot_type || "—"),
+      el("td", {}, Object.entries(t.tags).map(([k, v]) => `${k}=${v}`).join(", ") || "—"),
+      el("td", {}, when(t.expires_at)),
       el("td", {}, t.used_by_robot_id ?? (t.used_at ? "yes" : "not yet")),
     ]);
   }
   onSubmit(form, async () => {
-    const body = readForm(form, [], []);
+    const body = readForm(form, [], ["tags"], ["driver_options"]);
     if (body.ttl_minutes !== undefined) body.ttl_s = Math.round(body.ttl_minutes * 60);
     delete body.ttl_minutes;
     const r = await api("POST", "/api/enrollment-tokens", body);
@@ -232,6 +300,10 @@ pages.run = () => {
     const chart = new LineChart(canvas);
     for (const name of (canvas.dataset.metrics || canvas.id.slice(6)).split(" ")) charts[name] = chart;
   }
+  const axis = document.getElementById("x-axis");
+  axis.addEventListener("change", () => {
+    for (const c of Object.values(charts)) c.setXMode(axis.value);
+  });
   function showState(state, reason) {
     const badge = document.getElementById("run-state");
     badge.textContent = state;
@@ -247,6 +319,25 @@ pages.run = () => {
     document.getElementById("run-robots").textContent = r.data.leased_robots.join(", ") || "none leased";
     document.getElementById("run-spec").textContent = JSON.stringify(r.data.spec, null, 2);
   }
+  // The run's robots now, and the events of robots joining, leaving, assigned or refusing it.
+  const robotEvents = pager("robot-events", (e) => [
+    el("td", {}, when(e.created_at)), el("td", {}, e.kind),
+    el("td", {}, e.data.robot || (e.robot_id ?? "")),
+    el("td", { class: "mono" }, e.data.reason || ""),
+  ]);
+  async function loadRobots() {
+    const r = await api("GET", `/api/robots?run_id=${encodeURIComponent(runId)}`);
+    if (r.ok) {
+      document.getElementById("run-robots-empty").hidden = r.data.length > 0;
+      fillTable("run-robot-table", r.data, (b) => [
+        el("td", {}, b.name), el("td", { class: "activity" }, activityCell(b.activity)),
+        el("td", {}, computerCell(b.spec_summary)), el("td", {}, heartbeatAge(b)),
+        el("td", {}, b.applied_policy_version ?? "—"),
+      ]);
+    }
+    if (robotEvents.onFirstPage()) robotEvents.refresh();
+  }
+  robotEvents.load("/api/events", { run_id: runId, kind: "robot." });
   for (const button of document.querySelectorAll("button[data-action]")) {
     button.addEventListener("click", async () => {
       const r = await api("POST", `/api/runs/${runId}/${button.dataset.action}`);
@@ -265,40 +356,49 @@ pages.run = () => {
       const chart = charts[p.name];
       if (!chart) continue;
       const series = p.task || (p.robot_id !== null ? `robot ${p.robot_id}` : p.name);
-      chart.add(series, p.step, p.value);
+      chart.add(series, p.step, p.value, p.wall_time);
       touched.add(chart);
     }
+    // One wall-time origin for every chart: the run's first point.
+    const origin = Math.min(...Object.values(charts).map((c) => c.firstWall()));
+    for (const c of Object.values(charts)) c.wallOrigin = origin;
     for (const c of touched) c.draw();
   });
   load();
+  loadRobots();
+  setInterval(loadRobots, 5000);
 };
 
 pages.policies = () => {
+  const form = document.getElementById("policy-filter");
   const params = new URLSearchParams(location.search);
-  const runInput = document.getElementById("policy-run");
-  runInput.value = params.get("run_id") || "";
-  async function load() {
-    const q = runInput.value.trim() ? `?run_id=${encodeURIComponent(runInput.value.trim())}` : "";
-    const [versions, ckpts] = await Promise.all([api("GET", `/api/policy-versions${q}`), api("GET", `/api/checkpoints${q}`)]);
-    if (versions.ok) fillTable("versions", versions.data, (v) => [
-      el("td", {}, el("a", { href: `/runs/${v.run_id}` }, v.run_id)), el("td", {}, v.version),
-      el("td", {}, v.learner_step), el("td", {}, `${(v.num_bytes / 1e6).toFixed(2)} MB`),
-      el("td", { class: "mono" }, v.sha256.slice(0, 12)), el("td", {}, when(v.created_at)),
-      el("td", {}, v.promoted ? "promoted" : ""),
-      el("td", {}, canAct("operator") && !v.promoted
-        ? el("button", { class: "secondary", onclick: async () => {
-            const r = await api("POST", `/api/policy-versions/${v.id}/promote`);
-            flash(r.ok ? `version ${v.version} promoted` : errorText(r.data), r.ok ? "info" : "error");
-            load();
-          } }, "Promote") : null),
-    ]);
-    if (ckpts.ok) fillTable("checkpoints", ckpts.data, (c) => [
-      el("td", {}, c.run_id), el("td", {}, c.learner_step), el("td", {}, c.policy_version),
-      el("td", {}, when(c.created_at)),
-      el("td", {}, el("a", { href: `/api/checkpoints/${c.id}/download` }, "Download")),
-    ]);
+  form.run_id.value = params.get("run_id") || "";
+  const versions = pager("versions", (v) => [
+    el("td", {}, el("a", { href: `/runs/${v.run_id}` }, v.run_id)), el("td", {}, v.version),
+    el("td", {}, v.learner_step), el("td", {}, `${(v.num_bytes / 1e6).toFixed(2)} MB`),
+    el("td", { class: "mono" }, v.sha256.slice(0, 12)), el("td", {}, when(v.created_at)),
+    el("td", {}, v.promoted ? "promoted" : ""),
+    el("td", {}, canAct("operator") && !v.promoted
+      ? el("button", { class: "secondary", onclick: async () => {
+          const r = await api("POST", `/api/policy-versions/${v.id}/promote`);
+          flash(r.ok ? `version ${v.version} promoted` : errorText(r.data), r.ok ? "info" : "error");
+          versions.refresh();
+        } }, "Promote") : null),
+  ]);
+  const checkpoints = pager("checkpoints", (c) => [
+    el("td", {}, c.run_id), el("td", {}, c.learner_step), el("td", {}, c.policy_version),
+    el("td", {}, when(c.created_at)),
+    el("td", {}, el("a", { href: `/api/checkpoints/${c.id}/download` }, "Download")),
+  ]);
+  function load() {
+    const filters = {};
+    for (const name of ["run_id", "min_version", "max_version", "promoted"]) {
+      if (form[name].value.trim()) filters[name] = form[name].value.trim();
+    }
+    versions.load("/api/policy-versions", filters);
+    checkpoints.load("/api/checkpoints", filters.run_id ? { run_id: filters.run_id } : {});
   }
-  document.getElementById("policy-filter").addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
   load();
 };
 
@@ -306,16 +406,16 @@ pages.audit = () => {
   const form = document.getElementById("audit-filter");
   const params = new URLSearchParams(location.search);
   form.run_id.value = params.get("run_id") || "";
-  async function load() {
-    const q = new URLSearchParams();
-    if (form.run_id.value.trim()) q.set("run_id", form.run_id.value.trim());
-    if (form.kind.value.trim()) q.set("kind", form.kind.value.trim());
-    const r = await api("GET", `/api/events?${q}`);
-    if (r.ok) fillTable("events", r.data, (e) => [
-      el("td", {}, when(e.created_at)), el("td", {}, e.kind), el("td", {}, e.actor),
-      el("td", {}, e.run_id || ""), el("td", {}, e.robot_id ?? ""),
-      el("td", { class: "mono" }, Object.keys(e.data).length ? JSON.stringify(e.data) : ""),
-    ]);
+  const events = pager("events", (e) => [
+    el("td", {}, when(e.created_at)), el("td", {}, e.kind), el("td", {}, e.actor),
+    el("td", {}, e.run_id || ""), el("td", {}, e.robot_id ?? ""),
+    el("td", { class: "mono" }, Object.keys(e.data).length ? JSON.stringify(e.data) : ""),
+  ], 100);
+  function load() {
+    const q = {};
+    if (form.run_id.value.trim()) q.run_id = form.run_id.value.trim();
+    if (form.kind.value.trim()) q.kind = form.kind.value.trim();
+    events.load("/api/events", q);
   }
   form.addEventListener("submit", (ev) => { ev.preventDefault(); load(); });
   load();

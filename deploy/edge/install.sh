@@ -2,15 +2,19 @@
 # Install the robofleet edge agent on a robot computer (Debian/Ubuntu, Python 3.12, systemd).
 #
 #   sudo sh deploy/edge/install.sh --server cloud.example.org:50051 --robot arm-7 \
-#        [--token-file token.txt] [--run RUN] [--source DIR] [--torch-backend cpu]
+#        [--token-file token.txt] [--source DIR] [--torch-backend cpu] \
+#        [-- --driver lerobot --driver-option type=so101_follower --operator gamepad ...]
 #
 # Installs robofleet[edge,sim] (no Ray, no learner) into /opt/robofleet/venv with the versions of
 # requirements.lock, writes /etc/robofleet/{edge.env,edge.yaml,enroll_token}, creates the
-# robofleet user and enables robofleet-edge.service. Re-running it upgrades in place and keeps
-# the spool (/var/lib/robofleet/spool) and the stored credential.
+# robofleet user and enables robofleet-edge.service. The options after "--" (those that
+# `robofleet robots enroll` printed after --robot) go to /etc/robofleet/edge.args, one per
+# line. There is no run id: the service enrolls, goes idle and the cloud assigns it to runs.
+# Re-running it upgrades in place and keeps the spool (/var/lib/robofleet/spool), the stored
+# credential and, unless "--" is given again, edge.args.
 set -eu
 
-SERVER="" ROBOT="" RUN="default" TOKEN_FILE="" TORCH_BACKEND="cpu"
+SERVER="" ROBOT="" TOKEN_FILE="" TORCH_BACKEND="cpu" EDGE_ARGS_GIVEN=""
 SOURCE="$(cd "$(dirname "$0")/../.." && pwd)"
 PREFIX=/opt/robofleet ETC=/etc/robofleet
 UNIT_DIR=/etc/systemd/system
@@ -18,11 +22,26 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --server) SERVER="$2"; shift 2 ;;
         --robot) ROBOT="$2"; shift 2 ;;
-        --run) RUN="$2"; shift 2 ;;
+        --run) echo "install.sh: --run is gone: a robot computer takes no run id, runs are assigned to it by the cloud (docs/deploy.md)" >&2; exit 2 ;;
         --token-file) TOKEN_FILE="$2"; shift 2 ;;
         --source) SOURCE="$2"; shift 2 ;;
         --torch-backend) TORCH_BACKEND="$2"; shift 2 ;;
+        --) shift; EDGE_ARGS_GIVEN=1; break ;;
         *) echo "install.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+# What remains ("$@") are the `robofleet edge` options of this robot; the wrapper adds
+# --server, --robot and the token itself.
+for arg in "$@"; do
+    case "$arg" in
+        --server|--server=*|--robot|--robot=*|--token|--token=*)
+            echo "install.sh: give ${arg%%=*} as install.sh's own option, not after --" >&2; exit 2 ;;
+        --run|--run=*)
+            echo "install.sh: no --run: runs are assigned to the robot computer by the cloud" >&2; exit 2 ;;
+    esac
+    case "$arg" in
+        *"
+"*) echo "install.sh: an edge option holds a newline" >&2; exit 2 ;;
     esac
 done
 [ -n "$SERVER" ] || { echo "install.sh: --server HOST:PORT is required" >&2; exit 2; }
@@ -51,15 +70,20 @@ umask 077
 cat > "$ETC/edge.env" <<ENV
 ROBOFLEET_SERVER=$SERVER
 ROBOFLEET_ROBOT=$ROBOT
-ROBOFLEET_RUN=$RUN
 ROBOFLEET_EDGE_ARGS=
 ENV
+if [ -n "$EDGE_ARGS_GIVEN" ]; then
+    printf '%s\n' "# robofleet edge options of this robot, one per line (written by install.sh)" > "$ETC/edge.args.new"
+    for arg in "$@"; do printf '%s\n' "$arg" >> "$ETC/edge.args.new"; done
+    mv "$ETC/edge.args.new" "$ETC/edge.args"
+fi
+[ -f "$ETC/edge.args" ] || printf '%s\n' "# robofleet edge options of this robot, one per line (written by install.sh)" > "$ETC/edge.args"
 [ -f "$ETC/edge.yaml" ] || printf '# robofleet settings of this robot computer (see docs/deploy.md)\nedge: {}\ncomms: {}\nhal: {}\n' > "$ETC/edge.yaml"
 if [ -n "$TOKEN_FILE" ]; then
     install -m 0600 -o robofleet -g robofleet "$TOKEN_FILE" "$ETC/enroll_token"
 fi
 chmod 0644 "$ETC/edge.yaml"
-chown root:robofleet "$ETC/edge.env" && chmod 0640 "$ETC/edge.env"
+chown root:robofleet "$ETC/edge.env" "$ETC/edge.args" && chmod 0640 "$ETC/edge.env" "$ETC/edge.args"
 
 install -d -m 0755 "$PREFIX/bin"
 install -m 0755 "$SOURCE/deploy/edge/robofleet-edge-run.sh" "$PREFIX/bin/robofleet-edge-run"

@@ -5,10 +5,16 @@ maps ``agent_pos`` to ``observation.state``, ``pixels`` (an image or a dict of i
 ``observation.images.<name>``, an ``(H, W, C)`` uint8 ``Box`` to an image, and any other
 vector key ``k`` to ``observation.<k>``. Actions must be a 1-D ``Box``; its finite bounds are the
 safety clip. Episode success is ``info['is_success']`` or ``info['success']``.
+
+An id's namespace names the package that registers it (``gym_hil`` of
+``gym_hil/PandaPickCubeBase-v0``); the driver imports that package before ``gymnasium.make``,
+which by itself imports only the ``module:`` of ``module:namespace/Name-vN``.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,12 +29,43 @@ def _is_image(space: Any) -> bool:
     return len(space.shape) == 3 and space.dtype == np.uint8 and space.shape[2] in (1, 3, 4)
 
 
+def import_env_namespace(env_id: str) -> None:
+    """Import the package named by ``env_id``'s namespace when no env of that namespace is
+    registered yet (``gym_hil`` for ``gym_hil/PandaPickCubeBase-v0``): such packages register
+    their envs when imported. Nothing happens for an id without a namespace, a ``module:`` id
+    (``gymnasium.make`` imports that module) or a namespace that is no importable package
+    (``gymnasium.make`` then names it as not found).
+
+    Raises:
+        ValueError: the namespace's package exists but fails to import (e.g. its simulator is
+            missing), naming both.
+        gymnasium.error.Error: ``env_id`` is malformed.
+    """
+    import gymnasium as gym
+    from gymnasium.envs.registration import parse_env_id
+
+    if ":" in env_id:
+        return
+    namespace, _name, _version = parse_env_id(env_id)
+    if namespace is None or not namespace.isidentifier():
+        return
+    if any(spec.namespace == namespace for spec in gym.registry.values()):
+        return
+    if importlib.util.find_spec(namespace) is None:
+        return
+    try:
+        importlib.import_module(namespace)
+    except ImportError as exc:
+        raise ValueError(f"importing {namespace!r}, the package of its namespace: {exc}") from None
+
+
 class GymnasiumDriver(RobotDriver):
     """Wrap ``gymnasium.make(env_id, **env_kwargs)``.
 
     Args:
         name: robot name.
-        env_id: registered Gymnasium id, e.g. ``Pendulum-v1`` or ``gym_hil/PandaPickCube-v0``.
+        env_id: Gymnasium id, e.g. ``Pendulum-v1`` or ``gym_hil/PandaPickCubeBase-v0`` (its
+            namespace's package is imported first, see the module doc).
         env_kwargs: keyword arguments of ``gymnasium.make``.
         robot_type: scheduling type (default: the env id, lower-cased, ``/`` -> ``-``).
         max_episode_steps: truncation limit (default: the env's registered TimeLimit).
@@ -36,7 +73,8 @@ class GymnasiumDriver(RobotDriver):
         seed: seed of the first reset without one (each further reset increments it).
 
     Raises:
-        ValueError: the id is unknown, or its action space is not a 1-D Box.
+        ValueError: the id is unknown, its namespace's package fails to import, or its action
+            space is not a 1-D Box.
     """
 
     def __init__(
@@ -56,8 +94,9 @@ class GymnasiumDriver(RobotDriver):
         self._env_id = env_id
         self._env_kwargs = dict(env_kwargs or {})
         try:
+            import_env_namespace(env_id)
             self._env: Any = gym.make(env_id, **self._env_kwargs)
-        except gym.error.Error as exc:
+        except (gym.error.Error, ValueError) as exc:
             raise ValueError(f"robot {name}: cannot make Gymnasium env {env_id!r}: {exc}") from None
         act = self._env.action_space
         if not isinstance(act, spaces.Box) or len(act.shape) != 1:

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("robofleet.app.commands.runs", "launch, list and stop runs"),
     "hal": ("robofleet.app.commands.hal", "robots and nodes: probe, list, node-command"),
+    "robots": (
+        "robofleet.app.commands.robots",
+        "enroll a robot: a one-time token and the `robofleet edge` command its computer runs",
+    ),
 }
 
 # Benchmarks: name -> module with ``main(argv) -> int``. A component measures itself; a

@@ -1,7 +1,9 @@
 """End to end in Debian's chromium (headless, driven by Playwright) against a real uvicorn:
-log in, enroll a simulated robot, launch an HG-DAgger run (after a field error), watch the
-success chart update as metrics arrive, stop and resume the run. Screenshots of every page go
-to test-artifacts/dashboard/."""
+log in, enroll a simulated robot (the page prints the `robofleet edge` command with its driver
+and operator), launch an HG-DAgger run (after a field error), watch the success chart update as
+metrics arrive (every axis named), see the robots join the run and the fleet say what each robot
+does, page through a long list of policy versions, stop and resume the run. Screenshots of every
+page go to test-artifacts/dashboard/."""
 
 from __future__ import annotations
 
@@ -13,9 +15,19 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from comms.enrollment import edge_command
 from robofleet.store.metrics import insert_metrics
-from robofleet.store.models import Event, Robot, RobotStatus, Run, RunState, utcnow
+from robofleet.store.models import (
+    Event,
+    PolicyVersion,
+    Robot,
+    RobotStatus,
+    Run,
+    RunState,
+    utcnow,
+)
 from tests.dashboard.conftest import PASSWORD, LiveServer
+from tests.dashboard.helpers import add_robot
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -53,6 +65,19 @@ def _shot(page: object, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # type: ignore[attr-defined]
 
 
+SAWYER_SPEC = {
+    "robot_type": "metaworld-sawyer",
+    "observation_features": {
+        "observation.state": {"dtype": "float32", "shape": [39]},
+        "observation.images.corner": {"dtype": "video", "shape": [64, 64, 3]},
+    },
+    "action_features": {"action": {"dtype": "float32", "shape": [4]}},
+    "control_hz": 80.0,
+    "cameras": [{"name": "corner", "height": 64, "width": 64, "channels": 3}],
+    "computer": {"driver": "metaworld", "operator": "scripted"},
+}
+
+
 def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignore[no-untyped-def]
     base, store = live_server.url, live_server.store
     requested: list[str] = []
@@ -76,17 +101,28 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     page.goto(f"{base}/enroll")
     page.fill("input[name=robot_name]", "sim-sawyer-1")
     page.fill("input[name=robot_type]", "metaworld-sawyer")
+    page.fill("input[name=tags]", "site=lab-a")
+    page.fill("input[name=driver]", "metaworld")
+    page.fill("textarea[name=driver_options]", 'task=reach-v3\ncameras=["corner"]')
+    page.fill("input[name=operator]", "scripted")
     page.click("#enroll-form button[type=submit]")
     page.wait_for_selector("#enroll-result", state="visible")
     command = page.inner_text("#enroll-command").strip()
     token = command.split("--token ")[1].split()[0]
-    assert command == (
-        f"robofleet edge --server 127.0.0.1:50051 --token {token} --robot sim-sawyer-1"
+    assert command == edge_command(
+        "127.0.0.1:50051",
+        token,
+        "sim-sawyer-1",
+        driver="metaworld",
+        driver_options={"task": "reach-v3", "cameras": ["corner"]},
+        operator="scripted",
     )
+    page.wait_for_selector("#tokens tbody tr:has-text('site=lab-a')")
     _shot(page, "02-enroll")
     robot, _credential = store.consume_enrollment_token(
-        token, robot_name="sim-sawyer-1", robot_type="metaworld-sawyer", spec={"fps": 80}
+        token, robot_name="sim-sawyer-1", robot_type="metaworld-sawyer", spec=SAWYER_SPEC
     )
+    assert robot.tags == {"site": "lab-a"}
     with store.session() as s:
         r = s.get(Robot, robot.id)
         assert r is not None
@@ -171,8 +207,59 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     buffer_chart = page.locator("#chart-buffer_steps")
     assert buffer_chart.get_attribute("data-points") == "6"
     assert buffer_chart.get_attribute("data-series") == "buffer_robot_steps buffer_offline_steps"
+    # every chart names both axes with their units
+    assert chart.get_attribute("data-x-axis") == "policy version"
+    assert chart.get_attribute("data-y-axis") == "success rate (0–1)"
+    assert page.locator("#chart-loss").get_attribute("data-x-axis") == "learner updates"
+    for canvas in page.locator("canvas[id^=chart-]").all():
+        assert canvas.get_attribute("data-x-axis") and canvas.get_attribute("data-y-axis")
+    page.select_option("#x-axis", "wall")
+    assert chart.get_attribute("data-x-axis") == "wall time (s since the run's first point)"
+    assert chart.get_attribute("data-points") == "6"
     time.sleep(0.2)  # let the canvas paint before the screenshot
     _shot(page, "05-run-live-charts")
+
+    # -- the robot joins the run: the run page lists it and its events, the fleet says so
+    with store.session() as s:
+        r = s.get(Robot, robot.id)
+        assert r is not None
+        r.stats = {"state": "running", "run_id": run_id, "control_loop_p99_ms": 6.1}
+    store.record_event("robot.assigned", run_id=run_id, robot="sim-sawyer-1")
+    store.record_event("robot.joined", run_id=run_id, robot="sim-sawyer-1")
+    refused = add_robot(store, "sim-sawyer-2")
+    with store.session() as s:
+        r = s.get(Robot, refused)
+        assert r is not None
+        r.stats = {"state": "refused", "run_id": run_id, "refused": "action: 7 != 4"}
+    store.record_event(
+        "robot.refused", run_id=run_id, robot="sim-sawyer-2", reason="action: 7 != 4"
+    )
+    page.reload()
+    joined = page.locator("#run-robot-table tbody tr", has_text="sim-sawyer-1")
+    joined.wait_for()
+    assert "assigned run " + run_id + " (running)" in joined.inner_text()
+    assert "metaworld · scripted" in joined.inner_text()
+    page.wait_for_selector("#robot-events tbody tr:has-text('robot.joined')")
+    refusal = page.locator("#robot-events tbody tr", has_text="robot.refused")
+    assert "sim-sawyer-2" in refusal.inner_text() and "action: 7 != 4" in refusal.inner_text()
+    assert "1–3 of 3" in page.inner_text("nav.pager[data-for=robot-events]")
+    _shot(page, "05b-run-robots")
+    page.goto(f"{base}/")
+    row = page.locator("#robots tbody tr", has_text="sim-sawyer-1")
+    row.wait_for()
+    text = row.inner_text()
+    assert f"assigned run {run_id} (running)" in text
+    assert "metaworld · scripted" in text and "state (39)" in text and "action (4)" in text
+    assert "cameras corner 64×64" in text and "80 Hz" in text
+    other = page.locator("#robots tbody tr", has_text="sim-sawyer-2").inner_text()
+    assert f"refused run {run_id}: action: 7 != 4" in other
+    _shot(page, "05c-fleet-states")
+    page.select_option("#fleet-filter select[name=state]", "refused")
+    page.click("#fleet-filter button[type=submit]")
+    page.wait_for_function("() => document.querySelectorAll('#robots tbody tr').length === 1")
+    assert "sim-sawyer-2" in page.inner_text("#robots tbody")
+    page.goto(f"{base}/runs/{run_id}")
+    page.wait_for_selector("#stream-status:has-text('connected')")
 
     # -- stop, then resume
     page.click("button[data-action=stop]")
@@ -184,9 +271,27 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     assert store.get_run(run_id).state == RunState.RESUMING  # type: ignore[union-attr]
     _shot(page, "07-run-resumed")
 
-    # -- the other pages render, and the audit log shows what happened
+    # -- the other pages render, and the audit log shows what happened; long lists come a
+    # page at a time (a 10-minute demo publishes thousands of policy versions)
+    with store.session() as s:
+        s.add_all(
+            PolicyVersion(run_id=run_id, version=v, learner_step=10 * v, sha256="ab" * 32)
+            for v in range(1, 121)
+        )
     page.goto(f"{base}/policies?run_id={run_id}")
-    page.wait_for_selector("#versions")
+    versions = "nav.pager[data-for=versions]"
+    page.wait_for_selector(f"{versions}:has-text('1–50 of 120')")
+    assert page.locator("#versions tbody tr").count() == 50
+    assert page.locator("#versions tbody tr").first.inner_text().split("\t")[1] == "120"
+    page.click(f"{versions} button:has-text('Older')")
+    page.wait_for_selector(f"{versions}:has-text('51–100 of 120')")
+    assert page.locator("#versions tbody tr").first.inner_text().split("\t")[1] == "70"
+    page.click(f"{versions} button:has-text('Newer')")
+    page.wait_for_selector(f"{versions}:has-text('1–50 of 120')")
+    page.fill("#policy-filter input[name=min_version]", "7")
+    page.fill("#policy-filter input[name=max_version]", "9")
+    page.click("#policy-filter button[type=submit]")
+    page.wait_for_selector(f"{versions}:has-text('1–3 of 3')")
     _shot(page, "08-policies")
     page.goto(f"{base}/audit?run_id={run_id}")
     page.wait_for_selector("#events tbody tr:has-text('run.stopped')")
@@ -204,7 +309,12 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     page.wait_for_url(f"{base}/login")
 
     with store.session() as s:
-        actors = set(s.scalars(select(Event.actor).where(Event.run_id == run_id)))
+        # (the robot.* events were written above, as the run driver would)
+        actors = set(
+            s.scalars(
+                select(Event.actor).where(Event.run_id == run_id, ~Event.kind.startswith("robot."))
+            )
+        )
     assert actors == {"user:admin"}
     assert not js_errors, js_errors
     assert requested and all(u.startswith(base) for u in requested), [

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from comms.enrollment import edge_command
 from robofleet.store.accounts import Role
 from robofleet.store.models import Event, Robot, RobotStatus, Run, utcnow
 from robofleet.store.store import MetadataStore
@@ -80,3 +81,131 @@ def test_sites(as_role: Client) -> None:
     assert admin.post("/api/sites", json={"name": "lab-a"}).status_code == 201
     assert admin.post("/api/sites", json={"name": "lab-a"}).status_code == 409
     assert [s["name"] for s in as_role(Role.VIEWER).get("/api/sites").json()] == ["lab-a"]
+
+
+def test_enroll_with_tags_driver_and_operator_shows_the_edge_command(
+    as_role: Client, store: MetadataStore
+) -> None:
+    """The Enroll endpoint and ``robofleet robots enroll`` print one command line
+    (comms.enrollment.edge_command): driver, its options and the operator, no run id."""
+    op = as_role(Role.OPERATOR)
+    options = {"env_id": "gym_hil/PandaPickCubeBase-v0", "env_kwargs": {"x": 1}}
+    body = {
+        "robot_name": "panda-1",
+        "robot_type": "gym-hil-panda",
+        "tags": {"site": "lab-a"},
+        "driver": "gymnasium",
+        "driver_options": options,
+        "operator": "keyboard",
+    }
+    r = op.post("/api/enrollment-tokens", json=body)
+    assert r.status_code == 201, r.text
+    token, command = r.json()["token"], r.json()["command"]
+    assert command == edge_command(
+        "127.0.0.1:50051",
+        token,
+        "panda-1",
+        driver="gymnasium",
+        driver_options=options,
+        operator="keyboard",
+    )
+    assert "--run" not in command
+    assert op.get("/api/enrollment-tokens").json()[0]["tags"] == {"site": "lab-a"}
+    robot, _ = store.consume_enrollment_token(token, robot_name="x", robot_type="x", spec={})
+    assert robot.tags == {"site": "lab-a"} and robot.robot_type == "gym-hil-panda"
+    for bad, loc in [
+        ({"driver_options": {"a=b": 1}}, ["body", "driver_options", "a=b", "[key]"]),
+        ({"tags": {"bad key": "v"}}, ["body", "tags", "bad key", "[key]"]),
+        ({"driver": "Meta World"}, ["body", "driver"]),
+        ({"operator": "--run"}, ["body", "operator"]),
+    ]:
+        r = op.post("/api/enrollment-tokens", json=bad)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == loc, (bad, r.text)
+
+
+SPEC = {
+    "robot_type": "gym-hil-panda",
+    "observation_features": {
+        "observation.state": {"dtype": "float32", "shape": [18], "names": None},
+        "observation.images.front": {"dtype": "video", "shape": [128, 128, 3], "names": None},
+    },
+    "action_features": {"action": {"dtype": "float32", "shape": [4], "names": None}},
+    "control_hz": 10.0,
+    "cameras": [{"name": "front", "height": 128, "width": 128, "channels": 3}],
+    "computer": {"driver": "gymnasium", "operator": "keyboard"},
+}
+
+
+def _robot(store: MetadataStore, name: str, status: RobotStatus, **fields: object) -> int:
+    rid = add_robot(store, name, status)
+    with store.session() as s:
+        robot = s.get(Robot, rid)
+        assert robot is not None
+        for key, value in fields.items():
+            setattr(robot, key, value)
+    return rid
+
+
+def test_fleet_shows_what_each_robot_does_and_is(as_role: Client, store: MetadataStore) -> None:
+    with store.session() as s:
+        s.add_all([Run(id="run-a", algorithm="hg-dagger"), Run(id="run-b", algorithm="sac")])
+    beat = {"last_heartbeat_at": utcnow()}
+    _robot(store, "a-idle", RobotStatus.IDLE, stats={"state": "idle", "run_id": "run-b"}, **beat)
+    acting = _robot(
+        store,
+        "b-acting",
+        RobotStatus.LEASED,
+        stats={"state": "paused", "run_id": "run-a"},
+        spec=SPEC,
+        **beat,
+    )
+    leased = _robot(store, "c-leased", RobotStatus.IDLE, stats={"state": "idle", "run_id": ""})
+    _robot(
+        store,
+        "d-refused",
+        RobotStatus.IDLE,
+        stats={"state": "refused", "run_id": "run-b", "refused": "action: 7 != 4"},
+    )
+    _robot(store, "e-offline", RobotStatus.OFFLINE, stats={"state": "running", "run_id": "run-a"})
+    _robot(store, "f-estop", RobotStatus.ESTOPPED, stats={"state": "estopped", "run_id": "run-a"})
+    _robot(store, "g-new", RobotStatus.ENROLLED, spec={"fps": 80})
+    store.lease_robots("run-a", [acting, leased])
+    viewer = as_role(Role.VIEWER)
+    rows = {r["name"]: r for r in viewer.get("/api/robots").json()}
+    got = {n: {k: v for k, v in r["activity"].items() if v is not None} for n, r in rows.items()}
+    assert got == {
+        "a-idle": {"state": "idle"},  # its last run is no longer its run
+        "b-acting": {"state": "assigned", "run_id": "run-a", "run_state": "paused"},
+        "c-leased": {"state": "leased", "run_id": "run-a"},
+        "d-refused": {"state": "refused", "run_id": "run-b", "reason": "action: 7 != 4"},
+        "e-offline": {"state": "offline"},
+        "f-estop": {"state": "estopped", "run_id": "run-a", "run_state": "estopped"},
+        "g-new": {"state": "enrolled"},
+    }
+    assert rows["b-acting"]["spec_summary"] == {
+        "observation": {"observation.state": [18], "observation.images.front": [128, 128, 3]},
+        "action": [4],
+        "cameras": [{"name": "front", "height": 128, "width": 128}],
+        "control_hz": 10.0,
+        "driver": "gymnasium",
+        "operator": "keyboard",
+    }
+    assert rows["g-new"]["spec_summary"] == {
+        "observation": {},
+        "action": None,
+        "cameras": [],
+        "control_hz": None,
+        "driver": None,
+        "operator": None,
+    }
+
+    def names(query: str) -> list[str]:
+        r = viewer.get(f"/api/robots?{query}")
+        assert r.status_code == 200, r.text
+        return [x["name"] for x in r.json()]
+
+    assert names("run_id=run-a") == ["b-acting", "c-leased", "f-estop"]
+    assert names("state=refused") == ["d-refused"]
+    assert names("state=assigned&run_id=run-b") == []
+    assert names("robot_type=other") == []
+    assert viewer.get("/api/robots?state=dancing").status_code == 422

@@ -88,3 +88,37 @@ def test_checkpoint_download_file_dir_missing_and_outside(
     assert r.status_code == 403 and b"not yours" not in r.content
     assert viewer.get("/api/checkpoints/12345/download").status_code == 404
     assert len(viewer.get("/api/checkpoints?run_id=run-a").json()) == 4
+
+
+def test_policy_versions_come_a_page_at_a_time_and_filter(
+    as_role: Client, store: MetadataStore
+) -> None:
+    """A 10-minute demo publishes thousands of versions: the API hands them out a page at a
+    time (a cursor, so versions published meanwhile do not shift the pages) with the total."""
+    with store.session() as s:
+        s.add_all([Run(id="run-a", algorithm="hg-dagger"), Run(id="run-b", algorithm="sac")])
+        s.flush()
+        s.add_all(
+            PolicyVersion(run_id="run-a", version=v, learner_step=v, sha256="ab" * 32)
+            for v in range(1, 2721)
+        )
+        s.add(PolicyVersion(run_id="run-b", version=1, learner_step=1, sha256="cd" * 32))
+    viewer = as_role(Role.VIEWER)
+    r = viewer.get("/api/policy-versions?run_id=run-a")
+    assert r.headers["x-total-count"] == "2720"
+    assert [v["version"] for v in r.json()] == list(range(2720, 2620, -1))  # 100, newest first
+    seen: list[int] = []
+    cursor = ""
+    while True:
+        page = viewer.get(f"/api/policy-versions?run_id=run-a&limit=1000{cursor}").json()
+        if not page:
+            break
+        seen += [v["version"] for v in page]
+        cursor = f"&before_id={page[-1]['id']}"
+    assert seen == list(range(2720, 0, -1))
+    r = viewer.get("/api/policy-versions?run_id=run-a&min_version=10&max_version=12")
+    assert [v["version"] for v in r.json()] == [12, 11, 10] and r.headers["x-total-count"] == "3"
+    r = viewer.get("/api/policy-versions?promoted=false&limit=1")
+    assert len(r.json()) == 1 and r.headers["x-total-count"] == "2721"
+    assert viewer.get("/api/policy-versions?promoted=true").json() == []
+    assert viewer.get("/api/policy-versions?limit=1001").status_code == 422

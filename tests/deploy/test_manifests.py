@@ -410,7 +410,9 @@ def test_systemd_unit_runs_the_installed_wrapper() -> None:
 
 
 def test_edge_wrapper_passes_the_token_only_from_its_file(tmp_path: Path) -> None:
-    """The ExecStart wrapper builds the `robofleet edge` command line (checked with a stub)."""
+    """The ExecStart wrapper builds the `robofleet edge` command line (checked with a stub):
+    no run id (the cloud assigns the robot to runs), the robot's options from edge.args one
+    per line (a JSON value with spaces stays one argument), the token only from its file."""
     wrapper = (DEPLOY / "edge" / "robofleet-edge-run.sh").read_text()
     stub = tmp_path / "robofleet"
     stub.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
@@ -418,22 +420,56 @@ def test_edge_wrapper_passes_the_token_only_from_its_file(tmp_path: Path) -> Non
     script = tmp_path / "run.sh"
     script.write_text(wrapper.replace("/opt/robofleet/venv/bin/robofleet", str(stub)))
     token = tmp_path / "enroll_token"
+    args = tmp_path / "edge.args"
     env = {
         "PATH": "/usr/bin:/bin",
         "ROBOFLEET_SERVER": "cloud:50051",
         "ROBOFLEET_ROBOT": "arm-7",
         "ROBOFLEET_ENROLL_TOKEN_FILE": str(token),
-        "ROBOFLEET_EDGE_ARGS": "--task reach-v3",
+        "ROBOFLEET_EDGE_ARGS_FILE": str(args),
+        "ROBOFLEET_EDGE_ARGS": "--max-steps 200",
     }
-    out = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == [
-        "edge", "--server", "cloud:50051", "--robot", "arm-7", "--run", "default",
-        "--task", "reach-v3",
+
+    def argv(extra: dict[str, str] | None = None) -> list[str]:
+        run = subprocess.run(
+            ["sh", str(script)], env={**env, **(extra or {})}, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.splitlines()
+
+    assert argv() == [
+        "edge", "--server", "cloud:50051", "--robot", "arm-7", "--max-steps", "200",
     ]  # fmt: skip
+    args.write_text(
+        "# written by install.sh\n--driver\nlerobot\n--driver-option\n"
+        'config={"port": "/dev/ttyACM0", "id": "arm 7"}\n\n--operator\ngamepad'
+    )
     token.write_text("one-time-T\n")
-    out = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split()[7:9] == ["--token", "one-time-T"]
+    assert argv() == [
+        "edge", "--server", "cloud:50051", "--robot", "arm-7", "--token", "one-time-T",
+        "--driver", "lerobot", "--driver-option", 'config={"port": "/dev/ttyACM0", "id": "arm 7"}',
+        "--operator", "gamepad", "--max-steps", "200",
+    ]  # fmt: skip
+    assert "--run" not in argv({"ROBOFLEET_RUN": "default"})  # an old edge.env's is ignored
     missing = subprocess.run(
         ["sh", str(script)], env={**env, "ROBOFLEET_ROBOT": ""}, capture_output=True, text=True
     )
     assert missing.returncode != 0 and "ROBOFLEET_ROBOT" in missing.stderr
+
+
+def test_edge_install_takes_no_run_id(tmp_path: Path) -> None:
+    """install.sh refuses a run id (before it needs root), as an option or after "--", and
+    writes the robot's own options to edge.args; neither the unit nor the wrapper names a run."""
+    install = DEPLOY / "edge" / "install.sh"
+    for extra in (["--run", "r1"], ["--", "--driver", "gymnasium", "--run", "r1"]):
+        out = subprocess.run(
+            ["sh", str(install), "--server", "cloud:50051", "--robot", "arm-7", *extra],
+            capture_output=True,
+            text=True,
+        )
+        assert out.returncode == 2 and "run" in out.stderr and "assign" in out.stderr, out.stderr
+    text = install.read_text()
+    assert "edge.args" in text and "ROBOFLEET_RUN" not in text
+    assert "--run" not in (DEPLOY / "systemd" / "robofleet-edge.service").read_text()
+    wrapper = (DEPLOY / "edge" / "robofleet-edge-run.sh").read_text()
+    assert 'set -- --server "$ROBOFLEET_SERVER" --robot "$ROBOFLEET_ROBOT"\n' in wrapper

@@ -34,8 +34,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from hal.drivers import DRIVER_KINDS
+
 if TYPE_CHECKING:
     from edge_agent.build import AgentOptions
+
+# The operator devices a robot computer can run with (edge_agent.operators.make_operator).
+OPERATORS = ("none", "scripted", "keyboard", "gamepad")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,9 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="stream to this one run (default: wait for the cloud to assign runs)",
     )
-    p.add_argument(
-        "--operator", default="scripted", choices=["none", "scripted", "keyboard", "gamepad"]
-    )
+    p.add_argument("--operator", default="scripted", choices=OPERATORS)
     p.add_argument("--episodes", type=int, default=None, help="stop after N episodes")
     p.add_argument("--max-steps", type=int, default=500, help="episode length")
     p.add_argument(
@@ -69,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--driver",
         default="metaworld",
-        choices=["metaworld", "gymnasium", "lerobot", "ros2"],
+        choices=sorted(DRIVER_KINDS),
         help="the robot's hal driver (default: a simulated Meta-World Sawyer)",
     )
     p.add_argument(
