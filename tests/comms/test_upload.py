@@ -162,37 +162,3 @@ def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> No
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         cloud.close()
-
-
-def test_two_streams_of_one_robot_store_each_row_once(cloud: Cloud) -> None:
-    """An old stream still draining (a reconnect via a relay or a slow link) and the new one
-    both started at durable -1 and both carry rows 0..4: the rows are stored once."""
-    import queue
-
-    from comms import steps as S
-    from comms.proto import robofleet_pb2 as pb
-
-    robot = cloud.robot("arm-1")
-    client = cloud.client(robot)
-    # Built first: the streams' idle timeout is 3 s and a first pyarrow call may import pandas.
-    data = S.encode_batch(steps(robot.robot_id, 0, 5))
-    feeds: list[queue.Queue[pb.StepBatch | None]] = [queue.Queue(), queue.Queue()]
-
-    def requests(q: queue.Queue[pb.StepBatch | None]):  # type: ignore[no-untyped-def]
-        while (m := q.get()) is not None:
-            yield m
-
-    calls = [client.experience.Upload(requests(q), metadata=client.metadata) for q in feeds]
-    try:
-        for q, call in zip(feeds, calls, strict=True):
-            q.put(pb.StepBatch(run_id=RUN))  # hello
-            assert next(call).durable_seq == -1
-        for q, call in zip(feeds, calls, strict=True):
-            q.put(pb.StepBatch(run_id=RUN, last_seq=4, arrow_ipc=data))
-            assert next(call).durable_seq == 4
-        assert cloud.sink.seqs(robot.robot_id) == list(range(5))
-    finally:
-        for q, call in zip(feeds, calls, strict=True):
-            q.put(None)
-            call.cancel()
-        client.close()

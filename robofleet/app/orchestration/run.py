@@ -492,7 +492,7 @@ class RunDriver:
     def _final_report(self) -> None:
         """The last version out, the last figures, the final evaluation, then the report with
         the acknowledged steps the buffer lost (``accounting``)."""
-        from robofleet.app.orchestration.accounting import acked_lost
+        from robofleet.app.orchestration.accounting import robot_accounts
         from robofleet.app.orchestration.report import write_report
 
         assert self.learning is not None and self.evaluations is not None
@@ -507,7 +507,7 @@ class RunDriver:
             self.run_id,
             self.spec,
             learner_restarts=self._learner_restarts(),
-            acked_lost=acked_lost(self.learning.buffer, self.run_dir / "robots"),
+            accounts=robot_accounts(self.learning.buffer, self.run_dir / "robots"),
             elapsed_s=self.clock.elapsed(),
             setup_s=self.progress.get("setup_s"),
         )
