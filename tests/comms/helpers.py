@@ -5,6 +5,7 @@ the suite's: tests.fakes.cloud, tests.fakes.settings)."""
 from __future__ import annotations
 
 import subprocess
+import textwrap
 from pathlib import Path
 
 import grpc
@@ -18,6 +19,33 @@ from tests.fakes.cloud import RUN
 BUFFER_SCHEMA = StepSchema.from_features(
     {"observation.state": {"dtype": "float32", "shape": (3,)}},
     {"action": {"dtype": "float32", "shape": (2,)}},
+)
+
+
+# A robot process that opens an Upload stream (hello acknowledged), prints "streaming" and then
+# holds the stream open without sending again: argv address, credential.
+HOLDING_CLIENT = textwrap.dedent(
+    """
+    import sys, time
+    from comms.client import EdgeClient, make_channel
+    from comms.config import CommsSettings
+    from comms.proto import robofleet_pb2 as pb
+    from comms.auth import credential_metadata
+
+    address, credential = sys.argv[1], sys.argv[2]
+    settings = CommsSettings(keepalive_time_s=60, keepalive_timeout_s=60)
+    ch = make_channel(address, settings)
+    stub = EdgeClient(ch, credential, settings).experience
+
+    def requests():
+        yield pb.StepBatch(run_id="run-1")
+        time.sleep(3600)  # hangs mid-stream, never sends another message
+
+    call = stub.Upload(requests(), metadata=credential_metadata(credential))
+    next(call)
+    print("streaming", flush=True)
+    time.sleep(3600)
+    """
 )
 
 

@@ -15,7 +15,6 @@ import queue
 import signal
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,7 +31,7 @@ from comms.proto import robofleet_pb2 as pb
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps, rpc_code, steps
+from tests.comms.helpers import BUFFER_SCHEMA, HOLDING_CLIENT, buffer_steps, rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
 
 Feed = queue.Queue[pb.StepBatch | None]
@@ -54,9 +53,10 @@ class _Stream:
         self.feed.put(pb.StepBatch(run_id=RUN))
         return int(next(self.call).durable_seq)
 
-    def send(self, batch: pa.RecordBatch) -> int:
-        last = int(batch.column("seq")[-1].as_py())
-        self.feed.put(pb.StepBatch(run_id=RUN, last_seq=last, arrow_ipc=S.encode_batch(batch)))
+    def send(self, msg: pb.StepBatch) -> int:
+        """Send one batch made by :func:`_message` (built before the stream opened: its idle
+        timeout is 3 s and a first pyarrow call may import pandas)."""
+        self.feed.put(msg)
         return int(next(self.call).durable_seq)
 
     def end(self) -> None:
@@ -67,6 +67,11 @@ class _Stream:
     def cancel(self) -> None:
         self.feed.put(None)
         self.call.cancel()
+
+
+def _message(batch: pa.RecordBatch) -> pb.StepBatch:
+    last = int(batch.column("seq")[-1].as_py())
+    return pb.StepBatch(run_id=RUN, last_seq=last, arrow_ipc=S.encode_batch(batch))
 
 
 # (cloud, batch maker (robot_id, first seq, n), stored seqs of a robot)
@@ -96,15 +101,18 @@ def test_a_step_below_the_watermark_never_stored_is_refused_by_name_not_acked(
         robot = cloud.robot("arm-1")
         client = cloud.client(robot)
         rid = robot.robot_id
+        first, high, resent, low = (
+            _message(batch(rid, a, n)) for a, n in ((0, 6), (1000, 3), (3, 3), (500, 1))
+        )
         stream = _Stream(client)
         try:
             assert stream.hello() == -1
-            assert stream.send(batch(rid, 0, 6)) == 5
-            assert stream.send(batch(rid, 1000, 3)) == 1002
-            assert stream.send(batch(rid, 3, 3)) == 1002  # a resend: acknowledged, stored once
+            assert stream.send(first) == 5
+            assert stream.send(high) == 1002
+            assert stream.send(resent) == 1002  # a resend: acknowledged, stored once
             with pytest.raises(grpc.RpcError) as err:
                 # Before: acknowledged with durable_seq 1002 and never stored.
-                stream.send(batch(rid, 500, 1))
+                stream.send(low)
             assert rpc_code(err.value) == grpc.StatusCode.INVALID_ARGUMENT
             details = err.value.details()  # type: ignore[attr-defined]
             assert "500" in details and "never stored" in details, details
@@ -122,6 +130,7 @@ def test_a_second_live_upload_stream_of_one_robot_is_refused_naming_the_robot(
     robot = cloud.robot("arm-1")
     other = cloud.robot("arm-2")
     clients = [cloud.client(robot), cloud.client(robot), cloud.client(other)]
+    msgs = [_message(steps(robot.robot_id, a, 5)) for a in (0, 5)]
     first, second, third = (_Stream(c) for c in clients)
     try:
         assert first.hello() == -1
@@ -130,12 +139,12 @@ def test_a_second_live_upload_stream_of_one_robot_is_refused_naming_the_robot(
         assert rpc_code(err.value) == grpc.StatusCode.ALREADY_EXISTS
         assert "robot arm-1 already has a live upload stream" in err.value.details()  # type: ignore[attr-defined]
         assert third.hello() == -1  # another robot is not affected
-        assert first.send(steps(robot.robot_id, 0, 5)) == 4  # the first keeps working
+        assert first.send(msgs[0]) == 4  # the first keeps working
         first.end()
         again = _Stream(clients[1])  # after the first ended, a new one is accepted
         assert again.hello() == 4
-        assert again.send(steps(robot.robot_id, 0, 5)) == 4  # a resend: stored once
-        assert again.send(steps(robot.robot_id, 5, 5)) == 9
+        assert again.send(msgs[0]) == 4  # a resend: stored once
+        assert again.send(msgs[1]) == 9
         assert cloud.sink.seqs(robot.robot_id) == list(range(10))
         again.cancel()
     finally:
@@ -145,35 +154,11 @@ def test_a_second_live_upload_stream_of_one_robot_is_refused_naming_the_robot(
             c.close()
 
 
-HOLDER = textwrap.dedent(
-    """
-    import sys, time
-    from comms.client import EdgeClient, make_channel
-    from comms.config import CommsSettings
-    from comms.proto import robofleet_pb2 as pb
-    from comms.auth import credential_metadata
-
-    address, credential = sys.argv[1], sys.argv[2]
-    settings = CommsSettings(keepalive_time_s=60, keepalive_timeout_s=60)
-    stub = EdgeClient(make_channel(address, settings), credential, settings).experience
-
-    def requests():
-        yield pb.StepBatch(run_id="run-1")
-        time.sleep(3600)  # holds the stream open, never sends another message
-
-    call = stub.Upload(requests(), metadata=credential_metadata(credential))
-    next(call)
-    print("streaming", flush=True)
-    time.sleep(3600)
-    """
-)
-
-
 @contextmanager
 def _holder(cloud: Cloud, credential: str) -> Iterator[subprocess.Popen[str]]:
     """A robot process with a live upload stream (its hello acknowledged)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, cloud.address, credential],
+        [sys.executable, "-c", HOLDING_CLIENT, cloud.address, credential],
         stdout=subprocess.PIPE,
         text=True,
         cwd=os.getcwd(),
@@ -213,8 +198,9 @@ def test_a_robot_whose_old_stream_died_reconnects(cloud: Cloud[MemorySink], deat
             os.kill(proc.pid, signal.SIGKILL if death == "killed" else signal.SIGSTOP)
             spool.put(steps(robot.robot_id, 0, 10))
             up = Uploader(client, RUN, spool)
-            # killed: at once; frozen: after keepalive (1 s + 1 s) or the idle timeout (3 s)
-            assert up.wait_durable(9, 3 if death == "killed" else 15), up.last_error
+            # killed: as the connection closes; frozen: by keepalive (1 s + 1 s) or the idle
+            # timeout (3 s)
+            assert up.wait_durable(9, 10 if death == "killed" else 20), up.last_error
         assert cloud.sink.seqs(robot.robot_id) == list(range(10))
     finally:
         if up is not None:

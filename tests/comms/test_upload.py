@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import grpc
@@ -16,7 +15,7 @@ import pytest
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import rpc_code, steps
+from tests.comms.helpers import HOLDING_CLIENT, rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.settings import fast_comms
 
@@ -107,38 +106,13 @@ def test_backpressure_pauses_and_loses_nothing(store: MetadataStore) -> None:
         cloud.close()
 
 
-FROZEN_CLIENT = textwrap.dedent(
-    """
-    import sys, time
-    from comms.client import EdgeClient, make_channel
-    from comms.config import CommsSettings
-    from comms.proto import robofleet_pb2 as pb
-    from comms.auth import credential_metadata
-
-    address, credential = sys.argv[1], sys.argv[2]
-    settings = CommsSettings(keepalive_time_s=60, keepalive_timeout_s=60)
-    ch = make_channel(address, settings)
-    stub = EdgeClient(ch, credential, settings).experience
-
-    def requests():
-        yield pb.StepBatch(run_id="run-1")
-        time.sleep(3600)  # hangs mid-stream, never sends another message
-
-    call = stub.Upload(requests(), metadata=credential_metadata(credential))
-    next(call)
-    print("streaming", flush=True)
-    time.sleep(3600)
-    """
-)
-
-
 def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> None:
     sink = MemorySink()
     cloud = Cloud(store, sink, fast_comms(max_concurrent_streams=1, stream_idle_timeout_s=2.0))
     frozen_robot = cloud.robot("arm-frozen")
     robot = cloud.robot("arm-new")
     proc = subprocess.Popen(
-        [sys.executable, "-c", FROZEN_CLIENT, cloud.address, frozen_robot.credential],
+        [sys.executable, "-c", HOLDING_CLIENT, cloud.address, frozen_robot.credential],
         stdout=subprocess.PIPE,
         text=True,
         cwd=os.getcwd(),
