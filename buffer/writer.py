@@ -161,17 +161,25 @@ class Writer:
         with st.lock:
             dup, bad = st.index.classify_seqs(robots, seqs)
             if bad >= 0:
-                last = st.index.last_seq(str(robots[bad]))
-                raise StepValidationError(
-                    f"record {bad} (robot_id={robots[bad]!r}, seq={int(seqs[bad])}): field "
-                    f"'seq' is out of order (robot's highest stored seq is {last}, and this "
-                    "seq was never stored)",
-                    record=bad,
-                    field="seq",
-                    robot_id=str(robots[bad]),
-                    seq=int(seqs[bad]),
-                )
+                raise self._out_of_order(robots, seqs, bad, bad)
         return batch if not dup.any() else batch.filter(pa.array(~dup))
+
+    def _out_of_order(
+        self, robots: np.ndarray, seqs: np.ndarray, bad: int, record: int | None
+    ) -> StepValidationError:
+        """The refusal of ``seqs[bad]``: at or below its robot's highest stored seq, never
+        stored (locked). ``record``: its row in the caller's batch, when known."""
+        last = self.state.index.last_seq(str(robots[bad]))
+        where = "a record" if record is None else f"record {record}"
+        return StepValidationError(
+            f"{where} (robot_id={robots[bad]!r}, seq={int(seqs[bad])}): field "
+            f"'seq' is out of order (robot's highest stored seq is {last}, and this "
+            "seq was never stored)",
+            record=record,
+            field="seq",
+            robot_id=str(robots[bad]),
+            seq=int(seqs[bad]),
+        )
 
     def _limit(self, claim: _Claim, timeout: float | None) -> None:
         """Pass the rate limiter with the new records (counted in ``claim.limited``)."""
@@ -187,8 +195,10 @@ class Writer:
                 ) from None
 
     def _claim_rows(self, claim: _Claim) -> None:
-        """Under the lock: re-check for rows a concurrent append stored meanwhile, then give
-        the new records their rows and the tail they go into."""
+        """Under the lock: re-check for rows a concurrent append stored meanwhile (a seq it
+        put out of order refuses the whole append, as in :meth:`_deduplicated`: nothing of it
+        is stored or acknowledged), then give the new records their rows and the tail they
+        go into."""
         st = self.state
         with st.lock:
             if st.closed:
@@ -197,12 +207,13 @@ class Writer:
                 raise self._refusal()
             if claim.new.num_rows:
                 new = claim.new
-                dup2, bad = st.index.classify_seqs(
-                    np.asarray(new.column("robot_id").to_numpy(zero_copy_only=False)),
-                    new.column("seq").to_numpy(),
-                )
-                if dup2.any() or bad >= 0:
-                    new = new.filter(pa.array(~dup2)) if bad < 0 else new.slice(0, 0)
+                robots = np.asarray(new.column("robot_id").to_numpy(zero_copy_only=False))
+                seqs = new.column("seq").to_numpy()
+                dup2, bad = st.index.classify_seqs(robots, seqs)
+                if bad >= 0:  # rows of ``new``, not of the caller's batch: no record number
+                    raise self._out_of_order(robots, seqs, bad, None)
+                if dup2.any():
+                    new = new.filter(pa.array(~dup2))
                     claim.new = new
                     claim.payload = _encode_ipc(new) if new.num_rows else b""
                     if self.rate_limiter is not None and claim.limited > new.num_rows:

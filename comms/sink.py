@@ -1,14 +1,19 @@
 """Where uploaded steps go: the :class:`StepSink` seam between transport and buffer.
 
 The cloud server hands each complete, validated step batch of one robot to a sink and
-acknowledges to the robot the highest ``seq`` the sink reports durable (fsynced). A sink that
-cannot take more right now raises :class:`Backpressure`; the robot keeps the batch in its spool
-and resends after ``retry_after_s``.
+acknowledges to the robot the highest ``seq`` the sink reports durable (fsynced). The sink owns
+de-duplication and order: it stores the rows it does not hold and refuses, naming the seq, a row
+at or below the robot's highest stored seq that it never stored (so an acknowledgement only ever
+covers rows the sink holds). A sink that cannot take more right now raises
+:class:`Backpressure`; the robot keeps the batch in its spool and resends after
+``retry_after_s``.
 """
 
 from __future__ import annotations
 
 import threading
+from array import array
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -39,7 +44,11 @@ class StepSink(Protocol):
     """Durable destination of one run's steps."""
 
     def append(self, robot_id: int, batch: pa.RecordBatch) -> int:
-        """Store ``batch`` (all rows of ``robot_id``, ``seq`` increasing, none already durable).
+        """Store the rows of ``batch`` (all of ``robot_id``, ``seq`` increasing) not stored yet.
+
+        A row whose seq the sink holds is a duplicate (a resend): not stored again. A robot's
+        seqs are stored in increasing order, so a row at or below its highest stored seq that
+        the sink never stored can never be: the batch is refused naming that seq.
 
         Returns:
             The highest ``seq`` of ``robot_id`` that is durable (fsynced) after this call.
@@ -47,7 +56,7 @@ class StepSink(Protocol):
         Raises:
             Backpressure: nothing was stored; retry later.
             SinkFull: its disk is full; nothing was stored; retry later.
-            SinkRejected: the batch is invalid; nothing was stored.
+            SinkRejected: the batch is invalid or a seq is out of order; nothing was stored.
         """
         ...
 
@@ -71,25 +80,30 @@ class MemorySink:
     def __init__(self, capacity_rows: int | None = None) -> None:
         self._lock = threading.Lock()
         self.batches: list[tuple[int, pa.RecordBatch]] = []
-        self._durable: dict[int, int] = {}
+        self._stored: dict[int, array[int]] = {}  # robot -> its stored seqs, ascending
         self._rows = 0
         self.capacity_rows = capacity_rows
         self.bytes = 0
 
     def append(self, robot_id: int, batch: pa.RecordBatch) -> int:
         with self._lock:
-            if self.capacity_rows is not None and self._rows + batch.num_rows > self.capacity_rows:
+            have = self._stored.setdefault(robot_id, array("q"))
+            seqs = batch.column("seq").to_pylist()
+            old = _known_prefix(robot_id, have, seqs)
+            new = batch.slice(old)
+            if self.capacity_rows is not None and self._rows + new.num_rows > self.capacity_rows:
                 raise Backpressure(f"memory sink full ({self._rows} rows)", retry_after_s=0.05)
-            self.batches.append((robot_id, batch))
-            self._rows += batch.num_rows
-            self.bytes += batch.nbytes
-            last = int(batch.column("seq")[-1].as_py()) if batch.num_rows else NO_SEQ
-            self._durable[robot_id] = max(self._durable.get(robot_id, NO_SEQ), last)
-            return self._durable[robot_id]
+            if new.num_rows:
+                self.batches.append((robot_id, new))
+                self._rows += new.num_rows
+                self.bytes += new.nbytes
+                have.extend(seqs[old:])
+            return have[-1] if have else NO_SEQ
 
     def durable_seq(self, robot_id: int) -> int:
         with self._lock:
-            return self._durable.get(robot_id, NO_SEQ)
+            have = self._stored.get(robot_id)
+            return have[-1] if have else NO_SEQ
 
     def drain(self) -> None:
         """Forget the row count used for backpressure (as if the learner consumed it)."""
@@ -104,3 +118,25 @@ class MemorySink:
                 if rid == robot_id:
                     out.extend(b.column("seq").to_pylist())
             return out
+
+
+def _known_prefix(robot_id: int, have: array[int], seqs: list[int]) -> int:
+    """How many leading ``seqs`` (increasing) are at or below the highest of ``have`` (the
+    robot's stored seqs, ascending); each of them must be stored already.
+
+    Raises:
+        SinkRejected: one of them was never stored (it is out of order).
+    """
+    last = have[-1] if have else NO_SEQ
+    n = 0
+    for s in seqs:
+        if s > last:
+            break
+        i = bisect_left(have, s)
+        if i == len(have) or have[i] != s:
+            raise SinkRejected(
+                f"seq {s} of robot {robot_id} is out of order: its highest stored seq is "
+                f"{last} and this seq was never stored"
+            )
+        n += 1
+    return n

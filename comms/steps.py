@@ -2,8 +2,9 @@
 
 The buffer owns the full step schema; the transport only needs ``robot_id`` (who produced the
 rows: the robot's id from enrollment, as the buffer's decimal string or as an integer; checked
-against the caller), ``seq`` (the robot's increasing step counter, used for acknowledgement and
-de-duplication) and, when present, ``run_id`` (checked against the stream's run).
+against the caller), ``seq`` (the robot's increasing step counter: the sink de-duplicates and
+orders by it, acks carry the highest durable one) and, when present, ``run_id`` (checked
+against the stream's run).
 """
 
 from __future__ import annotations
@@ -83,10 +84,3 @@ def decode_batch(
         if not pc.all(pc.equal(batch.column("run_id"), run_id)).as_py():
             raise ForeignRowsError(f"step batch holds rows of another run than {run_id!r}")
     return batch
-
-
-def drop_acknowledged(batch: pa.RecordBatch, durable_seq: int) -> pa.RecordBatch:
-    """The rows of ``batch`` with ``seq`` above ``durable_seq`` (resent rows are not stored twice)."""
-    if durable_seq < 0 or int(batch.column("seq")[0].as_py()) > durable_seq:
-        return batch
-    return batch.filter(pc.greater(batch.column("seq"), durable_seq))

@@ -177,6 +177,8 @@ class Uploader:
                 self.last_error = f"{code}: {exc.details() if hasattr(exc, 'details') else exc}"
                 if code in FATAL_CODES:
                     log.error("upload refused (%s); retrying slowly", self.last_error)
+                elif code == grpc.StatusCode.ALREADY_EXISTS:  # another stream of this robot
+                    log.warning("upload refused (%s); retrying", self.last_error)
                 else:
                     log.info("upload stream lost (%s); reconnecting", code)
             if self._stop.is_set():

@@ -179,6 +179,7 @@ class EdgeAgent:
             spool_bytes=float(spool.nbytes),
             spool_batches=float(len(spool)),
             dropped_steps=float(spool.dropped_steps),
+            seq_gaps=float(spool.gap_steps),
             invalid_steps=float(self.uplink.stats.invalid),
             acked_seq=float(spool.acked_seq),
             next_seq=float(spool.next_seq),

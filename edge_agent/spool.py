@@ -89,6 +89,8 @@ class Spool:
         self.acked_seq: int = state.get("acked_seq", -1)
         self.dropped_steps: int = state.get("dropped_steps", 0)
         self.dropped_batches: int = state.get("dropped_batches", 0)
+        # Dropped steps whose seqs were not given back (drop_oldest): gaps the cloud sees.
+        self.gap_steps: int = state.get("gap_steps", 0)
         self._entries: dict[int, SpoolEntry] = {}
         for p in self.batch_dir.iterdir():
             if p.suffix == ".tmp" or p.name.endswith(".arrow.tmp"):
@@ -123,6 +125,7 @@ class Spool:
             "acked_seq": self.acked_seq,
             "dropped_steps": self.dropped_steps,
             "dropped_batches": self.dropped_batches,
+            "gap_steps": self.gap_steps,
         }
         atomic_write_json(self.directory / _STATE, data)
 
@@ -211,6 +214,8 @@ class Spool:
     def _count_drop(self, first: int, last: int, reason: str, seq_released: bool = False) -> None:
         self.dropped_steps += last - first + 1
         self.dropped_batches += 1
+        if not seq_released:
+            self.gap_steps += last - first + 1
         line = {
             "first_seq": first,
             "last_seq": last,

@@ -5,6 +5,13 @@ asks and the server offers one, on the ZeroMQ data plane while the stream carrie
 Appends (Arrow parsing, the sink's fsync) run in worker threads so one slow robot never stalls
 the event loop. After a refusal (backpressure) later batches are refused until the client
 re-syncs, so nothing is stored out of order.
+
+One live Upload stream per robot: acks are a robot's highest durable seq, which speaks for
+every step of one producer sending in order; two streams of one robot (two agents with one
+credential) would each have the other's rows acknowledged as theirs. A second stream is
+refused (ALREADY_EXISTS, naming the robot) while the first lives; the claim goes when the
+first's call ends in any way (finished, cancelled, or dropped by keepalive or the idle timeout
+when its peer vanished), so a restarted robot computer gets in on its next retry.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+import pyarrow.compute as pc
 
 from comms import steps as S
 from comms.dataplane import DataPlaneServer
@@ -115,10 +123,33 @@ def _coalesce(acks: list[tuple[pb.UploadAck, bool]]) -> list[pb.UploadAck]:
     return out
 
 
+class _LiveStreams:
+    """Which robots have a live Upload stream (the module docstring says why only one)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owner: dict[int, object] = {}  # robot id -> the token of its live stream
+
+    def claim(self, robot_id: int) -> object | None:
+        """A token for a new stream of ``robot_id``; None while another one is live."""
+        with self._lock:
+            if robot_id in self._owner:
+                return None
+            token = self._owner[robot_id] = object()
+            return token
+
+    def release(self, robot_id: int, token: object) -> None:
+        """End the claim of ``token`` (idempotent; a newer stream's claim is kept)."""
+        with self._lock:
+            if self._owner.get(robot_id) is token:
+                del self._owner[robot_id]
+
+
 class ExperienceServicer(rpc.ExperienceServicer):
     def __init__(self, state: ServerState) -> None:
         self.s = state
         self.sink_full = SinkFullEvents(state.store)
+        self.live = _LiveStreams()
 
     @guarded
     async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
@@ -137,13 +168,27 @@ class ExperienceServicer(rpc.ExperienceServicer):
         if sink is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown run {run_id!r}")
         assert sink is not None
-        durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
-        up = _Upload(ident.robot_id, run_id, sink, s.robot_lock(run_id, ident.robot_id), durable)
-        with OpenStream(s):
-            if first.data_plane and s.dataplane is not None and not first.arrow_ipc:
-                await self._data_plane(context, up, s.dataplane)
-            else:
-                await self._stream(context, up, first)
+        token = self.live.claim(ident.robot_id)
+        if token is None:
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"robot {ident.name} already has a live upload stream; this one is refused "
+                "until that stream ends",
+            )
+        # Released by gRPC when the call terminates (done, cancelled, peer gone) and by the
+        # finally when this handler returns or raises, whichever comes first.
+        context.add_done_callback(lambda _ctx: self.live.release(ident.robot_id, token))
+        try:
+            durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
+            lock = s.robot_lock(run_id, ident.robot_id)
+            up = _Upload(ident.robot_id, run_id, sink, lock, durable)
+            with OpenStream(s):
+                if first.data_plane and s.dataplane is not None and not first.arrow_ipc:
+                    await self._data_plane(context, up, s.dataplane)
+                else:
+                    await self._stream(context, up, first)
+        finally:
+            self.live.release(ident.robot_id, token)
 
     async def _stream(
         self, context: grpc.aio.ServicerContext, up: _Upload, msg: pb.StepBatch
@@ -288,14 +333,15 @@ def _ingest(
     sink: StepSink | None,
     lock: threading.Lock,
 ) -> tuple[int, int]:
-    """Validate a step batch and append its new rows to ``sink`` (None: validate only).
+    """Validate a step batch and hand it to ``sink`` (None: validate only).
 
-    The rows already durable are dropped against the sink itself, under the robot's lock: a
-    robot whose old stream is still draining (a reconnect through a relay or a slow link) may
-    have two streams at once, and each stream's own view of ``durable`` would store rows twice.
+    Nothing is dropped here against a watermark: the sink stores the rows it does not hold and
+    refuses, naming the seq, one below the robot's highest stored seq that it never stored, so
+    an acknowledgement covers only rows the sink holds. Under the robot's lock the rows above
+    the sink's durable seq before the call are exactly the ones it stored.
 
     Returns:
-        (rows appended, durable seq afterwards).
+        (rows stored, durable seq afterwards).
 
     Raises:
         StepFormatError, ForeignRowsError, SinkRejected, Backpressure.
@@ -304,11 +350,10 @@ def _ingest(
     if sink is None:
         return 0, durable
     with lock:
-        durable = max(durable, sink.durable_seq(robot_id))
-        batch = S.drop_acknowledged(batch, durable)
-        if not batch.num_rows:
-            return 0, durable
-        return batch.num_rows, sink.append(robot_id, batch)
+        before = sink.durable_seq(robot_id)
+        after = sink.append(robot_id, batch)
+    stored = pc.sum(pc.greater(batch.column("seq"), before)).as_py() or 0
+    return int(stored), after
 
 
 async def _pump(context: grpc.aio.ServicerContext, inbox: asyncio.Queue[tuple[str, Any]]) -> None:

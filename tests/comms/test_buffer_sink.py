@@ -9,47 +9,19 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from buffer import ReplayBuffer, StepSchema
+from buffer import ReplayBuffer
 from comms.buffer_sink import BufferSink
 from comms.client import make_channel
 from comms.uploader import MemorySpool, Uploader
 from robofleet.store.store import MetadataStore
+from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps
 from tests.fakes.cloud import RUN, Cloud
-
-SCHEMA = StepSchema.from_features(
-    {"observation.state": {"dtype": "float32", "shape": (3,)}},
-    {"action": {"dtype": "float32", "shape": (2,)}},
-)
-
-
-def records(robot_id: int, first: int, n: int, run_id: str = RUN) -> pa.RecordBatch:
-    return SCHEMA.batch_from_records(
-        [
-            {
-                "seq": s,
-                "robot_id": str(robot_id),
-                "run_id": run_id,
-                "task": "reach-v3",
-                "episode_index": 0,
-                "frame_index": s,
-                "timestamp": s * 0.1,
-                "reward": 0.5,
-                "terminated": False,
-                "truncated": False,
-                "is_intervention": s % 2 == 0,
-                "policy_version": 3,
-                "observation.state": np.full(3, s, np.float32),
-                "action": np.full(2, -s, np.float32),
-            }
-            for s in range(first, first + n)
-        ]
-    )
 
 
 def test_upload_lands_in_the_buffer_and_survives_reopen(
     tmp_path: Path, store: MetadataStore
 ) -> None:
-    buf = ReplayBuffer.open(tmp_path / "buf", SCHEMA)
+    buf = ReplayBuffer.open(tmp_path / "buf", BUFFER_SCHEMA)
     cloud = Cloud(store, BufferSink(buf))
     robot = cloud.robot("arm-1")
     client = cloud.client(robot)
@@ -57,10 +29,10 @@ def test_upload_lands_in_the_buffer_and_survives_reopen(
     up = Uploader(client, RUN, spool)
     try:
         for i in range(5):
-            spool.put(records(robot.robot_id, i * 8, 8))
+            spool.put(buffer_steps(robot.robot_id, i * 8, 8))
         assert up.wait_durable(39, 20), up.last_error
         # A resent batch (the robot never saw its ack) is acknowledged, not stored twice.
-        assert BufferSink(buf).append(robot.robot_id, records(robot.robot_id, 32, 8)) == 39
+        assert BufferSink(buf).append(robot.robot_id, buffer_steps(robot.robot_id, 32, 8)) == 39
     finally:
         up.close()
         client.close()
@@ -78,7 +50,7 @@ def test_upload_lands_in_the_buffer_and_survives_reopen(
 
 
 def test_rows_the_buffer_refuses_get_invalid_argument(tmp_path: Path, store: MetadataStore) -> None:
-    buf = ReplayBuffer.open(tmp_path / "buf", SCHEMA)
+    buf = ReplayBuffer.open(tmp_path / "buf", BUFFER_SCHEMA)
     cloud = Cloud(store, BufferSink(buf))
     robot = cloud.robot("arm-1")
     from comms import steps as S

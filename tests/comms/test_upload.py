@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import grpc
@@ -16,7 +15,7 @@ import pytest
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import rpc_code, steps
+from tests.comms.helpers import HOLDING_CLIENT, rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.settings import fast_comms
 
@@ -107,38 +106,13 @@ def test_backpressure_pauses_and_loses_nothing(store: MetadataStore) -> None:
         cloud.close()
 
 
-FROZEN_CLIENT = textwrap.dedent(
-    """
-    import sys, time
-    from comms.client import EdgeClient, make_channel
-    from comms.config import CommsSettings
-    from comms.proto import robofleet_pb2 as pb
-    from comms.auth import credential_metadata
-
-    address, credential = sys.argv[1], sys.argv[2]
-    settings = CommsSettings(keepalive_time_s=60, keepalive_timeout_s=60)
-    ch = make_channel(address, settings)
-    stub = EdgeClient(ch, credential, settings).experience
-
-    def requests():
-        yield pb.StepBatch(run_id="run-1")
-        time.sleep(3600)  # hangs mid-stream, never sends another message
-
-    call = stub.Upload(requests(), metadata=credential_metadata(credential))
-    next(call)
-    print("streaming", flush=True)
-    time.sleep(3600)
-    """
-)
-
-
 def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> None:
     sink = MemorySink()
     cloud = Cloud(store, sink, fast_comms(max_concurrent_streams=1, stream_idle_timeout_s=2.0))
     frozen_robot = cloud.robot("arm-frozen")
     robot = cloud.robot("arm-new")
     proc = subprocess.Popen(
-        [sys.executable, "-c", FROZEN_CLIENT, cloud.address, frozen_robot.credential],
+        [sys.executable, "-c", HOLDING_CLIENT, cloud.address, frozen_robot.credential],
         stdout=subprocess.PIPE,
         text=True,
         cwd=os.getcwd(),
@@ -162,37 +136,3 @@ def test_frozen_client_is_dropped_and_its_slot_freed(store: MetadataStore) -> No
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         cloud.close()
-
-
-def test_two_streams_of_one_robot_store_each_row_once(cloud: Cloud) -> None:
-    """An old stream still draining (a reconnect via a relay or a slow link) and the new one
-    both started at durable -1 and both carry rows 0..4: the rows are stored once."""
-    import queue
-
-    from comms import steps as S
-    from comms.proto import robofleet_pb2 as pb
-
-    robot = cloud.robot("arm-1")
-    client = cloud.client(robot)
-    # Built first: the streams' idle timeout is 3 s and a first pyarrow call may import pandas.
-    data = S.encode_batch(steps(robot.robot_id, 0, 5))
-    feeds: list[queue.Queue[pb.StepBatch | None]] = [queue.Queue(), queue.Queue()]
-
-    def requests(q: queue.Queue[pb.StepBatch | None]):  # type: ignore[no-untyped-def]
-        while (m := q.get()) is not None:
-            yield m
-
-    calls = [client.experience.Upload(requests(q), metadata=client.metadata) for q in feeds]
-    try:
-        for q, call in zip(feeds, calls, strict=True):
-            q.put(pb.StepBatch(run_id=RUN))  # hello
-            assert next(call).durable_seq == -1
-        for q, call in zip(feeds, calls, strict=True):
-            q.put(pb.StepBatch(run_id=RUN, last_seq=4, arrow_ipc=data))
-            assert next(call).durable_seq == 4
-        assert cloud.sink.seqs(robot.robot_id) == list(range(5))
-    finally:
-        for q, call in zip(feeds, calls, strict=True):
-            q.put(None)
-            call.cancel()
-        client.close()

@@ -1,18 +1,28 @@
 """Did the buffer keep everything it acknowledged? Counted from both ends, after the run.
 
 Each robot's spool (``edge_agent.spool``) records the highest ``seq`` the cloud acknowledged
-(``state.json``: ``acked_seq``) and every range it dropped itself while offline and full
-(``dropped.jsonl``). Every other seq in ``[0, acked_seq]`` was acknowledged, so it must be in
-the run's buffer. :func:`reported_lost` counts those that are not from what each robot
-computer reported when it was released (``acked_seq`` and ``dropped_steps`` of its final
-report: the spools live on the robots); :func:`acked_lost` does the same from spool
-directories one can read (tests, a robot computer's own check).
+(``state.json``: ``acked_seq``) and every range it dropped itself while full
+(``dropped.jsonl``). Every seq in ``[0, acked_seq]`` was acknowledged to that spool except the
+dropped ones, so each must be backed by a row of that robot in the run's buffer; a dropped
+range whose seqs the spool gave back (``seq_released``: ``drop_newest``) was reused by the next
+steps, so those seqs count as acknowledged like any other.
+
+The counts are per robot (its id, the ``robot_id`` column), over every spool holding that
+robot's credential: one buffer row backs one acknowledgement, so when two spools (two agents
+with one credential) were both told a seq is stored, one of them lost its step.
+
+Spools live on the robot computers, so a run's report counts from what each computer sent
+when it was released (:func:`reported_accounts`: its final report's ``acked_seq`` and
+``seq_gaps``, the steps its spool dropped without giving their seqs back);
+:func:`robot_accounts` counts from spool directories one can read (a robot computer's own
+check, tests).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,69 +31,127 @@ import numpy as np
 from edge_agent.credential import read_credential
 
 
-def stored_mask(buffer: Any, robot_key: str, seqs: np.ndarray) -> np.ndarray:
-    """Which of ``seqs`` of robot ``robot_key`` the buffer holds durably (bool array)."""
-    result: np.ndarray = buffer.contains(robot_key, seqs)
-    return result
+@dataclass(frozen=True)
+class RobotAccount:
+    """One robot's steps at the end of a run.
+
+    Attributes:
+        spools: names (under the run's ``robots`` directory) of the spools with its credential.
+        acked: steps its spools say the cloud acknowledged (a seq acknowledged to two spools
+            counts twice).
+        lost: acknowledged steps with no buffer row to back them.
+        buffered: rows of this robot in the buffer (acknowledged or not).
+        dropped_on_robot: steps its spools dropped themselves while full (never acknowledged;
+            not the cloud's loss).
+    """
+
+    spools: list[str]
+    acked: int
+    lost: int
+    buffered: int
+    dropped_on_robot: int
 
 
-def robot_ledger(spool: Path) -> tuple[str, int, set[int]] | None:
-    """(robot key in the buffer, acked seq, dropped seqs) of one robot's spool, or None. A run's
+@dataclass(frozen=True)
+class _Ledger:
+    """What one spool says: its robot, the seqs acknowledged to it, the steps it dropped."""
+
+    name: str
+    robot_key: str
+    acked: np.ndarray  # int64, ascending
+    dropped_steps: int
+
+
+def _ledger(spool: Path) -> _Ledger | None:
+    """The ledger of one robot's spool directory, or None when it holds no robot yet. A run's
     spool on a robot computer (``<root>/runs/<run>``) has its credential in ``<root>``."""
     state = spool / "state.json"
-    cred = None
-    if state.exists():
-        cred = read_credential(spool)
-        if cred is None and spool.parent.name == "runs":
-            cred = read_credential(spool.parent.parent)
+    if not state.exists():
+        return None
+    cred = read_credential(spool)
+    name = spool.name
+    if cred is None and spool.parent.name == "runs":
+        cred, name = read_credential(spool.parent.parent), spool.parent.parent.name
     if cred is None:
         return None
-    acked = int(json.loads(state.read_text()).get("acked_seq", -1))
-    robot_key = str(cred.robot_id)
-    dropped: set[int] = set()
+    acked_seq = int(json.loads(state.read_text()).get("acked_seq", -1))
+    unsent: list[np.ndarray] = []  # seqs that never carried a sent step
+    dropped_steps = 0
     log = spool / "dropped.jsonl"
-    if log.exists():
-        for line in log.read_text().splitlines():
-            if line.strip():
-                d = json.loads(line)
-                dropped.update(range(int(d["first_seq"]), int(d["last_seq"]) + 1))
-    return robot_key, acked, dropped
-
-
-def reported_lost(buffer: Any, reports: Mapping[int, Mapping[str, float]]) -> int:
-    """Acknowledged steps missing from ``buffer``, from each robot's final report (robot id ->
-    ``EdgeAgent.report()``: ``acked_seq``, ``dropped_steps``)."""
-    lost = 0
-    for robot_id, report in sorted(reports.items()):
-        acked = int(report.get("acked_seq", -1))
-        if acked < 0:
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if not line.strip():
             continue
-        seqs = np.arange(acked + 1, dtype=np.int64)
-        stored = int(np.count_nonzero(stored_mask(buffer, str(robot_id), seqs)))
-        lost += max(0, acked + 1 - int(report.get("dropped_steps", 0)) - stored)
-    return lost
+        d = json.loads(line)
+        first, last = int(d["first_seq"]), int(d["last_seq"])
+        dropped_steps += last - first + 1
+        if not d.get("seq_released", False):
+            unsent.append(np.arange(first, last + 1, dtype=np.int64))
+    acked: np.ndarray = np.arange(acked_seq + 1, dtype=np.int64)
+    if unsent:
+        acked = acked[~np.isin(acked, np.concatenate(unsent))]
+    return _Ledger(name, str(cred.robot_id), acked, dropped_steps)
+
+
+def _ledgers(spools: Iterable[Path]) -> list[_Ledger]:
+    found = (_ledger(p) for p in sorted(spools) if p.is_dir())
+    return [x for x in found if x is not None]
+
+
+def robot_accounts(buffer: Any, spools: Iterable[Path]) -> dict[str, RobotAccount]:
+    """Per robot (its id as the buffer's ``robot_id`` string), over the spool directories
+    ``spools`` of the run: what was acknowledged, what of it the buffer cannot back, what it
+    holds.
+
+    Args:
+        buffer: the run's ``buffer.ReplayBuffer`` (``contains``, ``stored_seqs``).
+        spools: the run's spool directories (one or more per robot).
+    """
+    by_robot: dict[str, list[_Ledger]] = {}
+    for ledger in _ledgers(spools):
+        by_robot.setdefault(ledger.robot_key, []).append(ledger)
+    out: dict[str, RobotAccount] = {}
+    for key, ledgers in sorted(by_robot.items()):
+        seqs, times = np.unique(np.concatenate([x.acked for x in ledgers]), return_counts=True)
+        stored = np.asarray(buffer.contains(key, seqs), dtype=bool)
+        acked = int(times.sum())
+        out[key] = RobotAccount(
+            spools=[x.name for x in ledgers],
+            acked=acked,
+            lost=acked - int(np.count_nonzero(stored)),
+            buffered=len(buffer.stored_seqs(key)),
+            dropped_on_robot=sum(x.dropped_steps for x in ledgers),
+        )
+    return out
+
+
+def reported_accounts(
+    buffer: Any, reports: Mapping[str, Mapping[str, float]]
+) -> dict[str, RobotAccount]:
+    """Per robot (its id as the buffer's ``robot_id`` string), from each robot computer's
+    final report of the run (``EdgeAgent.report()``: ``acked_seq``, ``seq_gaps``,
+    ``dropped_steps``): every seq up to ``acked_seq`` but the gaps was acknowledged once."""
+    out: dict[str, RobotAccount] = {}
+    for key, report in sorted(reports.items()):
+        acked_seq = int(report.get("acked_seq", -1))
+        gaps = int(report.get("seq_gaps", 0))
+        seqs = np.arange(acked_seq + 1, dtype=np.int64)
+        stored = int(np.count_nonzero(np.asarray(buffer.contains(key, seqs), dtype=bool)))
+        acked = max(0, acked_seq + 1 - gaps)
+        out[key] = RobotAccount(
+            spools=["final report"],
+            acked=acked,
+            lost=max(0, acked - stored),
+            buffered=len(buffer.stored_seqs(key)),
+            dropped_on_robot=int(report.get("dropped_steps", 0)),
+        )
+    return out
 
 
 def acked_lost(buffer: Any, spools: Iterable[Path]) -> int:
     """Acknowledged steps (over the robot spool directories ``spools``) missing from ``buffer``."""
-    lost = 0
-    for spool in sorted(spools):
-        ledger = robot_ledger(spool)
-        if ledger is None:
-            continue
-        key, acked, dropped = ledger
-        if acked < 0:
-            continue
-        seqs = np.array([s for s in range(acked + 1) if s not in dropped], dtype=np.int64)
-        lost += int(np.count_nonzero(~stored_mask(buffer, key, seqs)))
-    return lost
+    return sum(a.lost for a in robot_accounts(buffer, spools).values())
 
 
 def acked_total(spools: Iterable[Path]) -> int:
     """How many steps the robot spools ``spools`` say the cloud acknowledged (all robots)."""
-    total = 0
-    for spool in spools:
-        ledger = robot_ledger(spool) if spool.is_dir() else None
-        if ledger is not None:
-            total += max(0, ledger[1] + 1 - len(ledger[2]))
-    return total
+    return sum(len(x.acked) for x in _ledgers(spools))

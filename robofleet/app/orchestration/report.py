@@ -1,16 +1,20 @@
 """The end-of-run report: ``report.json`` plus PNG plots in the run directory.
 
 Plots: success rate (mean over tasks and per task, from evaluation episodes) and the operator's
-intervention rate, each against wall time (minutes) and against robot-hours.
+intervention rate, each against wall time (minutes) and against robot-hours. ``acked_lost`` and
+each robot's counts (``robots``) come from :mod:`~robofleet.app.orchestration.accounting`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from comms.weight_file import latest_version
+from robofleet.app.orchestration.accounting import RobotAccount
 from robofleet.runspec import RunSpec
 
 
@@ -26,7 +30,7 @@ def write_report(
     spec: RunSpec,
     *,
     learner_restarts: int,
-    acked_lost: int,
+    accounts: Mapping[str, RobotAccount],
     elapsed_s: float,
     setup_s: float | None = None,
 ) -> dict[str, Any]:
@@ -35,7 +39,8 @@ def write_report(
     ``env_steps`` are the robots' transitions in the run's buffer, ``offline_steps`` its
     demonstration (offline) rows, apart. ``elapsed_s`` is the run's clock (from the moment the robots are up and the first policy
     version is out); ``setup_s`` the learner's start-up and BC warm start and the edge agents'
-    start-up before it (None when unknown, e.g. a resumed run).
+    start-up before it (None when unknown, e.g. a resumed run); ``accounts`` each robot's
+    acknowledged, lost and buffered steps (``accounting.robot_accounts``).
     """
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
@@ -49,7 +54,7 @@ def write_report(
         "offline_steps": int(last.get("offline_steps", 0)),
         "interventions": int(last.get("interventions", 0)),
         "versions_published": int(versions),
-        "acked_lost": acked_lost,
+        "acked_lost": sum(a.lost for a in accounts.values()),
         "learner_restarts": learner_restarts,
     }
     plots = _plots(run_dir, evals, progress, spec)
@@ -60,6 +65,7 @@ def write_report(
         "setup_s": setup_s,
         "initial_success_per_task": evals[0]["success"] if evals else {},
         "final_success_per_task": evals[-1]["success"] if evals else {},
+        "robots": {key: dataclasses.asdict(a) for key, a in accounts.items()},
         "evaluations": evals,
         "plots": plots,
         "spec": spec.model_dump(mode="json"),

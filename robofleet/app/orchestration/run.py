@@ -511,12 +511,13 @@ class RunDriver:
             )
         )
 
-    def _final_reports(self) -> dict[int, dict[str, float]]:
-        """Robot id -> the final report its computer sent when released."""
+    def _final_reports(self) -> dict[str, dict[str, float]]:
+        """Robot id (the buffer's ``robot_id``) -> the final report its computer sent when
+        released."""
         if self.agents is None:
             return {}
         ids = {name: rid for name, (rid, _a) in self.agents.robots.items()}
-        return {ids[name]: r for name, r in self.agents.reports.items() if name in ids}
+        return {str(ids[name]): r for name, r in self.agents.reports.items() if name in ids}
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -550,7 +551,7 @@ class RunDriver:
     def _final_report(self) -> None:
         """The last version out, the last figures, the final evaluation, then the report with
         the acknowledged steps the buffer lost (``accounting``)."""
-        from robofleet.app.orchestration.accounting import reported_lost
+        from robofleet.app.orchestration.accounting import reported_accounts
         from robofleet.app.orchestration.report import write_report
 
         assert self.learning is not None and self.evaluations is not None
@@ -565,7 +566,7 @@ class RunDriver:
             self.run_id,
             self.spec,
             learner_restarts=self._learner_restarts(),
-            acked_lost=reported_lost(self.learning.buffer, self._final_reports()),
+            accounts=reported_accounts(self.learning.buffer, self._final_reports()),
             elapsed_s=self.clock.elapsed(),
             setup_s=self.progress.get("setup_s"),
         )
