@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from sqlalchemy import func, select
@@ -19,9 +20,19 @@ VALID_SPEC: dict[str, Any] = {
 }
 
 
+@functools.cache
+def sawyer_spec() -> dict[str, Any]:
+    """What a simulated Meta-World Sawyer's robot computer enrolls with."""
+    from hal.drivers.metaworld import MetaWorldDriver, v3_tasks
+
+    spec = MetaWorldDriver("spec", tasks=v3_tasks()).spec.to_dict()
+    return {**spec, "computer": {"driver": "metaworld", "operator": "scripted"}}
+
+
 def add_robot(store: MetadataStore, name: str, status: RobotStatus = RobotStatus.IDLE) -> int:
+    """A Meta-World Sawyer in the fleet, as its robot computer enrolled it."""
     with store.session() as s:
-        r = Robot(name=name, robot_type="metaworld-sawyer", status=status)
+        r = Robot(name=name, robot_type="metaworld-sawyer", status=status, spec=sawyer_spec())
         s.add(r)
         s.flush()
         return r.id

@@ -1,4 +1,4 @@
-"""OpenAPI completeness, local-only assets, migration 0003, and `robofleet dashboard` itself."""
+"""OpenAPI completeness, local-only assets, the latest migrations, and `robofleet dashboard`."""
 
 from __future__ import annotations
 
@@ -52,20 +52,24 @@ def test_pages_load_only_local_assets(anon: TestClient) -> None:
         assert "http://" not in body and "https://" not in body, asset
 
 
-def test_migration_0003_matches_models_and_downgrades(tmp_path: Path) -> None:
+def test_latest_migrations_match_models_and_downgrade(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/m.db"
     upgrade(url)
-    assert current_revision(url) == "0003"
+    assert current_revision(url) == "0004"
     engine = make_engine(url)
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    command.downgrade(alembic_config(url), "0003")  # 0004: tokens give their tags to robots
+    with engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns("enrollment_tokens")}
+    assert "tags" not in columns and "robot_type" in columns
     command.downgrade(alembic_config(url), "0002")
     with engine.connect() as conn:
         tables = set(inspect(conn).get_table_names())
     assert not {"users", "api_tokens", "metrics"} & tables and "runs" in tables
     engine.dispose()
     upgrade(url)
-    assert current_revision(url) == "0003"
+    assert current_revision(url) == "0004"
 
 
 def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> None:

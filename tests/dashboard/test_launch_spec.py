@@ -75,7 +75,6 @@ def _orchestrated_app(settings: Settings, store: MetadataStore) -> TestClient:
         server=None,
         server_address="127.0.0.1:0",
         sinks={},
-        host=None,
         python=sys.executable,
     )
     manager = RunManager(ctx, settings.data_dir / "runs")

@@ -11,6 +11,7 @@ from robofleet.app.orchestration.manager import submit_run
 from robofleet.runspec import RunSpecError, parse_run_spec
 from robofleet.store.models import Lease, Robot, RobotStatus, Run
 from robofleet.store.store import upgrade
+from tests.dashboard.helpers import sawyer_spec
 from tests.fakes.cloud import cli, store_for
 from tests.orchestration.helpers import spec_file
 
@@ -27,6 +28,7 @@ def _fleet(data_dir: Path, n: int) -> None:
                     robot_type="metaworld-sawyer",
                     status=RobotStatus.IDLE,
                     tags={"simulated": "true"},
+                    spec=sawyer_spec(),
                 )
             )
     store.close()

@@ -62,17 +62,18 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
     errors.update(_unapplied_buffer_fields(spec))
     robots = _matching_robots(store, spec)
     demand = spec.robots
+    fleet = _fleet_errors(spec, plan, robots) if robots else {}
     if len(robots) < demand.minimum:
         what = ", ".join(
             [f"robot_type={demand.robot_type}"] * (demand.robot_type is not None)
             + [f"{k}={v}" for k, v in demand.tags.items()]
         )
-        errors["robots"] = (
+        too_few = (
             f"asks for at least {demand.minimum} robot(s) matching {what}; "
             f"the fleet has {len(robots)}"
         )
-    elif robots:
-        errors.update(_fleet_errors(spec, plan, robots))
+        fleet["robots"] = "; ".join(m for m in (too_few, fleet.get("robots")) if m)
+    errors.update(fleet)
     if spec.evaluation.on == "simulator":
         from hal.drivers.metaworld import v3_tasks
 
@@ -82,14 +83,22 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
                 f"the cloud's simulator evaluates Meta-World tasks only, not {foreign}; "
                 "use evaluation.on: robots (policy-only episodes on the run's robots)"
             )
-    if plan is not None and plan.params.demos_per_task:
+    # A spec refused for its knobs is still told about its tasks (the knob's default: 1).
+    asked = spec.hyperparameters.get("demos_per_task", 1)
+    demos = plan.params.demos_per_task if plan is not None else asked
+    if demos and not isinstance(demos, bool):
         from metaworld.policies import ENV_POLICY_MAP
 
         unknown = [t for t in spec.tasks if t not in ENV_POLICY_MAP]
         if unknown:
-            errors["hyperparameters.demos_per_task"] = (
-                f"the run's demonstrations are recorded by a scripted expert, and {unknown} "
-                "have none; set demos_per_task: 0"
+            errors["tasks"] = "; ".join(
+                m
+                for m in (
+                    errors.get("tasks"),
+                    f"no scripted expert records the run's demonstrations of {unknown} "
+                    "(hyperparameters.demos_per_task > 0; set it to 0 for none)",
+                )
+                if m
             )
     if errors:
         raise RunSpecError(errors)
