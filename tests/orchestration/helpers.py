@@ -14,6 +14,7 @@ from sqlalchemy import select
 from robofleet.store.models import Event, Lease, Run, RunState
 from robofleet.store.store import MetadataStore
 from tests.fakes import procs
+from tests.fakes.cloud import cli
 from tests.fakes.settings import FAST_RUN
 
 
@@ -48,6 +49,13 @@ def spec_file(
     }
     path.write_text(yaml.safe_dump(spec))
     return path
+
+
+def launch(data_dir: Path, spec: Path) -> str:
+    """``robofleet run launch SPEC`` beside the cloud on ``data_dir``; the new run's id."""
+    out = cli(data_dir, "run", "launch", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
 
 
 def run_state(store: MetadataStore, run_id: str) -> RunState:
