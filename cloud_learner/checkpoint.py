@@ -255,7 +255,8 @@ def tensor_mismatch(current: Mapping[str, Any], saved: Mapping[str, Any]) -> lis
             prefix = f"{key}."
         else:
             continue
-        theirs = {k: v for k, v in (theirs or {}).items() if isinstance(v, torch.Tensor)}
+        theirs = theirs if isinstance(theirs, Mapping) else {}
+        theirs = {k: v for k, v in theirs.items() if isinstance(v, torch.Tensor)}
         problems.extend(
             describe_mismatch(
                 mine, theirs, prefix=prefix, expected_as="this run", got_as="checkpoint"
