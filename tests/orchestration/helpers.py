@@ -8,9 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from sqlalchemy import select
 
+from buffer import ReplayBuffer
 from robofleet.store.models import Event, Lease, Run, RunState
 from robofleet.store.store import MetadataStore
 from tests.fakes import procs
@@ -94,3 +96,15 @@ def progress(store: MetadataStore, run_id: str) -> dict[str, Any]:
         return {}
     lines = [x for x in path.read_text().splitlines() if x.strip()]
     return json.loads(lines[-1]) if lines else {}
+
+
+def robot_step_versions(directory: Path) -> np.ndarray:
+    """The policy version of each robot step in a run's buffer (not the demonstrations'), read
+    from the run directory ``directory`` of a run that is not running."""
+    buf = ReplayBuffer.open(directory / "buffer", read_only=True)
+    try:
+        steps = buf.read_transitions(buf.select(), count=False)
+    finally:
+        buf.close()
+    robot = np.array([str(r) != "demo" for r in steps["robot_id"]], dtype=bool)
+    return np.asarray(steps["policy_version"][robot])

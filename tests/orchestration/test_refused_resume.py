@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from buffer import ReplayBuffer
 from robofleet.store.models import Run, RunState
 from robofleet.store.store import MetadataStore
 from tests.fakes.cloud import RobofleetCloud, cli, store_for
@@ -20,6 +18,7 @@ from tests.orchestration.helpers import (
     events,
     launch,
     progress,
+    robot_step_versions,
     run_dir,
     run_state,
     spec_file,
@@ -41,17 +40,6 @@ def _set_hidden_sizes(store: MetadataStore, run_id: str, sizes: list[int]) -> No
         run = s.get(Run, run_id)
         assert run is not None
         run.spec = {**run.spec, "policy": {**run.spec["policy"], "hidden_sizes": sizes}}
-
-
-def _robot_step_versions(directory: Path) -> np.ndarray:
-    """The policy version of each robot step in the run's buffer (not the demonstrations)."""
-    buf = ReplayBuffer.open(directory / "buffer", read_only=True)
-    try:
-        steps = buf.read_transitions(buf.select(), count=False)
-    finally:
-        buf.close()
-    robot = np.array([str(r) != "demo" for r in steps["robot_id"]])
-    return np.asarray(steps["policy_version"][robot])
 
 
 def test_a_resume_the_learner_refuses_ends_the_run_at_once_naming_tensor_and_key(
@@ -79,7 +67,7 @@ def test_a_resume_the_learner_refuses_ends_the_run_at_once_naming_tensor_and_key
             )
         }
         weights = json.loads((directory / "weights" / "latest.json").read_text())
-        acted = _robot_step_versions(directory)
+        acted = robot_step_versions(directory)
         assert len(acted) > 0 and acted.max() <= weights["version"]
         evals = _lines(directory / "evals.jsonl")
         live_before = len(events(store, run_id, "run.running"))
@@ -122,7 +110,7 @@ def test_a_resume_the_learner_refuses_ends_the_run_at_once_naming_tensor_and_key
         wait_until(lambda: run_state(store, run_id) == RunState.STOPPED, 120, cloud.fail_text)
         assert len(events(store, run_id, "learner.refused")) == 1
         assert not (directory / "learner.refused").exists()
-        now = _robot_step_versions(directory)
+        now = robot_step_versions(directory)
         old = weights["version"]
         assert (now > old).sum() > 0, "no robot step of the resumed learner's versions"
         assert (now <= old).sum() == len(acted), "a robot acted on the last attempt's version"
