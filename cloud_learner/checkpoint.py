@@ -3,8 +3,9 @@
 Layout of one checkpoint (``<run_dir>/checkpoints/step-<learner_step>/``)::
 
     tensors.safetensors   every tensor of the state (model, optimizers, RNG of torch)
-    state.json            the rest: counters, config, python/numpy RNG, sampler state,
-                          with {"__tensor__": name} where a tensor was
+    state.json            the rest: counters, config (and the run spec's fields it was made
+                          from), python/numpy RNG, sampler state, with {"__tensor__": name}
+                          where a tensor was
 
 Writing: a temp dir ``.tmp-step-*`` is filled, every file and the dir fsynced, renamed into
 place, the parent fsynced; then all but the last ``keep`` checkpoints are removed. A crash at
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from cloud_learner.policies.base import describe_mismatch
 from robofleet.durable import fsync_dir, fsync_tree
 
 CHECKPOINT_FORMAT = 1
@@ -46,7 +48,12 @@ class IncompatibleCheckpoint(CheckpointError):
 
 @dataclass
 class CheckpointState:
-    """Everything the learner needs to continue bit-exactly."""
+    """Everything the learner needs to continue bit-exactly.
+
+    ``spec``: the user's settings ``config`` was made from (a run spec's fields), so that a
+    resume refused for a config difference names the keys the user wrote; empty in
+    checkpoints written before it was kept.
+    """
 
     learner_step: int
     policy_version: int
@@ -55,6 +62,7 @@ class CheckpointState:
     sampler: dict[str, Any] = field(default_factory=dict)
     counters: dict[str, Any] = field(default_factory=dict)
     rng: dict[str, Any] = field(default_factory=dict)
+    spec: dict[str, Any] = field(default_factory=dict)
 
 
 # -- RNG -------------------------------------------------------------------------------------
@@ -166,6 +174,7 @@ class CheckpointManager:
             "learner_step": state.learner_step,
             "policy_version": state.policy_version,
             "config": state.config,
+            "spec": state.spec,
             "counters": _flatten(state.counters, "counters", tensors),
             "sampler": _flatten(state.sampler, "sampler", tensors),
             "rng": _flatten(state.rng, "rng", tensors),
@@ -205,6 +214,7 @@ class CheckpointManager:
             learner_step=int(doc["learner_step"]),
             policy_version=int(doc["policy_version"]),
             config=doc["config"],
+            spec=doc.get("spec", {}),
             counters=_unflatten(doc["counters"], tensors),
             sampler=_unflatten(doc["sampler"], tensors),
             rng=_unflatten(doc["rng"], tensors),
@@ -230,14 +240,69 @@ def config_mismatch(saved: Any, current: Any, path: str = "") -> list[str]:
     return []
 
 
-def check_compatible(
-    saved: Mapping[str, Any], current: Mapping[str, Any], fields: list[str]
-) -> None:
-    """Raise :class:`IncompatibleCheckpoint` naming every differing key under ``fields``."""
+def tensor_mismatch(current: Mapping[str, Any], saved: Mapping[str, Any]) -> list[str]:
+    """The tensors of an algorithm's state (``Algorithm.state_dict()``) that a checkpoint's
+    (``saved``) cannot fill, each named by its dotted path with both shapes, e.g.
+    ``policy.head.0.weight: this run shape (256, 39), checkpoint (64, 39)``, or as missing
+    from either side. Compared: the state's tensors and its modules' state dicts (mappings of
+    tensors only); not an optimizer's state, which a fresh optimizer does not have yet."""
     problems: list[str] = []
-    for name in fields:
-        problems.extend(config_mismatch(saved.get(name), current.get(name), name))
-    if problems:
-        raise IncompatibleCheckpoint(
-            "cannot resume: the config differs from the checkpoint's in " + "; ".join(problems)
+    for key in sorted(current):
+        mine, theirs = current[key], saved.get(key)
+        if isinstance(mine, torch.Tensor):
+            mine, theirs, prefix = {key: mine}, {key: theirs}, ""
+        elif _module_state(mine):
+            prefix = f"{key}."
+        else:
+            continue
+        theirs = theirs if isinstance(theirs, Mapping) else {}
+        theirs = {k: v for k, v in theirs.items() if isinstance(v, torch.Tensor)}
+        problems.extend(
+            describe_mismatch(
+                mine, theirs, prefix=prefix, expected_as="this run", got_as="checkpoint"
+            )
         )
+    return problems
+
+
+def _module_state(value: Any) -> bool:
+    return (
+        isinstance(value, Mapping)
+        and bool(value)
+        and all(isinstance(v, torch.Tensor) for v in value.values())
+    )
+
+
+def check_resumable(
+    path: Path,
+    saved: CheckpointState,
+    algorithm: Mapping[str, Any],
+    config: Mapping[str, Any],
+    spec: Mapping[str, Any] | None = None,
+) -> None:
+    """Refuse a checkpoint that does not fit this run: its tensors against ``algorithm`` (this
+    run's fresh ``Algorithm.state_dict()``), its config against ``config`` (every key of it).
+
+    Raises:
+        IncompatibleCheckpoint: naming each tensor that does not fit, with both shapes and
+            the settings behind it in brackets (the keys of ``spec`` that differ from the
+            checkpoint's spec, e.g. ``policy.hidden_sizes: checkpoint has [64, 64], this run
+            has [256, 256]``; the config's keys when either spec is missing), then every
+            config key that differs, with both values.
+    """
+    tensors = tensor_mismatch(algorithm, saved.algorithm)
+    differs: list[str] = []
+    for name in sorted(config):
+        differs.extend(config_mismatch(saved.config.get(name), config.get(name), name))
+    if not tensors and not differs:
+        return
+    behind = (config_mismatch(saved.spec, dict(spec)) if saved.spec and spec else []) or differs
+    parts = []
+    if tensors:
+        why = f" ({'; '.join(behind)})" if behind else ""
+        parts.append(
+            "its tensors do not fit this run's model: " + "; ".join(t + why for t in tensors)
+        )
+    if differs:
+        parts.append("the config differs from the checkpoint's in " + "; ".join(differs))
+    raise IncompatibleCheckpoint(f"cannot resume from checkpoint {path.name}: " + "; ".join(parts))

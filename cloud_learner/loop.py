@@ -23,7 +23,7 @@ from cloud_learner.checkpoint import (
     CheckpointState,
     RunDirHasCheckpoints,
     capture_rng,
-    check_compatible,
+    check_resumable,
     restore_rng,
 )
 from cloud_learner.config import LearnerSettings
@@ -45,7 +45,12 @@ PUBLISHED = "published.jsonl"
 
 
 class Learner:
-    """Owns the counters (learner step, policy version) around one :class:`Algorithm`."""
+    """Owns the counters (learner step, policy version) around one :class:`Algorithm`.
+
+    ``model_config``: what a checkpoint must agree with to be resumed; ``spec``: the user's
+    settings it was made from (a run spec's fields), kept with each checkpoint so that a
+    refused resume names the keys the user changed.
+    """
 
     def __init__(
         self,
@@ -56,6 +61,7 @@ class Learner:
         settings: LearnerSettings,
         model_config: Mapping[str, Any],
         hook: Hook | None = None,
+        spec: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.algorithm = algorithm
@@ -63,6 +69,7 @@ class Learner:
         self.publisher = publisher
         self.settings = settings
         self.model_config = dict(model_config)
+        self.spec = dict(spec or {})
         self.hook = hook
         self.checkpoints = CheckpointManager(self.run_dir, settings.keep_checkpoints)
         self.step = 0
@@ -78,8 +85,11 @@ class Learner:
 
         Raises:
             RunDirHasCheckpoints: checkpoints exist and ``resume`` is False.
-            IncompatibleCheckpoint: the checkpoint's model config differs (keys named).
-            ValueError: the checkpoint's tensors do not fit the model (keys/shapes named).
+            IncompatibleCheckpoint: the checkpoint's tensors do not fit the model or its
+                model config differs (each tensor named with both shapes and the keys
+                behind it; each key with both values), checked before anything is loaded.
+            ValueError: a part of the state that check does not compare (an optimizer's)
+                does not fit.
         """
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoints.sweep_temp()
@@ -98,7 +108,7 @@ class Learner:
             log.info("starting a fresh run in %s", self.run_dir)
             return False
         state = self.checkpoints.load(latest)
-        check_compatible(state.config, self.model_config, sorted(self.model_config))
+        check_resumable(latest, state, self.algorithm.state_dict(), self.model_config, self.spec)
         self.algorithm.load_state_dict(state.algorithm)
         self.source.load_sampler_state(state.sampler)
         restore_rng(state.rng)
@@ -222,6 +232,7 @@ class Learner:
                 policy_version=self.version,
                 algorithm=self.algorithm.state_dict(),
                 config=self.model_config,
+                spec=self.spec,
                 sampler=self.source.sampler_state(),
                 counters={"training_started": self.training_started},
                 rng=capture_rng(),

@@ -17,7 +17,10 @@ hands each new version to comms' distributor, so encoding and streaming never sl
 here. Published versions and checkpoints are recorded in the metadata store
 (``--database-url``). Signals: SIGTERM = final checkpoint and exit 0; SIGUSR1 = checkpoint at
 the next update boundary. The process also stops when its parent (the cloud) is gone.
-Exit codes: 0 stopped, 4 refused (no GPU where one was asked for, an incompatible checkpoint).
+Exit codes: 0 stopped, 4 refused (no GPU where one was asked for, a checkpoint the spec no
+longer fits): restarting cannot help, so the refusal is also written, durably, to
+``<run-dir>/learner.refused`` (:func:`read_refusal`) for the run driver to end the run with;
+each start removes the last one first.
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ from cloud_learner.run_plan import RunPlan
 from cloud_learner.sources import TransitionBatchSource
 from cloud_learner.warm_start import fit_state_normalization
 from comms.weight_file import WeightDirectory
+from robofleet.durable import atomic_write_text
 from robofleet.runspec import RunParams, parse_run_spec
 
 EXIT_REFUSED = 4
+REFUSAL = "learner.refused"  # in the run dir: why the last start was refused
 log = logging.getLogger("robofleet.learner")
 
 
@@ -61,10 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s learner %(message)s")
     torch.set_num_threads(1)
     lock_fd = _lock(args.run_dir)
+    (args.run_dir / REFUSAL).unlink(missing_ok=True)
     try:
         proc = RunLearner.open(args.run_dir, args.run_id, args.batches, args.database_url)
     except Refused as exc:
         print(f"learner: refused: {exc}", file=sys.stderr)
+        try:
+            atomic_write_text(args.run_dir / REFUSAL, f"{exc}\n")
+        except OSError as err:  # still refused: the run driver then points at the log
+            print(f"learner: could not write {REFUSAL}: {err}", file=sys.stderr)
         os.close(lock_fd)
         return EXIT_REFUSED
     flags = {"stop": False, "checkpoint": False}
@@ -88,6 +98,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         proc.close()
         os.close(lock_fd)
     return 0
+
+
+def read_refusal(run_dir: Path) -> str | None:
+    """Why the learner of ``run_dir`` refused its last start (exit code 4); None: it did not
+    (or its refusal could not be written)."""
+    try:
+        return (run_dir / REFUSAL).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -157,7 +176,14 @@ class RunLearner:
         )
         hook = metadata_hook(database_url, run_id) if database_url else None
         learner = Learner(
-            run_dir, algorithm, source, publisher, settings, model_config(settings), hook=hook
+            run_dir,
+            algorithm,
+            source,
+            publisher,
+            settings,
+            model_config(settings),
+            hook=hook,
+            spec=plan.model_spec(),
         )
         try:
             resumed = learner.start(resume=True)

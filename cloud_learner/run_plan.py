@@ -87,6 +87,19 @@ class RunPlan:
             }
         )
 
+    def model_spec(self) -> dict[str, Any]:
+        """The spec's fields the learner's model config (``cloud_learner.factory.model_config``
+        of :meth:`learner_settings`) is made from, under their spec keys: the learner keeps
+        them with each checkpoint, so a resume it refuses names the spec's key behind a
+        difference (``policy.hidden_sizes``, not the learner's ``policy.hidden``)."""
+        spec = self.spec
+        return {
+            "algorithm": spec.algorithm,
+            "tasks": list(spec.tasks),
+            "policy": spec.policy.model_dump(mode="json"),
+            "hyperparameters": dict(spec.hyperparameters),
+        }
+
     def batch_sampling(self) -> dict[str, Any]:
         """How the learner asks the run's buffer service for batches, with the reward scale
         it applies to them: ``{"kind": ..., "reward_scale": ...}``."""

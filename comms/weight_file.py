@@ -172,16 +172,22 @@ class WeightFileFeed:
     Call :meth:`poll` (the run driver does, once per loop turn) or let :meth:`start` poll on a
     thread. A file that is not valid safetensors is logged and skipped, never published.
 
+    Args:
+        after_version: versions up to this one are never read (e.g. a previous learner's,
+            when only those of the learner started now may reach the robots).
+
     Attributes:
         published: versions handed to the distributor; ``refused``: files skipped.
     """
 
-    def __init__(self, distributor: WeightDistributor, directory: Path) -> None:
+    def __init__(
+        self, distributor: WeightDistributor, directory: Path, after_version: int = 0
+    ) -> None:
         self.distributor = distributor
         self.directory = directory
         self.published = 0
         self.refused = 0
-        self.last_version = 0  # the newest version read (0: none yet)
+        self.last_version = after_version  # the newest version read (or skipped)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

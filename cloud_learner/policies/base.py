@@ -276,19 +276,26 @@ def load_weights_strict(module: nn.Module, weights: Mapping[str, torch.Tensor]) 
 
 
 def describe_mismatch(
-    expected: Mapping[str, torch.Tensor], got: Mapping[str, torch.Tensor]
+    expected: Mapping[str, torch.Tensor],
+    got: Mapping[str, torch.Tensor],
+    *,
+    prefix: str = "",
+    expected_as: str = "expected",
+    got_as: str = "got",
 ) -> list[str]:
-    """Human-readable differences between two tensor dicts (keys and shapes)."""
+    """Human-readable differences between two tensor dicts (keys and shapes): keys missing
+    from ``got``, keys it has beyond ``expected``, and ``<key>: expected shape (8, 16), got
+    (4, 16)`` for each shape that differs; every key written ``prefix + key``, the two sides
+    called ``expected_as`` and ``got_as``."""
     problems: list[str] = []
-    missing = sorted(set(expected) - set(got))
-    extra = sorted(set(got) - set(expected))
+    missing = sorted(prefix + k for k in set(expected) - set(got))
+    extra = sorted(prefix + k for k in set(got) - set(expected))
     if missing:
         problems.append(f"missing keys {missing}")
     if extra:
         problems.append(f"unexpected keys {extra}")
     for key in sorted(set(expected) & set(got)):
-        if tuple(expected[key].shape) != tuple(got[key].shape):
-            problems.append(
-                f"{key}: expected shape {tuple(expected[key].shape)}, got {tuple(got[key].shape)}"
-            )
+        want, have = tuple(expected[key].shape), tuple(got[key].shape)
+        if want != have:
+            problems.append(f"{prefix}{key}: {expected_as} shape {want}, {got_as} {have}")
     return problems

@@ -43,7 +43,9 @@ def _settings(algorithm: str, **kw: object) -> LearnerSettings:
     return LearnerSettings.model_validate(base)
 
 
-def _learner(run_dir: Path, settings: LearnerSettings) -> Learner:
+def _learner(
+    run_dir: Path, settings: LearnerSettings, spec: dict[str, object] | None = None
+) -> Learner:
     return Learner(
         run_dir,
         build_algorithm(settings, CPU),
@@ -51,6 +53,7 @@ def _learner(run_dir: Path, settings: LearnerSettings) -> Learner:
         InMemoryWeightPublisher(),
         settings,
         model_config(settings),
+        spec=spec,
     )
 
 
@@ -157,6 +160,40 @@ def test_incompatible_config_names_the_keys(tmp_path: Path) -> None:
     msg = str(err.value)
     assert "policy.hidden: checkpoint has 32, this run has 64" in msg
     assert "algorithm_config.lr" in msg
+
+
+@pytest.mark.parametrize("kept_spec", [True, False])
+def test_a_refused_resume_names_each_tensor_and_the_key_behind_it(
+    tmp_path: Path, kept_spec: bool
+) -> None:
+    def spec(hidden: int) -> dict[str, object] | None:
+        return {"policy": {"hidden_sizes": [hidden, hidden]}} if kept_spec else None
+
+    learner = _learner(tmp_path, _settings("hg_dagger", max_updates=10), spec(32))
+    learner.start(resume=True)
+    learner.run()
+    learner.close()
+    wider = {"state_dim": 5, "action_dim": 2, "hidden": 64, "num_tasks": 2}
+    with pytest.raises(IncompatibleCheckpoint) as err:
+        _learner(tmp_path, _settings("hg_dagger", policy=wider), spec(64)).start(resume=True)
+    msg = str(err.value)
+    # The spec's key when the checkpoint kept its spec, else the learner config's.
+    key = (
+        "policy.hidden_sizes: checkpoint has [32, 32], this run has [64, 64]"
+        if kept_spec
+        else "policy.hidden: checkpoint has 32, this run has 64"
+    )
+    assert msg.startswith("cannot resume from checkpoint step-0000000010: its tensors do not")
+    for tensor in (
+        "policy.head.0.weight: this run shape (64, 7), checkpoint (32, 7)",
+        "policy.head.2.weight: this run shape (64, 64), checkpoint (32, 32)",
+        "policy.head.4.weight: this run shape (2, 64), checkpoint (2, 32)",
+    ):
+        assert f"{tensor} ({key})" in msg, msg
+    assert "head.4.bias" not in msg and "optimizer" not in msg
+    assert msg.endswith(
+        "differs from the checkpoint's in policy.hidden: checkpoint has 32, this run has 64"
+    )
 
 
 def test_mismatching_tensors_are_named(tmp_path: Path) -> None:

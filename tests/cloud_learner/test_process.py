@@ -27,7 +27,7 @@ from buffer import InterventionSampler, ReplayBuffer, StepSchema
 from buffer.service import BatchServer
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.metrics import read_metrics
-from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device
+from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device, read_refusal
 from comms.weight_file import WeightDirectory
 from robofleet.store.models import Checkpoint, Event, PolicyVersion, Run
 from robofleet.store.store import MetadataStore, upgrade
@@ -171,12 +171,33 @@ def test_a_checkpoint_the_spec_no_longer_fits_is_refused(run: Run_) -> None:
     first = run.learner("--max-updates", "12")
     _, err = first.communicate(timeout=180)
     assert first.returncode == 0, err
+    versions = WeightDirectory(run.dir / "weights").latest_version()
     (run.dir / "spec.json").write_text(json.dumps(spec(hidden=64)))
     refused = run.learner()
     _, err = refused.communicate(timeout=120)
     assert refused.returncode == EXIT_REFUSED, err
     assert "learner: refused:" in err and "policy" in err
     assert CheckpointManager(run.dir).load().learner_step == 12  # nothing was overwritten
+    # Each tensor that no longer fits, with both shapes and the spec key behind it.
+    reason = read_refusal(run.dir)
+    assert reason is not None and reason in err
+    key = "policy.hidden_sizes: checkpoint has [32, 32], this run has [64, 64]"
+    for tensor in (
+        "policy.head.0.weight: this run shape (64, 39), checkpoint (32, 39)",
+        "policy.head.0.bias: this run shape (64,), checkpoint (32,)",
+        "policy.head.2.weight: this run shape (64, 64), checkpoint (32, 32)",
+        "policy.head.4.weight: this run shape (4, 64), checkpoint (4, 32)",
+    ):
+        assert f"{tensor} ({key})" in reason, reason
+    assert "policy.head.4.bias" not in reason  # (4,) either way
+    assert "policy.hidden: checkpoint has 32, this run has 64" in reason  # the learner's key
+    assert WeightDirectory(run.dir / "weights").latest_version() == versions  # none published
+    # The refusal is the last start's: a start that is not refused removes it.
+    (run.dir / "spec.json").write_text(json.dumps(spec()))
+    again = run.learner("--max-updates", "14")
+    _, err = again.communicate(timeout=180)
+    assert again.returncode == 0, err
+    assert read_refusal(run.dir) is None
 
 
 def test_a_spec_without_gpus_trains_on_the_cpu() -> None:

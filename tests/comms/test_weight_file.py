@@ -135,6 +135,20 @@ def test_feed_reads_a_directory_written_by_the_previous_writer(tmp_path: Path) -
         dist.close()
 
 
+def test_feed_skips_the_versions_before_its_learner(tmp_path: Path) -> None:
+    directory = WeightDirectory(tmp_path)
+    directory.publish(3, _state(3))  # the last attempt's
+    dist = WeightDistributor("run-1")
+    try:
+        feed = WeightFileFeed(dist, tmp_path, after_version=directory.latest_version())
+        assert feed.poll() is None and dist.latest() is None
+        directory.publish(4, _state(4))  # the new learner's first
+        got = feed.poll()
+        assert got is not None and got[0] == 4 and dist.last_version == 4
+    finally:
+        dist.close()
+
+
 def _version(dist: WeightDistributor) -> int:
     latest = dist.latest()
     return -1 if latest is None else latest.version

@@ -8,12 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from sqlalchemy import select
 
+from buffer import ReplayBuffer
 from robofleet.store.models import Event, Lease, Run, RunState
 from robofleet.store.store import MetadataStore
 from tests.fakes import procs
+from tests.fakes.cloud import cli
 from tests.fakes.settings import FAST_RUN
 
 
@@ -56,6 +59,13 @@ def run_spools(data_dir: Path, run_id: str) -> list[Path]:
     return sorted(data_dir.glob(f"robots/*/runs/{run_id}"))
 
 
+def launch(data_dir: Path, spec: Path) -> str:
+    """``robofleet run launch SPEC`` beside the cloud on ``data_dir``; the new run's id."""
+    out = cli(data_dir, "run", "launch", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
+
+
 def run_state(store: MetadataStore, run_id: str) -> RunState:
     run = store.get_run(run_id)
     assert run is not None
@@ -92,3 +102,15 @@ def progress(store: MetadataStore, run_id: str) -> dict[str, Any]:
         return {}
     lines = [x for x in path.read_text().splitlines() if x.strip()]
     return json.loads(lines[-1]) if lines else {}
+
+
+def robot_step_versions(directory: Path) -> np.ndarray:
+    """The policy version of each robot step in a run's buffer (not the demonstrations'), read
+    from the run directory ``directory`` of a run that is not running."""
+    buf = ReplayBuffer.open(directory / "buffer", read_only=True)
+    try:
+        steps = buf.read_transitions(buf.select(), count=False)
+    finally:
+        buf.close()
+    robot = np.array([str(r) != "demo" for r in steps["robot_id"]], dtype=bool)
+    return np.asarray(steps["policy_version"][robot])

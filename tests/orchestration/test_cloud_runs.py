@@ -16,6 +16,7 @@ from tests.fakes.cloud import RobofleetCloud, cli, store_for
 from tests.orchestration.helpers import (
     active_lease_robots,
     events,
+    launch,
     progress,
     run_dir,
     run_spools,
@@ -28,12 +29,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 LIVE = (RunState.RUNNING, RunState.DEGRADED)
 ENDED = (RunState.FINISHED, RunState.STOPPED)
-
-
-def _launch(data_dir: Path, spec: Path) -> str:
-    out = cli(data_dir, "run", "launch", str(spec), "--json")
-    assert out.returncode == 0, out.stderr
-    return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
 
 
 def _stop_and_report(
@@ -56,8 +51,8 @@ def test_two_runs_on_disjoint_robots_and_a_sigkilled_learner_resumes_by_itself(
     cloud = RobofleetCloud(tmp_path, sim_robots=2)
     store = store_for(tmp_path)
     try:
-        a = _launch(tmp_path, spec_file(tmp_path / "a.yaml", "a", 1))
-        b = _launch(tmp_path, spec_file(tmp_path / "b.yaml", "b", 1))
+        a = launch(tmp_path, spec_file(tmp_path / "a.yaml", "a", 1))
+        b = launch(tmp_path, spec_file(tmp_path / "b.yaml", "b", 1))
         wait_until(lambda: all(run_state(store, r) in LIVE for r in (a, b)), 150, cloud.fail_text)
         robots_a, robots_b = active_lease_robots(store, a), active_lease_robots(store, b)
         assert len(robots_a) == len(robots_b) == 1
@@ -97,7 +92,7 @@ def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) ->
     cloud = RobofleetCloud(tmp_path, sim_robots=1)
     store = store_for(tmp_path)
     try:
-        run_id = _launch(tmp_path, spec_file(tmp_path / "spec.yaml", "kill-cloud", 1))
+        run_id = launch(tmp_path, spec_file(tmp_path / "spec.yaml", "kill-cloud", 1))
         wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
         wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 40, 60, cloud.fail_text)
         killed = cloud.kill_tree()

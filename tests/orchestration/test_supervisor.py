@@ -1,4 +1,5 @@
-"""ProcessSupervisor with real child processes: restart with backoff, crash loop, clean stop."""
+"""ProcessSupervisor with real child processes: restart with backoff, crash loop, a child's
+refusal (never restarted), clean stop."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from robofleet.app.orchestration.supervisor import (
+    ChildRefused,
     CrashLoop,
     CrashWindow,
     ProcessSupervisor,
@@ -60,6 +62,28 @@ def test_crash_loop_gives_up_with_the_reason(tmp_path: Path) -> None:
             sup.poll()
             time.sleep(0.05)
     assert sup.restarts == FAST.max_restarts
+
+
+def test_a_final_exit_code_is_never_restarted(tmp_path: Path) -> None:
+    seen: list[str] = []
+    sup = ProcessSupervisor(
+        "refuser",
+        [sys.executable, "-c", "raise SystemExit(4)"],
+        tmp_path / "log",
+        FAST,
+        on_event=lambda kind, _data: seen.append(kind),
+        final_exit_codes=[4],
+    )
+    sup.start()
+    with pytest.raises(ChildRefused, match=r"refuser refused \(exit code 4\)") as err:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            sup.poll()
+            time.sleep(0.05)
+    assert err.value.code == 4
+    assert sup.restarts == 0 and seen == ["refuser.started", "refuser.died"]
+    time.sleep(FAST.max_s + 0.1)  # past any restart delay: it stays dead
+    assert sup.poll() == "exited" and sup.restarts == 0
 
 
 # A child that appends a byte to a file every 50 ms: the file's size is its progress.

@@ -6,7 +6,14 @@ comms' distributor.
 The learner is supervised for crashes and hangs: alive, but no batch taken and no update for
 ``orchestration.learner_hang_s`` (longer until the run's first version: start-up and the BC
 warm start). Progress is the batch server's request count (a learner waiting for data at its
-samples-per-insert rate still polls it) and the learner's reported step.
+samples-per-insert rate still polls it) and the learner's reported step. A learner that refuses
+the run (``cloud_learner.process.EXIT_REFUSED``: a checkpoint the spec no longer fits, a GPU
+the node lacks) is not restarted: :meth:`RunLearning.poll` raises :class:`LearnerRefused`
+with its refusal.
+
+Versions already in the run's ``weights/`` when the learner starts (the last attempt's) are not
+handed to comms again: the first version handed on is one this learner published, after it
+passed its start checks, so robots and the evaluator never run a policy of a refused start.
 """
 
 from __future__ import annotations
@@ -16,11 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from comms.weight_file import WeightFileFeed
+from cloud_learner.process import EXIT_REFUSED, read_refusal
+from comms.weight_file import WeightFileFeed, latest_version
 from hal.compat import RunFeatures
-from robofleet.app.orchestration.supervisor import ProcessSupervisor
+from robofleet.app.orchestration.supervisor import ChildRefused, ProcessSupervisor
 from robofleet.app.sim.fleet import DEMO_ROBOT, demonstration_records
 from robofleet.runspec import RunParams, RunSpec
+
+
+class LearnerRefused(RuntimeError):
+    """The run's learner refused to start it; ``str``: its refusal (the run ends with it)."""
 
 
 class RunLearning:
@@ -74,8 +86,12 @@ class RunLearning:
             run_dir / "learner.log",
             ctx.learner_restarts,
             on_event=lambda kind, data: on_event(kind, **data),
+            final_exit_codes=[EXIT_REFUSED],
         )
-        self._weights = WeightFileFeed(ctx.server.distributor(run_id), run_dir / "weights")
+        weights = run_dir / "weights"
+        self._weights = WeightFileFeed(
+            ctx.server.distributor(run_id), weights, after_version=latest_version(weights)
+        )
         self.version = 0  # the newest version handed to comms
         self.latest_bytes = b""  # its safetensors file
         try:
@@ -117,10 +133,22 @@ class RunLearning:
 
         Raises:
             CrashLoop: it crashed too often; the run ends as crashed.
+            LearnerRefused: it refused the run; the run ends as crashed, with the refusal.
         """
         self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
         self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
-        self.learner.poll()
+        try:
+            self.learner.poll()
+        except ChildRefused as exc:
+            reason = read_refusal(self.run_dir) or str(exc)
+            self.on_event("learner.refused", reason=reason)
+            raise LearnerRefused(f"learner refused: {reason}") from None
+
+    @property
+    def serves_an_earlier_version(self) -> bool:
+        """comms serves robots a version of an earlier attempt of the run (this cloud's
+        distributor kept it) and none of this learner's is out yet."""
+        return self.version == 0 and self._weights.distributor.last_version > 0
 
     def checkpoint(self) -> None:
         """Ask the learner for a checkpoint at its next update boundary."""

@@ -16,7 +16,8 @@ Life of a run (every state change is an event in the metadata store)::
                episodes
     -> stopping: robots are released (each finishes its episode and drains its spool, then
        goes idle for the next run), learner's final checkpoint, final
-       evaluation, report -> leases released -> finished / stopped (or crashed with a reason)
+       evaluation, report -> leases released -> finished / stopped (or crashed with a reason:
+       at once, with its refusal, when the learner refuses the run)
 
 Durable state of a run lives in its directory: ``spec.json``, ``buffer/`` (every acknowledged
 step), ``checkpoints/``, ``weights/``, ``evals.jsonl`` and
@@ -41,7 +42,7 @@ from robofleet.app.orchestration.assignments import RobotAssignments
 from robofleet.app.orchestration.clock import RunClock
 from robofleet.app.orchestration.evaluations import RunEvaluations
 from robofleet.app.orchestration.hold import RobotHold
-from robofleet.app.orchestration.learning import RunLearning
+from robofleet.app.orchestration.learning import LearnerRefused, RunLearning
 from robofleet.app.orchestration.progress import RunProgress
 from robofleet.app.orchestration.robot_evals import RobotEvaluations
 from robofleet.app.orchestration.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
@@ -187,7 +188,7 @@ class RunDriver:
             set_state(
                 store, self.run_id, self.final_state, self.stop_reason or "", **self._summary()
             )
-        except CrashLoop as exc:
+        except (CrashLoop, LearnerRefused) as exc:  # restarting cannot help (any more)
             log.error("run %s crashed: %s", self.run_id, exc)
             self._quiet_teardown()
             set_state(store, self.run_id, RunState.CRASHED, str(exc))
@@ -225,6 +226,10 @@ class RunDriver:
         self.figures.offline_rows = self.learning.demo_rows
         self.evaluations = self._evaluations()
         setup_t0 = time.monotonic()
+        if self.learning.serves_an_earlier_version:
+            # Robots would act on it at once: they start when this learner's first version
+            # (published once its start checks passed) is out, none if it refuses the run.
+            self._wait_first_version()
         self._start_agents()
         self._wait_first_version()
         # The run's clock (stop.minutes, wall_s of every evaluation) starts when the robots are
@@ -355,7 +360,7 @@ class RunDriver:
     def _wait_first_version(self, timeout_s: float = 300.0) -> None:
         assert self.learning is not None
         deadline = time.monotonic() + timeout_s
-        while not self.learning.publish_new_weights():
+        while not (self.learning.version or self.learning.publish_new_weights()):
             self._poll_learner()
             if not self._going():
                 return

@@ -7,7 +7,9 @@ exception, an OOM kill), waits (:class:`RestartPolicy`: doubling from ``initial_
 resumes from its own durable state (the learner from its last checkpoint). More than
 ``max_restarts`` crashes within ``window_s`` seconds is a crash loop (:class:`CrashWindow`):
 the supervisor stops trying and reports why (the run is then marked ``crashed`` with that
-reason). The run driver applies the same policy to its edge agents.
+reason). The run driver applies the same policy to its edge agents. A child that exits with one
+of its ``final_exit_codes`` (the learner's "refused": restarting cannot help) is left dead at
+once and :meth:`ProcessSupervisor.poll` raises :class:`ChildRefused`.
 
 A child can also hang: alive, but making no progress (deadlocked, stuck in I/O, stopped). The
 owner reports progress with :meth:`ProcessSupervisor.note_progress` (any value that changes
@@ -24,7 +26,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,14 @@ log = logging.getLogger(__name__)
 
 class CrashLoop(RuntimeError):
     """The child crashed ``max_restarts`` times within ``window_s``; ``str`` says how."""
+
+
+class ChildRefused(RuntimeError):
+    """The child exited with one of its final exit codes (``code``); it is not restarted."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,7 @@ class ProcessSupervisor:
         env: environment of the child (default: ours).
         hang_after_s: seconds without progress after which a running child counts as hung
             (None: never); the owner may change it at any time (e.g. longer during warm-up).
+        final_exit_codes: exit codes that mean restarting cannot help (the child refused).
     """
 
     def __init__(
@@ -101,6 +112,7 @@ class ProcessSupervisor:
         on_event: Callable[[str, dict[str, object]], None] | None = None,
         env: dict[str, str] | None = None,
         hang_after_s: float | None = None,
+        final_exit_codes: Collection[int] = (),
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -109,6 +121,7 @@ class ProcessSupervisor:
         self.on_event = on_event or (lambda _k, _d: None)
         self.env = env
         self.hang_after_s = hang_after_s
+        self.final_exit_codes = frozenset(final_exit_codes)
         self.hangs = 0
         self._killed_hung = False
         self._progress: Hashable = None
@@ -166,6 +179,7 @@ class ProcessSupervisor:
 
         Raises:
             CrashLoop: too many crashes in the window; the child is left dead.
+            ChildRefused: it exited with one of its ``final_exit_codes``; it is left dead.
         """
         if self.proc is None:
             return "exited"
@@ -187,6 +201,9 @@ class ProcessSupervisor:
                 f"{self.name}.died", {"how": how, "pid": self.proc.pid, "hung": self._killed_hung}
             )
             self._killed_hung = False
+            if code in self.final_exit_codes:
+                self._wanted = False
+                raise ChildRefused(f"{self.name} refused ({how}); see {self.log_path}", code)
             if self._crashes.looping:
                 self._wanted = False
                 raise CrashLoop(
