@@ -15,7 +15,8 @@ from comms.buffer_sink import BufferSink
 from comms.uploader import MemorySpool, Uploader
 from robofleet.store.models import Event
 from robofleet.store.store import MetadataStore
-from tests.comms.test_buffer_sink import SCHEMA, records
+from tests.comms.helpers import BUFFER_SCHEMA as SCHEMA
+from tests.comms.helpers import buffer_steps as records
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.disk import Disk
 from tests.fakes.procs import wait_until
