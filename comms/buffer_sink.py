@@ -1,8 +1,8 @@
 """The real :class:`~comms.sink.StepSink`: uploads go into a :class:`buffer.ReplayBuffer`.
 
 The buffer acknowledges after fdatasync and reports the highest durable ``seq`` per robot; its
-rate limiter's refusal becomes :class:`~comms.sink.Backpressure`, an invalid batch
-:class:`~comms.sink.SinkRejected`. Robots are keyed in the buffer by ``str(robot_id)``.
+rate limiter's refusal becomes :class:`~comms.sink.Backpressure`, an invalid batch or episode
+mark :class:`~comms.sink.SinkRejected`. Robots are keyed in the buffer by ``str(robot_id)``.
 """
 
 from __future__ import annotations
@@ -43,3 +43,9 @@ class BufferSink:
     def durable_seq(self, robot_id: int) -> int:
         last = self.buffer.index.last_seq(str(robot_id))
         return NO_SEQ if last is None else int(last)
+
+    def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
+        try:
+            return self.buffer.mark_episode(str(robot_id), run_id, episode_index, kind)
+        except ValueError as exc:
+            raise SinkRejected(str(exc)) from None

@@ -39,11 +39,13 @@ CONTROL_KINDS = {
     "resume": pb.ControlCommand.RESUME,
     "lease_changed": pb.ControlCommand.LEASE_CHANGED,
     "clear_estop": pb.ControlCommand.CLEAR_ESTOP,
+    "rerecord": pb.ControlCommand.RERECORD,
+    "discard": pb.ControlCommand.DISCARD,
 }
 
 
 class CloudServer:
-    """Enrollment, Experience, Weights, Heartbeat, Control and Act services.
+    """Enrollment, Experience, Episodes, Weights, Heartbeat, Control and Act services.
 
     Args:
         settings: the ``comms`` settings (bind host, port, TLS files, timeouts, bandwidth cap).
@@ -155,7 +157,8 @@ class CloudServer:
         """Queue a command on the robot's Control stream; returns False when it is not connected.
 
         Raises:
-            ValueError: ``kind`` is not one of estop, pause, resume, lease_changed, clear_estop.
+            ValueError: ``kind`` is not one of :data:`CONTROL_KINDS` (estop, pause, resume,
+                lease_changed, clear_estop, rerecord, discard).
         """
         if kind not in CONTROL_KINDS:
             raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")

@@ -5,6 +5,7 @@ module                 service
 =====================  ===============================================================
 ``enrollment``         Enrollment: a one-time token for a robot id and credential
 ``experience``         Experience: step batches in (gRPC or the data plane), acks out
+``episodes``           Episodes: a robot's marks on its episodes (discard, rerecord)
 ``weights``            Weights: policy versions streamed latest-only; Fetch repairs
 ``heartbeat``          Heartbeat: state, applied policy version, loop stats
 ``control``            Control: commands pushed to a robot (e-stop, pause, ...)
@@ -28,6 +29,7 @@ from comms.services.act import ActServicer
 from comms.services.common import ServerState
 from comms.services.control import ControlServicer
 from comms.services.enrollment import EnrollmentServicer
+from comms.services.episodes import EpisodesServicer
 from comms.services.experience import ExperienceServicer
 from comms.services.heartbeat import HeartbeatServicer
 from comms.services.weights import WeightsServicer, add_weights_servicer
@@ -37,6 +39,7 @@ def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
     """Register every service of the cloud server on ``server``."""
     rpc.add_EnrollmentServicer_to_server(EnrollmentServicer(state), server)
     rpc.add_ExperienceServicer_to_server(ExperienceServicer(state), server)
+    rpc.add_EpisodesServicer_to_server(EpisodesServicer(state), server)
     add_weights_servicer(server, WeightsServicer(state))
     rpc.add_HeartbeatServicer_to_server(HeartbeatServicer(state), server)
     rpc.add_ControlServicer_to_server(ControlServicer(state), server)
