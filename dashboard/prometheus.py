@@ -32,6 +32,10 @@ RUN_GAUGES: dict[str, tuple[str, str]] = {
     "learner_updates_per_s": ("robofleet_learner_updates_per_second", "Gradient updates per s."),
     "loss": ("robofleet_learner_loss", "Training loss of the algorithm."),
     "buffer_size": ("robofleet_buffer_transitions", "Transitions held by the buffer."),
+    "discarded_episodes": (
+        "robofleet_run_discarded_episodes",
+        "Episodes operators discarded or rerecorded (never trained on).",
+    ),
     "cache_hit_rate": ("robofleet_buffer_cache_hit_ratio", "Buffer hot-cache hit ratio (0-1)."),
     "policy_version": ("robofleet_robot_policy_version", "Policy version applied on a robot."),
 }

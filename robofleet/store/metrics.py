@@ -15,6 +15,7 @@ name                     labels     meaning (unit)
 ``learner_updates_per_s``           gradient updates per second
 ``loss``                            the algorithm's training loss
 ``buffer_size``                     transitions held by the buffer
+``discarded_episodes``              episodes operators discarded or rerecorded (never trained on)
 ``cache_hit_rate``                  buffer hot-cache hit ratio (0-1)
 ``policy_version``       robot      policy version applied on a robot
 =======================  =========  ===============================================
@@ -41,6 +42,7 @@ METRIC_NAMES = (
     "learner_updates_per_s",
     "loss",
     "buffer_size",
+    "discarded_episodes",
     "cache_hit_rate",
     "policy_version",
 )

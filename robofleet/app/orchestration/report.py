@@ -46,6 +46,7 @@ def write_report(
         "minutes": round(elapsed_s / 60, 3),
         "env_steps": int(last.get("env_steps", 0)),
         "interventions": int(last.get("interventions", 0)),
+        "discarded_episodes": int(last.get("discarded_episodes", 0)),
         "versions_published": int(versions),
         "acked_lost": acked_lost,
         "learner_restarts": learner_restarts,
