@@ -34,6 +34,12 @@ The whole public API::
     # DiskFullError (nothing of the batch stored; retry): appends are taken again by
     # themselves once space is back, no reopen needed.
 
+    # An operator's verdict (edge -> comms): the episode is never trained on, durably.
+    buf.mark_episode("robot-3", "run-1", episode_index=7, kind="rerecord")  # or "discard"
+    # Its rows (stored before or after) are never eligible: no sampler returns them, len,
+    # select and export leave them out. An episode whose robot went on to another without a
+    # done step (its agent was killed) is closed as truncated at its last transition.
+
     # Backpressure (uplink): with a rate limiter, buf.can_accept(n) says whether an insert of
     # n would go through now; append(batch, timeout=0.5) raises BackpressureError (with
     # .retry_after_s) instead of blocking longer.
@@ -66,7 +72,7 @@ The whole public API::
     # LeRobot interchange: export_lerobot(buf, root, repo_id, fps) / import_lerobot(root, dir)
 
     buf.stats()   # size_transitions, bytes_on_disk, bytes_in_cache, cache_hit_rate,
-                  # prefetch_lag_s, ack_latency_p50_s/p99_s, ...
+                  # prefetch_lag_s, ack_latency_p50_s/p99_s, discarded_episodes, ...
     buf.close()
 
 On-disk format: version ``buffer.format.FORMAT_VERSION`` (2). WAL files start with the
@@ -97,6 +103,7 @@ Where things are (``ReplayBuffer`` owns the parts, Reverb's table shape)::
     recovery       open: finish seals, map segments, replay the WAL's contiguous prefix
     reading        transitions, sequences, the one merge of sampled parts
     lookups        per-robot durable seqs;  prefetch: the cold -> hot promotion thread
+    marks          episode marks (discard, rerecord), kept beside the rows
     view           what samplers see (SamplingView, Source);  samplers: which rows
     rate_limiter   samples per insert;  service: BatchServer / RemoteBuffer
     schema, wal, sealed, segments, storage, index, format: the step schema and the files

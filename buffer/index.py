@@ -4,7 +4,19 @@ It holds what samplers and filters need without touching payload (observations, 
 scalar columns, dictionary codes for robot/run/task, episode links (``next_row``/``prev_row``
 to a step's true successor/predecessor in the same episode) and per-robot ``seq`` lists for
 de-duplication. Nothing here is persisted: :meth:`RowIndex.add` over the segments and the WAL
-rebuilds it on open.
+rebuilds it on open, and the buffer's episode marks (``buffer.marks``) are applied again.
+
+Two rules change flags the stored rows do not carry:
+
+* **Discarded episodes** (an operator's rerecord or discard, :meth:`RowIndex.discard`): every
+  row of the episode, stored before or after the mark, is ``discarded`` and never
+  ``eligible``, so no sampler, selection or count sees it.
+* **Interrupted episodes**: a robot's rows arrive in seq order, so when a robot's row of
+  another episode is indexed while its previous episode has no done step, that episode was
+  interrupted (its agent was killed, or crashed) and no more of it will come. It is closed as
+  truncated at its last transition: the step before its last stored one, whose successor (the
+  last stored step) supplies its next observation. The last stored step, whose outcome was
+  never observed, stays no transition.
 
 Row ids are global: row ``r`` is the r-th step ever stored in the directory. Arrays are indexed
 by ``r - base`` where ``base`` is the first row still on disk when the index was built.
@@ -34,8 +46,12 @@ _COLUMNS: dict[str, Any] = {
     "next_row": np.int64,
     "prev_row": np.int64,
     "eligible": np.bool_,
+    "discarded": np.bool_,
     "row_bytes": np.int64,
 }
+
+# (run_id, robot_id, episode_index) of an episode, by name.
+EpisodeKey = tuple[str, str, int]
 
 
 class _Vocab:
@@ -101,7 +117,11 @@ class RowIndex:
         self.robot_seqs: dict[int, _RobotSeqs] = {}
         # (run, robot, episode) -> (row, frame_index) of the latest step of an open episode.
         self._open: dict[tuple[int, int, int], tuple[int, int]] = {}
+        self._robot_open: dict[int, tuple[int, int, int]] = {}  # robot -> its open episode
         self.robot_last_row: dict[int, int] = {}
+        self.discards: dict[EpisodeKey, str] = {}  # discarded episode -> the mark's kind
+        self.discarded_steps = 0
+        self.interrupted_episodes = 0
 
     def __len__(self) -> int:
         return self.end - self.base
@@ -187,11 +207,14 @@ class RowIndex:
         c["next_row"][lo:hi] = -1
         c["prev_row"][lo:hi] = -1
         c["eligible"][lo:hi] = False
+        c["discarded"][lo:hi] = False
         c["row_bytes"][lo:hi] = row_bytes
         first = self.end
         self._link(lo, first, run, robot, ep, fr, term | trunc)
         self._note_seqs(first, robot, c["seq"][lo:hi])
         self.end += n
+        if self.discards:
+            self._discard_new(lo, run, robot, ep)
         return first, self.end
 
     def _link(
@@ -221,14 +244,31 @@ class RowIndex:
         ends = np.append(starts[1:], n) - 1
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             key = (int(run[s]), int(robot[s]), int(ep[s]))
+            before = self._robot_open.get(key[1])
+            if before is not None and before != key:
+                self._close_interrupted(before)
             prev = self._open.get(key)
             if prev is not None and prev[1] == fr[s] - 1:
                 c["next_row"][prev[0] - self.base] = rows[s]
                 c["prev_row"][lo + s] = prev[0]
             if done[e]:
                 self._open.pop(key, None)
+                self._robot_open.pop(key[1], None)
             else:
                 self._open[key] = (int(rows[e]), int(fr[e]))
+                self._robot_open[key[1]] = key
+
+    def _close_interrupted(self, key: tuple[int, int, int]) -> None:
+        """Close the robot's episode ``key`` (codes) that another of its episodes followed
+        with no done step: truncated at its last transition (see the module docstring)."""
+        self._robot_open.pop(key[1], None)
+        last = self._open.pop(key, None)
+        if last is None:
+            return
+        prev = int(self.cols["prev_row"][last[0] - self.base])
+        if prev >= self.base:
+            self.cols["truncated"][prev - self.base] = True
+            self.interrupted_episodes += 1
 
     def _note_seqs(self, first: int, robot: np.ndarray, seqs: np.ndarray) -> None:
         """Extend each robot's seq list with the new rows ``first ..`` (``robot`` codes)."""
@@ -282,15 +322,48 @@ class RowIndex:
 
     def publish(self, first: int, end: int) -> int:
         """Mark rows ``[first, end)`` visible: done steps and newly linked predecessors
-        become eligible transitions. Returns how many transitions became eligible."""
+        become eligible transitions, unless discarded. Returns how many became eligible."""
         lo, hi = first - self.base, end - self.base
         c = self.cols
-        done = c["terminated"][lo:hi] | c["truncated"][lo:hi]
+        done = (c["terminated"][lo:hi] | c["truncated"][lo:hi]) & ~c["discarded"][lo:hi]
+        # An interrupted episode's done step needs its successor visible (its next observation).
+        done &= c["next_row"][lo:hi] < end
         prev = c["prev_row"][lo:hi]
         linked = prev[prev >= self.base] - self.base
+        linked = linked[~c["discarded"][linked]]
         c["eligible"][lo:hi] |= done
         c["eligible"][linked] = True
         return int(done.sum()) + len(linked)
+
+    # -- discarded episodes ---------------------------------------------------------------
+    def discard(self, key: EpisodeKey, kind: str) -> int:
+        """Discard episode ``key`` (``(run_id, robot_id, episode_index)``): its rows stored so
+        far and any indexed later are never eligible. Returns how many stored rows it holds
+        now (0 for a key discarded already: nothing changes)."""
+        if key in self.discards:
+            return 0
+        self.discards[key] = kind
+        run, robot = self.runs.codes.get(key[0]), self.robots.codes.get(key[1])
+        if run is None or robot is None:
+            return 0
+        c = {k: self.view(k) for k in ("run", "robot", "episode_index")}
+        rows = np.flatnonzero(
+            (c["robot"] == robot) & (c["run"] == run) & (c["episode_index"] == key[2])
+        )
+        self.cols["discarded"][rows] = True
+        self.cols["eligible"][rows] = False
+        self.discarded_steps += len(rows)
+        return len(rows)
+
+    def _discard_new(self, lo: int, run: np.ndarray, robot: np.ndarray, ep: np.ndarray) -> None:
+        """Flag the rows just added at index position ``lo ..`` of discarded episodes."""
+        keys = np.stack([run, robot, ep.astype(np.int64)], axis=1)
+        for r, b, e in np.unique(keys, axis=0).tolist():
+            name = (self.runs.names[r], self.robots.names[b], int(e))
+            if name in self.discards:
+                mine = np.flatnonzero((run == r) & (robot == b) & (ep == e)) + lo
+                self.cols["discarded"][mine] = True
+                self.discarded_steps += len(mine)
 
     # -- queries ------------------------------------------------------------------------
     def select(
@@ -341,10 +414,14 @@ class RowIndex:
             for code, name in enumerate(self.tasks.names)
         }
         pv, pv_counts = np.unique(self.view("policy_version"), return_counts=True)
+        kinds = list(self.discards.values())
         return {
             "rows": n,
             "transitions": int(np.count_nonzero(self.view("eligible"))),
             "episodes": len(episodes),
+            "discarded_episodes": {k: kinds.count(k) for k in sorted(set(kinds))},
+            "discarded_steps": self.discarded_steps,
+            "interrupted_episodes": self.interrupted_episodes,
             "robots": {
                 name: int(self.robot_seqs[code].n) if code in self.robot_seqs else 0
                 for code, name in enumerate(self.robots.names)

@@ -71,7 +71,8 @@ def export_lerobot(
         fps: frames per second of the recording (timestamps are ``frame_index / fps``).
         rows: global rows to export; default all stored steps matching ``filters``
             (``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``,
-            ``interventions_only``; see :meth:`ReplayBuffer.select`).
+            ``interventions_only``; see :meth:`ReplayBuffer.select`), but those of
+            episodes an operator discarded (``ReplayBuffer.mark_episode``).
         use_videos: encode cameras as MP4 (lossy) instead of PNG frames (bit-exact).
 
     Returns:
@@ -86,6 +87,7 @@ def export_lerobot(
     if rows is None:
         lo, hi = buf.first_row, buf.visible
         all_rows = np.arange(lo, hi, dtype=np.int64)
+        all_rows = all_rows[~buf.index.cols["discarded"][all_rows - buf.index.base]]
         if filters:
             keep = _matching(buf, all_rows, filters)
             all_rows = all_rows[keep]

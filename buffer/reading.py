@@ -69,8 +69,10 @@ def read_transitions(
         cols = {k: idx.cols[k] for k in SCALAR_OUT}
         nxt_col = idx.cols["next_row"]
     li = rows - b
-    done = cols["terminated"][li] | cols["truncated"][li]
-    nxt = np.where(done, rows, nxt_col[li])
+    # A done step's next observation is its real final observation, stored beside it; an
+    # interrupted episode's done step (buffer.index) has none but its stored successor.
+    final = (cols["terminated"][li] | cols["truncated"][li]) & (nxt_col[li] < 0)
+    nxt = np.where(final, rows, nxt_col[li])
     obs_names = list(st.schema.observations)
     n = len(rows)
     specs = {k: ((n, *f.shape), f.dtype) for k, f in st.schema.payload.items()}
@@ -82,10 +84,9 @@ def read_transitions(
     nobs = st.storage.gather(
         nxt, obs_names, snap, count=False, out={k: block[FINAL_PREFIX + k] for k in obs_names}
     )
-    if done.any():
-        # A done step's successor is its real final observation, stored beside it.
-        finals = st.storage.finals_for(rows[done], chunks, starts)
-        for pos in np.flatnonzero(done):
+    if final.any():
+        finals = st.storage.finals_for(rows[final], chunks, starts)
+        for pos in np.flatnonzero(final):
             f = finals.get(int(rows[pos]))
             if f is not None:
                 for k, v in f.items():

@@ -4,8 +4,9 @@ acknowledged rows sealed segments again.
 Steps (``recover``): remove ``*.tmp``; finish an interrupted seal (stripes still under their
 WAL name); map every segment and rebuild the row index from them; delete WAL files already
 covered by a segment; replay the rest (merge stripes by row, keep the contiguous prefix, drop
-torn tails) and seal what they hold in place (truncate or rewrite, fdatasync, rename). A
-read-only open (a mount) changes nothing: replayed WAL rows are served from RAM.
+torn tails) and seal what they hold in place (truncate or rewrite, fdatasync, rename); apply
+the episode marks (``buffer.marks``). A read-only open (a mount) changes nothing: replayed WAL
+rows are served from RAM.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from buffer import marks
 from buffer.index import RowIndex
 from buffer.retention import Retention
 from buffer.sealed import WalSegment, list_sealed, seal_files
@@ -75,6 +77,7 @@ def recover(state: TableState, retention: Retention) -> RecoveryReport:
     _replay_wals(state, retention, live, bool(found), report)
     if state.index.end == state.index.base and not found:
         state.index = RowIndex(base=0)
+    marks.apply_stored(state)
     state.visible = state.index.end
     state.transitions_inserted = int(state.index.publish(state.index.base, state.index.end))
     return report

@@ -7,6 +7,7 @@ Directory layout::
     wal-<first_row>-<stripe>.log     the open write-ahead log stripes (see buffer.wal)
     seg-<first>-<rows>-<stripe>.wal  sealed segments: WAL files renamed (see buffer.sealed)
     seg-<first_row>-<rows>.arrow     version-1 sealed segments (read, no longer written)
+    episode_marks.jsonl              discarded episodes: operators' marks (see buffer.marks)
 
 :class:`ReplayBuffer` owns the parts and holds no logic of its own beyond opening, the
 window and closing:
@@ -20,6 +21,7 @@ part                 job
 ``sealer``           full tails -> sealed segments, the spare tail (``buffer.sealer``)
 ``retention``        the remover: segment catalogue, oldest deleted (``buffer.retention``)
 ``rate_limiter``     samples per insert (``buffer.rate_limiter``), when given
+marks                episodes never to be trained on (``buffer.marks``)
 samplers             which rows a batch draws (``buffer.samplers`` over ``buffer.view``)
 reads                transitions, sequences, the merge of picks (``buffer.reading``)
 ===================  =======================================================================
@@ -44,8 +46,9 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import ArrayLike, NDArray
 
-from buffer import lookups, reading
+from buffer import lookups, marks, reading
 from buffer.config import BufferSettings
+from buffer.errors import BufferClosedError
 from buffer.index import RowIndex
 from buffer.prefetch import start_prefetcher
 from buffer.rate_limiter import RateLimiter
@@ -276,6 +279,27 @@ class ReplayBuffer:
         """Wait until every queued seal is written and the spare tail is ready (quiescent)."""
         self.sealer.flush()
 
+    def mark_episode(
+        self, robot_id: str | int, run_id: str, episode_index: int, kind: str = "discard"
+    ) -> int:
+        """Mark a robot's episode never to be trained on (an operator's ``discard`` or
+        ``rerecord``), durably before returning: its rows, stored now or later, are never
+        eligible, so no sampler returns them, :meth:`select` and ``len`` leave them out and
+        an export skips them. Marking an episode twice changes nothing.
+
+        Returns:
+            How many of the episode's stored rows the mark excludes now.
+
+        Raises:
+            ValueError: an unknown ``kind`` (``buffer.marks.KINDS``), an empty ``run_id`` or
+                ``robot_id``, or a negative ``episode_index``.
+            BufferClosedError: the buffer is closed or read-only.
+            OSError: the mark could not be written; nothing changed.
+        """
+        if self.state.closed or self.read_only:
+            raise BufferClosedError(f"{self.directory}: buffer is closed or read-only")
+        return marks.record(self.state, str(robot_id), run_id, int(episode_index), kind)
+
     # ------------------------------------------------------------------ lookups ------
     def durable_seq(self, robot_id: str | int) -> int | None:
         """Highest ``seq`` of ``robot_id`` stored durably (fdatasync'ed, so acknowledged), or
@@ -493,7 +517,9 @@ class ReplayBuffer:
         (hot tier), ``cold_resident_bytes`` (estimate), ``cache_hit_rate`` (share of sampled
         rows served from RAM, 0..1), ``prefetch_lag_s`` (age of the oldest pending prefetch
         request), ``segments``, ``hot_segments``, ``wal_fsyncs``, ``ack_latency_p50_s``,
-        ``ack_latency_p99_s``, ``recovery_seconds``."""
+        ``ack_latency_p99_s``, ``recovery_seconds``, ``discarded_episodes`` (marked, of either
+        kind), ``rerecorded_episodes`` (those marked ``rerecord``), ``discarded_steps`` (their
+        stored rows) and ``interrupted_episodes`` (closed as truncated, ``buffer.index``)."""
         s = self.storage
         with self.state.lock:
             disk = 0
@@ -503,6 +529,7 @@ class ReplayBuffer:
             served = s.hits + s.misses
             lat = np.asarray(self.writer.ack_latencies[-10_000:], dtype=np.float64)
             wal = self.writer.wal
+            kinds = list(self.index.discards.values())
             return {
                 "size_transitions": len(self),
                 "steps": self.num_steps,
@@ -517,6 +544,10 @@ class ReplayBuffer:
                 "ack_latency_p50_s": float(np.percentile(lat, 50)) if lat.size else 0.0,
                 "ack_latency_p99_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
                 "recovery_seconds": self.recovery_seconds,
+                "discarded_episodes": len(kinds),
+                "rerecorded_episodes": kinds.count("rerecord"),
+                "discarded_steps": self.index.discarded_steps,
+                "interrupted_episodes": self.index.interrupted_episodes,
             }
 
     # ------------------------------------------------------------------ closing ------

@@ -2,7 +2,9 @@
 
 Every sampler draws only *eligible* rows: steps whose true successor is stored and visible,
 or done steps (which carry their final observation). So a sampled transition never pairs an
-observation with the next episode's first observation.
+observation with the next episode's first observation, and never comes from an episode an
+operator discarded (its rows stop being eligible when the mark arrives, ``buffer.marks``;
+samplers that remember rows check eligibility again when they draw them).
 
 * :class:`UniformSampler` - uniform over the online window; ``hot_only`` restricts to RAM.
 * :class:`CacheAwareSampler` - a share of each batch from the hot tier, the rest uniform
@@ -314,11 +316,7 @@ class PrioritizedSampler(Sampler):
     ) -> Picks:
         self._sync(view)
         assert self.base is not None
-        total = self.tree.total
-        if total <= 0:
-            raise ValueError("nothing to sample: no prioritized transition yet")
-        u = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
-        leaf = self.tree.find(np.minimum(u, np.nextafter(total, 0)))
+        leaf, total = self._draw(view, batch_size, rng)
         p = self.tree.leaves()[leaf]
         bad = p <= 0
         if bad.any():  # float round-off at an interval edge: redraw those uniformly
@@ -329,6 +327,30 @@ class PrioritizedSampler(Sampler):
         w = (n * probs) ** (-self.beta)
         w = w / w.max()
         return [(view.online, leaf + self.base, w.astype(np.float32))]
+
+    def _draw(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, float]:
+        """Stratified proportional draw of leaves and the tree's total. A leaf no longer
+        eligible (its episode was discarded since it entered the tree) gets priority 0 and
+        the draw is repeated: rejection keeps the draw proportional among eligible rows."""
+        assert self.base is not None
+        elig, b = view.eligible, view.base
+        while True:
+            total = self.tree.total
+            if total <= 0:
+                raise ValueError("nothing to sample: no prioritized transition yet")
+            u = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
+            leaf = self.tree.find(np.minimum(u, np.nextafter(total, 0)))
+            # Leaves with a priority are rows that entered the tree (round-off may pick a
+            # zero leaf: the caller redraws those); gone: discarded since.
+            live = self.tree.leaves()[leaf] > 0
+            gone = np.zeros(len(leaf), dtype=bool)
+            gone[live] = ~elig[leaf[live] + self.base - b]
+            if not gone.any():
+                return leaf, total
+            dead = np.unique(leaf[gone])
+            self.tree.set(dead, np.zeros(len(dead)))
 
     def update_priorities(self, rows: np.ndarray, priorities: np.ndarray) -> None:
         """Set new priorities (e.g. |TD error|) for global ``rows`` of the online buffer.
@@ -504,7 +526,7 @@ class MixSampler(Sampler):
             counts = rng.multinomial(n_off, sizes / sizes.sum()) if len(priors) > 1 else [n_off]
             for (s, r), k in zip(priors, counts, strict=True):
                 if k:
-                    picks.append((s, _choose(r, int(k), rng), _ones(int(k))))
+                    picks.append((s, _choose_eligible(s, r, int(k), rng), _ones(int(k))))
         return _by_source(picks)
 
     def state_dict(self) -> dict[str, Any]:
@@ -547,6 +569,27 @@ def _window_split(view: SamplingView, task: str | None) -> tuple[np.ndarray, np.
 def _choose(rows: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """``k`` of ``rows`` uniformly, with replacement."""
     return rows[rng.integers(0, len(rows), size=k)]
+
+
+def _choose_eligible(
+    source: Source, rows: np.ndarray, k: int, rng: np.random.Generator
+) -> np.ndarray:
+    """``k`` of ``rows`` (a list kept since it was read: a mount's rows, or the window's) that
+    are still eligible, uniformly with replacement, by rejection: a row of an episode
+    discarded meanwhile is drawn again.
+
+    Raises:
+        ValueError: none of ``rows`` is eligible any more.
+    """
+    got = _choose(rows, k, rng)
+    elig = source.column("eligible")
+    gone = ~elig[got - source.base]
+    if gone.any():
+        pool = rows[elig[rows - source.base]]
+        if pool.size == 0:
+            raise ValueError(f"nothing to sample from {source.name}: every row was discarded")
+        got[gone] = _choose(pool, int(gone.sum()), rng)
+    return got
 
 
 def _by_source(picks: Picks) -> Picks:

@@ -4,8 +4,8 @@ site relay.
 Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
 
     # cloud (robofleet cloud / learner process)
-    from comms.server import CloudServer          # Enrollment, Experience, Weights, Heartbeat,
-    from comms.buffer_sink import BufferSink      # Control, Act on one port (loopback default)
+    from comms.server import CloudServer          # Enrollment, Experience, Episodes, Weights,
+    from comms.buffer_sink import BufferSink      # Heartbeat, Control, Act on one port
     server = CloudServer(settings.comms, store, BufferSink(replay_buffer), act_handler=None)
     server.start()
     dist = server.distributor(run_id)             # comms.distributor.WeightDistributor
@@ -14,6 +14,7 @@ Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
                                                   # latest-only, bandwidth capped by
                                                   # comms.weight_max_bytes_per_s
     server.push_control(robot_id, "estop" | "pause" | "resume" | "lease_changed", run_id)
+    # ("rerecord" | "discard": the robot ends its episode and marks it never trained on)
     # learner in its own process (keeps publishing off the learner's CPU and GIL), the
     # learner -> cloud handoff is a directory of versions (the run's weights/):
     from comms.weight_file import WeightDirectory, WeightFileFeed
@@ -36,6 +37,9 @@ Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
     GrpcWeightSubscription(client, run_id, rx)
     version, state = rx.current()                 # whole versions only, (-1, {}) before any
     client.heartbeat("running", rx.version, {"loop_hz": 10.0})
+    from comms.marks import EpisodeMark, EpisodeMarkSender  # discard / rerecord verdicts
+    client.mark_episode(EpisodeMark(run_id, episode_index, "discard"))  # stored in the sink
+    EpisodeMarkSender(client, outbox)             # sends a durable outbox's marks until stored
     action_chunk, policy_version = client.act(run_id, observation, task)   # remote inference
 
     # site

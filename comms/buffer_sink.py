@@ -2,8 +2,8 @@
 
 The buffer acknowledges after fdatasync and reports the highest durable ``seq`` per robot; its
 rate limiter's refusal becomes :class:`~comms.sink.Backpressure`, a full disk
-:class:`~comms.sink.SinkFull`, an invalid batch :class:`~comms.sink.SinkRejected`. Robots are
-keyed in the buffer by ``str(robot_id)``.
+:class:`~comms.sink.SinkFull`, an invalid batch or episode mark
+:class:`~comms.sink.SinkRejected`. Robots are keyed in the buffer by ``str(robot_id)``.
 """
 
 from __future__ import annotations
@@ -48,3 +48,9 @@ class BufferSink:
         # (a full disk) and not yet dropped, and those must never be acknowledged.
         last = self.buffer.durable_seq(robot_id)
         return NO_SEQ if last is None else int(last)
+
+    def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
+        try:
+            return self.buffer.mark_episode(str(robot_id), run_id, episode_index, kind)
+        except ValueError as exc:
+            raise SinkRejected(str(exc)) from None

@@ -1,4 +1,5 @@
-"""Edge side gRPC client: channel set-up, enrollment, heartbeat, remote inference, control.
+"""Edge side gRPC client: channel set-up, enrollment, heartbeat, episode marks, remote
+inference, control.
 
 Long-running streams (experience upload, weight subscription) live in
 :mod:`comms.uploader` and :mod:`comms.grpc_subscription`; they reconnect on their own with
@@ -20,6 +21,7 @@ import numpy as np
 from comms import tls, wire
 from comms.auth import credential_metadata
 from comms.config import CommsSettings
+from comms.marks import MARK_KINDS, EpisodeMark
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.act import tensor_from_proto, tensor_to_proto
@@ -105,6 +107,7 @@ class EdgeClient:
         self.settings = settings
         self.metadata = credential_metadata(credential)
         self.experience = rpc.ExperienceStub(channel)
+        self._episodes = rpc.EpisodesStub(channel)
         # Upload with requests pre-serialized by comms.wire (one copy per part, see there).
         self.upload_stream = channel.stream_stream(
             "/robofleet.comms.v1.Experience/Upload",
@@ -146,6 +149,27 @@ class EdgeClient:
             timeout=self.settings.call_timeout_s,
         )
         return float(reply.server_time)
+
+    def mark_episode(self, mark: EpisodeMark) -> int:
+        """Tell the cloud this robot's episode is never to be trained on; returns the
+        episode's steps it excludes so far. The cloud stores the mark durably before
+        answering; sending it again changes nothing.
+
+        Raises:
+            ValueError: an unknown ``mark.kind`` (:data:`comms.marks.MARK_KINDS`).
+            grpc.RpcError: INVALID_ARGUMENT for a bad field, NOT_FOUND for an unknown run,
+                UNAUTHENTICATED for a revoked credential, UNAVAILABLE when the cloud is away.
+        """
+        kind = MARK_KINDS.get(mark.kind)
+        if kind is None:
+            raise ValueError(f"unknown episode mark {mark.kind!r}; choose {sorted(MARK_KINDS)}")
+        msg = pb.EpisodeMark(
+            run_id=mark.run_id, episode_index=mark.episode_index, kind=kind, reason=mark.reason
+        )
+        reply = self._episodes.Mark(
+            msg, metadata=self.metadata, timeout=self.settings.call_timeout_s
+        )
+        return int(reply.discarded_steps)
 
     def act(
         self,

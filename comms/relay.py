@@ -2,7 +2,8 @@
 
 - Uploads: each robot's stream is forwarded over the relay's single upstream HTTP/2
   connection with the robot's own credential, so the cloud still checks identity and leases
-  and acknowledgements stay end to end (an ack still means "fsynced in the cloud").
+  and acknowledgements stay end to end (an ack still means "fsynced in the cloud"); so are
+  the robots' episode marks (discard, rerecord).
 - Weights: the relay subscribes to each run once (with the credential of a robot of that run
   that asked for it), applies versions like a robot, republishes them locally and fans them
   out over ZeroMQ PUB (manifest, then chunks, plus the latest manifest once a second for late
@@ -155,6 +156,28 @@ class RelayExperience(rpc.ExperienceServicer):
             up.cancel()
 
 
+class RelayEpisodes(rpc.EpisodesServicer):
+    """A robot's episode marks, forwarded with its own credential (the cloud checks and
+    stores them; its answer, or refusal, goes back as it is)."""
+
+    def __init__(self, relay: SiteRelay) -> None:
+        self.relay = relay
+
+    async def Mark(  # type: ignore[override]
+        self, request: pb.EpisodeMark, context: grpc.aio.ServicerContext
+    ) -> pb.EpisodeMarkAck:
+        md = _auth_only(context)
+        if not md:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing robot credential")
+        assert self.relay.upstream_aio is not None
+        stub = rpc.EpisodesStub(self.relay.upstream_aio)
+        try:
+            return await stub.Mark(request, metadata=md, timeout=self.relay.settings.call_timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            await context.abort(exc.code(), exc.details() or "upstream failed")
+        raise AssertionError("unreachable")  # abort always raises
+
+
 class SiteRelay:
     """A site relay.
 
@@ -257,6 +280,7 @@ class SiteRelay:
             options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
         )
         rpc.add_ExperienceServicer_to_server(RelayExperience(self), server)
+        rpc.add_EpisodesServicer_to_server(RelayEpisodes(self), server)
         add_service(server, RelayWeights(self.state, self), "Weights")
         target = f"{s.bind_host}:{self._port}"
         if s.tls_cert_file is not None and s.tls_key_file is not None:

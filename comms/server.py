@@ -41,11 +41,13 @@ CONTROL_KINDS = {
     "clear_estop": pb.ControlCommand.CLEAR_ESTOP,
     "assign": pb.ControlCommand.ASSIGN,
     "release": pb.ControlCommand.RELEASE,
+    "rerecord": pb.ControlCommand.RERECORD,
+    "discard": pb.ControlCommand.DISCARD,
 }
 
 
 class CloudServer:
-    """Enrollment, Experience, Weights, Heartbeat, Control and Act services.
+    """Enrollment, Experience, Episodes, Weights, Heartbeat, Control and Act services.
 
     Args:
         settings: the ``comms`` settings (bind host, port, TLS files, timeouts, bandwidth cap).
@@ -161,8 +163,8 @@ class CloudServer:
         ``assignment`` (``assign`` only) is the run's ``edge_agent.assignment.Assignment`` as JSON.
 
         Raises:
-            ValueError: ``kind`` is not one of estop, pause, resume, lease_changed, clear_estop,
-                assign, release.
+            ValueError: ``kind`` is not one of :data:`CONTROL_KINDS` (estop, pause, resume,
+                lease_changed, clear_estop, assign, release, rerecord, discard).
         """
         if kind not in CONTROL_KINDS:
             raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")

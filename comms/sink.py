@@ -7,6 +7,8 @@ at or below the robot's highest stored seq that it never stored (so an acknowled
 covers rows the sink holds). A sink that cannot take more right now raises
 :class:`Backpressure`; the robot keeps the batch in its spool and resends after
 ``retry_after_s``.
+An operator's episode mark (discard, rerecord) goes to the same sink: the episode's steps are
+never to be trained on.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 NO_SEQ = -1
 
@@ -64,6 +67,19 @@ class StepSink(Protocol):
         """Highest durable ``seq`` of ``robot_id``, or -1 when there is none."""
         ...
 
+    def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
+        """Store durably that episode ``episode_index`` of ``robot_id`` in ``run_id`` is never
+        to be trained on (``kind``: ``discard`` or ``rerecord``), its steps stored before or
+        after this call. Marking an episode again changes nothing.
+
+        Returns:
+            How many of the episode's steps the mark excludes so far.
+
+        Raises:
+            SinkRejected: an unknown ``kind`` or an invalid episode; nothing was stored.
+        """
+        ...
+
 
 # run_id -> its sink, or None when the cloud does not know the run.
 SinkResolver = Callable[[str], StepSink | None]
@@ -84,6 +100,7 @@ class MemorySink:
         self._rows = 0
         self.capacity_rows = capacity_rows
         self.bytes = 0
+        self.marks: dict[tuple[int, str, int], str] = {}  # (robot, run, episode) -> kind
 
     def append(self, robot_id: int, batch: pa.RecordBatch) -> int:
         with self._lock:
@@ -104,6 +121,17 @@ class MemorySink:
         with self._lock:
             have = self._stored.get(robot_id)
             return have[-1] if have else NO_SEQ
+
+    def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
+        if kind not in ("discard", "rerecord"):
+            raise SinkRejected(f"unknown episode mark {kind!r}")
+        with self._lock:
+            self.marks.setdefault((robot_id, run_id, episode_index), kind)
+            return sum(
+                int(pc.sum(pc.equal(b.column("episode_index"), episode_index)).as_py() or 0)
+                for rid, b in self.batches
+                if rid == robot_id and "episode_index" in b.schema.names
+            )
 
     def drain(self) -> None:
         """Forget the row count used for backpressure (as if the learner consumed it)."""

@@ -37,6 +37,10 @@ RUN_GAUGES: dict[str, tuple[str, str]] = {
         "robofleet_buffer_offline_steps",
         "Buffer transitions from demonstrations and other offline data.",
     ),
+    "discarded_episodes": (
+        "robofleet_run_discarded_episodes",
+        "Episodes operators discarded or rerecorded (never trained on).",
+    ),
     "cache_hit_rate": ("robofleet_buffer_cache_hit_ratio", "Buffer hot-cache hit ratio (0-1)."),
     "policy_version": ("robofleet_robot_policy_version", "Policy version applied on a robot."),
 }

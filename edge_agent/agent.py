@@ -18,6 +18,13 @@ skip the pause) and a resume continues it. The uplink keeps draining the spool m
 New weights apply only at safe boundaries and their staleness is measured at every step
 (:mod:`edge_agent.weights`); episode indices survive restarts (:mod:`edge_agent.episodes`);
 heartbeats go out on a timer (:mod:`edge_agent.heartbeat`).
+
+The operator's ``rerecord`` and ``discard`` (keyboard, gamepad, the cloud's Control stream or
+:meth:`EdgeAgent.rerecord` / :meth:`EdgeAgent.discard`) end the episode, which then never
+counts toward ``run(episodes=N)`` and is never trained on: with ``episode_commit =
+"episode_end"`` its held rows are dropped; with ``"stream"`` (its rows are on their way) a
+mark goes to the cloud's buffer from the durable :class:`~edge_agent.episodes.MarkOutbox`. A
+rerecorded episode's task is the next episode's.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from comms.marks import EpisodeMark
 from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
 from edge_agent.core import (
@@ -43,7 +51,7 @@ from edge_agent.core import (
     PolicyRunner,
     WeightSource,
 )
-from edge_agent.episodes import EpisodeLog
+from edge_agent.episodes import EpisodeLog, MarkOutbox
 from edge_agent.evaluation import SuccessTally, is_evaluation
 from edge_agent.heartbeat import HeartbeatLoop
 from edge_agent.holds import Holds
@@ -68,7 +76,8 @@ class _Episode:
     clock: StepClock
     obs: Observation
     frame: int = 0
-    label: str | None = None  # the operator's: success / failure / rerecord
+    label: str | None = None  # the operator's: success / failure / rerecord / discard
+    label_by: str = ""  # who gave it: the intervention source, or the cloud's reason
     evaluating: bool = False  # a policy-only evaluation episode (edge_agent.evaluation)
     succeeded: bool = False  # the driver signalled success during the episode
     intervened: bool = False
@@ -131,6 +140,8 @@ class EdgeAgent:
         self._holds = Holds(self.control, uplink, self._stop, self.stats)
         self._episodes = EpisodeLog(spool_dir)
         self.tally = SuccessTally()
+        self.marks = MarkOutbox(spool_dir)
+        self._redo: str | None = None  # the task of a rerecorded episode, recorded next
         hz = settings.control_hz or float(driver.control_hz)
         self.period = 1.0 / hz
 
@@ -149,6 +160,15 @@ class EdgeAgent:
         """Finish the current step, close the episode as truncated, return from ``run``."""
         self._stop.set()
         self.control.changed.set()  # wake a held loop
+
+    def rerecord(self, reason: str = "local") -> None:
+        """End the running episode at its next step, never train on it, record its task
+        again (as the operator's ``r``)."""
+        self.control.handle("rerecord", reason)
+
+    def discard(self, reason: str = "local") -> None:
+        """End the running episode at its next step and never train on it (``x``)."""
+        self.control.handle("discard", reason)
 
     def clear_estop(self, reason: str = "local") -> None:
         """Release a cloud e-stop here at the robot (a human decision); the loop goes on."""
@@ -174,6 +194,7 @@ class EdgeAgent:
             episodes=float(s.episodes),
             interventions=float(s.interventions),
             discarded_episodes=float(s.discarded_episodes),
+            marks_pending=float(len(self.marks)),
             weight_swaps=float(s.weight_swaps),
             weight_errors=float(s.weight_errors),
             spool_bytes=float(spool.nbytes),
@@ -223,8 +244,7 @@ class EdgeAgent:
                     if self._applier.awaiting_first():
                         self._holds.first_weights(self._applier.awaiting_first)
                         continue
-                    name = task or self.tasks[self._episodes.next_index % len(self.tasks)]
-                    if self._episode(name):
+                    if self._episode(task or self._next_task()):
                         done += 1
             finally:
                 self.state = "estopped" if self.heartbeat_state == "estopped" else "stopped"
@@ -233,8 +253,14 @@ class EdgeAgent:
 
     # -- one episode -------------------------------------------------------------------------
 
+    def _next_task(self) -> str:
+        """A rerecorded episode's task, else the next in turn by episode index."""
+        redo, self._redo = self._redo, None
+        return redo or self.tasks[self._episodes.next_index % len(self.tasks)]
+
     def _episode(self, task: str) -> bool:
-        """Run one episode; False when a cloud e-stop came before its first step."""
+        """Run one episode; False when it does not count (a cloud e-stop came before its
+        first step, or the operator discarded it)."""
         ep = self._begin(task)
         if ep is None:
             return False
@@ -352,41 +378,53 @@ class EdgeAgent:
 
     def _outcome(self, ep: _Episode, view: EpisodeView, op: OperatorInput) -> tuple[bool, bool]:
         """``(terminated, truncated)`` of the step just sent: the driver's, the step limit's,
-        and the operator's episode command (which also sets ``ep.label``)."""
+        and the operator's episode command (the source's, else the cloud's; it also sets
+        ``ep.label``)."""
         terminated, truncated = bool(view.terminated), bool(view.truncated)
         limit = self.settings.max_episode_steps
         if limit is not None and ep.frame + 1 >= limit:
             truncated = True
-        if op.command == "estop":
+        command, by = op.command, type(self.operator).__name__
+        cloud = None if command else self.control.take_command()
+        if cloud is not None:
+            command, by = cloud[0], f"cloud: {cloud[1]}"
+        if command == "estop":
             self.driver.estop()
             self.state = "estopped"
             self._stop.set()
-        elif op.command in ("success", "failure"):
-            ep.label = op.command
+        elif command in ("success", "failure"):
+            ep.label = command
             terminated = True
-        elif op.command == "rerecord":
-            ep.label = "rerecord"
+        elif command in ("rerecord", "discard"):
+            ep.label, ep.label_by = command, by
             truncated = True
         return terminated, truncated
 
     def _finish(self, ep: _Episode) -> bool:
-        """Count and keep (or discard) the ended episode; False when it never had a step."""
+        """Count and keep (or discard) the ended episode; False when it does not count: it
+        never had a step, or the operator discarded it."""
         if ep.frame == 0:  # e-stopped before the first step: the episode never happened
             self._episodes.forget()
             return False
         self.stats.episodes += 1
         if ep.label in ("success", "failure"):
             self.stats.labels[ep.label] += 1
-        if ep.label == "rerecord" and ep.recorder.hold_all:
-            self.stats.discarded_episodes += 1
-            self._episodes.forget()  # the episode never existed: reuse its index
+        if ep.label not in ("rerecord", "discard"):
+            ep.recorder.commit()
+            self._episodes.log(ep.index, ep.task, ep.frame, ep.label)
             return True
+        self.stats.discarded_episodes += 1
         if ep.label == "rerecord":
-            log.warning("rerecord in stream mode: episode %d was already uploaded", ep.index)
-        ep.recorder.commit()
+            self._redo = ep.task
+        if ep.recorder.hold_all and ep.label == "rerecord":
+            self._episodes.forget()  # nothing of it left the robot: its redo takes its index
+            return False
+        if not ep.recorder.hold_all:  # its rows are on their way: the cloud must know
+            self.marks.add(EpisodeMark(self.run_id, ep.index, ep.label, ep.label_by))
         self._episodes.log(ep.index, ep.task, ep.frame, ep.label)
-        self._count_outcome(ep)
-        return True
+        if ep.evaluating:  # an operator's abort of an evaluation episode is a failure
+            self.tally.add("eval", ep.task, False, self.applied_version)
+        return False
 
     def _count_outcome(self, ep: _Episode) -> None:
         """An evaluation or autonomous episode's success (``edge_agent.evaluation``)."""

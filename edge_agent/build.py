@@ -216,6 +216,10 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         weights=weights,
         heartbeat=heartbeat,
     )
+    if client is not None:
+        from comms.marks import EpisodeMarkSender
+
+        closers.append(EpisodeMarkSender(client, agent.marks).close)
     if client is not None and edge.cloud_control:
         from edge_agent.control import listen
 

@@ -41,7 +41,12 @@ class EdgeSettings(BaseModel):
     )
     batch_max_steps: int = Field(default=20, ge=1, description="Steps per uploaded batch.")
     batch_max_delay_s: float = Field(
-        default=0.5, gt=0, description="A partial batch is spooled after this long."
+        default=0.5,
+        gt=0,
+        description=(
+            "A partial batch is cut for upload after this long (each step is durable on the "
+            "robot as soon as it is recorded, whatever the batch)."
+        ),
     )
     heartbeat_interval_s: float = Field(default=1.0, gt=0, description="Heartbeat period.")
 
@@ -121,8 +126,10 @@ class EdgeSettings(BaseModel):
     episode_commit: Literal["stream", "episode_end"] = Field(
         default="stream",
         description=(
-            "stream: steps upload as they happen; episode_end: an episode's steps are held on "
-            "the robot until it ends, so an operator's rerecord discards it completely."
+            "stream: steps upload as they happen, and an episode the operator rerecords or "
+            "discards is marked in the cloud's buffer, never trained on; episode_end: an "
+            "episode's steps are held on the robot until it ends, so such an episode never "
+            "leaves the robot."
         ),
     )
     realtime_priority: int | None = Field(

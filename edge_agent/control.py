@@ -1,4 +1,5 @@
-"""Commands the cloud pushes to a robot (e-stop, pause, resume) and the agent's state under them.
+"""Commands the cloud pushes to a robot (e-stop, pause, resume, rerecord, discard) and the
+agent's state under them.
 
 :class:`CloudControl` is written by the control listener's thread (comms' ``ControlListener``)
 and read by the control loop. The split of work:
@@ -11,6 +12,10 @@ and read by the control loop. The split of work:
 * **pause** is honoured at the next step boundary: the loop sends nothing more and holds in
   the middle of its episode; the uplink keeps draining the spool. **resume** continues the
   same episode.
+* **rerecord** / **discard** (from the cloud's API, or :meth:`edge_agent.agent.EdgeAgent.
+  rerecord` / ``discard`` at the robot) are the operator's episode commands: the next step
+  taken ends its episode and marks it never to be trained on, as the keyboard's and the
+  gamepad's do (:meth:`CloudControl.take_command`).
 
 Every command is appended to ``control.jsonl`` in the spool directory (fsynced) and counted
 in the agent's heartbeat statistics; the heartbeat's state (``estopped`` / ``paused``) is what
@@ -31,7 +36,17 @@ from robofleet.durable import append_line
 
 log = logging.getLogger(__name__)
 
-KINDS = ("estop", "pause", "resume", "clear_estop", "lease_changed", "noop")
+KINDS = (
+    "estop",
+    "pause",
+    "resume",
+    "clear_estop",
+    "lease_changed",
+    "noop",
+    "rerecord",
+    "discard",
+)
+EPISODE_COMMANDS = ("rerecord", "discard")  # taken by the control loop at its next step
 
 
 class CloudControl:
@@ -61,6 +76,7 @@ class CloudControl:
         self.estop_received_at: float | None = None  # time.monotonic() of the last e-stop
         self.counts: dict[str, int] = {k: 0 for k in KINDS}
         self.unknown = 0
+        self._command: tuple[str, str] | None = None  # episode command for the next step
 
     @property
     def estopped(self) -> bool:
@@ -75,11 +91,23 @@ class CloudControl:
         """The loop must send no action now (e-stopped or paused)."""
         return self._estopped or self._paused
 
+    @property
+    def pending(self) -> bool:
+        """An episode command (rerecord, discard) waits for the next step."""
+        return self._command is not None
+
+    def take_command(self) -> tuple[str, str] | None:
+        """The waiting episode command and its reason, once (None when there is none)."""
+        with self._lock:
+            cmd, self._command = self._command, None
+            return cmd
+
     def handle(self, kind: str, reason: str = "", seq: int = 0, run_id: str = "") -> None:
         """Apply one command by name (see :data:`KINDS`); an unknown name is logged and counted.
 
         ``lease_changed`` and ``noop`` change nothing here (the run's own supervisor
-        restarts agents whose lease moved); they are logged for the record.
+        restarts agents whose lease moved); they are logged for the record. ``rerecord`` and
+        ``discard`` wait for the control loop's next step (:meth:`take_command`).
         """
         if kind == "estop":
             self.estop(reason)
@@ -89,6 +117,9 @@ class CloudControl:
             self._set(paused=False)
         elif kind == "clear_estop":
             self.clear_estop(reason)
+        elif kind in EPISODE_COMMANDS:
+            with self._lock:
+                self._command = (kind, reason)
         elif kind not in KINDS:
             self.unknown += 1
             log.warning("ignoring unknown control command %r (seq %d)", kind, seq)

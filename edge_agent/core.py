@@ -120,8 +120,9 @@ class OperatorInput:
     Attributes:
         is_intervention: the operator, not the policy, chose this step's action.
         action: the operator's action ``(A,) float32`` (None when not intervening).
-        command: an episode command: ``"rerecord"`` (discard this episode), ``"success"`` /
-            ``"failure"`` (operator's label, ends the episode), ``"estop"``; None for none.
+        command: an episode command: ``"rerecord"`` (end this episode, never train on it,
+            record its task again), ``"discard"`` (end it, never train on it), ``"success"``
+            / ``"failure"`` (operator's label, ends the episode), ``"estop"``; None for none.
         reason: why the source intervened (``"divergence"``, ``"risk_region"``, ``"handback"``,
             ``"key"``, ``"button"``...), for logs and tests.
     """

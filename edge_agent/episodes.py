@@ -1,17 +1,25 @@
-"""The robot's episode numbering and log, kept in its spool directory across restarts.
+"""The robot's episode numbering, log and marks, kept in its spool directory across restarts.
 
 ``agent_state.json`` holds ``{"next_episode_index": int}`` (written atomically and durably,
 :func:`robofleet.durable.atomic_write_bytes`), so a restarted agent never reuses an
 ``episode_index`` the cloud may already hold. ``episodes.jsonl`` gets one line per recorded
 episode: ``{"episode_index", "task", "steps", "label"}``.
+
+``marks.jsonl`` is the outbox of the operator's verdicts on episodes whose steps already left
+(or will leave) the robot: one line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
+(:class:`comms.marks.EpisodeMark`), appended durably when the episode ends and removed once
+the cloud stored it (comms' :class:`~comms.marks.EpisodeMarkSender` sends them).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from dataclasses import asdict
 from pathlib import Path
 
-from robofleet.durable import atomic_write_bytes
+from comms.marks import EpisodeMark
+from robofleet.durable import append_line, atomic_write_bytes, atomic_write_text
 
 
 class EpisodeLog:
@@ -56,3 +64,59 @@ class EpisodeLog:
     def _save(self) -> None:
         data = json.dumps({"next_episode_index": self.next_index}).encode()
         atomic_write_bytes(self._state_file, data)
+
+
+class MarkOutbox:
+    """The robot's episode marks not yet stored by the cloud (``comms.marks.MarkOutbox``).
+
+    Thread-safe: the control loop adds, the sender's thread reads and removes.
+
+    Raises:
+        ValueError: ``marks.jsonl`` exists but a line is unreadable (at construction).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self._file = directory / "marks.jsonl"
+        self._cond = threading.Condition()
+        self._marks = self._load()
+
+    def add(self, mark: EpisodeMark) -> None:
+        """Keep ``mark`` durably (fsynced) until the cloud stored it."""
+        with self._cond:
+            append_line(self._file, json.dumps(asdict(mark)))
+            self._marks.append(mark)
+            self._cond.notify_all()
+
+    def pending(self) -> list[EpisodeMark]:
+        with self._cond:
+            return list(self._marks)
+
+    def sent(self, mark: EpisodeMark) -> None:
+        with self._cond:
+            if mark in self._marks:
+                self._marks.remove(mark)
+                lines = "".join(json.dumps(asdict(m)) + "\n" for m in self._marks)
+                atomic_write_text(self._file, lines)
+
+    def wait(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: bool(self._marks), timeout)
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._marks)
+
+    def _load(self) -> list[EpisodeMark]:
+        if not self._file.exists():
+            return []
+        text = self._file.read_text()
+        whole = text[: text.rfind("\n") + 1]  # a last line torn by a crash was never kept
+        out = []
+        for i, line in enumerate(whole.splitlines()):
+            try:
+                out.append(EpisodeMark(**json.loads(line)))
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{self._file}: unreadable mark on line {i + 1} ({exc})") from None
+        if len(whole) < len(text):
+            atomic_write_text(self._file, whole)
+        return out

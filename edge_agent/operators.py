@@ -5,11 +5,16 @@
   the task) behind HG-DAgger gating (:class:`edge_agent.gating.HGDaggerGate`).
 * :class:`KeyboardOperator` - a person at a keyboard (pynput). Keys: ``space`` (or ``t``)
   takes over / hands back; ``w``/``s``, ``a``/``d``, ``q``/``e`` drive action dims 1, 0, 2 (+/-); ``g``
-  toggles the gripper (dim 3); ``r`` discards and rerecords the episode; ``y`` / ``n`` label it
+  toggles the gripper (dim 3); ``r`` rerecords the episode (ends it, discards it, records its
+  task again); ``x`` discards it (ends it, the schedule goes on); ``y`` / ``n`` label it
   success / failure (and end it); ``esc`` (or ``k``) e-stops.
 * :class:`GamepadOperator` - a person with a gamepad (pygame joystick events). Hold the
   deadman button (default 4, left bumper) to take over; axes drive action dims; buttons label
-  success (0), failure (1), rerecord (2); button 5 closes the gripper while held.
+  success (0), failure (1), rerecord (2), discard (3); button 5 closes the gripper while held.
+
+A discarded or rerecorded episode is never trained on: its steps stay out of the buffer or
+are marked there (``edge_agent.agent``, ``buffer.marks``). The cloud sends the same two
+commands over the robot's Control stream (``edge_agent.control``).
 
 Keyboard and gamepad are driven by events, so they are tested headless by injecting events
 (``KeyboardOperator.on_press`` / ``on_release``; ``pygame.event.post`` with
@@ -128,7 +133,7 @@ class KeyboardOperator:
         "q": (2, 1.0),
         "e": (2, -1.0),
     }
-    _COMMANDS = {"r": "rerecord", "y": "success", "n": "failure"}
+    _COMMANDS = {"r": "rerecord", "x": "discard", "y": "success", "n": "failure"}
 
     def __init__(self, action_dim: int, step_size: float = 1.0, listen: bool = True) -> None:
         self.state = _HumanState(action_dim)
@@ -211,7 +216,8 @@ class GamepadOperator:
         axis_map: joystick axis -> (action dim, sign). Default: left stick x/y -> dims 0/1,
             right stick y -> dim 2.
         deadman_button / gripper_button: held to take over / to close the gripper (dim 3).
-        command_buttons: button -> ``success`` / ``failure`` / ``rerecord`` / ``estop``.
+        command_buttons: button -> ``success`` / ``failure`` / ``rerecord`` / ``discard`` /
+            ``estop``.
         deadzone: stick values below this magnitude read as 0.
 
     pygame needs a video driver for its event queue; on a headless robot computer the dummy
@@ -243,7 +249,7 @@ class GamepadOperator:
         self.command_buttons = (
             dict(command_buttons)
             if command_buttons is not None
-            else {0: "success", 1: "failure", 2: "rerecord", 8: "estop"}
+            else {0: "success", 1: "failure", 2: "rerecord", 3: "discard", 8: "estop"}
         )
         self.deadzone = deadzone
         self._raw = np.zeros(action_dim, np.float32)

@@ -1,10 +1,14 @@
 """Steps from the control loop -> durable spool (with per-robot seq), on a background thread.
 
 The control loop only calls :meth:`UplinkWorker.submit` (a queue put; never blocks on disk or
-network). The writer thread groups steps into batches (``batch_max_steps`` or
-``batch_max_delay_s``), validates them against the buffer's
-:class:`buffer.schema.StepSchema`, stamps each row with the next ``seq`` and makes the batch
-durable in the :class:`~edge_agent.spool.Spool`. Sending is comms' job:
+network). The writer thread makes each step durable at once in the open batch's journal
+(:class:`~edge_agent.journal.StepJournal`: one fdatasync for the step, or for the few queued
+together), groups steps into batches (``batch_max_steps`` or ``batch_max_delay_s``),
+validates them against the buffer's :class:`buffer.schema.StepSchema`, stamps each row with
+the next ``seq`` and makes the batch durable in the :class:`~edge_agent.spool.Spool`. An agent
+killed at any moment thus loses only the steps it had not submitted yet (the row the recorder
+holds for its successor, the step in flight) and one being appended; a restarted uplink
+spools the journal's steps first. Sending is comms' job:
 :class:`comms.uploader.Uploader` streams the spool (it satisfies ``comms.uploader.Spool``),
 resumes from the cloud's durable seq after any reconnect (no gaps, no duplicates) and acks
 delete batches from the spool.
@@ -26,6 +30,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from edge_agent.journal import StepJournal
 from edge_agent.spool import Spool
 
 log = logging.getLogger(__name__)
@@ -72,6 +77,7 @@ class UplinkWorker:
         self._flushed = threading.Condition()
         self._pending_flushes = 0
         self._done_flush = 0
+        self.journal = StepJournal(spool.directory)
         self._writer = threading.Thread(target=self._write_loop, name="edge-spool", daemon=True)
         # pyarrow imports pandas on its first conversion of a Python list: 1.5 s of CPU on an
         # idle machine, ~7 s for each of 8 robot processes sharing 2 loaded cores (measured by
@@ -80,6 +86,11 @@ class UplinkWorker:
         pa.array([0], type=pa.int64())
 
     def start(self) -> UplinkWorker:
+        """Spool the steps a crash left in the journal, then start the writer thread."""
+        first, records = self.journal.read()
+        if records and first >= self.spool.next_seq:  # else that batch reached the spool
+            self._write(records)
+        self.journal.clear()
         self._writer.start()
         return self
 
@@ -116,6 +127,8 @@ class UplinkWorker:
         self._q.put(None)
         if self._writer.is_alive():
             self._writer.join(timeout)
+        if not self._writer.is_alive():
+            self.journal.close()
 
     # -- writer thread ---------------------------------------------------------------------
 
@@ -132,28 +145,46 @@ class UplinkWorker:
                 item = self._q.get(timeout=timeout)
             except queue.Empty:
                 item = ()
-            if item is None:
-                self._write(pending)
-                return
+            records, item = self._gather(item, self.batch_max_steps - len(pending))
+            if records:
+                self.journal.append(records, self.spool.next_seq)
+                if not pending:
+                    oldest = time.monotonic()
+                pending += records
             flush_target = None
             if isinstance(item, tuple) and item and item[0] is _FLUSH:
                 flush_target = item[1]
-            elif isinstance(item, Mapping):
-                if not pending:
-                    oldest = time.monotonic()
-                pending.append(item)
             due = pending and (
                 len(pending) >= self.batch_max_steps
                 or flush_target is not None
+                or item is None
                 or time.monotonic() - oldest >= self.batch_max_delay_s
             )
             if due:
                 self._write(pending)
+                self.journal.clear()
                 pending = []
+            if item is None:
+                return
             if flush_target is not None:
                 with self._flushed:
                     self._done_flush = max(self._done_flush, flush_target)
                     self._flushed.notify_all()
+
+    def _gather(self, item: Any, room: int) -> tuple[list[Mapping[str, Any]], Any]:
+        """``item`` and the step records queued right behind it, at most ``room`` (they are
+        made durable together); returns them and the next item that is no record (a flush,
+        the stop, or ``()`` for none)."""
+        records: list[Mapping[str, Any]] = []
+        while isinstance(item, Mapping):
+            records.append(item)
+            if len(records) >= room:
+                return records, ()
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                return records, ()
+        return records, item
 
     def _write(self, records: Sequence[Mapping[str, Any]]) -> None:
         if not records:

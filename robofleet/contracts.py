@@ -83,8 +83,9 @@ class RobotControl(Protocol):
 
     def push_control(self, robot_id: int, kind: str, run_id: str = "", reason: str = "") -> bool:
         """Queue ``kind`` (``estop``, ``clear_estop``, ``pause``, ``resume``,
-        ``lease_changed``) for the robot; False when it is not connected (the cloud's
-        e-stop sync then delivers it from the metadata store).
+        ``lease_changed``, ``rerecord``, ``discard``: the last two end the robot's running
+        episode and mark it never to be trained on) for the robot; False when it is not
+        connected (the cloud's e-stop sync then delivers an e-stop from the metadata store).
 
         Raises:
             ValueError: an unknown ``kind``.

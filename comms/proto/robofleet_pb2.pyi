@@ -69,6 +69,32 @@ class UploadAck(_message.Message):
     batches: int
     def __init__(self, durable_seq: _Optional[int] = ..., backpressure: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., data_plane: _Optional[_Union[DataPlane, _Mapping]] = ..., batches: _Optional[int] = ...) -> None: ...
 
+class EpisodeMark(_message.Message):
+    __slots__ = ("run_id", "episode_index", "kind", "reason")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[EpisodeMark.Kind]
+        DISCARD: _ClassVar[EpisodeMark.Kind]
+        RERECORD: _ClassVar[EpisodeMark.Kind]
+    KIND_UNSPECIFIED: EpisodeMark.Kind
+    DISCARD: EpisodeMark.Kind
+    RERECORD: EpisodeMark.Kind
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    episode_index: int
+    kind: EpisodeMark.Kind
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., episode_index: _Optional[int] = ..., kind: _Optional[_Union[EpisodeMark.Kind, str]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class EpisodeMarkAck(_message.Message):
+    __slots__ = ("discarded_steps",)
+    DISCARDED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    discarded_steps: int
+    def __init__(self, discarded_steps: _Optional[int] = ...) -> None: ...
+
 class TensorEntry(_message.Message):
     __slots__ = ("name", "dtype", "shape", "encoding")
     class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -204,6 +230,8 @@ class ControlCommand(_message.Message):
         CLEAR_ESTOP: _ClassVar[ControlCommand.Kind]
         ASSIGN: _ClassVar[ControlCommand.Kind]
         RELEASE: _ClassVar[ControlCommand.Kind]
+        RERECORD: _ClassVar[ControlCommand.Kind]
+        DISCARD: _ClassVar[ControlCommand.Kind]
     NOOP: ControlCommand.Kind
     ESTOP: ControlCommand.Kind
     PAUSE: ControlCommand.Kind
@@ -212,6 +240,8 @@ class ControlCommand(_message.Message):
     CLEAR_ESTOP: ControlCommand.Kind
     ASSIGN: ControlCommand.Kind
     RELEASE: ControlCommand.Kind
+    RERECORD: ControlCommand.Kind
+    DISCARD: ControlCommand.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]

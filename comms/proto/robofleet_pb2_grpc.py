@@ -169,6 +169,78 @@ class Experience:
             _registered_method=True)
 
 
+class EpisodesStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Mark = channel.unary_unary(
+                '/robofleet.comms.v1.Episodes/Mark',
+                request_serializer=robofleet__pb2.EpisodeMark.SerializeToString,
+                response_deserializer=robofleet__pb2.EpisodeMarkAck.FromString,
+                _registered_method=True)
+
+
+class EpisodesServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Mark(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_EpisodesServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Mark': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mark,
+                    request_deserializer=robofleet__pb2.EpisodeMark.FromString,
+                    response_serializer=robofleet__pb2.EpisodeMarkAck.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'robofleet.comms.v1.Episodes', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('robofleet.comms.v1.Episodes', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Episodes:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Mark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/robofleet.comms.v1.Episodes/Mark',
+            robofleet__pb2.EpisodeMark.SerializeToString,
+            robofleet__pb2.EpisodeMarkAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class WeightsStub:
     """Missing associated documentation comment in .proto file."""
 

@@ -5,6 +5,7 @@ module                 service
 =====================  ===============================================================
 ``enrollment``         Enrollment: a one-time token for a robot id and credential
 ``experience``         Experience: step batches in (gRPC or the data plane), acks out
+``episodes``           Episodes: a robot's marks on its episodes (discard, rerecord)
 ``weights``            Weights: policy versions streamed latest-only; Fetch repairs
 ``heartbeat``          Heartbeat: state, applied policy version, loop stats
 ``control``            Control: commands pushed to a robot (e-stop, pause, ...)
@@ -31,6 +32,7 @@ from comms.services.act import ActServicer
 from comms.services.common import ServerState
 from comms.services.control import ControlServicer
 from comms.services.enrollment import EnrollmentServicer
+from comms.services.episodes import EpisodesServicer
 from comms.services.experience import ExperienceServicer
 from comms.services.heartbeat import HeartbeatServicer
 from comms.services.requests import add_service
@@ -46,6 +48,7 @@ def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
     servicers: dict[str, Any] = {
         "Enrollment": EnrollmentServicer(state),
         "Experience": ExperienceServicer(state),
+        "Episodes": EpisodesServicer(state),
         "Weights": WeightsServicer(state),
         "Heartbeat": HeartbeatServicer(state),
         "Control": ControlServicer(state),

@@ -1,4 +1,5 @@
-"""Fleet: robots (list, e-stop, clear, release, retire), sites, and enrollment tokens."""
+"""Fleet: robots (list, e-stop, clear, rerecord / discard the running episode, release, retire),
+sites, and enrollment tokens."""
 
 from __future__ import annotations
 
@@ -191,6 +192,48 @@ def clear_estop(robot_id: int, principal: Operator, request: Request) -> RobotOu
     )
     _push(request, robot_id, "clear_estop", principal)
     return out
+
+
+def _episode_command(robot_id: int, kind: str, principal: Principal, request: Request) -> RobotOut:
+    """Push ``kind`` (rerecord / discard) to the robot: it ends its running episode and marks it
+    never to be trained on. 409 when it runs no episode for a run or is not connected here."""
+    store = store_of(request)
+    with store.session() as s:
+        robot = get_or_404(s, Robot, robot_id, "robot")
+        lease = _active_lease(s, robot_id)
+        name, run_id = robot.name, lease.run_id if lease else None
+    if run_id is None:
+        raise HTTPException(409, f"robot {name} is not leased: it runs no episode to {kind}")
+    control = request.app.state.robot_control
+    reason = f"dashboard: {principal.actor}"
+    if control is None or not control.push_control(robot_id, kind, run_id, reason):
+        raise HTTPException(
+            409, f"robot {name} is not connected to this cloud; its episode cannot be {kind}ed"
+        )
+    store.record_event(
+        f"robot.episode_{kind}", actor=principal.actor, robot_id=robot_id, run_id=run_id
+    )
+    return get_robot(robot_id, principal, request)
+
+
+@router.post(
+    "/robots/{robot_id}/rerecord",
+    response_model=RobotOut,
+    summary="End the robot's running episode, never train on it, record its task again",
+    responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
+)
+def rerecord(robot_id: int, principal: Operator, request: Request) -> RobotOut:
+    return _episode_command(robot_id, "rerecord", principal, request)
+
+
+@router.post(
+    "/robots/{robot_id}/discard",
+    response_model=RobotOut,
+    summary="End the robot's running episode and never train on it",
+    responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
+)
+def discard(robot_id: int, principal: Operator, request: Request) -> RobotOut:
+    return _episode_command(robot_id, "discard", principal, request)
 
 
 @router.post(

@@ -17,6 +17,7 @@ name                     labels     meaning (unit)
 ``buffer_size``                     transitions held by the buffer (robots' and offline)
 ``buffer_robot_steps``              of them, the robots' steps
 ``buffer_offline_steps``            of them, demonstrations and other offline rows
+``discarded_episodes``              episodes operators discarded or rerecorded (never trained on)
 ``cache_hit_rate``                  buffer hot-cache hit ratio (0-1)
 ``policy_version``       robot      policy version applied on a robot
 =======================  =========  ===============================================
@@ -45,6 +46,7 @@ METRIC_NAMES = (
     "buffer_size",
     "buffer_robot_steps",
     "buffer_offline_steps",
+    "discarded_episodes",
     "cache_hit_rate",
     "policy_version",
 )

@@ -209,3 +209,45 @@ def test_fleet_shows_what_each_robot_does_and_is(as_role: Client, store: Metadat
     assert names("state=assigned&run_id=run-b") == []
     assert names("robot_type=other") == []
     assert viewer.get("/api/robots?state=dancing").status_code == 422
+
+
+class RecordingControl:
+    """comms' ``CloudServer.push_control`` as the dashboard sees it: ``connected`` robots."""
+
+    def __init__(self, connected: set[int]) -> None:
+        self.connected = connected
+        self.pushed: list[tuple[int, str, str, str]] = []
+
+    def push_control(self, robot_id: int, kind: str, run_id: str = "", reason: str = "") -> bool:
+        if robot_id not in self.connected:
+            return False
+        self.pushed.append((robot_id, kind, run_id, reason))
+        return True
+
+
+def test_rerecord_and_discard_reach_the_robot_running_an_episode(
+    settings, store: MetadataStore
+) -> None:
+    from dashboard.app import create_app
+    from robofleet.app.orchestration.manager import QueuedRunManager
+    from tests.dashboard.conftest import login
+
+    rid, other = add_robot(store, "r1"), add_robot(store, "r2")
+    control = RecordingControl({rid})
+    app = create_app(settings, store, QueuedRunManager(store, settings.data_dir), control)
+    op = login(app, Role.OPERATOR.value)
+    assert op.post(f"/api/robots/{rid}/discard").status_code == 409  # not leased: no episode
+    with store.session() as s:
+        s.add(Run(id="run-a", algorithm="hg-dagger"))
+    store.lease_robots("run-a", [rid, other])
+    assert op.post(f"/api/robots/{rid}/rerecord").status_code == 200
+    assert op.post(f"/api/robots/{rid}/discard").status_code == 200
+    r = op.post(f"/api/robots/{other}/discard")  # leased but not connected here
+    assert r.status_code == 409 and "not connected" in r.json()["detail"]
+    assert control.pushed == [
+        (rid, "rerecord", "run-a", "dashboard: user:operator"),
+        (rid, "discard", "run-a", "dashboard: user:operator"),
+    ]
+    with store.session() as s:
+        kinds = [e.kind for e in s.scalars(select(Event).where(Event.robot_id == rid))]
+    assert {"robot.episode_rerecord", "robot.episode_discard"} <= set(kinds)

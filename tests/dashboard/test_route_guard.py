@@ -34,6 +34,8 @@ EXPECTED_ROLE: dict[tuple[str, str], Role] = {
     ("PATCH", "/api/users/{user_id}"): Role.ADMIN,
     ("POST", "/api/robots/{robot_id}/estop"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/clear-estop"): Role.OPERATOR,
+    ("POST", "/api/robots/{robot_id}/rerecord"): Role.OPERATOR,
+    ("POST", "/api/robots/{robot_id}/discard"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/release"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/retire"): Role.ADMIN,
     ("POST", "/api/sites"): Role.ADMIN,

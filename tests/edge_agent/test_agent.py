@@ -165,9 +165,11 @@ def test_rerecord_discards_the_held_episode_and_reuses_its_index(tmp_path):
     )
     rows = run_and_rows(agent, episodes=2)
     assert agent.stats.discarded_episodes == 1
-    assert rows.num_rows == 4  # only the second, complete episode
-    assert rows.column("episode_index").to_pylist() == [0] * 4
-    assert rows.column("seq").to_pylist() == list(range(4))
+    # Only the complete episodes, two of them: the discarded one does not count (issue 16).
+    assert rows.num_rows == 8
+    assert rows.column("episode_index").to_pylist() == [0] * 4 + [1] * 4
+    assert rows.column("seq").to_pylist() == list(range(8))
+    assert not agent.marks.pending()  # nothing of it left the robot: nothing to tell
 
 
 def test_operator_label_ends_the_episode(tmp_path):

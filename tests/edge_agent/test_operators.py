@@ -46,8 +46,10 @@ def test_keyboard_takeover_drive_gripper_and_commands(keys):
     op.on_press(KeyCode.from_char("e"))
     assert np.allclose(op.step(OBS, NOVICE).action, [0.5, 0.0, -0.5, 1.0])
     op.on_press(KeyCode.from_char("r"))
+    op.on_press(KeyCode.from_char("x"))
     op.on_press(KeyCode.from_char("y"))
     assert op.step(OBS, NOVICE).command == "rerecord"
+    assert op.step(OBS, NOVICE).command == "discard"
     assert op.step(OBS, NOVICE).command == "success"
     op.on_press(SpecialKey("space"))  # hand back
     out = op.step(OBS, NOVICE)
@@ -143,6 +145,8 @@ def test_gamepad_deadman_axes_gripper_and_buttons(pg):
     post(pg, pg.JOYBUTTONDOWN, button=0)
     out = op.step(OBS, NOVICE)
     assert not out.is_intervention and out.command == "success"
+    post(pg, pg.JOYBUTTONDOWN, button=3)
+    assert op.step(OBS, NOVICE).command == "discard"
     op.close()
 
 

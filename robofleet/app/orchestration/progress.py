@@ -1,6 +1,7 @@
 """A run's live figures: what the dashboard and ``robofleet demo`` show, every two seconds.
 
-Each record appends a row to ``progress.jsonl`` (the intervention-rate curve of the report),
+Each record appends a row to ``progress.jsonl`` (the intervention-rate curve of the report;
+``discarded_episodes``: episodes an operator discarded or rerecorded, never trained on),
 rewrites ``progress.json`` durably (what a resumed run carries on: run time, robot-seconds,
 learner restarts) and inserts metric points for the live charts.
 """
@@ -75,6 +76,7 @@ class RunProgress:
         offline = self.offline_steps(buffer)
         rate, steps_per_s = self._rates(steps, interventions)
         elapsed = clock.elapsed()
+        stats = buffer.stats()
         row = {
             "wall_s": elapsed,
             "robot_hours": clock.robot_hours,
@@ -83,6 +85,7 @@ class RunProgress:
             "interventions": interventions,
             "intervention_rate": rate,
             "policy_version": version,
+            "discarded_episodes": int(stats.get("discarded_episodes", 0)),
         }
         with open(self.run_dir / "progress.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -94,7 +97,7 @@ class RunProgress:
                 "learner_restarts": restarts,
             },
         )
-        self._metrics(buffer, learner, (steps, offline), rate, steps_per_s, robots)
+        self._metrics(buffer, stats, learner, (steps, offline), rate, steps_per_s, robots)
         return {
             "elapsed_s": elapsed,
             "env_steps": steps,
@@ -110,6 +113,7 @@ class RunProgress:
             "learner_hangs": hangs,
             "robots": len(robots),
             "robot_hours": clock.robot_hours,
+            "discarded_episodes": row["discarded_episodes"],
         }
 
     def _rates(self, steps: int, interventions: int) -> tuple[float, float]:
@@ -127,6 +131,7 @@ class RunProgress:
     def _metrics(
         self,
         buffer: Any,
+        stats: Mapping[str, Any],
         learner: Mapping[str, float],
         buffer_steps: tuple[int, int],
         rate: float,
@@ -148,8 +153,13 @@ class RunProgress:
             {"name": "buffer_size", "step": steps, "value": float(len(buffer))},
             {"name": "buffer_robot_steps", "step": steps, "value": float(steps)},
             {"name": "buffer_offline_steps", "step": steps, "value": float(offline)},
+            {
+                "name": "discarded_episodes",
+                "step": steps,
+                "value": float(stats.get("discarded_episodes", 0)),
+            },
         ]
-        hit = buffer.stats().get("cache_hit_rate")
+        hit = stats.get("cache_hit_rate")
         if hit is not None:
             points.append({"name": "cache_hit_rate", "step": steps, "value": float(hit)})
         if np.isfinite(learner.get("loss", float("nan"))):

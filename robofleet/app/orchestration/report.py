@@ -53,6 +53,7 @@ def write_report(
         "env_steps": int(last.get("env_steps", 0)),
         "offline_steps": int(last.get("offline_steps", 0)),
         "interventions": int(last.get("interventions", 0)),
+        "discarded_episodes": int(last.get("discarded_episodes", 0)),
         "versions_published": int(versions),
         "acked_lost": sum(a.lost for a in accounts.values()),
         "learner_restarts": learner_restarts,
