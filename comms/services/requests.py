@@ -32,6 +32,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "HeartbeatRequest": ("state",),
     "ControlRequest": (),
     "ActRequest": ("run_id", "observation"),
+    "EpisodeMark": ("run_id",),
 }
 
 

@@ -41,6 +41,7 @@ EMPTY_REFUSAL: dict[str, str | None] = {
     "Beat": "HeartbeatRequest.state is empty",
     "Commands": None,
     "Act": "ActRequest.run_id is empty",
+    "Mark": "EpisodeMark.run_id is empty",
 }
 # Request-streaming method -> good opening messages (garbage is sent after each).
 OPENINGS: dict[str, list[Any]] = {

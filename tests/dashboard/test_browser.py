@@ -74,6 +74,7 @@ SAWYER_SPEC = {
     "action_features": {"action": {"dtype": "float32", "shape": [4]}},
     "control_hz": 80.0,
     "cameras": [{"name": "corner", "height": 64, "width": 64, "channels": 3}],
+    "capabilities": {"can_reset": True, "simulated": True, "multi_task": True},
     "computer": {"driver": "metaworld", "operator": "scripted"},
 }
 
