@@ -51,9 +51,7 @@ def test_progress_metrics_and_report_count_robot_and_offline_rows_apart(tmp_path
     spec = parse_run_spec(
         {"algorithm": "hg-dagger", "tasks": ["reach-v3"], "robots": {"robot_type": "x"}}
     )
-    summary = write_report(
-        tmp_path, "run-1", spec, learner_restarts=0, accounts={}, elapsed_s=60.0
-    )
+    summary = write_report(tmp_path, "run-1", spec, learner_restarts=0, accounts={}, elapsed_s=60.0)
     assert (summary["env_steps"], summary["offline_steps"]) == (60, 100)
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["env_steps"], report["offline_steps"]) == (60, 100)
