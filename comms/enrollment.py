@@ -52,7 +52,8 @@ def edge_command(
     Raises:
         ValueError: a driver option's key is not ``KEY_PATTERN``, named.
     """
-    args = ["robofleet", "edge", "--server", server, "--token", token, "--robot", robot_name]
+    # ``--token=T``: a token may start with "-", which argparse would take for an option.
+    args = ["robofleet", "edge", "--server", server, f"--token={token}", "--robot", robot_name]
     if driver:
         args += ["--driver", driver]
     args += _driver_option_args(driver_options or {})

@@ -109,7 +109,7 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     page.click("#enroll-form button[type=submit]")
     page.wait_for_selector("#enroll-result", state="visible")
     command = page.inner_text("#enroll-command").strip()
-    token = command.split("--token ")[1].split()[0]
+    token = command.split("--token=")[1].split()[0]
     assert command == edge_command(
         "127.0.0.1:50051",
         token,

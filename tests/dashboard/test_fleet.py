@@ -21,7 +21,7 @@ def test_enroll_shows_command_and_token_works_once(as_role: Client, store: Metad
     r = op.post("/api/enrollment-tokens", json={"robot_name": "sawyer-1", "robot_type": "sim"})
     assert r.status_code == 201
     token, command = r.json()["token"], r.json()["command"]
-    assert command == (f"robofleet edge --server 127.0.0.1:50051 --token {token} --robot sawyer-1")
+    assert command == (f"robofleet edge --server 127.0.0.1:50051 --token={token} --robot sawyer-1")
     robot, credential = store.consume_enrollment_token(
         token, robot_name="ignored", robot_type="ignored", spec={"fps": 80}
     )

@@ -39,7 +39,7 @@ def test_robofleet_edge_enrolls_runs_and_uploads(tmp_path, db):
         spool = tmp_path / "spool"
         proc = robofleet(
             "--config", str(config), "edge",
-            "--server", cloud.address, "--token", token, "--robot", "cli-robot",
+            "--server", cloud.address, f"--token={token}", "--robot", "cli-robot",
             "--run", RUN, "--episodes", "1", "--max-steps", "20",
             "--spool-dir", str(spool), "--report",
         )  # fmt: skip

@@ -107,7 +107,7 @@ def test_robot_computer_on_its_own_network_never_a_ray_node_is_assigned_to_a_run
         robot = Child(
             [
                 *("ip", "netns", "exec", hosts.ns_b, *ROBOFLEET, "edge"),
-                *("--server", server, "--token", token, "--robot", ROBOT),
+                *("--server", server, f"--token={token}", "--robot", ROBOT),
                 *("--driver", "metaworld", "--operator", "scripted"),
                 *("--spool-dir", str(robot_dir / "spool")),
             ],

@@ -45,7 +45,9 @@ def test_pause_and_resume_reach_robots_and_are_resent_until_heartbeats_agree(
     deaf = RobotComputer(cloud, "r-deaf", PAUSE_RESUME, lose={"pause": 2})
     robots = {"r-ok": obedient.robot_id, "r-deaf": deaf.robot_id}
     store.lease_robots(RUN, list(robots.values()))
-    hold = RobotHold(store, cloud.server, RUN, resend_s=0.2)
+    # Longer than a heartbeat takes to land on a loaded machine: a robot that obeyed is not
+    # told again while its heartbeat is on the way.
+    hold = RobotHold(store, cloud.server, RUN, resend_s=1.0)
     try:
         assert obedient.listener.connected.wait(10) and deaf.listener.connected.wait(10)
         time.sleep(0.3)  # the server registers the streams after the client's call starts

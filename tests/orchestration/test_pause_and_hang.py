@@ -66,7 +66,8 @@ def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(tmp_path: P
         assert len(leases) == 1
 
         # -- pause: robots hold at a step boundary; lease, agent and robot status stay
-        agents = len(events(store, run_id, "edge_agent.started"))
+        agents = len(events(store, run_id, "robot.assigned"))
+        assert agents == 1
         _ok("run", "pause", run_id, data_dir=tmp_path)
         assert run_state(store, run_id) == RunState.PAUSED
         wait_until(lambda: bool(events(store, run_id, "run.robots_held")), 60, cloud.fail_text)
@@ -87,10 +88,11 @@ def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(tmp_path: P
         _ok("resume", run_id, data_dir=tmp_path)
         wait_until(lambda: run_state(store, run_id) in LIVE, 60, cloud.fail_text)
         wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 20, 90, cloud.fail_text)
-        assert len(events(store, run_id, "edge_agent.started")) == agents  # no new agent
+        assert len(events(store, run_id, "robot.assigned")) == agents  # not assigned anew
         assert _open_leases(store, run_id) == leases
         assert len(events(store, run_id, "lease.acquired")) == 1
-        control = run_dir(store, run_id) / "robots" / robot / "control.jsonl"
+        (spool,) = [p for p in run_spools(tmp_path, run_id) if p.parent.parent.name == robot]
+        control = spool / "control.jsonl"
         kinds = [json.loads(line)["kind"] for line in control.read_text().splitlines()]
         assert "pause" in kinds and kinds[-1] == "resume"  # what the robot itself received
 

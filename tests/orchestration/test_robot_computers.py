@@ -74,7 +74,7 @@ class Lab:
         self.start(name, token=got.json()["token"])
 
     def start(self, name: str, token: str | None = None) -> None:
-        argv = [*ROBOFLEET, *self.args[name], *(["--token", token] if token else [])]
+        argv = [*ROBOFLEET, *self.args[name], *([f"--token={token}"] if token else [])]
         self.computers[name] = Child(
             argv,
             log=self.data_dir / f"{name}-{time.time_ns()}.log",

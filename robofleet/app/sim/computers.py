@@ -113,7 +113,7 @@ class SimRobotComputers:
         ]
         token = self._token(name, root)
         if token is not None:
-            argv += ["--token", token]
+            argv.append(f"--token={token}")  # a token may start with "-"
         return argv
 
     def _token(self, name: str, root: Path) -> str | None:
