@@ -412,6 +412,7 @@ class EdgeAgent:
         if ep.label not in ("rerecord", "discard"):
             ep.recorder.commit()
             self._episodes.log(ep.index, ep.task, ep.frame, ep.label)
+            self._count_outcome(ep)
             return True
         self.stats.discarded_episodes += 1
         if ep.label == "rerecord":
