@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,8 +199,3 @@ class RobotAssignments:
         except Exception as exc:  # the next follow() tries again
             log.warning("pushing %s to robot %d failed: %s", kind, robot_id, exc)
             return False
-
-
-def members_by_name(members: Mapping[str, Any]) -> dict[str, int]:
-    """Allocation members (name -> ``hal.scheduler.Member``) as name -> robot id."""
-    return {name: m.robot_id for name, m in members.items()}

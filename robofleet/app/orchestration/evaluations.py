@@ -21,6 +21,28 @@ from robofleet.store.metrics import insert_metrics
 from robofleet.store.store import MetadataStore
 
 
+def record_point(
+    store: MetadataStore,
+    run_id: str,
+    run_dir: Path,
+    row: dict[str, Any],
+    on_event: Callable[..., None],
+    **event: Any,
+) -> None:
+    """Record one point of a run's success curve (``row``: ``policy_version``, ``success``
+    per task, ``success_mean``, ...): a line of ``evals.jsonl``, ``success_rate`` metrics per
+    task and a ``run.evaluated`` event (with ``event`` beside its fields)."""
+    with open(run_dir / "evals.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+    version = row["policy_version"]
+    points = [
+        {"name": "success_rate", "step": version, "value": v, "task": t}
+        for t, v in row["success"].items()
+    ]
+    insert_metrics(store, run_id, points)
+    on_event("run.evaluated", policy_version=version, success_mean=row["success_mean"], **event)
+
+
 class RunEvaluations:
     """The evaluator of one run and its queue of policy snapshots.
 
@@ -102,14 +124,7 @@ class RunEvaluations:
             "success": success,
             "success_mean": mean,
         }
-        with open(self.run_dir / "evals.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        points = [
-            {"name": "success_rate", "step": snap.version, "value": v, "task": t}
-            for t, v in success.items()
-        ]
-        insert_metrics(self.store, self.run_id, points)
-        self.on_event("run.evaluated", policy_version=snap.version, success_mean=mean)
+        record_point(self.store, self.run_id, self.run_dir, row, self.on_event)
         return {"success": success, "success_mean": mean, "eval_version": snap.version}
 
     def drain(self) -> list[dict[str, Any]]:

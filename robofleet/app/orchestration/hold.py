@@ -15,9 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import select
-
-from robofleet.store.models import Robot
+from robofleet.app.orchestration.assignments import robot_views
 from robofleet.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -71,9 +69,8 @@ class RobotHold:
     def states(self, robots: Mapping[str, int]) -> dict[str, str | None]:
         """Each robot's last heartbeat state (``running``, ``paused``, ``estopped``, ``idle``
         ...; None before its first heartbeat)."""
-        with self.store.session() as s:
-            rows = s.execute(select(Robot.name, Robot.stats).where(Robot.name.in_(list(robots))))
-            return {name: (stats or {}).get("state") for name, stats in rows}
+        views = robot_views(self.store, list(robots))
+        return {name: views[name].state if name in views else None for name in robots}
 
     def _push(self, name: str, robot_id: int, reason: str) -> bool:
         kind = "pause" if self.paused else "resume"

@@ -13,7 +13,6 @@ autonomous success of training episodes goes beside it in each row (``autonomous
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 from sqlalchemy import select
 
 from robofleet.app.orchestration.clock import RunClock
-from robofleet.store.metrics import insert_metrics
+from robofleet.app.orchestration.evaluations import record_point
 from robofleet.store.models import Robot
 from robofleet.store.store import MetadataStore
 
@@ -123,19 +122,7 @@ class RobotEvaluations:
         if not self._ready:
             return None
         row = self._ready.pop(0)
-        with open(self.run_dir / "evals.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        points = [
-            {"name": "success_rate", "step": row["policy_version"], "value": v, "task": t}
-            for t, v in row["success"].items()
-        ]
-        insert_metrics(self.store, self.run_id, points)
-        self.on_event(
-            "run.evaluated",
-            policy_version=row["policy_version"],
-            success_mean=row["success_mean"],
-            source="robots",
-        )
+        record_point(self.store, self.run_id, self.run_dir, row, self.on_event, source="robots")
         return {
             "success": row["success"],
             "success_mean": row["success_mean"],
