@@ -71,15 +71,21 @@ def test_a_missed_deadline_holds_safely_then_recovers(act_client):
     policy.delay = 0.4
     t0 = time.monotonic()
     action, version = runner.act(OBS, 0)
-    assert time.monotonic() - t0 < 0.3  # the step did not wait for the cloud
+    assert time.monotonic() - t0 < 0.35  # the step did not wait for the 0.4 s call
     assert version == NO_POLICY
     assert np.array_equal(action, [0.0, 0.0, 0.0, -1.0])  # zeros, gripper kept
     # While that call is still out, later steps hold without piling up more calls.
     for _ in range(3):
         assert runner.act(OBS, 0)[1] == NO_POLICY
     assert policy.calls == 1
-    time.sleep(0.5)
+    # Wait for the late call to end (on a loaded machine 0.4 s can take longer), then give the
+    # fresh call a deadline a loaded gRPC round trip meets: what is tested is that the late
+    # reply is dropped and a new call answers, not how fast loopback is.
+    late = runner._inflight
+    assert late is not None
+    late.result(timeout=10)
     policy.delay = 0.0
+    runner.deadline_s = 5.0
     action, version = runner.act(OBS, 0)  # the late reply is dropped, a fresh call answers
     assert version == 7 and np.allclose(action, CHUNK[0])
     assert runner.late_replies == 1 and runner.holds == 4 and policy.calls == 2
