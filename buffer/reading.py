@@ -46,6 +46,8 @@ def gather(
             continue
         order = np.argsort(rows, kind="stable")
         part = read(src.buffer, rows[order])
+        if src.task is not None:  # an offline view whose rows count as one task
+            part["task"] = np.full(len(rows), src.task, dtype=object)
         part["source"] = np.full(len(rows), src.source_id, dtype=np.int16)
         part["weight"] = weights[order].astype(np.float32)
         parts.append(part)
@@ -124,6 +126,19 @@ def read_sequences(
     res["bootstrap_terminated"] = tail["terminated"]
     res["index"] = starts.astype(np.int64)
     return res
+
+
+def read_action_chunks(st: TableState, starts: np.ndarray, length: int) -> dict[str, np.ndarray]:
+    """The actions of steps ``t .. t + length - 1`` of each start's episode: ``action_chunk``
+    ``(B, length, A)`` and ``action_chunk_is_pad`` (bool ``(B, length)``, True past the
+    episode's end, where the last real action repeats; LeRobot's ``action_is_pad``)."""
+    grid, mask = _sequence_grid(st, starts, length, 0)
+    b, t = grid.shape
+    actions = st.storage.gather(grid.reshape(-1), ["action"], count=False)["action"]
+    return {
+        "action_chunk": actions.reshape((b, t, *actions.shape[1:])),
+        "action_chunk_is_pad": ~mask,
+    }
 
 
 def _sequence_grid(

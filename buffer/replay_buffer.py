@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -77,15 +78,26 @@ class OfflineView:
         buffer: the mounted buffer (read-only when it is another directory).
         rows: eligible global row ids of ``buffer`` that passed the filters, ascending.
         filters: the filters used, for display.
+        task: every row counts as this task (None: the rows' own task names).
     """
 
     name: str
     buffer: ReplayBuffer
     rows: np.ndarray
     filters: dict[str, Any] = field(default_factory=dict)
+    task: str | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @cached_property
+    def task_names(self) -> list[str]:
+        """The tasks its rows count as (``task``, or the rows' own task names), sorted."""
+        if self.task is not None:
+            return [self.task]
+        idx = self.buffer.index
+        codes = np.unique(idx.cols["task"][self.rows - idx.base]) if len(self.rows) else []
+        return sorted(idx.tasks.names[int(c)] for c in codes)
 
 
 class ReplayBuffer:
@@ -375,7 +387,10 @@ class ReplayBuffer:
     def view(self) -> SamplingView:
         """What a sampler sees now: the window and the mounted offline views."""
         lo, hi = self.window()
-        return SamplingView(self, lo, hi, [Source(v.buffer, v.rows, v.name) for v in self.offline])
+        sources = [
+            Source(v.buffer, v.rows, v.name, task=v.task, tasks=v.task_names) for v in self.offline
+        ]
+        return SamplingView(self, lo, hi, sources)
 
     def sample(
         self,
@@ -450,6 +465,39 @@ class ReplayBuffer:
 
         return reading.gather(picks, read)
 
+    def sample_chunks(
+        self,
+        batch_size: int,
+        length: int,
+        sampler: Sampler | None = None,
+        *,
+        rng: np.random.Generator | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Transitions (the keys of :meth:`sample`) with the action chunk that starts at each:
+        ``action_chunk`` ``(B, length, A)`` and ``action_chunk_is_pad`` ``(B, length)`` bool
+        (past the episode's end; the last real action repeats). What chunking policies (ACT,
+        Diffusion, flow-matching chunks) train on; only the actions of later steps are read.
+
+        Raises:
+            ValueError: ``length < 1`` or nothing to sample.
+            RateLimiterTimeout: with a rate limiter, sampling was not allowed in ``timeout``.
+        """
+        if length < 1:
+            raise ValueError(f"need length >= 1, got {length}")
+        if self.rate_limiter is not None:
+            self.rate_limiter.await_sample(batch_size, timeout)
+        picks = (sampler or _DEFAULT_SAMPLER).sample_indices(self.view(), batch_size, rng or _rng())
+
+        def read(table: Table, rows: np.ndarray) -> dict[str, np.ndarray]:
+            return {**table.read_transitions(rows), **table.read_action_chunks(rows, length)}
+
+        return reading.gather(picks, read)
+
+    def read_action_chunks(self, starts: np.ndarray, length: int) -> dict[str, np.ndarray]:
+        """Action chunks at sorted global ``starts`` (see :meth:`sample_chunks`)."""
+        return reading.read_action_chunks(self.state, starts, length)
+
     def read_sequences(
         self, starts: np.ndarray, length: int, history: int
     ) -> dict[str, np.ndarray]:
@@ -468,12 +516,14 @@ class ReplayBuffer:
         policy_versions: tuple[int, int] | list[int] | None = None,
         interventions_only: bool = False,
         name: str | None = None,
+        as_task: str | None = None,
     ) -> OfflineView:
         """Mount earlier data (another buffer directory, or this one) as offline data.
 
         Nothing is copied: the other directory is opened read-only and its segments are
         memory-mapped. Filters combine with AND; ``policy_versions`` is an inclusive
-        ``(min, max)`` tuple or a list of versions.
+        ``(min, max)`` tuple or a list of versions. ``as_task``: every mounted row counts as
+        this task in samples (a dataset whose task names are not this buffer's).
 
         Raises:
             ValueError: the source's columns differ from this buffer's.
@@ -496,7 +546,7 @@ class ReplayBuffer:
         }
         lo, hi = other.first_row, other.visible
         rows = other.index.select(lo, hi, **filters)  # type: ignore[arg-type]
-        view = OfflineView(name or str(other.directory), other, rows, filters)
+        view = OfflineView(name or str(other.directory), other, rows, filters, as_task)
         with self.state.lock:
             self.offline.append(view)
         return view

@@ -428,6 +428,10 @@ class MixSampler(Sampler):
             are drawn uniformly from each pool.
         smoothing: EMA factor of the success estimate (weight of the old value).
         floor: keeps solved tasks from vanishing from batches.
+        online: with ``prior="offline"``, which window rows are the online side: ``"all"``
+            eligible rows, or ``"interventions"``: the operator-labelled ones only
+            (HG-DAgger trains on labels: its online side is the run's takeovers and
+            demonstrations, its prior side the mounted datasets).
 
     Raises:
         ValueError: a share outside [0, 1] or an unknown ``prior``; from ``sample_indices``,
@@ -443,6 +447,7 @@ class MixSampler(Sampler):
         adaptive: bool = False,
         smoothing: float = 0.9,
         floor: float = 0.1,
+        online: str = "all",
     ) -> None:
         if isinstance(online_fraction, Mapping):
             shares = [default, *online_fraction.values()]
@@ -453,6 +458,11 @@ class MixSampler(Sampler):
                 raise ValueError(f"online_fraction must be in [0, 1], got {share}")
         if prior not in PRIORS:
             raise ValueError(f"prior must be one of {PRIORS}, got {prior!r}")
+        if online not in ("all", "interventions") or (online != "all" and prior != "offline"):
+            raise ValueError(
+                f"online must be 'all', or 'interventions' with prior 'offline'; got {online!r}"
+            )
+        self.online = online
         self.online_fraction = online_fraction
         self.prior = prior
         self.default = default
@@ -485,17 +495,29 @@ class MixSampler(Sampler):
         tasks = view.task_names(offline=self.prior != "interventions")
         counts = rng.multinomial(batch_size, self.task_weights(tasks))
         picks: Picks = []
+        leftover = 0
         for t, k in zip(tasks, counts, strict=True):
             if k:
-                picks.extend(self._draw(view, t, int(k), rng))
-        return picks
+                try:
+                    picks.extend(self._draw(view, t, int(k), rng))
+                except ValueError:  # a task seen but with nothing eligible on either side
+                    leftover += int(k)
+        if leftover:  # its share goes to every task's rows pooled
+            picks.extend(self._draw(view, None, leftover, rng))
+        return _by_source(picks)
 
     def _draw(
         self, view: SamplingView, task: str | None, n: int, rng: np.random.Generator
     ) -> Picks:
         """``n`` rows of ``task`` (None: every task): the online share, then the prior's."""
         priors: list[tuple[Source, np.ndarray]] = []
-        if self.prior == "offline":
+        if self.prior == "offline" and self.online == "interventions":
+            labels = _window_split(view, task)[1]
+            has_online = labels.size > 0
+
+            def online(k: int) -> np.ndarray:
+                return _choose(labels, k, rng)
+        elif self.prior == "offline":
             has_online, accept = _window_accepts(view, task)
 
             def online(k: int) -> np.ndarray:

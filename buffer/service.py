@@ -25,12 +25,31 @@ sampler):
   (demonstrations and takeovers, ``is_intervention``), the rest from autonomous steps
   (:class:`buffer.samplers.MixSampler` with ``prior="interventions"``).
 
+With offline data mounted into the buffer (``ReplayBuffer.mount``) each kind mixes it in, the
+online share of each batch being the server's :class:`MixConfig` (fixed, or SOP's adaptive
+per-task share): ``intervention`` takes the window's operator steps against the mounted
+rows; ``uniform`` the whole window against them; ``symmetric`` the autonomous steps against
+the operator steps and the mounted rows together. Every mounted row is a demonstration
+(``is_demonstration``, ``is_offline``).
+
+A request's ``sampling`` may also carry ``images`` (camera keys to include, with
+``next_images`` for their successors) and ``chunk`` (T > 1: each row comes with the action
+chunk that starts at it, ``action_chunk`` (B, T, A) float32 and ``action_chunk_is_pad``
+(B, T) bool; ``ReplayBuffer.sample_chunks``).
+
+Adaptive mix (SOP, Pan et al. 2026): the learner reports each task's recent training loss on
+online and on offline rows in its ``stats`` (``loss_online/<task>``, ``loss_offline/<task>``,
+means over a sliding window); the server sets that task's online share to
+``clip(L_on / (L_on + L_off), min_online, max_online)``: a task whose online data the policy
+fits worse than its offline data gets more online rows. ``mix_shares`` holds the shares.
+
 Batch keys (B = batch size, D / A the state / action sizes): ``observation.state`` (B, D)
 float32, ``next.observation.state`` (B, D) float32, ``action`` (B, A) float32, ``task_index``
 (B,) int64 (position in the run's task list), ``is_intervention`` (B,) bool, ``reward`` (B,)
 float32, ``terminated`` / ``truncated`` (B,) bool, ``episode_index`` / ``frame_index`` (B,)
 int64, ``is_demonstration`` (B,) bool (a step of one of the server's
-``demonstration_robots``) and ``success`` (B,) bool: the episode ended with the task solved at
+``demonstration_robots`` or of mounted offline data), ``is_offline`` (B,) bool (a mounted
+row) and ``success`` (B,) bool: the episode ended with the task solved at
 this step. Robots of sparse-return runs end episodes at success (``terminated``); a
 demonstration episode is an expert's and counts as a success where it ends (``truncated``).
 """
@@ -42,6 +61,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,6 +86,30 @@ KEYS = (
     "frame_index",
 )
 SAMPLING_KINDS = ("intervention", "uniform", "symmetric")
+IMAGE_PREFIX = "observation.images."
+NEXT_PREFIX = "next."
+
+
+@dataclass(frozen=True)
+class MixConfig:
+    """How much of each batch is online when offline data is mounted.
+
+    Attributes:
+        online_fraction: the online share (every task's start under ``adaptive``).
+        adaptive: SOP's per-task share from the learner's reported losses (module docstring).
+        min_online / max_online: the range an adaptive share is clipped to.
+    """
+
+    online_fraction: float = 0.5
+    adaptive: bool = False
+    min_online: float = 0.2
+    max_online: float = 0.8
+
+    def share(self, online_loss: float, offline_loss: float) -> float:
+        """One task's adaptive online share from its window's mean losses."""
+        total = online_loss + offline_loss
+        raw = online_loss / total if total > 0 else self.online_fraction
+        return float(min(max(raw, self.min_online), self.max_online))
 
 
 class BatchServer:
@@ -80,6 +124,7 @@ class BatchServer:
             mounted data); ``online`` in replies is ``len(buffer) - offline_rows``.
         demonstration_robots: ``robot_id`` s whose steps are demonstrations (the batch's
             ``is_demonstration``, and their episodes' ends count as successes).
+        mix: the online share when offline data is mounted (fixed or adaptive).
 
     ``requests`` counts every request answered: the run's hang watchdog reads it, so a learner
     that waits for data (its update-to-data ratio reached) and polls ``size`` is alive.
@@ -92,9 +137,13 @@ class BatchServer:
         sampler: Sampler | None = None,
         offline_rows: int = 0,
         demonstration_robots: Iterable[str] = (),
+        mix: MixConfig | None = None,
     ) -> None:
         self.buffer = buffer
         self.offline_rows = offline_rows
+        self.mix = mix or MixConfig()
+        # Per-task online shares (adaptive); every mixing sampler reads this one mapping.
+        self.mix_shares: dict[str, float] = {}
         self.requests = 0
         self.tasks = {t: i for i, t in enumerate(tasks)}
         self.demonstration_robots = frozenset(str(r) for r in demonstration_robots)
@@ -139,26 +188,49 @@ class BatchServer:
         Raises:
             ValueError: an unknown kind or a bad ``online_fraction``, named.
         """
-        if not sampling:
-            return self.sampler
-        kind = sampling.get("kind")
+        kind = (sampling or {}).get("kind", "intervention")
         if kind not in SAMPLING_KINDS:
             raise ValueError(f"sampling kind {kind!r} is unknown (known: {SAMPLING_KINDS})")
-        if kind == "intervention":
+        offline = bool(self.buffer.offline)
+        if not offline and kind == "intervention":
             return self.sampler
-        fraction = float(sampling.get("online_fraction", 0.5))
+        if not offline and kind == "uniform":
+            return None
+        fraction = float((sampling or {}).get("online_fraction", self.mix.online_fraction))
         key = (str(kind), fraction)
         if key not in self._samplers:
-            self._samplers[key] = (
-                None if kind == "uniform" else MixSampler(fraction, prior="interventions")
+            shares: float | Mapping[str, float] = (
+                self.mix_shares if self.mix.adaptive and offline else fraction
             )
+            if kind == "intervention":
+                mixed = MixSampler(
+                    shares, prior="offline", online="interventions", default=fraction
+                )
+            elif kind == "uniform":
+                mixed = MixSampler(shares, prior="offline", default=fraction)
+            else:
+                prior = "both" if offline else "interventions"
+                mixed = MixSampler(shares, prior=prior, default=fraction)
+            self._samplers[key] = mixed
         return self._samplers[key]
+
+    def _note_losses(self, stats: Mapping[str, float]) -> None:
+        """SOP's adaptive shares from the learner's per-task window losses."""
+        if not (self.mix.adaptive and self.buffer.offline):
+            return
+        for key, online in stats.items():
+            if key.startswith("loss_online/"):
+                task = key.removeprefix("loss_online/")
+                offline = stats.get(f"loss_offline/{task}")
+                if offline is not None and task in self.tasks:
+                    self.mix_shares[task] = self.mix.share(float(online), float(offline))
 
     def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
         op = req.get("op")
         stats = req.get("stats")
         if op in ("size", "sample") and isinstance(stats, dict):
             self.learner_stats = {str(k): float(v) for k, v in stats.items()}
+            self._note_losses(self.learner_stats)
         if op == "size":
             return self._sizes(), None
         sampler = self.sampler_for(req.get("sampling"))
@@ -172,24 +244,48 @@ class BatchServer:
             return {}, None
         if op == "sample":
             n = int(req["batch_size"])
-            if len(self.buffer) == 0:
+            if self._sizes()["size"] == 0:
                 return {"empty": True, **self._sizes()}, None
-            arrays = self.buffer.sample(n, sampler=sampler, timeout=1.0)
-            return self._sizes(), st_save(self._batch(arrays))
+            how = req.get("sampling") or {}
+            chunk = int(how.get("chunk", 1))
+            if chunk > 1:
+                arrays = self.buffer.sample_chunks(n, chunk, sampler=sampler, timeout=1.0)
+            else:
+                arrays = self.buffer.sample(n, sampler=sampler, timeout=1.0)
+            images = self._images(how)
+            return self._sizes(), st_save(self._batch(arrays, images))
         raise ValueError(f"unknown op {op!r}")
 
-    def _sizes(self) -> dict[str, int]:
-        size = len(self.buffer)
-        return {"size": size, "online": max(0, size - self.offline_rows)}
+    def _images(self, how: Mapping[str, Any]) -> list[str]:
+        """The frame keys a request asks for (named when the buffer has no such camera)."""
+        cams = [str(k) for k in how.get("images") or []]
+        unknown = [k for k in cams if k not in self.buffer.schema.observations]
+        if unknown:
+            raise ValueError(f"the buffer has no camera {unknown}")
+        return cams + ([NEXT_PREFIX + k for k in cams] if how.get("next_images") else [])
 
-    def _batch(self, arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = {k: np.ascontiguousarray(arrays[k]) for k in KEYS if k in arrays}
+    def _sizes(self) -> dict[str, int]:
+        """``size``: rows to sample (the window and the mounted views); ``online``: the
+        robots' rows (the window without its demonstrations)."""
+        window = len(self.buffer)
+        mounted = sum(len(v) for v in self.buffer.offline)
+        return {"size": window + mounted, "online": max(0, window - self.offline_rows)}
+
+    def _batch(
+        self, arrays: Mapping[str, np.ndarray], images: Sequence[str] = ()
+    ) -> dict[str, np.ndarray]:
+        keys = (*KEYS, *images, "action_chunk", "action_chunk_is_pad")
+        out = {k: np.ascontiguousarray(arrays[k]) for k in keys if k in arrays}
         unknown = sorted({str(t) for t in arrays["task"]} - set(self.tasks))
         if unknown:
             raise ValueError(f"sampled tasks {unknown} are not in the run's tasks")
         out["task_index"] = np.array([self.tasks[str(t)] for t in arrays["task"]], np.int64)
-        demo = np.array([str(r) in self.demonstration_robots for r in arrays["robot_id"]], bool)
+        offline = np.asarray(arrays["source"]) != 0
+        demo = offline | np.array(
+            [str(r) in self.demonstration_robots for r in arrays["robot_id"]], bool
+        )
         out["is_demonstration"] = demo
+        out["is_offline"] = offline
         out["success"] = np.asarray(arrays["terminated"], bool) | (
             demo & np.asarray(arrays["truncated"], bool)
         )

@@ -37,6 +37,10 @@ class Table(Protocol):
         """Sequences starting at global ``starts`` (see ``ReplayBuffer.sample_sequences``)."""
         ...
 
+    def read_action_chunks(self, starts: np.ndarray, length: int) -> dict[str, np.ndarray]:
+        """Action chunks starting at global ``starts`` (see ``ReplayBuffer.sample_chunks``)."""
+        ...
+
 
 @dataclass
 class Source:
@@ -48,12 +52,18 @@ class Source:
             online window.
         name: for display.
         source_id: 0 online, k for the k-th mounted offline view (the batch's ``source``).
+        task: an offline view's rows all count as this task (its own task names are not
+            the run's); None: their own task names.
+        tasks: an offline view's task names that its rows have (None: every task its
+            buffer has seen).
     """
 
     buffer: Table
     rows: np.ndarray | None
     name: str
     source_id: int = 0
+    task: str | None = None
+    tasks: list[str] | None = None
 
     @property
     def base(self) -> int:
@@ -72,7 +82,12 @@ class Source:
         return self.buffer.index.tasks.codes.get(task)
 
     def task_names(self) -> list[str]:
-        """Every task name this source's buffer has seen (position = code)."""
+        """Every task name this source's buffer has seen (position = code), or its one
+        ``task`` when it has one."""
+        if self.task is not None:
+            return [self.task]
+        if self.tasks is not None:
+            return list(self.tasks)
         return list(self.buffer.index.tasks.names)
 
     def task_rows(self, task: str | None) -> np.ndarray:
@@ -81,6 +96,8 @@ class Source:
         rows = self.rows if self.rows is not None else np.empty(0, dtype=np.int64)
         if task is None or len(rows) == 0:
             return rows
+        if self.task is not None:
+            return rows if task == self.task else np.empty(0, dtype=np.int64)
         code = self.task_code(task)
         if code is None:
             return np.empty(0, dtype=np.int64)

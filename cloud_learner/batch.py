@@ -16,7 +16,15 @@ from cloud_learner.core import Batch
 
 REQUIRED_KEYS = ("observation.state", "action", "task_index", "is_intervention")
 _FLOAT_KEYS = ("observation.state", "next.observation.state", "action", "action_chunk", "reward")
-_BOOL_KEYS = ("is_intervention", "is_demonstration", "terminated", "truncated", "success")
+_BOOL_KEYS = (
+    "is_intervention",
+    "is_demonstration",
+    "is_offline",
+    "terminated",
+    "truncated",
+    "success",
+    "action_chunk_is_pad",
+)
 _INT_KEYS = ("task_index", "episode_index", "frame_index", "policy_version")
 
 

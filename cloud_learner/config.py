@@ -12,10 +12,11 @@ from pydantic import BaseModel, Field
 class PolicySettings(BaseModel):
     """Which policy the learner trains and its sizes (see ``cloud_learner.policies``)."""
 
-    kind: Literal["mlp", "flow", "gaussian"] = Field(
+    kind: Literal["mlp", "flow", "gaussian", "lerobot"] = Field(
         default="mlp",
         description="mlp: regression (CNN+MLP with cameras); flow: flow-matching "
-        "action chunks; gaussian: SAC's tanh-Gaussian actor.",
+        "action chunks; gaussian: SAC's tanh-Gaussian actor; lerobot: a LeRobot policy "
+        "(lerobot_kind) behind cloud_learner.policies.lerobot_adapter.",
     )
     state_dim: int = Field(default=39, ge=1, description="D of observation.state.")
     action_dim: int = Field(default=4, ge=1, description="A of action.")
@@ -25,6 +26,20 @@ class PolicySettings(BaseModel):
     image_shape: tuple[int, int] = (64, 64)
     hidden: int = Field(default=256, ge=1)
     depth: int = Field(default=2, ge=0)
+    hidden_sizes: list[int] = Field(
+        default_factory=list, description="Head widths, one per layer (empty: depth x hidden)."
+    )
+    lerobot_kind: Literal["act", "diffusion", "smolvla", "pi0"] | None = Field(
+        default=None, description="The LeRobot policy of kind lerobot."
+    )
+    lerobot_config: dict[str, Any] = Field(
+        default_factory=dict, description="LeRobot config fields (kind lerobot)."
+    )
+    pretrained_path: str | None = Field(
+        default=None,
+        description="A local LeRobot pretrained_model directory a lerobot policy is loaded "
+        "from (config and weights; required for smolvla and pi0, whose configs need one).",
+    )
     task_conditioning: Literal["onehot", "embedding", "text"] = "onehot"
     task_dim: int = 16
     text_embedding_dim: int = 0

@@ -10,6 +10,7 @@ from cloud_learner.algorithms import BY_LEARNER_NAME, RECAP, SACRLPD, HGDAgger
 from cloud_learner.config import LearnerSettings
 from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec, TorchPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
+from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter, make_lerobot_policy
 
 AlgorithmT = HGDAgger | RECAP | SACRLPD
 
@@ -32,6 +33,7 @@ def policy_spec(settings: LearnerSettings) -> PolicySpec:
         image_shape=p.image_shape,
         hidden=p.hidden,
         depth=p.depth,
+        hidden_sizes=list(p.hidden_sizes),
         task_conditioning=p.task_conditioning,
         task_dim=p.task_dim,
         text_embedding_dim=p.text_embedding_dim,
@@ -39,14 +41,34 @@ def policy_spec(settings: LearnerSettings) -> PolicySpec:
     )
 
 
-def build_policy(settings: LearnerSettings) -> TorchPolicy:
+def build_policy(settings: LearnerSettings) -> TorchPolicy | LeRobotPolicyAdapter:
+    """The policy the settings name (``policy.kind``; SAC always trains its Gaussian actor).
+
+    Raises:
+        ValueError: a LeRobot policy whose config or pretrained directory does not fit.
+        cloud_learner.policies.lerobot_adapter.LeRobotUnavailable: a LeRobot policy that
+            needs the hub or a package this environment lacks.
+    """
     spec = policy_spec(settings)
     kind = BY_LEARNER_NAME[settings.algorithm].policy_kind
-    kind = kind if kind == "gaussian" else settings.policy.kind  # mlp or flow: the settings'
+    kind = kind if kind == "gaussian" else settings.policy.kind  # mlp/flow/lerobot: the settings'
     if kind == "gaussian":
         return GaussianPolicy(spec)
     if kind == "flow":
         return FlowMatchingPolicy(spec)
+    if kind == "lerobot":
+        p = settings.policy
+        if p.lerobot_kind is None:
+            raise ValueError("learner.policy.kind lerobot needs policy.lerobot_kind")
+        return make_lerobot_policy(
+            p.lerobot_kind,
+            p.state_dim,
+            p.action_dim,
+            list(p.image_keys),
+            p.image_shape,
+            pretrained_path=p.pretrained_path,
+            **p.lerobot_config,
+        )
     return MLPPolicy(spec)
 
 

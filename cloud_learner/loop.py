@@ -75,6 +75,10 @@ class Learner:
         self.step = 0
         self.version = 0
         self.training_started = False
+        # The policy's normalisation is set (fitted on data, or loaded with starting weights):
+        # it is never fitted again, across restarts too.
+        self.normalized = False
+        self.last_batch: dict[str, torch.Tensor] | None = None
         self.metrics: MetricsWriter | None = None
         self._last_publish = time.monotonic()
 
@@ -114,6 +118,7 @@ class Learner:
         restore_rng(state.rng)
         self.step = state.learner_step
         self.training_started = bool(state.counters.get("training_started", False))
+        self.normalized = bool(state.counters.get("normalized", self.step > 0))
         self.version = max(state.policy_version, last_published)
         self._announce_unrecorded(after_version=state.policy_version, up_to=last_published)
         if self.hook is not None:
@@ -180,6 +185,7 @@ class Learner:
         """One update, then publish / checkpoint when due."""
         assert self.metrics is not None, "call start() first"
         batch = self.source.sample(self.settings.batch_size)
+        self.last_batch = batch  # e.g. for loss measurements beside the update
         metrics = self.algorithm.update(batch)
         self.step += 1
         if self.step % self.settings.log_every_updates == 0:
@@ -234,7 +240,7 @@ class Learner:
                 config=self.model_config,
                 spec=self.spec,
                 sampler=self.source.sampler_state(),
-                counters={"training_started": self.training_started},
+                counters={"training_started": self.training_started, "normalized": self.normalized},
                 rng=capture_rng(),
             )
         )

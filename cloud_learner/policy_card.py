@@ -13,9 +13,13 @@ unpickled. Card fields::
 
     {"format": 1,
      "algorithm": "hg_dagger" | "recap" | "sac_rlpd",
-     "kind": "mlp" | "gaussian",              # the policy class (cloud_learner.policies)
-     "spec": {...PolicySpec...},              # shapes and sizes (PolicySpec.to_json)
-     "guidance_weight": 1.0}                  # RECAP's CFG weight (inference on "positive")
+     "kind": "mlp" | "gaussian" | "flow" | "lerobot",   # the policy class
+     "spec": {...PolicySpec...},              # shapes, cameras, sizes (PolicySpec.to_json)
+     "guidance_weight": 1.0,                  # RECAP's CFG weight (inference on "positive")
+     "lerobot": {"kind": "act", "config": {...}}}   # kind lerobot only: LeRobot's config
+
+The normalisation statistics are tensors of every kind's weights (``state_mean``/``state_std``
+of robofleet's policies, ``norm_*`` of the LeRobot adapter), so they travel with each version.
 
 Weights without a card (published before cards existed) are HG-DAgger MLP weights: they load
 into the caller's fallback MLP as before.
@@ -32,12 +36,19 @@ import numpy as np
 import torch
 
 from cloud_learner.policies.base import INDICATOR_POSITIVE, PolicySpec, TorchPolicy
+from cloud_learner.policies.flow import FlowMatchingPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
+from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter, lerobot_from_card
 from cloud_learner.policies.mlp import MLPPolicy
 
 CARD_KEY = "_policy_card"
 CARD_FORMAT = 1
-KINDS = {"mlp": MLPPolicy, "gaussian": GaussianPolicy}
+KINDS: dict[str, type[TorchPolicy]] = {
+    "mlp": MLPPolicy,
+    "gaussian": GaussianPolicy,
+    "flow": FlowMatchingPolicy,
+}
+LEROBOT = "lerobot"  # the card kind of LeRobot policies (cloud_learner.policies.lerobot_adapter)
 
 
 class PolicyCardError(ValueError):
@@ -54,21 +65,43 @@ class PolicyCard:
         spec: the policy's shapes and sizes.
         guidance_weight: classifier-free guidance weight w on the "positive" indicator
             (RECAP; 1.0 = plain conditioning, ignored without an indicator).
+        lerobot: kind ``lerobot`` only: ``{"kind": "act" | ..., "config": {...}}``
+            (``LeRobotPolicyAdapter.card_data``).
     """
 
     algorithm: str
     kind: str
     spec: PolicySpec
     guidance_weight: float = 1.0
+    lerobot: dict[str, Any] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PolicyCard) and self.to_json() == other.to_json()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_json(), sort_keys=True))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": CARD_FORMAT,
             "algorithm": self.algorithm,
             "kind": self.kind,
             "spec": self.spec.to_json(),
             "guidance_weight": self.guidance_weight,
         }
+        if self.lerobot is not None:
+            out["lerobot"] = self.lerobot
+        return out
+
+    @property
+    def chunk_size(self) -> int:
+        """Actions per policy call on a robot (T; 1 = single actions)."""
+        if self.lerobot is not None:
+            cfg = self.lerobot.get("config") or {}
+            if self.lerobot.get("kind") == "diffusion":
+                return int(cfg.get("n_action_steps", 1))
+            return int(cfg.get("chunk_size", 1))
+        return int(self.spec.chunk_size)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> PolicyCard:
@@ -78,8 +111,9 @@ class PolicyCard:
                 f"policy card format {data.get('format')!r} is not supported (want {CARD_FORMAT})"
             )
         kind = data.get("kind")
-        if kind not in KINDS:
-            raise PolicyCardError(f"policy card kind {kind!r} is unknown (known: {sorted(KINDS)})")
+        if kind not in KINDS and kind != LEROBOT:
+            kinds = sorted([*KINDS, LEROBOT])
+            raise PolicyCardError(f"policy card kind {kind!r} is unknown (known: {kinds})")
         raw = data.get("spec")
         if not isinstance(raw, Mapping):
             raise PolicyCardError("policy card has no 'spec' object")
@@ -94,15 +128,28 @@ class PolicyCard:
         weight = data.get("guidance_weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, int | float):
             raise PolicyCardError(f"policy card guidance_weight must be a number, got {weight!r}")
-        return cls(str(data.get("algorithm", "")), str(kind), spec, float(weight))
+        lerobot = data.get("lerobot")
+        if kind == LEROBOT and not isinstance(lerobot, Mapping):
+            raise PolicyCardError("policy card of kind lerobot has no 'lerobot' object")
+        section = dict(lerobot) if kind == LEROBOT and isinstance(lerobot, Mapping) else None
+        return cls(str(data.get("algorithm", "")), str(kind), spec, float(weight), section)
 
     def to_tensor(self) -> torch.Tensor:
         """The card as the uint8 ``(N,)`` tensor stored under :data:`CARD_KEY`."""
         raw = json.dumps(self.to_json(), sort_keys=True).encode()
         return torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy())
 
-    def build(self) -> TorchPolicy:
-        """A fresh policy of this card's kind and spec, set up for inference as the card says."""
+    def build(self) -> TorchPolicy | LeRobotPolicyAdapter:
+        """A fresh policy of this card's kind and spec, set up for inference as the card says.
+
+        Raises:
+            PolicyCardError: a LeRobot section that does not describe a buildable policy.
+        """
+        if self.lerobot is not None:
+            try:
+                return lerobot_from_card(self.lerobot)
+            except (ValueError, RuntimeError) as exc:
+                raise PolicyCardError(str(exc)) from None
         policy = KINDS[self.kind](self.spec)
         if self.spec.indicator:
             policy.inference_indicator = INDICATOR_POSITIVE
@@ -114,8 +161,16 @@ def card_for(algorithm: str, policy: Any) -> PolicyCard:
     """The card of ``policy`` trained by ``algorithm`` (what the learner publishes).
 
     Raises:
-        PolicyCardError: the policy is not one of :data:`KINDS` (e.g. a LeRobot adapter).
+        PolicyCardError: the policy is none of :data:`KINDS` nor a LeRobot adapter.
     """
+    if isinstance(policy, LeRobotPolicyAdapter):
+        spec = PolicySpec(
+            policy.state_dim,
+            policy.action_dim,
+            chunk_size=policy.chunk_size,
+            image_keys=list(policy.image_keys),
+        )
+        return PolicyCard(algorithm, LEROBOT, spec, 1.0, policy.card_data())
     kind = next((k for k, cls in KINDS.items() if type(policy) is cls), None)
     if kind is None or not isinstance(policy, TorchPolicy):
         raise PolicyCardError(

@@ -43,7 +43,9 @@ from buffer import RateLimiter, StepSchema
 from buffer.service import RemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.factory import build_algorithm, model_config
+from cloud_learner.init_weights import card_spec, load_into, read_initial
 from cloud_learner.loop import Hook, Learner
+from cloud_learner.mix_losses import TaskLossWindow, per_row_bc_loss
 from cloud_learner.policy_card import CardPublisher, card_for
 from cloud_learner.run_plan import RunPlan
 from cloud_learner.sources import TransitionBatchSource
@@ -68,7 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock_fd = _lock(args.run_dir)
     (args.run_dir / REFUSAL).unlink(missing_ok=True)
     try:
-        proc = RunLearner.open(args.run_dir, args.run_id, args.batches, args.database_url)
+        proc = RunLearner.open(
+            args.run_dir, args.run_id, args.batches, args.database_url, args.init_weights
+        )
     except Refused as exc:
         print(f"learner: refused: {exc}", file=sys.stderr)
         try:
@@ -116,6 +120,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--batches", required=True, help="the run's BatchServer address (tcp://...)")
     p.add_argument("--database-url", default=None, help="record versions and checkpoints")
     p.add_argument(
+        "--init-weights",
+        type=Path,
+        default=None,
+        help="a fresh run starts from these weights (cloud_learner.init_weights)",
+    )
+    p.add_argument(
         "--max-updates",
         type=int,
         default=0,
@@ -146,25 +156,46 @@ class RunLearner:
         self.limiter = RateLimiter.sampling_side(spi) if spi is not None else None
         self._window: list[float] = []
         self._last: dict[str, float] = {"loss": float("nan")}
-        # The warm start clones the demonstrations; a run without them has no BC updates.
-        self._bc_updates = self.params.bc_updates if self.params.demos_per_task else 0
+        # The warm start clones the demonstrations and offline data; without any, no BC.
+        cloned = self.params.demos_per_task or plan.spec.buffer.offline_data
+        self._bc_updates = self.params.bc_updates if cloned else 0
+        buffer = plan.spec.buffer
+        # SOP's adaptive mix: the per-task losses the batch service turns into shares.
+        self.mix_losses = (
+            TaskLossWindow(plan.spec.tasks, buffer.adaptive.window_updates)
+            if buffer.mix == "adaptive"
+            else None
+        )
 
     @classmethod
-    def open(cls, run_dir: Path, run_id: str, batches: str, database_url: str | None) -> RunLearner:
-        """Build everything from the run directory and resume or start fresh.
+    def open(
+        cls,
+        run_dir: Path,
+        run_id: str,
+        batches: str,
+        database_url: str | None,
+        init_weights: Path | None = None,
+    ) -> RunLearner:
+        """Build everything from the run directory and resume or start fresh (from
+        ``init_weights`` when given: ``cloud_learner.init_weights``).
 
         Raises:
-            Refused: a GPU asked for and none here, or a checkpoint that does not fit.
+            Refused: a GPU asked for and none here, a policy that cannot be built, a
+                checkpoint or starting weights that do not fit (each tensor and spec key
+                named).
         """
         spec = parse_run_spec(json.loads((run_dir / "spec.json").read_text()))
         plan = RunPlan.from_spec(spec)
-        settings = plan.learner_settings(*run_dims(run_dir))
         try:
+            settings = plan.learner_settings(*run_features(run_dir))
             device = learner_device(spec.learner.num_gpus)
-        except RuntimeError as exc:
+            algorithm = build_algorithm(settings, device)
+        except (RuntimeError, ValueError) as exc:  # no GPU; a policy that cannot be built
             raise Refused(str(exc)) from None
-        algorithm = build_algorithm(settings, device)
-        sampling = plan.batch_sampling()
+        sampling = plan.batch_sampling(
+            images=list(settings.policy.image_keys),
+            chunk=int(getattr(algorithm.policy, "chunk_size", settings.policy.chunk_size)),
+        )
         reward_scale = float(sampling.pop("reward_scale"))
         remote = RemoteBuffer(batches, sampling=sampling)
         source = TransitionBatchSource(remote, device=device, reward_scale=reward_scale)
@@ -187,6 +218,8 @@ class RunLearner:
         )
         try:
             resumed = learner.start(resume=True)
+            if not resumed and init_weights is not None:
+                _start_from(learner, plan, settings, init_weights)
         except (CheckpointError, ValueError) as exc:
             remote.close()
             raise Refused(str(exc)) from None
@@ -233,10 +266,14 @@ class RunLearner:
             self._window = [t for t in self._window if t0 - t < 5.0]
             self.remote.stats = {**self.remote.stats, "updates_per_s": len(self._window) / 5.0}
             return False
-        if self._first_online_update():
-            states = self.source.sample_numpy(4096)["observation.state"]
-            fit_state_normalization(self.learner.algorithm, states, p.min_state_std)
+        if not self.learner.normalized:  # no offline rows, no starting weights: robots' rows
+            self._fit_normalization()
         metrics = self.learner.train_step()
+        if self.mix_losses is not None and self.learner.step % 5 == 0:
+            batch = self.learner.last_batch
+            assert batch is not None
+            self.mix_losses.add(batch, per_row_bc_loss(self.learner.algorithm.policy, batch))
+            metrics = {**metrics, **self.mix_losses.stats()}
         # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go to the
         # run driver with the counters.
         self._last.update({k: float(v) for k, v in metrics.items()})
@@ -249,27 +286,32 @@ class RunLearner:
         }
         return True
 
-    def _first_online_update(self) -> bool:
-        """The run has no offline rows and has not updated yet: its state normalisation comes
-        from the robots' rows now (a resume keeps it: the learner step is checkpointed)."""
-        offline = self.source.num_transitions() - self.source.online_transitions()
-        return offline == 0 and self.learner.step == 0
+    def _fit_normalization(self) -> None:
+        """State (and a LeRobot policy's action) normalisation from 4,096 sampled rows; kept
+        from then on (``Learner.normalized`` is checkpointed)."""
+        rows = self.source.sample_numpy(4096)
+        actions = rows.get("action_chunk", rows["action"])
+        fit_state_normalization(
+            self.learner.algorithm, rows["observation.state"], self.params.min_state_std, actions
+        )
+        self.learner.normalized = True
 
     def warm_start(self) -> None:
-        """Normalisation from the demonstrations, ``bc_updates`` behaviour-cloning updates
-        (the algorithm's own ``bc_update``), publish version 1 and checkpoint."""
+        """Normalisation from the demonstrations and offline data (unless starting weights
+        brought theirs), ``bc_updates`` behaviour-cloning updates on them (the algorithm's own
+        ``bc_update``), publish version 1 and checkpoint."""
         learner, p, source = self.learner, self.params, self.source
         learner.version = max(learner.version, int(learner.publisher.latest_version()))
         if source.num_transitions() == 0:
-            # A run with no demonstrations (demos_per_task: 0, e.g. SAC from scratch): the
-            # untrained policy is version 1; the normalisation is fitted on the robots' first
-            # transitions when online training starts (``_step``).
-            log.info("initial policy: no demonstrations, version 1 is untrained")
+            # A run with no demonstrations nor offline data (e.g. SAC from scratch): version 1
+            # is the untrained (or starting) policy; the normalisation, unless starting weights
+            # brought it, is fitted on the robots' first transitions (``_step``).
+            log.info("initial policy: no demonstrations, version 1 is the starting policy")
             learner.publish()
             learner.save_checkpoint()
             return
-        states = source.sample_numpy(4096)["observation.state"]
-        fit_state_normalization(learner.algorithm, states, p.min_state_std)
+        if not learner.normalized:
+            self._fit_normalization()
         metrics: dict[str, float] = {}
         for _ in range(p.bc_updates):
             metrics = learner.algorithm.bc_update(source.sample(p.batch_size))
@@ -283,6 +325,21 @@ class RunLearner:
     def close(self) -> None:
         self.learner.close()
         self.remote.close()
+
+
+def _start_from(learner: Learner, plan: RunPlan, settings: Any, path: Path) -> None:
+    """Load starting weights into the fresh run's policy (its normalisation comes with them).
+
+    Raises:
+        InitialWeightsError (a ValueError): unreadable, or not fitting (named).
+    """
+    initial = read_initial(path)
+    policy = learner.algorithm.policy
+    assert isinstance(policy, torch.nn.Module)
+    mine = card_spec(card_for(settings.algorithm, policy)) if initial.card else plan.model_spec()
+    load_into(policy, initial, mine)
+    learner.normalized = True
+    log.info("starting weights: %s", initial.source)
 
 
 def learner_device(num_gpus: float) -> torch.device:
@@ -302,10 +359,12 @@ def learner_device(num_gpus: float) -> torch.device:
     return torch.device("cuda")
 
 
-def run_dims(run_dir: Path) -> tuple[int, int]:
-    """(D, A): the sizes of ``observation.state`` and ``action`` in the run's buffer schema."""
+def run_features(run_dir: Path) -> tuple[dict[str, dict[str, Any]], int]:
+    """(observation features, A): the run's buffer schema's observation features (LeRobot
+    feature dicts: dtype, shape) and the size of its ``action``."""
     schema = StepSchema.from_json((run_dir / "buffer" / "schema.json").read_text())
-    return schema.observations["observation.state"].size, schema.action.size
+    features = {k: f.to_lerobot() for k, f in schema.observations.items()}
+    return features, schema.action.size
 
 
 def metadata_hook(database_url: str, run_id: str) -> Hook:

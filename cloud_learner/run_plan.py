@@ -9,15 +9,36 @@ belongs to another algorithm (:meth:`RunPlan.from_spec`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cloud_learner.algorithms import BUILDERS, AlgorithmBuilder
 from cloud_learner.config import LearnerSettings
-from robofleet.runspec import RunParams, RunSpec, RunSpecError, knob_names, parse_knobs
+from robofleet.runspec import (
+    PRETRAINED_ONLY_KINDS,
+    RunParams,
+    RunSpec,
+    RunSpecError,
+    knob_names,
+    parse_knobs,
+)
 
 # The buffer service's sampling kind -> the learner settings' sampler of the same rows.
 _SAMPLERS = {"intervention": "intervention", "uniform": "uniform", "symmetric": "mix"}
+# The run spec's policy kinds -> the learner settings' (cnn is the MLP with a camera encoder).
+_LEARNER_KINDS = {"mlp": "mlp", "cnn": "mlp", "gaussian": "gaussian", "flow-chunk": "flow"}
+IMAGE_PREFIX = "observation.images."
+
+
+def is_lerobot_dir(path: str | None) -> bool:
+    """``path`` is a LeRobot ``pretrained_model`` directory (``config.json`` +
+    ``model.safetensors``, as LeRobot's ``save_pretrained`` writes)."""
+    if not path:
+        return False
+    p = Path(path)
+    return (p / "config.json").is_file() and (p / "model.safetensors").is_file()
 
 
 @dataclass(frozen=True)
@@ -55,23 +76,74 @@ class RunPlan:
             raise RunSpecError(errors)
         return cls(spec, builder, params, options)
 
-    def learner_settings(self, state_dim: int, action_dim: int) -> LearnerSettings:
-        """The learner's settings: one shared policy on state (D = ``state_dim``) + task
-        one-hot, acting with A = ``action_dim``."""
+    def cameras(self, observation_features: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """The camera features (``observation.images.<name>``) the policy sees, of the run's
+        ``observation_features`` (its robots' shared features, or its buffer's).
+
+        ``policy.cameras`` names them; left out: every camera for ``cnn`` and LeRobot kinds,
+        none for the others.
+
+        Raises:
+            RunSpecError: a named camera the robots lack; ``cnn`` on robots without cameras;
+                cameras of different frame sizes (one encoder serves them all).
+        """
+        spec = self.spec.policy
+        have = sorted(k for k in observation_features if k.startswith(IMAGE_PREFIX))
+        if spec.cameras is None:
+            wants_all = spec.kind == "cnn" or spec.kind.startswith("lerobot-")
+            keys = have if wants_all else []
+        else:
+            keys = [IMAGE_PREFIX + c for c in spec.cameras]
+            missing = [k.removeprefix(IMAGE_PREFIX) for k in keys if k not in have]
+            if missing:
+                cams = [k.removeprefix(IMAGE_PREFIX) for k in have] or "none"
+                raise RunSpecError(
+                    {"policy.cameras": f"the robots have no camera {missing} (they have {cams})"}
+                )
+        if spec.kind == "cnn" and not keys:
+            raise RunSpecError(
+                {"policy.kind": "cnn sees the robots' cameras and they have none; use mlp"}
+            )
+        sizes = {k: tuple(observation_features[k]["shape"][:2]) for k in keys}
+        if len(set(sizes.values())) > 1:
+            raise RunSpecError(
+                {
+                    "policy.cameras": f"cameras of different frame sizes {sizes}; one encoder "
+                    "serves every camera: choose cameras of one size with policy.cameras"
+                }
+            )
+        return keys
+
+    def learner_settings(
+        self, observation_features: Mapping[str, Mapping[str, Any]], action_dim: int
+    ) -> LearnerSettings:
+        """The learner's settings: one shared policy on state (D from ``observation.state``),
+        the cameras it sees (:meth:`cameras`) and the task, acting with A = ``action_dim``.
+
+        Raises:
+            RunSpecError: the cameras the spec names do not fit ``observation_features``.
+        """
         spec, params = self.spec, self.params
         sampling = self.builder.sampling(self.options, spec)
+        state = observation_features.get("observation.state", {}).get("shape", [1])
+        cameras = self.cameras(observation_features)
+        image_shape = tuple(observation_features[cameras[0]]["shape"][:2]) if cameras else (64, 64)
         return LearnerSettings.model_validate(
             {
                 "device": "cpu",
                 "algorithm": self.builder.learner_name,
                 "algorithm_config": self.builder.algorithm_config(self.options, params, spec),
                 "policy": {
-                    "kind": self.builder.policy_kind,
-                    "state_dim": state_dim,
+                    **self._policy_kind(),
+                    "state_dim": int(state[0]) if state else 1,
                     "action_dim": action_dim,
                     "num_tasks": len(spec.tasks),
+                    "chunk_size": spec.policy.chunk_size,
+                    "image_keys": cameras,
+                    "image_shape": image_shape,
                     "hidden": spec.policy.hidden_sizes[0],
                     "depth": len(spec.policy.hidden_sizes),
+                    "hidden_sizes": list(spec.policy.hidden_sizes),
                 },
                 "seed": params.seed,
                 "batch_size": params.batch_size,
@@ -87,6 +159,22 @@ class RunPlan:
             }
         )
 
+    def _policy_kind(self) -> dict[str, Any]:
+        """The learner settings' policy kind fields for the spec's ``policy.kind``."""
+        p = self.spec.policy
+        if p.kind.startswith("lerobot-"):
+            lerobot = p.kind.removeprefix("lerobot-")
+            config = dict(p.config)
+            if p.chunk_size > 1:  # the chunk the robots execute
+                config["n_action_steps" if lerobot == "diffusion" else "chunk_size"] = p.chunk_size
+            return {
+                "kind": "lerobot",
+                "lerobot_kind": lerobot,
+                "lerobot_config": config,
+                "pretrained_path": p.init_checkpoint if is_lerobot_dir(p.init_checkpoint) else None,
+            }
+        return {"kind": _LEARNER_KINDS[p.kind]}
+
     def model_spec(self) -> dict[str, Any]:
         """The spec's fields the learner's model config (``cloud_learner.factory.model_config``
         of :meth:`learner_settings`) is made from, under their spec keys: the learner keeps
@@ -100,11 +188,17 @@ class RunPlan:
             "hyperparameters": dict(spec.hyperparameters),
         }
 
-    def batch_sampling(self) -> dict[str, Any]:
+    def batch_sampling(self, images: list[str] | None = None, chunk: int = 1) -> dict[str, Any]:
         """How the learner asks the run's buffer service for batches, with the reward scale
-        it applies to them: ``{"kind": ..., "reward_scale": ...}``."""
+        it applies to them: ``{"kind": ..., "images": [...], "chunk": T, "next_images":
+        bool, "reward_scale": ...}`` (``buffer.service``): the cameras the policy sees, the
+        action chunk it trains on (T > 1: ``action_chunk``) and whether the algorithm needs
+        the next observation's frames (SAC's critics)."""
         return {
             **self.builder.sampling(self.options, self.spec),
+            "images": list(images or []),
+            "chunk": chunk,
+            "next_images": self.builder.needs_next_observation and bool(images),
             "reward_scale": self.builder.reward_scale(self.options),
         }
 
@@ -147,25 +241,27 @@ def _split(
 
 
 def _policy_errors(spec: RunSpec, builder: AlgorithmBuilder) -> dict[str, str]:
-    """What the fleet's edge agents cannot run of ``spec.policy`` (``edge_agent.policy_build``
-    builds the policy card's kinds with two equal hidden layers, one action per step)."""
+    """What the algorithm cannot train of ``spec.policy`` (each named by field)."""
     errors: dict[str, str] = {}
-    want = builder.policy_kind
-    if spec.policy.kind != want:
+    p = spec.policy
+    if p.kind not in builder.policy_kinds:
         errors["policy.kind"] = (
-            f"algorithm {spec.algorithm!r} trains a {want!r} policy on the simulated fleet; "
-            f"got {spec.policy.kind!r}"
+            f"algorithm {spec.algorithm!r} trains {list(builder.policy_kinds)}; got {p.kind!r}"
         )
-    hidden = spec.policy.hidden_sizes
-    if len(hidden) != 2 or hidden[0] != hidden[1]:
-        errors["policy.hidden_sizes"] = (
-            "edge agents run two equal hidden layers, e.g. [128, 128]; got " + str(hidden)
+    elif p.kind in PRETRAINED_ONLY_KINDS and not is_lerobot_dir(p.init_checkpoint):
+        errors["policy.init_checkpoint"] = (
+            f"{p.kind} is built from a local LeRobot pretrained_model directory (config.json "
+            "and model.safetensors, saved by LeRobot's save_pretrained): set "
+            "policy.init_checkpoint to one; nothing is downloaded"
         )
-    if spec.policy.chunk_size != 1:
+    if p.kind == "gaussian" and p.chunk_size != 1:
         errors["policy.chunk_size"] = (
-            f"the simulated fleet's policies act one step at a time (1); got "
-            f"{spec.policy.chunk_size}"
+            f"SAC's Gaussian actor acts one step at a time; got {p.chunk_size}"
         )
+    if p.config and not p.kind.startswith("lerobot-"):
+        errors["policy.config"] = f"LeRobot config fields apply to lerobot-* kinds, not {p.kind!r}"
+    if p.kind == "lerobot-act" and "chunk_size" in p.config:
+        errors["policy.config"] = "set ACT's chunk with policy.chunk_size, not policy.config"
     return errors
 
 

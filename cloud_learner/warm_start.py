@@ -27,16 +27,24 @@ from torch import nn
 from cloud_learner.policies.base import TorchPolicy
 
 
-def fit_state_normalization(algorithm: Any, states: np.ndarray, min_std: float) -> int:
+def fit_state_normalization(
+    algorithm: Any, states: np.ndarray, min_std: float, actions: np.ndarray | None = None
+) -> int:
     """Fit ``observation.state`` normalisation (N, D) of every network inside ``algorithm``:
-    the policy and, where there are some, value functions, critics and their targets.
-    Returns how many networks were set."""
+    the policy and, where there are some, value functions, critics and their targets; and,
+    given ``actions`` (N, A), the action normalisation of a policy that has one (the LeRobot
+    adapter's: LeRobot's MEAN_STD). Returns how many networks were set."""
+    from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter
+
     seen: set[int] = set()
     for value in vars(algorithm).values():
         if not isinstance(value, nn.Module):
             continue
         for module in value.modules():
-            if isinstance(module, TorchPolicy) and id(module) not in seen:
-                module.set_state_normalization(states, min_std=min_std)
-                seen.add(id(module))
+            if id(module) in seen or not isinstance(module, TorchPolicy | LeRobotPolicyAdapter):
+                continue
+            module.set_state_normalization(states, min_std=min_std)
+            if actions is not None and isinstance(module, LeRobotPolicyAdapter):
+                module.set_action_normalization(actions, min_std=min_std)
+            seen.add(id(module))
     return len(seen)

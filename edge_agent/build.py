@@ -275,11 +275,24 @@ def _policy_runner(
     from edge_agent.policy_build import CardPolicy
 
     torch.set_num_threads(1)
-    state_dim = int(driver.observation_features["observation.state"]["shape"][0])
-    # The network is whatever each weight version's policy card says (MLP, RECAP's
-    # indicator-conditioned MLP, SAC's Gaussian sampling while training).
+    features = driver.observation_features
+    state_dim = int(features["observation.state"]["shape"][0])
+    cameras = {
+        k: (int(f["shape"][0]), int(f["shape"][1]))
+        for k, f in features.items()
+        if k.startswith("observation.images.")
+    }
+    # The network is whatever each weight version's policy card says (MLP, CNN, RECAP's
+    # indicator-conditioned MLP, SAC's Gaussian sampling while training, flow-matching or
+    # LeRobot chunks).
     policy = CardPolicy(
-        state_dim, action_dim, len(tasks), opts.hidden, stochastic=True, seed=opts.seed
+        state_dim,
+        action_dim,
+        len(tasks),
+        opts.hidden,
+        stochastic=True,
+        seed=opts.seed,
+        cameras=cameras,
     )
     local = LocalPolicyRunner(policy, action_dim)
     if client is None:

@@ -15,6 +15,12 @@ How each kind acts here:
 * ``gaussian`` (SAC/RLPD): with ``stochastic=True`` (training episodes on a robot) a sample
   ``tanh(mu + sigma * eps)`` of the squashed Gaussian, which is SAC's exploration; with
   ``stochastic=False`` (evaluation) the deterministic ``tanh(mu)``.
+* ``mlp`` / ``flow`` with ``chunk_size`` T > 1 and ``lerobot`` (ACT, Diffusion, ...): a whole
+  chunk (T, A) per call; the policy runner executes it step by step and new weights apply at
+  its boundaries (``edge.weight_apply_at: chunk_boundary``).
+
+Cameras: a card whose policy sees cameras (``spec.image_keys``) must name cameras this robot
+has, of the same frame size; the robot's frames reach the policy as they come (uint8 HWC).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch
 from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.policies.base import TorchPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
+from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter
 from cloud_learner.policy_card import PolicyCard, PolicyCardError, split_card, with_card
 
 
@@ -41,6 +48,7 @@ class CardPolicy:
         hidden: hidden width of the fallback MLP (weights without a card).
         stochastic: SAC's Gaussian samples its actions (training); False acts with the mean.
         seed: seed of the sampling noise (reproducible exploration per robot).
+        cameras: the robot's cameras, ``observation.images.<name>`` -> (H, W).
     """
 
     def __init__(
@@ -52,14 +60,16 @@ class CardPolicy:
         *,
         stochastic: bool = True,
         seed: int = 0,
+        cameras: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
         self.state_dim = state_dim
         self.action_dim = action_dim
         self.num_tasks = num_tasks
         self.hidden = hidden
         self.stochastic = stochastic
+        self.cameras = {k: tuple(v) for k, v in (cameras or {}).items()}
         self.card: PolicyCard | None = None
-        self.policy: TorchPolicy = self._fallback()
+        self.policy: TorchPolicy | LeRobotPolicyAdapter = self._fallback()
         self._generator = torch.Generator().manual_seed(seed)
 
     def _fallback(self) -> TorchPolicy:
@@ -70,17 +80,21 @@ class CardPolicy:
 
     @property
     def kind(self) -> str:
-        """``mlp`` or ``gaussian`` (the running policy's class)."""
+        """``mlp``, ``gaussian``, ``flow`` or ``lerobot`` (the running policy's class)."""
         return self.card.kind if self.card is not None else "mlp"
 
     def _check(self, card: PolicyCard) -> None:
-        want = {
-            "state_dim": self.state_dim,
-            "action_dim": self.action_dim,
-            "num_tasks": self.num_tasks,
-        }
+        want: dict[str, Any] = {"state_dim": self.state_dim, "action_dim": self.action_dim}
+        if card.lerobot is None:  # LeRobot policies are not conditioned on a task index
+            want["num_tasks"] = self.num_tasks
         got = {k: getattr(card.spec, k) for k in want}
         wrong = {k: f"card says {got[k]}, robot has {v}" for k, v in want.items() if got[k] != v}
+        for key in card.spec.image_keys:
+            size = self.cameras.get(key)
+            if size is None:
+                wrong[key] = f"the policy sees it, the robot has {sorted(self.cameras) or 'none'}"
+            elif card.lerobot is None and size != tuple(card.spec.image_shape):
+                wrong[key] = f"card says {tuple(card.spec.image_shape)}, robot has {size}"
         if wrong:
             raise PolicyCardError(f"policy card does not fit this robot: {wrong}")
 
@@ -109,7 +123,8 @@ class CardPolicy:
         return with_card(weights, self.card) if self.card is not None else weights
 
     def act(self, observation: Mapping[str, np.ndarray], task: int = 0) -> np.ndarray:
-        """(A,) float32 action for one observation; see the module docstring per kind."""
+        """(A,) float32 action, or a (T, A) chunk, for one observation; see the module
+        docstring per kind."""
         if self.stochastic and isinstance(self.policy, GaussianPolicy):
             return sample_action(self.policy, observation, task, self._generator)
         return self.policy.act(observation, task)

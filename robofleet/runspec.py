@@ -65,20 +65,67 @@ class LearnerResources(_Strict):
     num_gpus: float = Field(default=0.0, ge=0)
 
 
+POLICY_KINDS = (
+    "mlp",
+    "cnn",
+    "gaussian",
+    "flow-chunk",
+    "lerobot-act",
+    "lerobot-diffusion",
+    "lerobot-smolvla",
+    "lerobot-pi0",
+)
+# LeRobot policies whose configs load a pretrained VLM: a run builds them only from a local
+# checkpoint directory (``policy.init_checkpoint``), never a hub download.
+PRETRAINED_ONLY_KINDS = ("lerobot-smolvla", "lerobot-pi0")
+ConfigValue = float | int | str | bool | list[int] | list[float] | list[str]
+
+
 class PolicyConfig(_Strict):
-    """The run spec's ``policy:`` section: which policy to train and how big (``kind`` names
-    a policy of cloud_learner, whose ``PolicySpec`` holds the built network's shapes)."""
+    """The run spec's ``policy:`` section: which policy to train, how big, from which weights.
+
+    Kinds (``cloud_learner`` builds each; robots build the same network from each version's
+    policy card): ``mlp`` (state MLP), ``cnn`` (a CNN on the robots' cameras plus the state,
+    into the MLP), ``gaussian`` (SAC's tanh-Gaussian actor), ``flow-chunk`` (flow-matching
+    action chunks of ``chunk_size`` steps), ``lerobot-act`` / ``lerobot-diffusion`` (LeRobot's
+    ACT and Diffusion Policy), ``lerobot-smolvla`` / ``lerobot-pi0`` (only from a local
+    ``init_checkpoint`` directory saved by LeRobot's ``save_pretrained``).
+    """
 
     kind: str = Field(
         default="mlp",
         description=(
-            "mlp | gaussian | cnn | flow-chunk | lerobot-act ...; in a run spec that leaves it "
-            "out, the algorithm's own (DEFAULT_POLICY_KIND)."
+            "mlp | cnn | gaussian | flow-chunk | lerobot-act | lerobot-diffusion | "
+            "lerobot-smolvla | lerobot-pi0; in a run spec that leaves it out, the "
+            "algorithm's own (DEFAULT_POLICY_KIND)."
         ),
     )
-    hidden_sizes: list[int] = Field(default_factory=lambda: [256, 256])
-    chunk_size: int = Field(default=1, ge=1, le=256)
-    init_checkpoint: str | None = Field(default=None, description="Start from these weights.")
+    hidden_sizes: list[int] = Field(
+        default_factory=lambda: [256, 256],
+        description="Widths of the hidden layers of the policy's head, any number, any sizes.",
+    )
+    chunk_size: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Actions per policy call (T); robots execute a whole chunk, and new "
+        "weights apply at chunk boundaries.",
+    )
+    cameras: list[str] | None = Field(
+        default=None,
+        description="Cameras the policy sees (names of the robots' observation.images.<name>);"
+        " default: every camera for cnn and LeRobot kinds, none for the others.",
+    )
+    config: dict[str, ConfigValue] = Field(
+        default_factory=dict,
+        description="LeRobot config fields for lerobot-* kinds (e.g. dim_model: 64).",
+    )
+    init_checkpoint: str | None = Field(
+        default=None,
+        description="Start from these weights: a robofleet checkpoint (a run's "
+        "checkpoints/step-N or a weights .safetensors file) or a LeRobot pretrained_model "
+        "directory (config.json + model.safetensors).",
+    )
     init_from_run: str | None = Field(
         default=None,
         max_length=64,
@@ -92,6 +139,70 @@ class PolicyConfig(_Strict):
             raise ValueError("hidden sizes must be a non-empty list of positive integers")
         return v
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v and v not in POLICY_KINDS:
+            raise ValueError(f"unknown policy kind {v!r} (known: {', '.join(POLICY_KINDS)})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_start(self) -> PolicyConfig:
+        if self.init_checkpoint is not None and self.init_from_run is not None:
+            raise ValueError("give init_checkpoint or init_from_run, not both")
+        return self
+
+
+class OfflineSource(_Strict):
+    """One source of a run's offline data (``buffer.offline_data``).
+
+    ``source`` is a dataset of the data catalog (``robofleet data ls``), an earlier run's id
+    (its buffer), or a path: a robofleet buffer directory, a LeRobotDataset v3 directory or a
+    ROS 2 bag. Robofleet buffers are mounted without copying; other formats are imported once
+    into the run's offline store. Filters combine with AND.
+    """
+
+    source: str = Field(min_length=1, description="Dataset name, run id, or a path.")
+    format: Literal["auto", "robofleet", "lerobot", "ros2"] = "auto"
+    tasks: list[str] | None = Field(default=None, description="Keep rows of these tasks only.")
+    task: str | None = Field(
+        default=None,
+        description="The run task every kept row belongs to (for datasets whose task strings "
+        "are not the run's task names).",
+    )
+    robots: list[str] | None = Field(default=None, description="Keep these robot ids only.")
+    success_only: bool = Field(default=False, description="Episodes that succeeded only.")
+    interventions_only: bool = Field(default=False, description="Operator steps only.")
+    time_range: tuple[float, float] | None = Field(
+        default=None, description="[t0, t1] on the steps' timestamps (s)."
+    )
+    options: dict[str, str | list[str]] = Field(
+        default_factory=dict,
+        description="Import options of a ROS 2 bag: joints (list), state_topic, command_topic.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> OfflineSource:
+        if self.time_range is not None and self.time_range[0] > self.time_range[1]:
+            raise ValueError(f"time_range starts after it ends: {list(self.time_range)}")
+        return self
+
+
+class AdaptiveMix(_Strict):
+    """SOP's adaptive per-task online/offline mix (Pan et al. 2026, "SOP: A Scalable Online
+    Post-Training System for VLA Models"): each task's online share follows its recent
+    training loss on online rows against offline rows, over a sliding window, clipped."""
+
+    window_updates: int = Field(default=50, ge=1, description="Learner updates in the window.")
+    min_online: float = Field(default=0.2, ge=0, le=1)
+    max_online: float = Field(default=0.8, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _range(self) -> AdaptiveMix:
+        if self.min_online > self.max_online:
+            raise ValueError(f"min_online {self.min_online} exceeds max_online {self.max_online}")
+        return self
+
 
 class BufferSpec(_Strict):
     memory_budget_bytes: int | None = Field(default=None, gt=0)
@@ -99,8 +210,17 @@ class BufferSpec(_Strict):
         "uniform", "recency", "prioritized", "intervention-weighted", "online-offline-mix"
     ] = "uniform"
     online_fraction: float = Field(
-        default=0.5, ge=0, le=1, description="Online share of each batch."
+        default=0.5,
+        ge=0,
+        le=1,
+        description="Online share of each batch when the run has offline data (and SAC's "
+        "symmetric halves); the start of every task's share under mix: adaptive.",
     )
+    mix: Literal["fixed", "adaptive"] = Field(
+        default="fixed",
+        description="fixed: online_fraction for every task; adaptive: SOP's per-task share.",
+    )
+    adaptive: AdaptiveMix = Field(default_factory=AdaptiveMix)
     samples_per_insert: float | None = Field(
         default=None,
         gt=0,
@@ -121,9 +241,18 @@ class BufferSpec(_Strict):
             " demonstrations)."
         ),
     )
-    offline_data: list[str] = Field(
-        default_factory=list, description="Buffer dirs or LeRobot datasets to mount."
+    offline_data: list[OfflineSource] = Field(
+        default_factory=list,
+        description="Offline data mounted into the run: dataset names, run ids or paths, "
+        "each a string or a mapping with filters (OfflineSource).",
     )
+
+    @field_validator("offline_data", mode="before")
+    @classmethod
+    def _strings_are_sources(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"source": x} if isinstance(x, str) else x for x in v]
+        return v
 
 
 class PublishSpec(_Strict):

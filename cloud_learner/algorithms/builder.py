@@ -37,6 +37,8 @@ class AlgorithmBuilder(ABC):
         indicator: its policy takes RECAP's improvement indicator as an input.
         needs_operator: it learns from human interventions (HG-DAgger): every robot of its
             runs must have an operator (keyboard, gamepad, the scripted expert).
+        policy_kinds: the run spec's ``policy.kind`` values it trains.
+        needs_next_observation: its update reads ``next.observation.*`` (a critic's target).
     """
 
     name: ClassVar[str]
@@ -46,6 +48,8 @@ class AlgorithmBuilder(ABC):
     terminate_on_success: ClassVar[bool] = False
     indicator: ClassVar[bool] = False  # its policy is conditioned on an improvement indicator
     needs_operator: ClassVar[bool] = False
+    policy_kinds: ClassVar[tuple[str, ...]] = ("mlp", "cnn")
+    needs_next_observation: ClassVar[bool] = False
 
     @property
     def policy_kind(self) -> str:

@@ -129,6 +129,16 @@ class HGDAggerBuilder(AlgorithmBuilder):
     learner_name = "hg_dagger"
     display_name = "HG-DAgger"
     needs_operator = True
+    # Behaviour cloning trains any policy with a BC loss, LeRobot's included.
+    policy_kinds = (
+        "mlp",
+        "cnn",
+        "flow-chunk",
+        "lerobot-act",
+        "lerobot-diffusion",
+        "lerobot-smolvla",
+        "lerobot-pi0",
+    )
 
     def build(self, policy: Any, config: dict[str, Any]) -> HGDAgger:
         return HGDAgger(policy, HGDAggerConfig(**config))

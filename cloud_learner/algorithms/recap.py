@@ -117,7 +117,9 @@ class RECAP:
         self.config = config or RECAPConfig()
         policy.inference_indicator = INDICATOR_POSITIVE
         policy.guidance_weight = self.config.guidance_weight
-        vspec = replace(policy.spec, action_dim=1, chunk_size=1, indicator=False)
+        # The value function sees state and task, not the cameras: its bootstrap reads
+        # next.observation.state alone, so a camera policy needs no successor frames.
+        vspec = replace(policy.spec, action_dim=1, chunk_size=1, indicator=False, image_keys=[])
         self.value = MLPPolicy(vspec)
         self.value_target = copy.deepcopy(self.value).requires_grad_(False)
         self.optimizer = torch.optim.AdamW(policy.parameters(), lr=self.config.lr)
@@ -242,6 +244,8 @@ class RECAPBuilder(AlgorithmBuilder):
     options = RECAPOptions
     terminate_on_success = True
     indicator = True
+    # Its policy takes the improvement indicator: robofleet's own policies only.
+    policy_kinds = ("mlp", "cnn", "flow-chunk")
 
     def build(self, policy: Any, config: dict[str, Any]) -> RECAP:
         return RECAP(policy, RECAPConfig(**config))

@@ -354,6 +354,8 @@ class SACBuilder(AlgorithmBuilder):
     learner_name = "sac_rlpd"
     display_name = "SAC/RLPD"
     options = SACOptions
+    policy_kinds = ("gaussian",)  # cameras: policy.cameras
+    needs_next_observation = True
 
     def build(self, policy: Any, config: dict[str, Any]) -> SACRLPD:
         if not isinstance(policy, GaussianPolicy):

@@ -37,8 +37,10 @@ class PolicySpec:
         chunk_size: T; 1 means the policy outputs a single action ``(A,)``.
         image_keys: camera keys (``observation.images.<cam>``) fed to the CNN encoder.
         image_shape: (H, W) of every camera frame.
-        hidden: width of hidden layers.
-        depth: number of hidden layers of the head.
+        hidden: width of hidden layers (when ``hidden_sizes`` is empty).
+        depth: number of hidden layers of the head (when ``hidden_sizes`` is empty).
+        hidden_sizes: widths of the head's hidden layers, one per layer (any number, any
+            sizes); empty: ``depth`` layers of ``hidden``.
         task_conditioning: ``onehot`` (fixed), ``embedding`` (learned, ``task_dim`` wide), or
             ``text`` (a fixed table of text embeddings, projected to ``task_dim``).
         task_dim: width of the learned task / text projection.
@@ -58,6 +60,12 @@ class PolicySpec:
     task_dim: int = 16
     text_embedding_dim: int = 0
     indicator: bool = False
+    hidden_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def widths(self) -> list[int]:
+        """The head's hidden layer widths."""
+        return list(self.hidden_sizes) if self.hidden_sizes else [self.hidden] * self.depth
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

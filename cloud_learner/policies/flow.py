@@ -33,9 +33,7 @@ class FlowMatchingPolicy(TorchPolicy):
         super().__init__(spec, text_embeddings)
         self.num_steps = num_steps
         self.flat = spec.action_dim * spec.chunk_size
-        self.velocity = mlp(
-            [self.feature_dim + self.flat + 1, *([spec.hidden] * spec.depth), self.flat]
-        )
+        self.velocity = mlp([self.feature_dim + self.flat + 1, *spec.widths, self.flat])
 
     def _v(self, features: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.velocity(torch.cat([features, x, t[:, None]], dim=-1))

@@ -36,7 +36,7 @@ class GaussianPolicy(TorchPolicy):
         if spec.chunk_size != 1:
             raise ValueError("GaussianPolicy outputs single actions; use chunk_size=1")
         super().__init__(spec, text_embeddings)
-        self.head = mlp([self.feature_dim, *([spec.hidden] * spec.depth), 2 * spec.action_dim])
+        self.head = mlp([self.feature_dim, *spec.widths, 2 * spec.action_dim])
 
     def distribution(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log_std), each (B, A); log_std clamped to [-5, 2]."""

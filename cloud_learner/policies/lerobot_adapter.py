@@ -1,27 +1,40 @@
 """Adapters that let the fleet post-train LeRobot policies (ACT, Diffusion, SmolVLA, pi0).
 
 :func:`make_lerobot_policy` builds a policy from its LeRobot config alone: no hub download,
-randomly initialised (vision backbones with ``pretrained_backbone_weights=None``). A config
-that needs something from the hub (SmolVLA's VLM config and weights, pi0's PaliGemma) is
-refused offline with :class:`LeRobotUnavailable` naming what was missing and why.
+randomly initialised (vision backbones with ``pretrained_backbone_weights=None``), or from a
+local ``pretrained_model`` directory saved by LeRobot's ``save_pretrained`` (its
+``config.json`` and ``model.safetensors``, read as raw tensors). A config that needs
+something from the hub (SmolVLA's VLM config and weights, pi0's PaliGemma) is refused offline
+with :class:`LeRobotUnavailable` naming what was missing and why.
 
 :class:`LeRobotPolicyAdapter` puts the LeRobot model behind :class:`cloud_learner.core.Policy`
 and gives it ``bc_loss`` so HG-DAgger (and RECAP without indicator) can train it:
 
 * batch conversion: ``observation.images.<cam>`` (B, H, W, 3) uint8 -> (B, 3, H, W) float in
-  [0, 1]; ``action_chunk`` (B, T, A) -> LeRobot's ``action`` with ``action_is_pad`` all False
-  (or ``action_chunk_is_pad`` when the batch has it); observations gain the time axis when a
+  [0, 1]; ``action_chunk`` (B, T, A) -> LeRobot's ``action`` with ``action_is_pad`` from
+  ``action_chunk_is_pad`` (all False when absent); observations gain the time axis when a
   config wants ``n_obs_steps`` = 1 stacked.
 * LeRobot's losses are batch means (no per-row reduction for ACT and Diffusion), so
   ``per_row_loss`` is False and HG-DAgger trains on the labelled rows of each batch.
-* normalisation: LeRobot 0.6 normalises in its processor pipeline, outside the model; the
-  adapter feeds raw values, so give it normalised data (or wrap a processor) for real runs.
-* ``act`` returns the whole predicted chunk (T, A) (``predict_action_chunk``).
+* normalisation: LeRobot 0.6 normalises in its processor pipeline, outside the model. The
+  adapter does it itself (LeRobot's MEAN_STD on ``observation.state`` and ``action``) with
+  buffers ``state_mean``/``state_std``/``action_mean``/``action_std`` that are part of its
+  weights, so the statistics travel with every version to the robots; a pretrained directory's
+  normaliser statistics (``policy_preprocessor*normalizer_processor.safetensors``) are read
+  into them when present.
+* ``act`` returns the whole predicted chunk (T, A), de-normalised (``predict_action_chunk``;
+  Diffusion: ``n_action_steps`` of its ``horizon``).
+
+A policy card (``cloud_learner.policy_card``) carries :meth:`LeRobotPolicyAdapter.card_data`
+(the kind and the full LeRobot config, draccus-encoded JSON): a robot rebuilds the same network
+with :func:`lerobot_from_card` and loads the version's tensors into it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -29,13 +42,39 @@ import torch
 from torch import nn
 
 from cloud_learner.core import Batch, Weights
-from cloud_learner.policies.base import load_weights_strict
+from cloud_learner.policies.base import describe_mismatch, load_weights_strict
 
 LeRobotKind = Literal["act", "diffusion", "smolvla", "pi0"]
+LEROBOT_KINDS: tuple[str, ...] = ("act", "diffusion", "smolvla", "pi0")
 
 
 class LeRobotUnavailable(RuntimeError):
     """A LeRobot policy cannot be built here (a hub download or an extra package is needed)."""
+
+
+def _classes(kind: str) -> tuple[Any, Any]:
+    """(config class, policy class) of a LeRobot kind (imported lazily: heavy modules)."""
+    if kind == "act":
+        from lerobot.policies.act.configuration_act import ACTConfig
+        from lerobot.policies.act.modeling_act import ACTPolicy
+
+        return ACTConfig, ACTPolicy
+    if kind == "diffusion":
+        from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
+        from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
+
+        return DiffusionConfig, DiffusionPolicy
+    if kind == "smolvla":
+        from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
+        from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
+
+        return SmolVLAConfig, SmolVLAPolicy
+    if kind == "pi0":
+        from lerobot.policies.pi0.configuration_pi0 import PI0Config
+        from lerobot.policies.pi0.modeling_pi0 import PI0Policy
+
+        return PI0Config, PI0Policy
+    raise ValueError(f"unknown LeRobot policy kind {kind!r}; use {', '.join(LEROBOT_KINDS)}")
 
 
 def _features(
@@ -50,91 +89,231 @@ def _features(
     return inputs, outputs
 
 
+# Our defaults for building from scratch (per kind), under the caller's overrides.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "act": {"pretrained_backbone_weights": None, "n_action_steps": 1},
+    "diffusion": {
+        "pretrained_backbone_weights": None,
+        "n_obs_steps": 1,
+        "horizon": 16,
+        "n_action_steps": 8,
+    },
+    "smolvla": {"load_vlm_weights": False},
+    "pi0": {},
+}
+
+
 def make_lerobot_policy(
     kind: LeRobotKind,
     state_dim: int,
     action_dim: int,
     image_keys: list[str],
     image_shape: tuple[int, int] = (96, 96),
+    *,
+    pretrained_path: str | Path | None = None,
     **overrides: Any,
 ) -> LeRobotPolicyAdapter:
-    """Build a randomly initialised LeRobot policy of ``kind`` behind the adapter.
+    """Build a LeRobot policy of ``kind`` behind the adapter.
 
-    ``overrides`` go to the LeRobot config (e.g. ``chunk_size=10``, ``dim_model=64``).
+    Args:
+        kind: ``act``, ``diffusion``, ``smolvla`` or ``pi0``.
+        state_dim / action_dim: D of ``observation.state``, A of ``action``.
+        image_keys: cameras (``observation.images.<cam>``), each ``image_shape`` (H, W).
+        pretrained_path: a local LeRobot ``pretrained_model`` directory: its config (with
+            ``overrides`` applied) and weights; its input and output features must be these.
+        overrides: LeRobot config fields (e.g. ``chunk_size=10``, ``dim_model=64``).
 
     Raises:
         LeRobotUnavailable: the config needs hub files (offline) or a missing extra package;
             the message says which and how to get it.
+        ValueError: an unknown kind or config field; a pretrained directory that is missing,
+            whose features differ from the robots' (each named) or whose tensors do not fit
+            its config (each named with both shapes).
     """
+    config_cls, policy_cls = _imported(kind)
     inputs, outputs = _features(state_dim, action_dim, image_keys, image_shape)
-    common: dict[str, Any] = {"input_features": inputs, "output_features": outputs, "device": "cpu"}
     try:
-        if kind == "act":
-            from lerobot.policies.act.configuration_act import ACTConfig
-            from lerobot.policies.act.modeling_act import ACTPolicy
-
-            cfg = ACTConfig(
-                **{"pretrained_backbone_weights": None, "n_action_steps": 1, **common, **overrides}
-            )
-            return LeRobotPolicyAdapter(ACTPolicy(cfg), kind, cfg.chunk_size, n_obs_steps=1)
-        if kind == "diffusion":
-            from lerobot.policies.diffusion.configuration_diffusion import DiffusionConfig
-            from lerobot.policies.diffusion.modeling_diffusion import DiffusionPolicy
-
-            cfg_d = DiffusionConfig(
+        if pretrained_path is None:
+            cfg = config_cls(
                 **{
-                    "pretrained_backbone_weights": None,
-                    "n_obs_steps": 1,
-                    "horizon": 16,
-                    "n_action_steps": 8,
-                    **common,
+                    **_DEFAULTS[kind],
+                    "input_features": inputs,
+                    "output_features": outputs,
+                    "device": "cpu",
                     **overrides,
                 }
             )
-            return LeRobotPolicyAdapter(
-                DiffusionPolicy(cfg_d), kind, cfg_d.horizon, n_obs_steps=cfg_d.n_obs_steps
-            )
-        if kind == "smolvla":
-            from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
-            from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
-
-            cfg_s = SmolVLAConfig(**{"load_vlm_weights": False, **common, **overrides})
-            return LeRobotPolicyAdapter(SmolVLAPolicy(cfg_s), kind, cfg_s.chunk_size, 1)
-        if kind == "pi0":
-            from lerobot.policies.pi0.configuration_pi0 import PI0Config
-            from lerobot.policies.pi0.modeling_pi0 import PI0Policy
-
-            cfg_p = PI0Config(**{**common, **overrides})
-            return LeRobotPolicyAdapter(PI0Policy(cfg_p), kind, cfg_p.chunk_size, 1)
-    except ImportError as exc:
-        raise LeRobotUnavailable(
-            f"LeRobot {kind} cannot be built: {exc} (an optional dependency of lerobot is not "
-            "installed in this environment)"
-        ) from exc
+            return LeRobotPolicyAdapter(policy_cls(cfg), kind)
+        return _from_pretrained(kind, Path(pretrained_path), inputs, outputs, overrides)
+    except TypeError as exc:  # a dataclass field the config does not have
+        raise ValueError(f"LeRobot {kind} config: {exc}") from None
     except OSError as exc:  # huggingface_hub's offline / not-cached errors are OSErrors
         raise LeRobotUnavailable(
             f"LeRobot {kind} cannot be built offline: its config loads files from the "
             f"Hugging Face hub and HF_HUB_OFFLINE is set ({type(exc).__name__}: {exc})"
         ) from exc
-    raise ValueError(f"unknown LeRobot policy kind {kind!r}; use act, diffusion, smolvla, pi0")
+
+
+def _imported(kind: str) -> tuple[Any, Any]:
+    try:
+        return _classes(kind)
+    except ImportError as exc:
+        raise LeRobotUnavailable(
+            f"LeRobot {kind} cannot be built: {exc} (an optional dependency of lerobot is not "
+            "installed in this environment)"
+        ) from exc
+
+
+def _from_pretrained(
+    kind: str,
+    path: Path,
+    inputs: dict[str, Any],
+    outputs: dict[str, Any],
+    overrides: Mapping[str, Any],
+) -> LeRobotPolicyAdapter:
+    """A policy from a local ``pretrained_model`` directory (see :func:`make_lerobot_policy`)."""
+    import dataclasses
+
+    from lerobot.configs.policies import PreTrainedConfig
+    from safetensors.torch import load_file
+
+    config_cls, policy_cls = _imported(kind)
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        raise ValueError(
+            f"{path} is not a LeRobot pretrained_model directory (needs config.json and "
+            "model.safetensors, as LeRobot's save_pretrained writes them)"
+        )
+    cfg = PreTrainedConfig.from_pretrained(path)
+    if not isinstance(cfg, config_cls):
+        raise ValueError(f"{path} holds a {cfg.type} policy, not {kind}")
+    problems = _feature_mismatch(cfg.input_features, inputs, "input") + _feature_mismatch(
+        cfg.output_features, outputs, "output"
+    )
+    if problems:
+        raise ValueError(f"{path} does not fit the run's robots: " + "; ".join(problems))
+    cfg = dataclasses.replace(cfg, device="cpu", **overrides)
+    adapter = LeRobotPolicyAdapter(policy_cls(cfg), kind)
+    tensors = {f"policy.{k}": v for k, v in load_file(str(path / "model.safetensors")).items()}
+    tensors = {
+        **{k: v for k, v in adapter.state_dict().items() if k.startswith("norm_")},
+        **tensors,
+    }
+    mismatch = describe_mismatch(adapter.state_dict(), tensors, expected_as="config wants")
+    if mismatch:
+        raise ValueError(
+            f"{path}/model.safetensors does not fit its config: " + "; ".join(mismatch)
+        )
+    adapter.load_state_dict(tensors, strict=True)
+    adapter.load_normalizer_stats(path)
+    return adapter
+
+
+def _feature_mismatch(saved: Mapping[str, Any], run: Mapping[str, Any], side: str) -> list[str]:
+    out = []
+    for key in sorted(set(saved) | set(run)):
+        if key not in run:
+            out.append(f"{side} {key}: in the checkpoint, not on the robots")
+        elif key not in saved:
+            out.append(f"{side} {key}: on the robots, not in the checkpoint")
+        elif tuple(saved[key].shape) != tuple(run[key].shape):
+            out.append(
+                f"{side} {key}: checkpoint shape {tuple(saved[key].shape)}, robots "
+                f"{tuple(run[key].shape)}"
+            )
+    return out
+
+
+def lerobot_from_card(data: Mapping[str, Any]) -> LeRobotPolicyAdapter:
+    """The network a policy card's ``lerobot`` section describes (untrained: load the
+    version's tensors into it). Raises ValueError naming an unreadable section."""
+    import draccus
+
+    kind = data.get("kind")
+    if kind not in LEROBOT_KINDS:
+        raise ValueError(f"policy card lerobot.kind {kind!r} is unknown ({LEROBOT_KINDS})")
+    config_cls, policy_cls = _imported(str(kind))
+    try:
+        cfg = draccus.decode(config_cls, dict(data.get("config") or {}))
+    except Exception as exc:  # draccus raises its own parsing errors
+        raise ValueError(f"policy card lerobot.config is not a {kind} config: {exc}") from None
+    cfg.device = "cpu"
+    return LeRobotPolicyAdapter(policy_cls(cfg), str(kind))
 
 
 class LeRobotPolicyAdapter(nn.Module):
-    """A LeRobot ``PreTrainedPolicy`` behind robofleet's Policy seam (see module docstring)."""
+    """A LeRobot ``PreTrainedPolicy`` behind robofleet's Policy seam (see module docstring).
+
+    Attributes:
+        chunk_size: T of the ``action_chunk`` it trains on (ACT's ``chunk_size``,
+            Diffusion's ``horizon``).
+        image_keys: its cameras; ``state_dim`` / ``action_dim``: D and A.
+    """
 
     per_row_loss = False
     policy: Any  # lerobot.policies.pretrained.PreTrainedPolicy (untyped here)
 
-    def __init__(self, policy: Any, kind: str, chunk_size: int, n_obs_steps: int) -> None:
+    def __init__(self, policy: Any, kind: str) -> None:
         super().__init__()
         self.policy = policy
         self.kind = kind
-        self.chunk_size = chunk_size
-        self.n_obs_steps = n_obs_steps
-        self.image_keys = [k for k in policy.config.input_features if ".images." in k]
+        cfg = policy.config
+        self.chunk_size = int(cfg.horizon if kind == "diffusion" else cfg.chunk_size)
+        self.image_keys = [k for k in cfg.input_features if ".images." in k]
+        self.state_dim = int(cfg.input_features["observation.state"].shape[0])
+        self.action_dim = int(cfg.output_features["action"].shape[0])
+        # Buffers: saved with the weights, so robots normalise exactly as the learner did.
+        self.register_buffer("norm_state_mean", torch.zeros(self.state_dim))
+        self.register_buffer("norm_state_std", torch.ones(self.state_dim))
+        self.register_buffer("norm_action_mean", torch.zeros(self.action_dim))
+        self.register_buffer("norm_action_std", torch.ones(self.action_dim))
+
+    # -- normalisation --------------------------------------------------------------------
+
+    def set_state_normalization(
+        self, states: torch.Tensor | np.ndarray, min_std: float = 1e-2
+    ) -> None:
+        """MEAN_STD of ``observation.state`` from ``states`` (N, D); stds floored at
+        ``min_std``."""
+        _fit(self.norm_state_mean, self.norm_state_std, states, min_std)
+
+    def set_action_normalization(
+        self, actions: torch.Tensor | np.ndarray, min_std: float = 1e-2
+    ) -> None:
+        """MEAN_STD of ``action`` from ``actions`` (N, A); stds floored at ``min_std``."""
+        _fit(self.norm_action_mean, self.norm_action_std, actions, min_std)
+
+    def load_normalizer_stats(self, path: Path) -> bool:
+        """Read ``observation.state`` / ``action`` mean and std from a LeRobot pretrained
+        directory's normaliser processor state, when it has one; True when read."""
+        from safetensors.torch import load_file
+
+        files = sorted(path.glob("policy_preprocessor*normalizer_processor.safetensors"))
+        if not files:
+            return False
+        stats = load_file(str(files[0]))
+        pairs: dict[str, Any] = {
+            "observation.state.mean": self.norm_state_mean,
+            "observation.state.std": self.norm_state_std,
+            "action.mean": self.norm_action_mean,
+            "action.std": self.norm_action_std,
+        }
+        found = False
+        with torch.no_grad():
+            for key, buf in pairs.items():
+                value = stats.get(key)
+                if value is not None and tuple(value.shape) == tuple(buf.shape):
+                    buf.copy_(value)
+                    found = True
+        return found
+
+    def _norm(self, x: torch.Tensor, mean: Any, std: Any) -> torch.Tensor:
+        return (x.float() - mean) / std
+
+    # -- batches --------------------------------------------------------------------------
 
     def _observations(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        out: dict[str, torch.Tensor] = {"observation.state": batch["observation.state"].float()}
+        state = self._norm(batch["observation.state"], self.norm_state_mean, self.norm_state_std)
+        out: dict[str, torch.Tensor] = {"observation.state": state}
         for key in self.image_keys:
             if key not in batch:
                 raise KeyError(
@@ -149,7 +328,8 @@ class LeRobotPolicyAdapter(nn.Module):
         return out
 
     def bc_loss(self, batch: Batch, indicator: torch.Tensor | None = None) -> torch.Tensor:
-        """LeRobot's own training loss on the batch (a scalar: the batch mean)."""
+        """LeRobot's own training loss on the batch (a scalar: the batch mean), on
+        normalised actions."""
         if indicator is not None:
             raise ValueError("LeRobot policies have no improvement-indicator input (RECAP)")
         if "action_chunk" not in batch:
@@ -163,7 +343,7 @@ class LeRobotPolicyAdapter(nn.Module):
                 f"{self.chunk_size}"
             )
         lb = self._observations(batch)
-        lb["action"] = chunk
+        lb["action"] = self._norm(chunk, self.norm_action_mean, self.norm_action_std)
         pad = batch.get("action_chunk_is_pad")
         lb["action_is_pad"] = (
             torch.zeros(chunk.shape[:2], dtype=torch.bool, device=chunk.device)
@@ -176,7 +356,7 @@ class LeRobotPolicyAdapter(nn.Module):
 
     @torch.no_grad()
     def act(self, observation: Mapping[str, np.ndarray], task: int = 0) -> np.ndarray:
-        """The predicted chunk (T, A) float32 for one observation (task unused: single-task)."""
+        """The predicted chunk (T, A) float32 for one observation (task unused)."""
         batch = {
             k: torch.as_tensor(np.asarray(v)).unsqueeze(0)
             for k, v in observation.items()
@@ -201,11 +381,29 @@ class LeRobotPolicyAdapter(nn.Module):
                 chunk = self.policy.predict_action_chunk(obs)
         finally:
             self.train(was_training)
-        result: np.ndarray = chunk[0].cpu().numpy().astype(np.float32)
+        actions = chunk[0].float() * self.norm_action_std + self.norm_action_mean
+        result: np.ndarray = actions.cpu().numpy().astype(np.float32)
         return result
+
+    # -- weights and card -----------------------------------------------------------------
 
     def get_weights(self) -> Weights:
         return {k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()}
 
     def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         load_weights_strict(self, weights)
+
+    def card_data(self) -> dict[str, Any]:
+        """``{"kind", "config"}``: what a robot needs to build this network
+        (:func:`lerobot_from_card`); the config draccus-encoded, JSON-ready."""
+        import draccus
+
+        config = json.loads(json.dumps(draccus.encode(self.policy.config)))
+        return {"kind": self.kind, "config": config}
+
+
+def _fit(mean: Any, std: Any, values: torch.Tensor | np.ndarray, min_std: float) -> None:
+    x = torch.as_tensor(np.asarray(values), dtype=torch.float32).reshape(-1, mean.shape[0])
+    with torch.no_grad():
+        mean.copy_(x.mean(0))
+        std.copy_(x.std(0, unbiased=False).clamp_min(min_std))

@@ -20,7 +20,7 @@ class MLPPolicy(TorchPolicy):
     def __init__(self, spec: PolicySpec, text_embeddings: torch.Tensor | None = None) -> None:
         super().__init__(spec, text_embeddings)
         out = spec.action_dim * spec.chunk_size
-        self.head = mlp([self.feature_dim, *([spec.hidden] * spec.depth), out])
+        self.head = mlp([self.feature_dim, *spec.widths, out])
 
     def predict(self, batch: Batch, indicator: torch.Tensor | None = None) -> torch.Tensor:
         out: torch.Tensor = self.head(self.encode(batch, indicator))

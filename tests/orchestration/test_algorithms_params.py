@@ -17,6 +17,7 @@ from robofleet.app.commands.demo import demo_spec
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
 
 KINDS = {"hg-dagger": "mlp", "recap": "mlp", "sac": "gaussian"}
+STATE_39 = {"observation.state": {"dtype": "float32", "shape": [39]}}
 
 
 def spec_for(algorithm: str, kind: str | None = None, **extra: Any) -> RunSpec:
@@ -74,17 +75,12 @@ def test_every_bad_field_is_named_at_once() -> None:
     errors = refusal(
         spec_for(
             "sac",
-            kind="flow",
+            kind="flow-chunk",
             hyperparameters={"gamma": 1.5},
-            policy={"chunk_size": 4, "hidden_sizes": [32, 64]},
+            policy={"chunk_size": 4, "hidden_sizes": [32, 64], "config": {"dim_model": 64}},
         )
     )
-    assert set(errors) == {
-        "policy.kind",
-        "policy.chunk_size",
-        "policy.hidden_sizes",
-        "hyperparameters.gamma",
-    }
+    assert set(errors) == {"policy.kind", "policy.config", "hyperparameters.gamma"}
 
 
 def test_recap_settings_build_an_indicator_policy_and_sparse_returns_fit_the_horizon() -> None:
@@ -93,7 +89,7 @@ def test_recap_settings_build_an_indicator_policy_and_sparse_returns_fit_the_hor
         hyperparameters={"guidance_weight": 1.5, "indicator_dropout": 0, "max_episode_steps": 80},
     )
     plan = RunPlan.from_spec(spec)
-    settings = plan.learner_settings(39, 4)
+    settings = plan.learner_settings(STATE_39, 4)
     algorithm = build_algorithm(settings, torch.device("cpu"))
     assert isinstance(algorithm, RECAP)
     assert algorithm.policy.spec.indicator and algorithm.policy.spec.num_tasks == 2
@@ -102,7 +98,8 @@ def test_recap_settings_build_an_indicator_policy_and_sparse_returns_fit_the_hor
     # -1 per step and a failure penalty of one horizon, scaled into [-1, 0].
     assert algorithm.config.failure_penalty == 80.0
     assert algorithm.config.return_scale == pytest.approx(1 / 160)
-    assert plan.batch_sampling() == {"kind": "uniform", "reward_scale": 1.0}
+    no_frames = {"images": [], "chunk": 1, "next_images": False}
+    assert plan.batch_sampling() == {"kind": "uniform", "reward_scale": 1.0, **no_frames}
     assert plan.terminate_on_success
 
 
@@ -111,7 +108,7 @@ def test_sac_settings_build_a_gaussian_actor_with_rlpd_sampling() -> None:
         "sac", hyperparameters={"gamma": 0.95, "reward_scale": 0.2}, buffer={"online_fraction": 0.4}
     )
     plan = RunPlan.from_spec(spec)
-    settings = plan.learner_settings(39, 4)
+    settings = plan.learner_settings(STATE_39, 4)
     algorithm = build_algorithm(settings, torch.device("cpu"))
     assert isinstance(algorithm, SACRLPD) and isinstance(algorithm.policy, GaussianPolicy)
     assert algorithm.config.gamma == 0.95 and algorithm.config.hidden == 32
@@ -119,14 +116,20 @@ def test_sac_settings_build_a_gaussian_actor_with_rlpd_sampling() -> None:
         "kind": "symmetric",
         "online_fraction": 0.4,
         "reward_scale": 0.2,
+        "images": [],
+        "chunk": 1,
+        "next_images": False,
     }
+    # SAC's critics read the successor's frames of a camera policy.
+    cams = plan.batch_sampling(images=["observation.images.top"])
+    assert cams["images"] == ["observation.images.top"] and cams["next_images"] is True
     assert not plan.terminate_on_success
 
 
 def test_sac_warm_start_protection_reaches_the_algorithm_with_documented_defaults() -> None:
     spec = spec_for("sac")
     algorithm = build_algorithm(
-        RunPlan.from_spec(spec).learner_settings(39, 4), torch.device("cpu")
+        RunPlan.from_spec(spec).learner_settings(STATE_39, 4), torch.device("cpu")
     )
     assert isinstance(algorithm, SACRLPD)
     cfg = algorithm.config
@@ -145,7 +148,7 @@ def test_sac_warm_start_protection_reaches_the_algorithm_with_documented_default
         },
     )
     algorithm = build_algorithm(
-        RunPlan.from_spec(spec).learner_settings(39, 4), torch.device("cpu")
+        RunPlan.from_spec(spec).learner_settings(STATE_39, 4), torch.device("cpu")
     )
     assert isinstance(algorithm, SACRLPD)
     assert (algorithm.config.critic_warmup_updates, algorithm.config.bc_weight) == (0, 0.0)
@@ -178,7 +181,7 @@ def test_sac_warm_start_settings_are_refused_for_other_algorithms(key: str) -> N
 def test_hg_dagger_settings_are_unchanged_so_its_checkpoints_still_resume() -> None:
     spec = spec_for("hg-dagger", hyperparameters={"lr": 0.002})
     plan = RunPlan.from_spec(spec)
-    settings = plan.learner_settings(39, 4)
+    settings = plan.learner_settings(STATE_39, 4)
     assert settings.algorithm_config == {"lr": 0.002}
     assert settings.policy.kind == "mlp" and settings.sampler == "intervention"
     assert isinstance(build_algorithm(settings, torch.device("cpu")), HGDAgger)

@@ -59,7 +59,7 @@ def test_refuses_robots_with_tags_nobody_has(tmp_path: Path) -> None:
             "algorithm": "hg-dagger",
             "tasks": ["reach-v3", "no-such-task-v3"],
             "robots": {"tags": {"site": "mars"}, "count": 1},
-            "policy": {"hidden_sizes": [64, 32]},
+            "policy": {"kind": "gaussian", "hidden_sizes": [64, 32]},
             "hyperparameters": {"lr": -1, "colour": 3},
         }
     )
@@ -69,7 +69,7 @@ def test_refuses_robots_with_tags_nobody_has(tmp_path: Path) -> None:
     errors = err.value.errors
     assert "site=mars" in errors["robots"] and "the fleet has 0" in errors["robots"]
     assert "no-such-task-v3" in errors["tasks"]
-    assert "policy.hidden_sizes" in errors
+    assert "gaussian" in errors["policy.kind"]  # SAC's actor; unequal hidden sizes are fine
     assert "hyperparameters.lr" in errors and "hyperparameters.colour" in errors
     store.close()
     assert _counts(tmp_path) == (0, 0)
@@ -95,8 +95,9 @@ def test_buffer_fields_a_run_would_ignore_are_refused_by_name(tmp_path: Path) ->
     with pytest.raises(RunSpecError) as err:
         submit_run(store, spec, tmp_path / "runs", actor="test")
     errors = err.value.errors
-    assert set(errors) == {"buffer.sampler", "buffer.offline_data"}
+    assert set(errors) == {"buffer.sampler", "buffer.offline_data[0]"}
     assert "hg-dagger" in errors["buffer.sampler"]
+    assert "no path that exists" in errors["buffer.offline_data[0]"]
     store.close()
     assert _counts(tmp_path) == (0, 0)
 
@@ -122,7 +123,8 @@ def test_buffer_min_size_is_accepted_and_reaches_the_learner(tmp_path: Path) -> 
     assert stored is not None and stored.spec["buffer"]["min_size"] == 40
     store.close()
     assert _counts(tmp_path) == (1, 0)
-    settings = RunPlan.from_spec(spec).learner_settings(39, 4)
+    state = {"observation.state": {"dtype": "float32", "shape": [39]}}
+    settings = RunPlan.from_spec(spec).learner_settings(state, 4)
     assert settings.min_transitions == 40  # the learner's gate (cloud_learner.loop.Learner)
     assert parse_run_spec(_min_size_spec(1)).buffer.min_size == 1
 

@@ -26,6 +26,8 @@ from typing import Any
 from cloud_learner.process import EXIT_REFUSED, read_refusal
 from comms.weight_file import WeightFileFeed, latest_version
 from hal.compat import RunFeatures
+from robofleet.app.orchestration.offline import mount_sources
+from robofleet.app.orchestration.starting import initial_weights_path, promote
 from robofleet.app.orchestration.supervisor import ChildRefused, ProcessSupervisor
 from robofleet.app.sim.fleet import DEMO_ROBOT, demonstration_records
 from robofleet.runspec import RunParams, RunSpec
@@ -56,25 +58,39 @@ class RunLearning:
         on_event: Callable[..., None],
     ) -> None:
         from buffer import InterventionSampler
-        from buffer.service import BatchServer
+        from buffer.service import BatchServer, MixConfig
         from comms.buffer_sink import BufferSink
 
         self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir
         self.on_event = on_event
         self.buffer = self._open_buffer(spec, features)
         try:
+            # Offline data first: a source that is gone or does not fit ends the start here.
+            self.offline_sources = mount_sources(
+                self.buffer, spec, run_dir, Path(ctx.settings.data_dir)
+            )
+            for entry in self.offline_sources:
+                on_event("run.offline_mounted", **entry)
             self.demo_rows = self._demonstrations(spec, params)
+            mix = spec.buffer
             self.batch_server = BatchServer(
                 self.buffer,
                 spec.tasks,
                 InterventionSampler(),
                 offline_rows=self.demo_rows,
                 demonstration_robots=[DEMO_ROBOT],
+                mix=MixConfig(
+                    mix.online_fraction,
+                    mix.mix == "adaptive",
+                    mix.adaptive.min_online,
+                    mix.adaptive.max_online,
+                ),
             )
         except BaseException:
             self.buffer.close()  # its directory lock must not outlive a failed start
             raise
         ctx.sinks[run_id] = BufferSink(self.buffer)
+        init = initial_weights_path(spec, Path(ctx.settings.data_dir), ctx.store)
         self.learner = ProcessSupervisor(
             "learner",
             [
@@ -82,6 +98,7 @@ class RunLearning:
                 *("--run-dir", str(run_dir), "--run-id", run_id),
                 *("--batches", self.batch_server.address),
                 *("--database-url", ctx.settings.database_url),
+                *(("--init-weights", str(init)) if init is not None else ()),
             ],
             run_dir / "learner.log",
             ctx.learner_restarts,
@@ -128,6 +145,16 @@ class RunLearning:
         """The learner's latest statistics, as the batch server last heard them."""
         return self.batch_server.learner_stats
 
+    @property
+    def online_shares(self) -> dict[str, float]:
+        """Each task's online share of the batches (offline data mounted; adaptive: SOP's
+        per-task share, fixed: ``buffer.online_fraction``); empty without offline data."""
+        if not self.buffer.offline:
+            return {}
+        server = self.batch_server
+        fixed = server.mix.online_fraction
+        return {t: float(server.mix_shares.get(t, fixed)) for t in server.tasks}
+
     def poll(self, hang_s: float, warmup_hang_s: float) -> None:
         """Supervise the learner (restart a crashed or hung one).
 
@@ -164,6 +191,12 @@ class RunLearning:
         self.version, blob = got
         self.latest_bytes = bytes(blob)  # the distributor owns ``blob``
         return True
+
+    def promote_latest(self) -> None:
+        """The run's newest version becomes its promoted one (what ``policy.init_from_run``
+        of a later run starts from)."""
+        if self.version and self.latest_bytes:
+            promote(self.ctx.store, self.run_id, self.run_dir, self.version, self.latest_bytes)
 
     def close(self) -> None:
         """The learner has stopped: let go of the batch server, the upload sink, the buffer."""

@@ -18,12 +18,15 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 
 from cloud_learner.run_plan import RunPlan
+from robofleet.app.orchestration.offline import check_sources
 from robofleet.app.orchestration.pidfile import cloud_running
 from robofleet.app.orchestration.run import CloudContext, RunDriver
+from robofleet.app.orchestration.starting import check_start
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
 from robofleet.store.models import Robot, RobotStatus, Run, RunState
 from robofleet.store.runs import (
@@ -40,15 +43,19 @@ from robofleet.store.store import MetadataStore
 log = logging.getLogger(__name__)
 
 
-def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
+def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None = None) -> None:
     """Refuse a spec the fleet cannot serve; nothing is written (and nothing leased).
 
     Raises:
         RunSpecError: an unsupported knob; fewer robots in the fleet (of any status but
             retired) than the spec's minimum; matching robots whose enrolled specs one policy
-            cannot take (the feature named, ``hal.compat``); a robot without an operator for
-            an algorithm that learns from interventions; a task no matching robot runs; the
-            scripted demonstrations for tasks without a scripted expert. Each is named by field.
+            cannot take (the feature named, ``hal.compat``); a policy that cannot see what the
+            robots offer (cameras named); a robot without an operator for an algorithm that
+            learns from interventions; a task no matching robot runs; the scripted
+            demonstrations for tasks without a scripted expert; offline data that is missing
+            or does not fit the robots' features and the run's tasks (each feature named,
+            ``buffer.offline_data[k]``); starting weights that are missing or do not fit.
+            Each is named by field.
     """
     errors: dict[str, str] = {}
     plan: RunPlan | None = None
@@ -56,13 +63,19 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
         plan = RunPlan.from_spec(spec)
     except RunSpecError as exc:
         errors.update(exc.errors)
-    for field in ("init_checkpoint", "init_from_run"):
-        if getattr(spec.policy, field) is not None:
-            errors[f"policy.{field}"] = "the run manager starts policies from scratch for now"
     errors.update(_unapplied_buffer_fields(spec))
     robots = _matching_robots(store, spec)
     demand = spec.robots
     fleet = _fleet_errors(spec, plan, robots) if robots else {}
+    features = _shared_features(robots) if robots and "robots" not in fleet else None
+    if plan is not None and features is not None:
+        try:
+            plan.cameras(features)
+        except RunSpecError as exc:
+            errors.update(exc.errors)
+    if data_dir is not None:
+        errors.update(check_sources(spec, _with_action(robots, features), data_dir))
+        errors.update(check_start(spec, plan, features, data_dir, store))
     if len(robots) < demand.minimum:
         what = ", ".join(
             [f"robot_type={demand.robot_type}"] * (demand.robot_type is not None)
@@ -102,6 +115,26 @@ def validate_launch(store: MetadataStore, spec: RunSpec) -> None:
             )
     if errors:
         raise RunSpecError(errors)
+
+
+def _shared_features(robots: list[Robot]) -> dict[str, Any] | None:
+    """The observation features the robots share (None: they share none: refused above)."""
+    from hal.compat import SpecMismatch, run_features
+
+    try:
+        return dict(run_features({r.name: r.spec for r in robots}).observation_features)
+    except SpecMismatch:
+        return None
+
+
+def _with_action(robots: list[Robot], features: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``features`` plus the robots' ``action`` feature: what offline data must match."""
+    from hal.compat import run_features
+
+    if features is None:
+        return None
+    action = run_features({r.name: r.spec for r in robots}).action_features
+    return {**features, **action}
 
 
 def _matching_robots(store: MetadataStore, spec: RunSpec) -> list[Robot]:
@@ -153,8 +186,7 @@ def _unapplied_buffer_fields(spec: RunSpec) -> dict[str, str]:
     The algorithm picks its sampler (HG-DAgger: operator steps; RECAP: uniform; SAC: RLPD's
     symmetric halves, ``buffer.online_fraction``); a ``buffer.min_size`` beyond
     ``stop.env_steps`` would end the run before its first online update (both count robot
-    steps); mounting offline data into a run's buffer is not built yet
-    (``buffer.ReplayBuffer.mount`` exists; the run does not call it).
+    steps); an adaptive mix needs offline data to mix.
     """
     default = type(spec.buffer)()
     errors: dict[str, str] = {}
@@ -168,8 +200,8 @@ def _unapplied_buffer_fields(spec: RunSpec) -> dict[str, str]:
             f"{spec.buffer.min_size} robot transitions before online updates, but"
             f" stop.env_steps ends the run at {env_steps}: it would never train online"
         )
-    if spec.buffer.offline_data:
-        errors["buffer.offline_data"] = "mounting offline data into a run is not built yet"
+    if spec.buffer.mix == "adaptive" and not spec.buffer.offline_data:
+        errors["buffer.mix"] = "adaptive mixes online and offline data: add buffer.offline_data"
     return errors
 
 
@@ -179,7 +211,7 @@ def submit_run(store: MetadataStore, spec: RunSpec, runs_dir: Path, *, actor: st
     Raises:
         RunSpecError: :func:`validate_launch` refused the spec; nothing was recorded.
     """
-    validate_launch(store, spec)
+    validate_launch(store, spec, runs_dir.parent)
     return record_run(store, spec, runs_dir, actor=actor)
 
 

@@ -47,8 +47,9 @@ class RunProgress:
         return total - self.offline_rows, interventions - self.offline_rows
 
     def offline_steps(self, buffer: Any) -> int:
-        """Transitions of the buffer that are not robots' steps (its demonstrations)."""
-        return min(self.offline_rows, len(buffer))
+        """Transitions that are not robots' steps: the buffer's demonstrations and the rows
+        of the offline data mounted into it."""
+        return min(self.offline_rows, len(buffer)) + sum(len(v) for v in buffer.offline)
 
     def record(
         self,
@@ -60,6 +61,7 @@ class RunProgress:
         hangs: int,
         robots: Sequence[str],
         version: int,
+        online_shares: Mapping[str, float] | None = None,
     ) -> dict[str, Any]:
         """Write one record; returns the run's figures now.
 
@@ -71,13 +73,15 @@ class RunProgress:
             restarts / hangs: the learner's restarts (all attempts of the run) and hangs.
             robots: names of the robots with a running edge agent.
             version: the newest published policy version.
+            online_shares: each task's online share of the learner's batches (runs with
+                offline data; ``RunLearning.online_shares``).
         """
         steps, interventions = self.counts(buffer)
         offline = self.offline_steps(buffer)
         rate, steps_per_s = self._rates(steps, interventions)
         elapsed = clock.elapsed()
         stats = buffer.stats()
-        row = {
+        row: dict[str, Any] = {
             "wall_s": elapsed,
             "robot_hours": clock.robot_hours,
             "env_steps": steps,
@@ -87,6 +91,9 @@ class RunProgress:
             "policy_version": version,
             "discarded_episodes": int(stats.get("discarded_episodes", 0)),
         }
+        shares = dict(online_shares or {})
+        if shares:
+            row["online_share"] = shares
         with open(self.run_dir / "progress.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         atomic_write_json(
@@ -98,6 +105,15 @@ class RunProgress:
             },
         )
         self._metrics(buffer, stats, learner, (steps, offline), rate, steps_per_s, robots)
+        if shares:
+            insert_metrics(
+                self.store,
+                self.run_id,
+                [
+                    {"name": f"online_share/{task}", "step": steps, "value": share}
+                    for task, share in shares.items()
+                ],
+            )
         return {
             "elapsed_s": elapsed,
             "env_steps": steps,
@@ -114,6 +130,7 @@ class RunProgress:
             "robots": len(robots),
             "robot_hours": clock.robot_hours,
             "discarded_episodes": row["discarded_episodes"],
+            "online_share": shares,
         }
 
     def _rates(self, steps: int, interventions: int) -> tuple[float, float]:

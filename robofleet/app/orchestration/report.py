@@ -15,6 +15,8 @@ from typing import Any
 
 from comms.weight_file import latest_version
 from robofleet.app.orchestration.accounting import RobotAccount
+from robofleet.app.orchestration.offline import read_provenance
+from robofleet.app.orchestration.starting import promoted_version
 from robofleet.runspec import RunSpec
 
 
@@ -70,9 +72,29 @@ def write_report(
         "evaluations": evals,
         "plots": plots,
         "spec": spec.model_dump(mode="json"),
+        # Where the run's data and weights came from, and the mix it trained on.
+        "offline_data": read_provenance(run_dir),
+        "online_share_per_task": last.get("online_share", {}),
+        "online_share_over_time": [
+            {"wall_s": p["wall_s"], "env_steps": p["env_steps"], **p["online_share"]}
+            for p in progress
+            if p.get("online_share")
+        ],
+        "started_from": _started_from(spec),
+        "promoted_version": promoted_version(run_dir),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     return {**summary, "report": str(run_dir / "report.json"), "plots": plots}
+
+
+def _started_from(spec: RunSpec) -> dict[str, str] | None:
+    """The starting weights the spec named (None: from scratch)."""
+    p = spec.policy
+    if p.init_from_run is not None:
+        return {"run": p.init_from_run}
+    if p.init_checkpoint is not None:
+        return {"checkpoint": p.init_checkpoint}
+    return None
 
 
 def _plots(

@@ -513,6 +513,7 @@ class RunDriver:
                 hangs=learner.hangs,
                 robots=self.agents.names,
                 version=self.learning.version,
+                online_shares=self.learning.online_shares,
             )
         )
 
@@ -561,6 +562,7 @@ class RunDriver:
 
         assert self.learning is not None and self.evaluations is not None
         self.learning.publish_new_weights()
+        self.learning.promote_latest()
         self._record_progress()
         if self.learning.version:
             self._snapshot_for_eval(final=True)
