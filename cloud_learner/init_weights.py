@@ -31,7 +31,7 @@ from safetensors.torch import load_file
 
 from cloud_learner.checkpoint import CheckpointError, CheckpointManager, config_mismatch
 from cloud_learner.policies.base import describe_mismatch
-from cloud_learner.policy_card import PolicyCard, PolicyCardError, split_card
+from cloud_learner.policy_card import PolicyCard, split_card
 
 
 class InitialWeightsError(ValueError):
@@ -82,7 +82,7 @@ def _from_weights_file(path: Path) -> InitialWeights:
     try:
         raw = load_file(str(path))
         card, tensors = split_card(raw)
-    except (OSError, ValueError, PolicyCardError) as exc:
+    except Exception as exc:  # safetensors raises its own error type for a bad header
         raise InitialWeightsError(f"{path} is unreadable: {exc}") from None
     return InitialWeights(str(path), tensors, card, card_spec(card) if card else {})
 

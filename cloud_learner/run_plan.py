@@ -165,8 +165,10 @@ class RunPlan:
         if p.kind.startswith("lerobot-"):
             lerobot = p.kind.removeprefix("lerobot-")
             config = dict(p.config)
-            if p.chunk_size > 1:  # the chunk the robots execute
-                config["n_action_steps" if lerobot == "diffusion" else "chunk_size"] = p.chunk_size
+            if p.chunk_size > 1 and lerobot == "diffusion":  # the chunk the robots execute
+                config["n_action_steps"] = p.chunk_size
+            elif p.chunk_size > 1:  # ACT, SmolVLA, pi0: the chunk it predicts and robots run
+                config.update(chunk_size=p.chunk_size, n_action_steps=p.chunk_size)
             return {
                 "kind": "lerobot",
                 "lerobot_kind": lerobot,

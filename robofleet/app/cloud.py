@@ -16,6 +16,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ class CloudService:
             learners and edge agents reserve them, the OS shares the real cores).
         sim_robots: start this many simulated robot computers (``robofleet edge`` processes
             with Meta-World robots; enrolled at their first start).
+        sim_cameras: cameras the simulated robots render (empty: state only), at
+            ``sim_image_size`` (height, width).
         dashboard_port: serve the dashboard/API here (None: no dashboard; 0: any port).
         grpc_port: comms port (default ``comms.grpc_port``; 0 = any).
         auto_resume: resume runs left running by a cloud that died.
@@ -50,6 +53,8 @@ class CloudService:
         ray_address: str | None = None,
         num_cpus: int | None = None,
         sim_robots: int = 0,
+        sim_cameras: Sequence[str] = (),
+        sim_image_size: tuple[int, int] = (64, 64),
         dashboard_port: int | None = None,
         grpc_port: int | None = None,
         auto_resume: bool = True,
@@ -59,6 +64,8 @@ class CloudService:
         self.ray_address = ray_address or settings.ray_address
         self.num_cpus = num_cpus or max(4, 2 * (os.cpu_count() or 2))
         self.sim_robots = sim_robots
+        self.sim_cameras = list(sim_cameras)
+        self.sim_image_size = sim_image_size
         self.dashboard_port = dashboard_port
         self.grpc_port = grpc_port
         self.auto_resume = auto_resume
@@ -104,7 +111,9 @@ class CloudService:
         address = f"{s.comms.bind_host}:{port}"
         if self.sim_robots:
             names = sim_robot_names(self.sim_robots)
-            self.computers = SimRobotComputers(s, store, address, names).start()
+            self.computers = SimRobotComputers(
+                s, store, address, names, cameras=self.sim_cameras, image_size=self.sim_image_size
+            ).start()
             self._wait_idle(names, s.orchestration.robots_ready_timeout_s)
         ctx = CloudContext(
             settings=s,

@@ -188,3 +188,81 @@ def test_card_json_round_trip() -> None:
     card = PolicyCard("recap", "mlp", PolicySpec(D, A, num_tasks=2, indicator=True), 1.5)
     back, rest = split_card(with_card({}, card))
     assert back == card and rest == {}
+
+
+CAM = "observation.images.corner"
+
+
+def camera_obs(seed: int = 0, size: int = 16) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {**obs(seed), CAM: rng.integers(0, 256, (size, size, 3), dtype=np.uint8)}
+
+
+def test_a_cnn_card_runs_on_the_robots_frames_and_checks_its_cameras(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    spec = PolicySpec(
+        D, A, num_tasks=TASKS, image_keys=[CAM], image_shape=(16, 16), hidden_sizes=[32, 8]
+    )
+    cnn = MLPPolicy(spec)
+    weights = published(cnn, "hg_dagger", tmp_path)
+    on_robot = CardPolicy(D, A, TASKS, hidden=64, cameras={CAM: (16, 16)})
+    on_robot.set_weights(weights)
+    for seed in range(3):
+        assert np.allclose(on_robot.act(camera_obs(seed), 1), cnn.act(camera_obs(seed), 1))
+    # The frames matter: another image, another action.
+    assert not np.allclose(on_robot.act(camera_obs(0), 1), on_robot.act(camera_obs(1), 1))
+    for cameras, why in (({}, "the policy sees it"), ({CAM: (32, 32)}, r"robot has \(32, 32\)")):
+        blind = CardPolicy(D, A, TASKS, hidden=64, cameras=cameras)
+        with pytest.raises(PolicyCardError, match=why):
+            blind.set_weights(weights)
+
+
+def test_a_flow_chunk_card_gives_whole_chunks_the_runner_executes_step_by_step(
+    tmp_path: Path,
+) -> None:
+    from cloud_learner.policies import FlowMatchingPolicy
+
+    torch.manual_seed(3)
+    flow = FlowMatchingPolicy(PolicySpec(D, A, num_tasks=TASKS, chunk_size=4, hidden_sizes=[32]))
+    on_robot = CardPolicy(D, A, TASKS, hidden=64)
+    on_robot.set_weights(published(flow, "hg_dagger", tmp_path))
+    assert on_robot.kind == "flow" and on_robot.card is not None and on_robot.card.chunk_size == 4
+    runner = LocalPolicyRunner(on_robot, A, version=5)
+    boundaries = []
+    for _ in range(8):
+        boundaries.append(runner.at_chunk_boundary)
+        action, version = runner.act(obs(), 0)
+        assert action.shape == (A,) and version == 5
+    assert boundaries == [True, False, False, False] * 2  # one policy call per chunk
+
+
+@pytest.mark.slow
+def test_a_lerobot_act_card_builds_the_same_network_on_the_robot(tmp_path: Path) -> None:
+    from cloud_learner.policies.lerobot_adapter import make_lerobot_policy
+
+    torch.manual_seed(4)
+    act = make_lerobot_policy(
+        "act",
+        D,
+        A,
+        [CAM],
+        (16, 16),
+        chunk_size=3,
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+    )
+    act.set_state_normalization(np.random.default_rng(0).normal(size=(64, D)))
+    act.set_action_normalization(np.random.default_rng(1).normal(2.0, 0.5, size=(64, A)))
+    weights = published(act, "hg_dagger", tmp_path)
+    on_robot = CardPolicy(D, A, TASKS, hidden=64, cameras={CAM: (16, 16)})
+    on_robot.set_weights(weights)
+    assert on_robot.kind == "lerobot" and on_robot.card is not None
+    assert on_robot.card.chunk_size == 3
+    chunk = on_robot.act(camera_obs(0), 0)
+    assert chunk.shape == (3, A)
+    assert np.allclose(chunk, act.act(camera_obs(0), 0), atol=1e-5)
+    # Its normalisation travelled with the weights: actions come back in robot units.
+    assert torch.equal(on_robot.get_weights()["norm_action_mean"], act.norm_action_mean)

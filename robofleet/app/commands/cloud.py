@@ -22,6 +22,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: local)")
     p.add_argument("--num-cpus", type=int, default=None, help="logical CPUs of the local Ray")
     p.add_argument("--sim-robots", type=int, default=0, help="enroll N simulated robots")
+    p.add_argument(
+        "--sim-cameras",
+        default="",
+        help="comma-separated Meta-World cameras the simulated robots render (e.g. corner)",
+    )
+    p.add_argument(
+        "--sim-image-size", type=int, default=64, help="side of their square frames (pixels)"
+    )
     p.add_argument("--port", type=int, default=None, help="dashboard port (default: settings)")
     p.add_argument("--grpc-port", type=int, default=None, help="comms port (default: settings)")
     p.add_argument("--no-dashboard", action="store_true")
@@ -50,6 +58,8 @@ def main(argv: Sequence[str] = ()) -> int:
         ray_address=args.ray_address,
         num_cpus=args.num_cpus,
         sim_robots=args.sim_robots,
+        sim_cameras=[c for c in args.sim_cameras.split(",") if c],
+        sim_image_size=(args.sim_image_size, args.sim_image_size),
         dashboard_port=None
         if args.no_dashboard
         else (settings.dashboard.port if args.port is None else args.port),

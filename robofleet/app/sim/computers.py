@@ -10,6 +10,7 @@ and the operator (its scripted expert). This module plays the robot computer's i
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
@@ -66,6 +67,8 @@ class SimRobotComputers:
         server: the cloud's gRPC ``host:port``.
         names: robot names.
         restarts: when to restart a computer that died.
+        cameras: Meta-World cameras each robot renders (``corner``, ``topview``, ...;
+            empty: state only), at ``image_size`` (height, width).
     """
 
     def __init__(
@@ -75,8 +78,12 @@ class SimRobotComputers:
         server: str,
         names: Sequence[str],
         restarts: RestartPolicy | None = None,
+        cameras: Sequence[str] = (),
+        image_size: tuple[int, int] = (64, 64),
     ) -> None:
         self.settings = settings
+        self.cameras = list(cameras)
+        self.image_size = image_size
         self.store = store
         self.server = server
         self.names = list(names)
@@ -111,6 +118,11 @@ class SimRobotComputers:
             *("--driver", "metaworld", "--operator", "scripted", "--spool-dir", str(root)),
             *("--seed", str(seed)),
         ]
+        if self.cameras:  # rendered frames: the robot's enrolled spec has them
+            argv += [
+                *("--driver-option", f"cameras={json.dumps(self.cameras)}"),
+                *("--driver-option", f"image_size={json.dumps(list(self.image_size))}"),
+            ]
         token = self._token(name, root)
         if token is not None:
             argv.append(f"--token={token}")  # a token may start with "-"
