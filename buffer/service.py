@@ -47,10 +47,13 @@ Batch keys (B = batch size, D / A the state / action sizes): ``observation.state
 float32, ``next.observation.state`` (B, D) float32, ``action`` (B, A) float32, ``task_index``
 (B,) int64 (position in the run's task list), ``is_intervention`` (B,) bool, ``reward`` (B,)
 float32, ``terminated`` / ``truncated`` (B,) bool, ``episode_index`` / ``frame_index`` (B,)
-int64, ``is_demonstration`` (B,) bool (a step of one of the server's
-``demonstration_robots`` or of mounted offline data), ``is_offline`` (B,) bool (a mounted
-row) and ``success`` (B,) bool: the episode ended with the task solved at
-this step. Robots of sparse-return runs end episodes at success (``terminated``); a
+int64, ``is_demonstration`` (B,) bool (a step of a demonstration episode: ``policy_version``
+0, an operator drove it; of one of the server's ``demonstration_robots``; or of mounted
+offline data), ``is_offline`` (B,) bool (a mounted row) and ``success`` (B,) bool: the episode
+ended with the task solved at this step.
+
+The ``demonstrations`` op answers ``{"episodes": {task: completed demonstration episodes}}``
+(what a learner waits for before its warm start). Robots of sparse-return runs end episodes at success (``terminated``); a
 demonstration episode is an expert's and counts as a success where it ends (``truncated``).
 """
 
@@ -86,6 +89,9 @@ KEYS = (
     "frame_index",
 )
 SAMPLING_KINDS = ("intervention", "uniform", "symmetric")
+# ``policy_version`` of a demonstration episode's steps (edge_agent.core.DEMONSTRATION: an
+# operator drove the robot, no policy was consulted).
+DEMONSTRATION = 0
 IMAGE_PREFIX = "observation.images."
 NEXT_PREFIX = "next."
 
@@ -233,6 +239,8 @@ class BatchServer:
             self._note_losses(self.learner_stats)
         if op == "size":
             return self._sizes(), None
+        if op == "demonstrations":
+            return {"episodes": self.demonstration_episodes(), **self._sizes()}, None
         sampler = self.sampler_for(req.get("sampling"))
         if op == "sampler_state":
             get = getattr(sampler, "state_dict", None)
@@ -266,10 +274,35 @@ class BatchServer:
 
     def _sizes(self) -> dict[str, int]:
         """``size``: rows to sample (the window and the mounted views); ``online``: the
-        robots' rows (the window without its demonstrations)."""
+        robots' own rows (the window without its demonstrations: ``offline_rows`` and the
+        steps of demonstration episodes, ``policy_version`` 0)."""
         window = len(self.buffer)
         mounted = sum(len(v) for v in self.buffer.offline)
-        return {"size": window + mounted, "online": max(0, window - self.offline_rows)}
+        demos = self._demonstration_rows()
+        online = max(0, window - self.offline_rows - int(demos.sum()))
+        return {"size": window + mounted, "online": online}
+
+    def _demonstration_rows(self) -> np.ndarray:
+        """Mask over the window's index positions: eligible steps of demonstration episodes
+        (an operator drove them, no policy: ``policy_version`` == 0)."""
+        lo, hi = self.buffer.window()
+        idx = self.buffer.index
+        a, b = lo - idx.base, hi - idx.base
+        mask: np.ndarray = (idx.cols["policy_version"][a:b] == DEMONSTRATION) & idx.cols[
+            "eligible"
+        ][a:b]
+        return mask
+
+    def demonstration_episodes(self) -> dict[str, int]:
+        """Completed demonstration episodes in the window, per task (their done steps)."""
+        lo, hi = self.buffer.window()
+        idx = self.buffer.index
+        a, b = lo - idx.base, hi - idx.base
+        done = self._demonstration_rows() & (
+            idx.cols["terminated"][a:b] | idx.cols["truncated"][a:b]
+        )
+        codes, counts = np.unique(idx.cols["task"][a:b][done], return_counts=True)
+        return {idx.tasks.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
 
     def _batch(
         self, arrays: Mapping[str, np.ndarray], images: Sequence[str] = ()
@@ -281,8 +314,10 @@ class BatchServer:
             raise ValueError(f"sampled tasks {unknown} are not in the run's tasks")
         out["task_index"] = np.array([self.tasks[str(t)] for t in arrays["task"]], np.int64)
         offline = np.asarray(arrays["source"]) != 0
-        demo = offline | np.array(
-            [str(r) in self.demonstration_robots for r in arrays["robot_id"]], bool
+        demo = (
+            offline
+            | (np.asarray(arrays["policy_version"]) == DEMONSTRATION)
+            | np.array([str(r) in self.demonstration_robots for r in arrays["robot_id"]], bool)
         )
         out["is_demonstration"] = demo
         out["is_offline"] = offline
@@ -345,6 +380,12 @@ class RemoteBuffer:
         if "error" in header:
             raise RuntimeError(f"batch server: {header['error']}")
         return header, (frames[1] if len(frames) > 1 else None)
+
+    def demonstrations(self) -> dict[str, int]:
+        """Completed demonstration episodes per task in the run's buffer (now)."""
+        header, _ = self._call({"op": "demonstrations", "stats": self.stats})
+        self._note_sizes(header)
+        return {str(k): int(v) for k, v in dict(header.get("episodes", {})).items()}
 
     def num_transitions(self) -> int:
         """Transitions in the buffer's window, at most 1 s old (every sample refreshes it)."""

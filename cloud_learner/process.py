@@ -157,7 +157,7 @@ class RunLearner:
         self._window: list[float] = []
         self._last: dict[str, float] = {"loss": float("nan")}
         # The warm start clones the demonstrations and offline data; without any, no BC.
-        cloned = self.params.demos_per_task or plan.spec.buffer.offline_data
+        cloned = plan.spec.demonstrations.episodes_per_task or plan.spec.buffer.offline_data
         self._bc_updates = self.params.bc_updates if cloned else 0
         buffer = plan.spec.buffer
         # SOP's adaptive mix: the per-task losses the batch service turns into shares.
@@ -229,7 +229,7 @@ class RunLearner:
         """Warm start (fresh runs), then update until ``should_stop``; a final checkpoint,
         except when the cloud stopped answering (then the last checkpoint stands)."""
         if not self.resumed:
-            self.warm_start()
+            self.warm_start(should_stop)
         period = 1.0 / self.params.updates_per_s if self.params.updates_per_s > 0 else 0.0
         try:
             while not should_stop():
@@ -269,9 +269,10 @@ class RunLearner:
         if not self.learner.normalized:  # no offline rows, no starting weights: robots' rows
             self._fit_normalization()
         metrics = self.learner.train_step()
-        if self.mix_losses is not None and self.learner.step % 5 == 0:
-            batch = self.learner.last_batch
-            assert batch is not None
+        batch = self.learner.last_batch
+        if batch is not None and "is_offline" in batch:  # the share the batch really had
+            metrics = {**metrics, "offline_share": float(batch["is_offline"].float().mean())}
+        if batch is not None and self.mix_losses is not None and self.learner.step % 5 == 0:
             self.mix_losses.add(batch, per_row_bc_loss(self.learner.algorithm.policy, batch))
             metrics = {**metrics, **self.mix_losses.stats()}
         # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go to the
@@ -296,11 +297,15 @@ class RunLearner:
         )
         self.learner.normalized = True
 
-    def warm_start(self) -> None:
-        """Normalisation from the demonstrations and offline data (unless starting weights
+    def warm_start(self, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Wait for the run's demonstrations (the robots' operators record them), then
+        normalisation from the demonstrations and offline data (unless starting weights
         brought theirs), ``bc_updates`` behaviour-cloning updates on them (the algorithm's own
         ``bc_update``), publish version 1 and checkpoint."""
         learner, p, source = self.learner, self.params, self.source
+        wanted = self.plan.spec.demonstrations
+        if wanted.episodes_per_task:
+            self._await_demonstrations(wanted.episodes_per_task, wanted.wait_s, should_stop)
         learner.version = max(learner.version, int(learner.publisher.latest_version()))
         if source.num_transitions() == 0:
             # A run with no demonstrations nor offline data (e.g. SAC from scratch): version 1
@@ -321,6 +326,29 @@ class RunLearner:
         )
         learner.publish()  # the weak initial policy is version 1 of the run
         learner.save_checkpoint()
+
+    def _await_demonstrations(
+        self, per_task: int, wait_s: float, should_stop: Callable[[], bool]
+    ) -> None:
+        """Until the buffer holds ``per_task`` demonstration episodes of every task (or
+        ``wait_s`` passed: the warm start takes what there is)."""
+        tasks = list(self.plan.spec.tasks)
+        deadline = time.monotonic() + wait_s
+        last_log = 0.0
+        while not should_stop():
+            got = self.remote.demonstrations()
+            missing = {t: per_task - got.get(t, 0) for t in tasks if got.get(t, 0) < per_task}
+            if not missing:
+                log.info("demonstrations recorded: %s", got)
+                return
+            now = time.monotonic()
+            if now > deadline:
+                log.warning("demonstrations still missing after %.0fs: %s", wait_s, missing)
+                return
+            if now - last_log > 10:
+                log.info("waiting for demonstrations on the robots: missing %s", missing)
+                last_log = now
+            time.sleep(0.5)
 
     def close(self) -> None:
         self.learner.close()

@@ -19,6 +19,14 @@ New weights apply only at safe boundaries and their staleness is measured at eve
 (:mod:`edge_agent.weights`); episode indices survive restarts (:mod:`edge_agent.episodes`);
 heartbeats go out on a timer (:mod:`edge_agent.heartbeat`).
 
+Demonstrations (a run's demonstration phase, ``demonstrations``: task -> episodes): before
+its policy episodes the agent runs that many episodes of each task in which the operator
+drives the robot and no policy is consulted (no weights needed yet): the scripted operator's
+expert acts at every step (``ScriptedOperator.demonstrate``), a person's input acts while they
+hold the controls and the robot otherwise holds still (zeros). Their steps carry
+``policy_version`` :data:`~edge_agent.core.DEMONSTRATION` (0); ``episodes.jsonl`` counts the
+kept ones, so a restarted agent records only what is missing.
+
 The operator's ``rerecord`` and ``discard`` (keyboard, gamepad, the cloud's Control stream or
 :meth:`EdgeAgent.rerecord` / :meth:`EdgeAgent.discard`) end the episode, which then never
 counts toward ``run(episodes=N)`` and is never trained on: with ``episode_commit =
@@ -31,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +50,7 @@ from comms.marks import EpisodeMark
 from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
 from edge_agent.core import (
+    DEMONSTRATION,
     Driver,
     EpisodeView,
     Heartbeat,
@@ -79,6 +88,7 @@ class _Episode:
     label: str | None = None  # the operator's: success / failure / rerecord / discard
     label_by: str = ""  # who gave it: the intervention source, or the cloud's reason
     evaluating: bool = False  # a policy-only evaluation episode (edge_agent.evaluation)
+    demonstrating: bool = False  # the operator drives it; no policy (module docstring)
     succeeded: bool = False  # the driver signalled success during the episode
     intervened: bool = False
 
@@ -98,6 +108,7 @@ class EdgeAgent:
         weights: where new policy versions appear (default: none).
         heartbeat: ``(state, applied_version, stats) -> None``, called every
             ``heartbeat_interval_s`` from a background thread; errors are logged, never raised.
+        demonstrations: task -> demonstration episodes to record first (module docstring).
     """
 
     def __init__(
@@ -113,9 +124,13 @@ class EdgeAgent:
         operator: InterventionSource | None = None,
         weights: WeightSource | None = None,
         heartbeat: Heartbeat | None = None,
+        demonstrations: Mapping[str, int] | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("an edge agent needs at least one task")
+        unknown = sorted(set(demonstrations or {}) - set(tasks))
+        if unknown:
+            raise ValueError(f"demonstrations of tasks {unknown} this robot does not run")
         self.driver = driver
         self.runner = runner
         self.uplink = uplink
@@ -142,6 +157,10 @@ class EdgeAgent:
         self.tally = SuccessTally()
         self.marks = MarkOutbox(spool_dir)
         self._redo: str | None = None  # the task of a rerecorded episode, recorded next
+        done = self._episodes.demonstrations()
+        self._demos_left = {
+            t: n - done.get(t, 0) for t, n in (demonstrations or {}).items() if n > done.get(t, 0)
+        }
         hz = settings.control_hz or float(driver.control_hz)
         self.period = 1.0 / hz
 
@@ -193,6 +212,7 @@ class EdgeAgent:
             overruns=float(s.overruns),
             episodes=float(s.episodes),
             interventions=float(s.interventions),
+            demonstrations=float(s.demonstrations),
             discarded_episodes=float(s.discarded_episodes),
             marks_pending=float(len(self.marks)),
             weight_swaps=float(s.weight_swaps),
@@ -241,6 +261,11 @@ class EdgeAgent:
                     if self.control.holding:
                         self._holds.cloud_hold()
                         continue
+                    demo = self._next_demonstration()
+                    if demo is not None:  # needs no weights: the operator drives
+                        if self._episode(demo, demonstrating=True):
+                            done += 1
+                        continue
                     if self._applier.awaiting_first():
                         self._holds.first_weights(self._applier.awaiting_first)
                         continue
@@ -258,12 +283,21 @@ class EdgeAgent:
         redo, self._redo = self._redo, None
         return redo or self.tasks[self._episodes.next_index % len(self.tasks)]
 
-    def _episode(self, task: str) -> bool:
+    def _next_demonstration(self) -> str | None:
+        """The task of the next demonstration still to record, None when none is left."""
+        if self._redo is not None and self._demos_left.get(self._redo):
+            redo, self._redo = self._redo, None
+            return redo
+        return next((t for t in self.tasks if self._demos_left.get(t)), None)
+
+    def _episode(self, task: str, demonstrating: bool = False) -> bool:
         """Run one episode; False when it does not count (a cloud e-stop came before its
         first step, or the operator discarded it)."""
         ep = self._begin(task)
         if ep is None:
             return False
+        if demonstrating:
+            ep.demonstrating, ep.evaluating = True, False
         while self._step(ep):
             pass
         return self._finish(ep)
@@ -299,11 +333,14 @@ class EdgeAgent:
         if not self._step_boundary(ep):
             return False
         start = ep.clock.start(first=ep.frame == 0)
-        if self._applier.due(ep.frame):
-            self._applier.apply()
-        proposed, version = self.runner.act(ep.obs, ep.task_index)
-        self._applier.account(version)
-        op = self.operator.step(ep.obs, proposed)
+        if ep.demonstrating:
+            proposed, version, op = self._demonstration_step(ep)
+        else:
+            if self._applier.due(ep.frame):
+                self._applier.apply()
+            proposed, version = self.runner.act(ep.obs, ep.task_index)
+            self._applier.account(version)
+            op = self.operator.step(ep.obs, proposed)
         if ep.evaluating:  # the policy alone acts; the operator may only end the episode
             op = replace(op, is_intervention=False, action=None)
         command = op.action if (op.is_intervention and op.action is not None) else proposed
@@ -351,6 +388,15 @@ class EdgeAgent:
         # A cloud e-stop or pause wakes the loop at once; anything else sleeps on.
         ep.clock.wait_next(now, self.control.wait, self._interrupted)
         return True
+
+    def _demonstration_step(self, ep: _Episode) -> tuple[np.ndarray, int, OperatorInput]:
+        """(proposed, version, operator input) of a demonstration step: the robot would hold
+        still (zeros); the operator's demonstration (an expert) or input (a person) acts."""
+        shape = self.driver.action_features["action"]["shape"]
+        hold = np.zeros(int(shape[0]) if shape else 1, np.float32)
+        demonstrate = getattr(self.operator, "demonstrate", None)
+        op = demonstrate(ep.obs) if callable(demonstrate) else self.operator.step(ep.obs, hold)
+        return hold, DEMONSTRATION, op
 
     def _step_boundary(self, ep: _Episode) -> bool:
         """Honour a pause (held here, the clock skips it) or an e-stop before the next step;
@@ -409,10 +455,15 @@ class EdgeAgent:
         self.stats.episodes += 1
         if ep.label in ("success", "failure"):
             self.stats.labels[ep.label] += 1
+        kind = "demonstration" if ep.demonstrating else "episode"
         if ep.label not in ("rerecord", "discard"):
             ep.recorder.commit()
-            self._episodes.log(ep.index, ep.task, ep.frame, ep.label)
-            self._count_outcome(ep)
+            self._episodes.log(ep.index, ep.task, ep.frame, ep.label, kind)
+            if ep.demonstrating:
+                self._demos_left[ep.task] -= 1
+                self.stats.demonstrations += 1
+            else:
+                self._count_outcome(ep)
             return True
         self.stats.discarded_episodes += 1
         if ep.label == "rerecord":
@@ -422,7 +473,7 @@ class EdgeAgent:
             return False
         if not ep.recorder.hold_all:  # its rows are on their way: the cloud must know
             self.marks.add(EpisodeMark(self.run_id, ep.index, ep.label, ep.label_by))
-        self._episodes.log(ep.index, ep.task, ep.frame, ep.label)
+        self._episodes.log(ep.index, ep.task, ep.frame, ep.label, kind)
         if ep.evaluating:  # an operator's abort of an evaluation episode is a failure
             self.tally.add("eval", ep.task, False, self.applied_version)
         return False

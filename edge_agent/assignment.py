@@ -51,6 +51,9 @@ class Assignment(BaseModel):
         terminate_on_success: end an episode as ``terminated`` when the task succeeds.
         needs_operator: the run's algorithm learns from interventions (HG-DAgger): a robot
             with no operator refuses the assignment.
+        demonstrations: task -> demonstration episodes this robot's operator drives before
+            its policy episodes (the run's demonstration phase, split among its robots); a
+            robot with no operator refuses an assignment with any.
         edge: the run's edge settings, keys of :data:`RUN_EDGE_FIELDS` only.
     """
 
@@ -63,7 +66,16 @@ class Assignment(BaseModel):
     seed: int = 0
     terminate_on_success: bool = False
     needs_operator: bool = False
+    demonstrations: dict[str, int] = Field(default_factory=dict)
     edge: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("demonstrations")
+    @classmethod
+    def _counts(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {t: n for t, n in v.items() if n < 0}
+        if bad:
+            raise ValueError(f"demonstration counts must be >= 0, got {bad}")
+        return v
 
     @field_validator("edge")
     @classmethod

@@ -63,6 +63,8 @@ class AgentOptions:
             ``type`` and ``config`` for lerobot, ``joints`` for ros2).
         credential_dir: where the robot's credential is kept (default ``spool_dir``; a robot
             computer keeps one credential and one spool per run, ``edge_agent.host``).
+        demonstrations: task -> demonstration episodes the operator drives first (the
+            run's demonstration phase; ``edge_agent.agent``).
     """
 
     robot_name: str
@@ -78,6 +80,7 @@ class AgentOptions:
     terminate_on_success: bool = False
     driver: str = "metaworld"
     driver_options: dict[str, Any] = field(default_factory=dict)
+    demonstrations: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     credential_dir: Path | None = None
 
@@ -215,6 +218,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         operator=operator,
         weights=weights,
         heartbeat=heartbeat,
+        demonstrations=opts.demonstrations,
     )
     if client is not None:
         from comms.marks import EpisodeMarkSender

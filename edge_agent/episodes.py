@@ -3,7 +3,9 @@
 ``agent_state.json`` holds ``{"next_episode_index": int}`` (written atomically and durably,
 :func:`robofleet.durable.atomic_write_bytes`), so a restarted agent never reuses an
 ``episode_index`` the cloud may already hold. ``episodes.jsonl`` gets one line per recorded
-episode: ``{"episode_index", "task", "steps", "label"}``.
+episode: ``{"episode_index", "task", "steps", "label", "kind"}`` (``kind``: ``demonstration``
+for an operator's demonstration, else ``episode``); a restarted agent reads it to count the
+demonstrations it already recorded.
 
 ``marks.jsonl`` is the outbox of the operator's verdicts on episodes whose steps already left
 (or will leave) the robot: one line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
@@ -46,12 +48,31 @@ class EpisodeLog:
         self.next_index -= 1
         self._save()
 
-    def log(self, index: int, task: str, steps: int, label: str | None) -> None:
-        """Append the line of a recorded episode (``label``: the operator's, or None)."""
-        line = {"episode_index": index, "task": task, "steps": steps, "label": label}
-        # A record for people, not fsynced: the steps themselves are durable in the spool.
-        with open(self._log_file, "a") as f:
-            f.write(json.dumps(line) + "\n")
+    def log(
+        self, index: int, task: str, steps: int, label: str | None, kind: str = "episode"
+    ) -> None:
+        """Append the line of a recorded episode (``label``: the operator's, or None;
+        ``kind``: ``demonstration`` or ``episode``)."""
+        line = {"episode_index": index, "task": task, "steps": steps, "label": label, "kind": kind}
+        # Appended and fsynced: a restarted agent counts its demonstrations from it.
+        append_line(self._log_file, json.dumps(line))
+
+    def demonstrations(self) -> dict[str, int]:
+        """Demonstrations kept (not discarded or rerecorded) so far, per task."""
+        out: dict[str, int] = {}
+        if not self._log_file.exists():
+            return out
+        for raw in self._log_file.read_text().splitlines():
+            try:
+                line = json.loads(raw)
+            except json.JSONDecodeError:  # a line torn by a crash: its episode is not kept
+                continue
+            if line.get("kind") == "demonstration" and line.get("label") not in (
+                "rerecord",
+                "discard",
+            ):
+                out[line["task"]] = out.get(line["task"], 0) + 1
+        return out
 
     def _load(self) -> int:
         if not self._state_file.exists():

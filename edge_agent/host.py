@@ -238,6 +238,7 @@ class RobotComputer:
             hidden=a.hidden,
             seed=a.seed + EpisodeLog(spool).next_index,
             terminate_on_success=a.terminate_on_success,
+            demonstrations=dict(a.demonstrations),
             spool_dir=spool,
             credential_dir=self.root,
             token=None,
@@ -253,6 +254,9 @@ class RobotComputer:
         self._refused = None
         if a.needs_operator and self.base.operator == "none":
             self._refuse(a, "the run learns from interventions and this robot has no operator")
+            return
+        if any(a.demonstrations.values()) and self.base.operator == "none":
+            self._refuse(a, "the run asks for demonstrations and this robot has no operator")
             return
         spool = run_spool(self.root, a.run_id)
         spool.mkdir(parents=True, exist_ok=True)

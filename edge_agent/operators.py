@@ -90,6 +90,13 @@ class ScriptedOperator:
             return OperatorInput(True, label, None, d.reason)
         return OperatorInput(False, None, None, d.reason)
 
+    def demonstrate(self, observation: Observation) -> OperatorInput:
+        """A demonstration step: the expert acts, no gate (the operator drives the episode)."""
+        label = np.asarray(self.expert(observation), dtype=np.float32)
+        if self.bounds is not None:
+            label = np.clip(label, *self.bounds).astype(np.float32)
+        return OperatorInput(True, label, None, "demonstration")
+
     def reset(self) -> None:
         self.gate.reset()
 

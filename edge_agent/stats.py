@@ -17,6 +17,7 @@ class LoopStats:
     overruns: int = 0
     episodes: int = 0
     interventions: int = 0
+    demonstrations: int = 0
     discarded_episodes: int = 0
     weight_swaps: int = 0
     weight_errors: int = 0

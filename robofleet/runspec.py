@@ -255,6 +255,22 @@ class BufferSpec(_Strict):
         return v
 
 
+class DemonstrationSpec(_Strict):
+    """A run's demonstration phase on its robots: before the first policy, the robots'
+    operators (a person with a keyboard or gamepad, the scripted expert on simulated robots)
+    drive ``episodes_per_task`` episodes of each task, split among the leased robots; the
+    learner behaviour-clones on them (its warm start), then online training starts."""
+
+    episodes_per_task: int = Field(
+        default=0, ge=0, le=1000, description="Demonstrations per task, across the robots."
+    )
+    wait_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="Longest the learner waits for them before it starts from what it has.",
+    )
+
+
 class PublishSpec(_Strict):
     every_updates: int | None = Field(default=100, ge=1)
     every_seconds: float | None = Field(default=None, gt=0)
@@ -295,6 +311,7 @@ class RunSpec(_Strict):
     robots: RobotDemand
     learner: LearnerResources = Field(default_factory=LearnerResources)
     buffer: BufferSpec = Field(default_factory=BufferSpec)
+    demonstrations: DemonstrationSpec = Field(default_factory=DemonstrationSpec)
     publish: PublishSpec = Field(default_factory=PublishSpec)
     evaluation: EvalSpec = Field(default_factory=EvalSpec)
     stop: StopSpec = Field(default_factory=StopSpec)
@@ -439,9 +456,8 @@ class RunParams:
     Attributes:
         lr: learning rate of the policy's optimizer.
         batch_size: rows per update.
-        bc_updates: behaviour-cloning updates on the demonstrations before any robot moves
-            (the weak initial policy).
-        demos_per_task: demonstration episodes per task for that initial policy.
+        bc_updates: behaviour-cloning updates on the demonstrations and offline data before
+            the first policy (the weak initial policy).
         updates_per_s: upper bound on learner updates per second (0 = unbounded); keeps the
             learner from starving real-time robots on small machines.
         checkpoint_every_updates: learner checkpoint cadence.
@@ -455,7 +471,6 @@ class RunParams:
     lr: float = knob(1e-3)
     batch_size: int = knob(128)
     bc_updates: int = knob(300, zero_ok=True)
-    demos_per_task: int = knob(1, zero_ok=True)
     updates_per_s: float = knob(40.0, zero_ok=True)
     checkpoint_every_updates: int = knob(200)
     control_hz: float = knob(20.0)

@@ -252,7 +252,8 @@ def main(argv: list[str]) -> int:
 class RobofleetCloud:
     """``robofleet cloud --sim-robots N`` on ``data_dir`` in its own session, ready on return.
 
-    ``sections`` become its settings (``orchestration={"learner_hang_s": 30}``) on top of
+    ``cameras`` (comma-separated) makes the simulated robots render those cameras at
+    ``image_size`` pixels square. ``sections`` become its settings (``orchestration={"learner_hang_s": 30}``) on top of
     :func:`tests.fakes.settings.cloud_env`; ``netns`` runs it in that network namespace
     (``ip netns exec``, :mod:`tests.netns`).
     """
@@ -264,12 +265,16 @@ class RobofleetCloud:
         *,
         dashboard: bool = False,
         netns: str | None = None,
+        cameras: str = "",
+        image_size: int = 32,
         **sections: dict[str, Any],
     ) -> None:
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         prefix = ["ip", "netns", "exec", netns] if netns else []
         argv = [*prefix, *ROBOFLEET, "cloud", "--sim-robots", str(sim_robots)]
+        if cameras:  # the simulated robots render these Meta-World cameras
+            argv += ["--sim-cameras", cameras, "--sim-image-size", str(image_size)]
         argv += ["--port", "0"] if dashboard else ["--no-dashboard"]
         self.child = Child(
             [*argv, "--num-cpus", "4"],

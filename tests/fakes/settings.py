@@ -67,7 +67,6 @@ CLOUD_PROCESS: dict[str, dict[str, Any]] = {
 }
 FAST_RUN: dict[str, Any] = {
     "bc_updates": 40,
-    "demos_per_task": 1,
     "max_episode_steps": 50,
     "eval_max_steps": 50,
     "updates_per_s": 20,

@@ -44,6 +44,7 @@ def spec_file(
             "tags": tags or {"simulated": "true"},
             "count": count,
         },
+        "demonstrations": {"episodes_per_task": 1},
         "learner": {"num_cpus": 0.5},
         "publish": {"every_updates": 20},
         "evaluation": {"on": "simulator", "every_seconds": 15, "episodes_per_task": 2},

@@ -117,6 +117,7 @@ def hg_dagger(name: str, count: int, **extra: Any) -> dict[str, Any]:
         "algorithm": "hg-dagger",
         "tasks": ["reach-v3"],
         "hyperparameters": FAST_RUN,
+        "demonstrations": {"episodes_per_task": 1},
         "policy": {"hidden_sizes": [64, 64]},
         "robots": {"robot_type": "metaworld-sawyer", "count": count},
         "learner": {"num_cpus": 0.5},
@@ -190,9 +191,9 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
     # HG-DAgger needs an operator on every robot.
     lonely = hg_dagger("no-operator", 1, robots={"robot_type": "pendulum-v1", "count": 1})
     lonely["tasks"] = ["pendulum-v1"]
-    lonely["hyperparameters"] = {**FAST_RUN, "demos_per_task": 1}
     got = lab.launch(lonely)
     assert got.status_code == 422 and "no operator" in got.text, got.text
+    assert "demonstrations.episodes_per_task" in got.text  # nobody to demonstrate either
     with lab.store.session() as s:
         assert s.query(Lease).filter(Lease.released_at.is_(None)).count() == 0
 
@@ -306,7 +307,7 @@ def _sac_on_pendulum() -> dict[str, Any]:
         "name": "pendulum",
         "algorithm": "sac",
         "tasks": ["pendulum-v1"],
-        "hyperparameters": {**FAST_RUN, "demos_per_task": 0, "max_episode_steps": 100},
+        "hyperparameters": {**FAST_RUN, "max_episode_steps": 100},
         "policy": {"hidden_sizes": [64, 64]},
         "buffer": {"min_size": 64},
         "robots": {"robot_type": "pendulum-v1", "count": 1},

@@ -125,6 +125,9 @@ def sim_fleet_spec(
             "tasks": list(tasks),
             "hyperparameters": hyperparameters,
             "buffer": {"samples_per_insert": samples_per_insert},
+            # The weak start: one episode of each task driven by the robots' operators (the
+            # scripted expert on simulated robots), cloned before the first policy.
+            "demonstrations": {"episodes_per_task": 1},
             "policy": {"kind": BUILDERS[algorithm].policy_kind, "hidden_sizes": [128, 128]},
             "robots": {
                 "robot_type": "metaworld-sawyer",

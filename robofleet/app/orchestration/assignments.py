@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,14 +99,22 @@ class RobotAssignments:
         """Robots whose heartbeat says they act in the run (as of the last :meth:`follow`)."""
         return sorted(self._acting)
 
-    def start(self, name: str, robot_id: int, index: int) -> None:
-        """Assign robot ``name`` (the ``index``-th of the run) and push it now."""
+    def start(
+        self,
+        name: str,
+        robot_id: int,
+        index: int,
+        demonstrations: Mapping[str, int] | None = None,
+    ) -> None:
+        """Assign robot ``name`` (the ``index``-th of the run; ``demonstrations``: task ->
+        episodes its operator demonstrates first) and push it now."""
         # Meta-World's goal variation is seed % 50 and 100_000 is a multiple of 50: without the
         # 13 * index offset every simulated robot would replay the same variation at the same
         # time (a quarter of the variety per env step with 4 robots, measured in bench
         # efficiency). Real robots ignore the seed.
         seed = 100_000 * (index + 1) + 13 * index
-        self.robots[name] = (robot_id, self.base.model_copy(update={"seed": seed}))
+        update = {"seed": seed, "demonstrations": dict(demonstrations or {})}
+        self.robots[name] = (robot_id, self.base.model_copy(update=update))
         self._push_assign(name, "leased")
         self.on_event("robot.assigned", robot=name)
 
@@ -199,3 +207,17 @@ class RobotAssignments:
         except Exception as exc:  # the next follow() tries again
             log.warning("pushing %s to robot %d failed: %s", kind, robot_id, exc)
             return False
+
+
+def split_demonstrations(
+    tasks: Sequence[str], per_task: int, robots: int, index: int
+) -> dict[str, int]:
+    """The demonstrations robot ``index`` of ``robots`` records: of task ``j``'s ``per_task``
+    episodes, episode ``k`` goes to robot ``(j + k) % robots``, so the work spreads evenly and
+    each robot starts with a different task. Empty for a robot beyond the first ``robots``."""
+    out: dict[str, int] = {}
+    for j, task in enumerate(tasks):
+        n = sum(1 for k in range(per_task) if (j + k) % robots == index)
+        if n:
+            out[task] = n
+    return out

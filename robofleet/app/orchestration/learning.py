@@ -1,7 +1,7 @@
-"""The learning side of a run in the cloud process: the run's buffer (every acknowledged step;
-on a fresh run first the demonstrations), the buffer's service to the learner, the supervised
-learner process (``python -m cloud_learner.process``) and the feed of its weight versions to
-comms' distributor.
+"""The learning side of a run in the cloud process: the run's buffer (every acknowledged step,
+the robots' demonstrations among them, and the offline data mounted into it), the buffer's
+service to the learner, the supervised learner process (``python -m cloud_learner.process``)
+and the feed of its weight versions to comms' distributor.
 
 The learner is supervised for crashes and hangs: alive, but no batch taken and no update for
 ``orchestration.learner_hang_s`` (longer until the run's first version: start-up and the BC
@@ -29,8 +29,9 @@ from hal.compat import RunFeatures
 from robofleet.app.orchestration.offline import mount_sources
 from robofleet.app.orchestration.starting import initial_weights_path, promote
 from robofleet.app.orchestration.supervisor import ChildRefused, ProcessSupervisor
-from robofleet.app.sim.fleet import DEMO_ROBOT, demonstration_records
 from robofleet.runspec import RunParams, RunSpec
+
+DEMO_ROBOT = "demo"  # robot_id of the cloud-side scripted demonstrations of older runs
 
 
 class LearnerRefused(RuntimeError):
@@ -71,7 +72,9 @@ class RunLearning:
             )
             for entry in self.offline_sources:
                 on_event("run.offline_mounted", **entry)
-            self.demo_rows = self._demonstrations(spec, params)
+            # Demonstrations come from the robots' operators (edge_agent); rows of a run's
+            # cloud-side scripted demonstrations (robot "demo", runs before that) still count.
+            self.demo_rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
             mix = spec.buffer
             self.batch_server = BatchServer(
                 self.buffer,
@@ -127,18 +130,6 @@ class RunLearning:
                 update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
             )
         return ReplayBuffer.open(self.run_dir / "buffer", schema, config)
-
-    def _demonstrations(self, spec: RunSpec, params: RunParams) -> int:
-        """Rows of demonstrations in the buffer; a fresh run's are recorded first."""
-        rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
-        if rows or not params.demos_per_task:
-            return rows
-        records = demonstration_records(
-            spec.tasks, params.demos_per_task, params.max_episode_steps, self.run_id
-        )
-        self.buffer.append(self.buffer.schema.batch_from_records(records))
-        self.on_event("run.demonstrations", steps=len(records))
-        return len(records)
 
     @property
     def stats(self) -> dict[str, float]:

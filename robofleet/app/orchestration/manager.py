@@ -51,8 +51,8 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
             retired) than the spec's minimum; matching robots whose enrolled specs one policy
             cannot take (the feature named, ``hal.compat``); a policy that cannot see what the
             robots offer (cameras named); a robot without an operator for an algorithm that
-            learns from interventions; a task no matching robot runs; the scripted
-            demonstrations for tasks without a scripted expert; offline data that is missing
+            learns from interventions or for demonstrations; a task no matching robot runs;
+            offline data that is missing
             or does not fit the robots' features and the run's tasks (each feature named,
             ``buffer.offline_data[k]``); starting weights that are missing or do not fit.
             Each is named by field.
@@ -95,23 +95,6 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
             errors["evaluation.on"] = (
                 f"the cloud's simulator evaluates Meta-World tasks only, not {foreign}; "
                 "use evaluation.on: robots (policy-only episodes on the run's robots)"
-            )
-    # A spec refused for its knobs is still told about its tasks (the knob's default: 1).
-    asked = spec.hyperparameters.get("demos_per_task", 1)
-    demos = plan.params.demos_per_task if plan is not None else asked
-    if demos and not isinstance(demos, bool):
-        from metaworld.policies import ENV_POLICY_MAP
-
-        unknown = [t for t in spec.tasks if t not in ENV_POLICY_MAP]
-        if unknown:
-            errors["tasks"] = "; ".join(
-                m
-                for m in (
-                    errors.get("tasks"),
-                    f"no scripted expert records the run's demonstrations of {unknown} "
-                    "(hyperparameters.demos_per_task > 0; set it to 0 for none)",
-                )
-                if m
             )
     if errors:
         raise RunSpecError(errors)
@@ -158,16 +141,18 @@ def _fleet_errors(spec: RunSpec, plan: RunPlan | None, robots: list[Robot]) -> d
     except SpecMismatch as exc:
         errors["robots"] = f"the matching robots cannot share one policy: {exc}"
         return errors
-    if plan is not None and plan.needs_operator:
-        lacking = [
-            r.name for r in robots if (r.spec.get("computer") or {}).get("operator") == "none"
-        ]
-        if lacking:
-            errors["robots"] = (
-                f"{spec.algorithm} learns from operator interventions and {lacking} have no "
-                "operator (their robot computers run --operator none); select other robots "
-                "with robots.tags or give them an operator"
-            )
+    lacking = [r.name for r in robots if (r.spec.get("computer") or {}).get("operator") == "none"]
+    if plan is not None and plan.needs_operator and lacking:
+        errors["robots"] = (
+            f"{spec.algorithm} learns from operator interventions and {lacking} have no "
+            "operator (their robot computers run --operator none); select other robots "
+            "with robots.tags or give them an operator"
+        )
+    if spec.demonstrations.episodes_per_task and lacking:
+        errors["demonstrations.episodes_per_task"] = (
+            f"operators demonstrate on the robots and {lacking} have none (--operator none); "
+            "set it to 0 or select robots with an operator"
+        )
     offered: set[str] = set()
     open_ended = False
     for r in robots:

@@ -38,7 +38,7 @@ from typing import Any
 
 from cloud_learner.run_plan import RunPlan
 from edge_agent.assignment import Assignment, run_edge_settings
-from robofleet.app.orchestration.assignments import RobotAssignments
+from robofleet.app.orchestration.assignments import RobotAssignments, split_demonstrations
 from robofleet.app.orchestration.clock import RunClock
 from robofleet.app.orchestration.evaluations import RunEvaluations
 from robofleet.app.orchestration.hold import RobotHold
@@ -231,7 +231,9 @@ class RunDriver:
             # (published once its start checks passed) is out, none if it refuses the run.
             self._wait_first_version()
         self._start_agents()
-        self._wait_first_version()
+        # Version 1 comes after the robots' demonstrations and the warm start on them.
+        demos = self.spec.demonstrations
+        self._wait_first_version(300.0 + (demos.wait_s if demos.episodes_per_task else 0.0))
         # The run's clock (stop.minutes, wall_s of every evaluation) starts when the robots are
         # up and the first version is out, so robots act from its first second; the learner's
         # start-up, the BC warm start and the agents' start-up before it are reported apart as
@@ -351,8 +353,11 @@ class RunDriver:
         self.agents = RobotAssignments(
             self.ctx.store, self.ctx.server, self.run_id, self.assignment(), self._event
         )
-        for i, (name, robot_id) in enumerate(sorted(self._members().items())):
-            self.agents.start(name, robot_id, i)
+        members = sorted(self._members().items())
+        per_task = self.spec.demonstrations.episodes_per_task
+        for i, (name, robot_id) in enumerate(members):
+            demos = split_demonstrations(self.spec.tasks, per_task, len(members), i)
+            self.agents.start(name, robot_id, i, demos)
         self.agents.wait_acting(
             self.orchestration.robots_ready_timeout_s, self._going, self._poll_learner
         )
