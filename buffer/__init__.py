@@ -37,7 +37,9 @@ The whole public API::
     # An operator's verdict (edge -> comms): the episode is never trained on, durably.
     buf.mark_episode("robot-3", "run-1", episode_index=7, kind="rerecord")  # or "discard"
     # Its rows (stored before or after) are never eligible: no sampler returns them, len,
-    # select and export leave them out. An episode whose robot went on to another without a
+    # select and export leave them out. Outcomes exclude nothing and label the episode:
+    buf.mark_episode("robot-3", "run-1", episode_index=8, kind="success")  # or "failure"
+    buf.select(success_only=True, time_range=(0.0, 5.0))  # successful episodes' first 5 s An episode whose robot went on to another without a
     # done step (its agent was killed) is closed as truncated at its last transition.
 
     # Backpressure (uplink): with a rate limiter, buf.can_accept(n) says whether an insert of
