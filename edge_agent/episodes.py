@@ -6,7 +6,8 @@
 episode: ``{"episode_index", "task", "steps", "label"}``.
 
 ``marks.jsonl`` is the outbox of the operator's verdicts on episodes whose steps already left
-(or will leave) the robot: one line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
+(or will leave) the robot, and of each kept episode's outcome (``success`` / ``failure``): one
+line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
 (:class:`comms.marks.EpisodeMark`), appended durably when the episode ends and removed once
 the cloud stored it (comms' :class:`~comms.marks.EpisodeMarkSender` sends them).
 """
