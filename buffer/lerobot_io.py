@@ -19,6 +19,7 @@ offline data; every column it carries or refuses is listed there.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,9 @@ def export_lerobot(
         if progress is not None:
             progress(done, total)
     ds.finalize()
+    images = root / "images"  # LeRobot's staging folder for PNG frames, empty by now
+    if images.is_dir() and not any(p.is_file() for p in images.rglob("*")):
+        shutil.rmtree(images)
     return root
 
 
