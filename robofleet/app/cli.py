@@ -56,6 +56,7 @@ BENCHMARKS: dict[str, str] = {
     "efficiency": "robofleet.app.bench.efficiency",
     "assign": "robofleet.app.bench.assign",
     "edge": "edge_agent.latency_report",
+    "data": "robofleet.app.bench.data",
 }
 
 
