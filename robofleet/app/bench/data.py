@@ -49,7 +49,7 @@ def make_dataset(
     the seconds LeRobot's writer took."""
     rng = np.random.default_rng(seed)
     n = episodes * length
-    frames = {
+    frames: dict[str, np.ndarray] = {
         "observation.state": rng.standard_normal((n, STATE), dtype=np.float32),
         "observation.images.front": rng.integers(0, 256, (n, *image), dtype=np.uint8),
         "action": rng.uniform(-1, 1, (n, ACTION)).astype(np.float32),
