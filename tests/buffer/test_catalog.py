@@ -60,3 +60,23 @@ def test_names_are_checked_and_failed_imports_leave_nothing(tmp_path) -> None:
     assert cat.names() == [] and not any(root.iterdir())
     with pytest.raises(UnknownDataset, match="known: none"):
         cat.remove("a")
+
+
+def test_schema_differences_name_each_feature() -> None:
+    from buffer.schema import StepSchema
+
+    run = small_schema()
+    assert run.differences(small_schema()) == []
+    data = StepSchema.from_features(
+        {
+            "observation.state": {"dtype": "float32", "shape": (4,)},
+            "observation.images.wrist": {"dtype": "image", "shape": (6, 5, 3)},
+        },
+        {"action": {"dtype": "float64", "shape": (2,)}},
+    )
+    assert run.differences(data) == [
+        "action: the run has float32 (2,), the data float64 (2,)",
+        "observation.images.front: missing from the data",
+        "observation.images.wrist: not in the run",
+        "observation.state: the run has float32 (3,), the data float32 (4,)",
+    ]
