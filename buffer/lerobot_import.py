@@ -327,11 +327,12 @@ def _png_frames(root: Path, col: pa.ChunkedArray, f: FeatureSpec) -> np.ndarray:
     """Decode a LeRobot image column (struct of PNG ``bytes`` / ``path``) to uint8 HWC."""
     from PIL import Image
 
-    out = np.empty((len(col), *f.shape), dtype=np.uint8)
-    for i, cell in enumerate(col.combine_chunks().to_pylist()):
-        data = cell["bytes"] if cell.get("bytes") else (Path(root) / cell["path"]).read_bytes()
-        img = np.asarray(Image.open(io.BytesIO(data)))
-        out[i] = img.reshape(f.shape)
+    arr = col.combine_chunks()
+    blobs, paths = arr.field("bytes").to_pylist(), arr.field("path").to_pylist()
+    out = np.empty((len(arr), *f.shape), dtype=np.uint8)
+    for i, blob in enumerate(blobs):
+        data = blob if blob else (Path(root) / str(paths[i])).read_bytes()
+        out[i] = np.asarray(Image.open(io.BytesIO(data))).reshape(f.shape)
     return out
 
 
