@@ -37,7 +37,9 @@ The whole public API::
     # An operator's verdict (edge -> comms): the episode is never trained on, durably.
     buf.mark_episode("robot-3", "run-1", episode_index=7, kind="rerecord")  # or "discard"
     # Its rows (stored before or after) are never eligible: no sampler returns them, len,
-    # select and export leave them out. An episode whose robot went on to another without a
+    # select and export leave them out. Outcomes exclude nothing and label the episode:
+    buf.mark_episode("robot-3", "run-1", episode_index=8, kind="success")  # or "failure"
+    buf.select(success_only=True, time_range=(0.0, 5.0))  # successful episodes' first 5 s An episode whose robot went on to another without a
     # done step (its agent was killed) is closed as truncated at its last transition.
 
     # Backpressure (uplink): with a rate limiter, buf.can_accept(n) says whether an insert of
@@ -70,6 +72,8 @@ The whole public API::
     # numpy columns, task_index, is_demonstration, success).
 
     # LeRobot interchange: export_lerobot(buf, root, repo_id, fps) / import_lerobot(root, dir)
+    # (buffer.lerobot_import lists every column carried or refused). Imported datasets live
+    # in a DatasetCatalog(<data_dir>/datasets): create(name, fill) / names / buffer_dir / info.
 
     buf.stats()   # size_transitions, bytes_on_disk, bytes_in_cache, cache_hit_rate,
                   # prefetch_lag_s, ack_latency_p50_s/p99_s, discarded_episodes, ...
@@ -103,13 +107,15 @@ Where things are (``ReplayBuffer`` owns the parts, Reverb's table shape)::
     recovery       open: finish seals, map segments, replay the WAL's contiguous prefix
     reading        transitions, sequences, the one merge of sampled parts
     lookups        per-robot durable seqs;  prefetch: the cold -> hot promotion thread
-    marks          episode marks (discard, rerecord), kept beside the rows
+    marks          episode marks (discard, rerecord; outcomes success, failure)
+    lerobot_io     LeRobotDataset export (and import: lerobot_import);  catalog: datasets
     view           what samplers see (SamplingView, Source);  samplers: which rows
     rate_limiter   samples per insert;  service: BatchServer / RemoteBuffer
     schema, wal, sealed, segments, storage, index, format: the step schema and the files
 """
 
 from buffer import samplers
+from buffer.catalog import DatasetCatalog, DatasetExists, UnknownDataset
 from buffer.config import BufferSettings
 from buffer.errors import (
     BackpressureError,
@@ -143,6 +149,8 @@ __all__ = [
     "BufferSettings",
     "CacheAwareSampler",
     "CorruptDataError",
+    "DatasetCatalog",
+    "DatasetExists",
     "DiskFullError",
     "FORMAT_VERSION",
     "FeatureSpec",
@@ -159,6 +167,7 @@ __all__ = [
     "StepSchema",
     "StepValidationError",
     "UniformSampler",
+    "UnknownDataset",
     "UnsupportedFormatError",
     "export_lerobot",
     "import_lerobot",

@@ -11,6 +11,9 @@ Two rules change flags the stored rows do not carry:
 * **Discarded episodes** (an operator's rerecord or discard, :meth:`RowIndex.discard`): every
   row of the episode, stored before or after the mark, is ``discarded`` and never
   ``eligible``, so no sampler, selection or count sees it.
+* **Episode outcomes** (:meth:`RowIndex.set_outcome`): which episodes succeeded or failed,
+  kept per episode (no per-row column); :meth:`RowIndex.select` with ``success_only`` takes the
+  rows of successful episodes, stored before or after the outcome was marked.
 * **Interrupted episodes**: a robot's rows arrive in seq order, so when a robot's row of
   another episode is indexed while its previous episode has no done step, that episode was
   interrupted (its agent was killed, or crashed) and no more of it will come. It is closed as
@@ -120,6 +123,7 @@ class RowIndex:
         self._robot_open: dict[int, tuple[int, int, int]] = {}  # robot -> its open episode
         self.robot_last_row: dict[int, int] = {}
         self.discards: dict[EpisodeKey, str] = {}  # discarded episode -> the mark's kind
+        self.outcomes: dict[EpisodeKey, str] = {}  # episode -> "success" / "failure"
         self.discarded_steps = 0
         self.interrupted_episodes = 0
 
@@ -365,6 +369,36 @@ class RowIndex:
                 self.cols["discarded"][mine] = True
                 self.discarded_steps += len(mine)
 
+    # -- episode outcomes -----------------------------------------------------------------
+    def set_outcome(self, key: EpisodeKey, outcome: str) -> int:
+        """Record episode ``key``'s outcome (``success`` or ``failure``; the latest counts).
+        Returns how many of its rows are stored now."""
+        self.outcomes[key] = outcome
+        run, robot = self.runs.codes.get(key[0]), self.robots.codes.get(key[1])
+        if run is None or robot is None:
+            return 0
+        c = {k: self.view(k) for k in ("run", "robot", "episode_index")}
+        mine = (c["robot"] == robot) & (c["run"] == run) & (c["episode_index"] == key[2])
+        return int(np.count_nonzero(mine))
+
+    def success_mask(self, a: int, b: int) -> np.ndarray:
+        """Bool mask of index positions ``[a, b)``: the row's episode was marked a success."""
+        by_pair: dict[tuple[int, int], list[int]] = {}
+        for (run_id, robot_id, ep), outcome in self.outcomes.items():
+            run, robot = self.runs.codes.get(run_id), self.robots.codes.get(robot_id)
+            if outcome == "success" and run is not None and robot is not None:
+                by_pair.setdefault((run, robot), []).append(ep)
+        c = self.cols
+        mask = np.zeros(b - a, dtype=bool)
+        for (run, robot), eps in by_pair.items():
+            mine = (c["run"][a:b] == run) & (c["robot"][a:b] == robot)
+            mask |= mine & np.isin(c["episode_index"][a:b], eps)
+        return mask
+
+    def successful_episodes(self) -> int:
+        """Episodes marked a success (by their latest outcome mark)."""
+        return sum(1 for o in self.outcomes.values() if o == "success")
+
     # -- queries ------------------------------------------------------------------------
     def select(
         self,
@@ -376,8 +410,18 @@ class RowIndex:
         run_ids: list[str] | None = None,
         policy_versions: tuple[int, int] | list[int] | None = None,
         interventions_only: bool = False,
+        success_only: bool = False,
+        time_range: tuple[float, float] | None = None,
     ) -> np.ndarray:
-        """Eligible rows in ``[lo, hi)`` matching every given filter (global row ids)."""
+        """Eligible rows in ``[lo, hi)`` matching every given filter (global row ids).
+
+        ``success_only``: rows of episodes marked a success (:meth:`set_outcome`).
+        ``time_range``: ``(t0, t1)`` seconds, rows whose ``timestamp`` (seconds since their
+        episode's start) is in ``[t0, t1]``.
+
+        Raises:
+            ValueError: ``time_range`` with ``t1 < t0``.
+        """
         a, b = max(lo, self.base) - self.base, min(hi, self.end) - self.base
         if b <= a:
             return np.empty(0, dtype=np.int64)
@@ -399,6 +443,14 @@ class RowIndex:
                 keep &= np.isin(pv, list(policy_versions))
         if interventions_only:
             keep &= c["is_intervention"][a:b]
+        if success_only:
+            keep &= self.success_mask(a, b)
+        if time_range is not None:
+            t0, t1 = float(time_range[0]), float(time_range[1])
+            if t1 < t0:
+                raise ValueError(f"time_range {time_range}: the end is before the start")
+            ts = c["timestamp"][a:b]
+            keep &= (ts >= t0) & (ts <= t1)
         return np.flatnonzero(keep).astype(np.int64) + a + self.base
 
     def summary(self, segments: list[tuple[int, int, str]]) -> dict[str, Any]:
@@ -430,5 +482,7 @@ class RowIndex:
             "tasks": tasks,
             "policy_versions": {int(v): int(k) for v, k in zip(pv, pv_counts, strict=True)},
             "interventions": int(np.count_nonzero(self.view("is_intervention"))),
+            "successful_episodes": self.successful_episodes(),
+            "failed_episodes": sum(1 for o in self.outcomes.values() if o == "failure"),
             "segments": [{"first_row": f, "num_rows": k, "path": p} for f, k, p in segments],
         }

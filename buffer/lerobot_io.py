@@ -12,22 +12,26 @@ MP4 video instead, which is lossy (compare with a tolerance). Not representable 
 a done step's real final observation (LeRobot has no frame for it) and the policy/operator
 action proposals; on import a done step's final observation repeats its own observation.
 
-Import reads a local LeRobotDataset (``root``; nothing is downloaded) into a buffer directory
-whose rows can then be mounted as offline data.
+Import (:func:`import_lerobot`, in ``buffer.lerobot_import``) reads a local LeRobotDataset
+(``root``; nothing is downloaded) into a buffer directory whose rows can then be mounted as
+offline data; every column it carries or refuses is listed there.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from buffer.config import BufferSettings
+from buffer.lerobot_import import VIDEO_BACKEND, Progress, import_lerobot
 from buffer.schema import StepSchema
 
 if TYPE_CHECKING:
     from buffer.replay_buffer import ReplayBuffer
+
+__all__ = ["export_lerobot", "import_lerobot"]
 
 EXTRA_FEATURES: dict[str, dict[str, Any]] = {
     "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
@@ -60,6 +64,7 @@ def export_lerobot(
     rows: np.ndarray | None = None,
     use_videos: bool = False,
     robot_type: str | None = None,
+    progress: Progress | None = None,
     **filters: Any,
 ) -> Path:
     """Export steps of ``buf`` to a new LeRobotDataset v3 at ``root``.
@@ -71,9 +76,14 @@ def export_lerobot(
         fps: frames per second of the recording (timestamps are ``frame_index / fps``).
         rows: global rows to export; default all stored steps matching ``filters``
             (``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``,
-            ``interventions_only``; see :meth:`ReplayBuffer.select`), but those of
-            episodes an operator discarded (``ReplayBuffer.mark_episode``).
+            ``interventions_only``, ``success_only``, ``time_range``; see
+            :meth:`ReplayBuffer.mount`), but those of episodes an operator discarded
+            (``ReplayBuffer.mark_episode``).
         use_videos: encode cameras as MP4 (lossy) instead of PNG frames (bit-exact).
+        progress: called as ``progress(frames_done, frames_total)`` after each episode.
+
+    A buffer with episode outcomes (``success`` marks) also gets ``next.success``: True on
+    the last frame of each successful episode (what ``import_lerobot`` reads back).
 
     Returns:
         ``root``. Load it with ``LeRobotDataset(repo_id, root=root)``.
@@ -95,12 +105,28 @@ def export_lerobot(
     if len(rows) == 0:
         raise ValueError("nothing to export: the selection is empty")
     features = _lerobot_features(buf.schema, use_videos)
+    with_success = bool(buf.index.outcomes)
+    if with_success:
+        features["next.success"] = {"dtype": "bool", "shape": (1,), "names": None}
     ds = LeRobotDataset.create(
-        repo_id, fps, features, root=root, robot_type=robot_type, use_videos=use_videos
+        repo_id,
+        fps,
+        features,
+        root=root,
+        robot_type=robot_type,
+        use_videos=use_videos,
+        video_backend=VIDEO_BACKEND,
     )
+    done, total = 0, len(rows)
     for run in _episode_runs(buf, np.asarray(rows, dtype=np.int64)):
-        _add_episode(ds, buf, run)
+        _add_episode(ds, buf, run, with_success)
+        done += len(run)
+        if progress is not None:
+            progress(done, total)
     ds.finalize()
+    images = root / "images"  # LeRobot's staging folder for PNG frames, empty by now
+    if images.is_dir() and not any(p.is_file() for p in images.rglob("*")):
+        shutil.rmtree(images)
     return root
 
 
@@ -117,7 +143,7 @@ def _lerobot_features(schema: StepSchema, use_videos: bool) -> dict[str, Any]:
     return features
 
 
-def _add_episode(ds: Any, buf: ReplayBuffer, run: np.ndarray) -> None:
+def _add_episode(ds: Any, buf: ReplayBuffer, run: np.ndarray, with_success: bool) -> None:
     """Frames of one run of consecutive rows of an episode, saved as one episode."""
     idx = buf.index
     tasks = np.asarray(idx.tasks.names, dtype=object)
@@ -125,6 +151,7 @@ def _add_episode(ds: Any, buf: ReplayBuffer, run: np.ndarray) -> None:
     data = buf.storage.gather(run, [*obs_names, "action"], count=False)
     li = run - idx.base
     c = idx.cols
+    won = with_success and bool(idx.success_mask(int(li[0]), int(li[0]) + 1)[0])
     for i in range(len(run)):
         j = li[i]
         frame: dict[str, Any] = {k: data[k][i] for k in (*obs_names, "action")}
@@ -133,6 +160,8 @@ def _add_episode(ds: Any, buf: ReplayBuffer, run: np.ndarray) -> None:
         frame["next.truncated"] = np.array([c["truncated"][j]])
         frame["is_intervention"] = np.array([c["is_intervention"][j]])
         frame["policy_version"] = np.array([c["policy_version"][j]], dtype=np.int64)
+        if with_success:
+            frame["next.success"] = np.array([won and i == len(run) - 1])
         frame["task"] = str(tasks[c["task"][j]])
         ds.add_frame(frame)
     ds.save_episode()
@@ -157,117 +186,10 @@ def _matching(buf: ReplayBuffer, rows: np.ndarray, filters: dict[str, Any]) -> n
         keep &= (v >= pv[0]) & (v <= pv[1]) if isinstance(pv, tuple) else np.isin(v, list(pv))
     if filters.get("interventions_only"):
         keep &= idx.cols["is_intervention"][li]
+    if filters.get("success_only"):
+        keep &= idx.success_mask(0, len(idx))[li]
+    t_range = filters.get("time_range")
+    if t_range is not None:
+        ts = idx.cols["timestamp"][li]
+        keep &= (ts >= t_range[0]) & (ts <= t_range[1])
     return keep
-
-
-def import_lerobot(
-    root: str | Path,
-    directory: str | Path,
-    *,
-    repo_id: str = "local/imported",
-    robot_id: str = "lerobot",
-    run_id: str | None = None,
-    settings: BufferSettings | None = None,
-    chunk: int = 256,
-) -> Path:
-    """Import a local LeRobotDataset (v3) into a new buffer directory (offline data).
-
-    Rewards and flags come from ``next.reward``, ``next.done``, ``next.truncated`` and
-    ``is_intervention`` when present (else 0 / False); an episode's last frame without a done
-    flag is marked truncated (the recording ended there). ``seq`` is the dataset's global
-    ``index``; ``policy_version`` is read when present, else 0.
-
-    Returns:
-        ``directory``; mount it with :meth:`ReplayBuffer.mount`.
-
-    Raises:
-        ValueError: the dataset has no ``action`` or no ``observation.*`` feature.
-    """
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset
-
-    from buffer.replay_buffer import ReplayBuffer
-
-    ds = LeRobotDataset(repo_id, root=root)
-    feats = ds.meta.features
-    obs = {k: v for k, v in feats.items() if k.startswith("observation.")}
-    if "action" not in feats or not obs:
-        raise ValueError(f"{root}: needs 'action' and observation.* features, has {list(feats)}")
-    schema = StepSchema.from_features(
-        obs, {"action": feats["action"]}, require_final_observation=False
-    )
-    run_id = run_id or f"import:{ds.meta.repo_id}"
-    hf = ds.hf_dataset.with_format("numpy")
-    task_names = {int(r.task_index): str(t) for t, r in ds.meta.tasks.iterrows()}
-    ep = np.asarray(hf["episode_index"]).reshape(-1)
-    last = np.append(ep[1:] != ep[:-1], True)
-    ids = {"robot_id": robot_id, "run_id": run_id}
-    out = ReplayBuffer.open(directory, schema, settings or BufferSettings())
-    try:
-        n = len(hf)
-        for start in range(0, n, chunk):
-            part = hf[start : min(start + chunk, n)]
-            out.append(
-                [
-                    _step(part, i, start + i, schema, ids, task_names, ep, last)
-                    for i in range(len(part["index"]))
-                ]
-            )
-    finally:
-        out.close()
-    return Path(directory)
-
-
-def _step(
-    part: dict[str, Any],
-    i: int,
-    g: int,
-    schema: StepSchema,
-    ids: dict[str, str],
-    task_names: dict[int, str],
-    ep: np.ndarray,
-    last: np.ndarray,
-) -> dict[str, Any]:
-    """The step record of frame ``i`` of ``part`` (global frame ``g``)."""
-    rec: dict[str, Any] = {k: _image(part[k][i], schema, k) for k in schema.observations}
-    rec["action"] = part["action"][i]
-    done = bool(_scalar(part, "next.done", i, False))
-    trunc = bool(_scalar(part, "next.truncated", i, False))
-    if last[g] and not done:
-        done, trunc = True, True
-    rec.update(
-        seq=int(_scalar(part, "index", i, g)),
-        **ids,
-        task=task_names.get(int(_scalar(part, "task_index", i, 0)), ""),
-        episode_index=int(ep[g]),
-        frame_index=int(_scalar(part, "frame_index", i, 0)),
-        timestamp=float(_scalar(part, "timestamp", i, 0.0)),
-        reward=float(_scalar(part, "next.reward", i, 0.0)),
-        terminated=done and not trunc,
-        truncated=trunc,
-        is_intervention=bool(_scalar(part, "is_intervention", i, False)),
-        policy_version=int(_scalar(part, "policy_version", i, 0)),
-    )
-    return rec
-
-
-def _scalar(part: dict[str, Any], key: str, i: int, default: Any) -> Any:
-    if key not in part:
-        return default
-    return np.asarray(part[key][i]).reshape(-1)[0]
-
-
-def _image(value: Any, schema: StepSchema, key: str) -> np.ndarray:
-    f = schema.observations[key]
-    arr = np.asarray(value)
-    if f.is_image and arr.shape != f.shape and arr.shape[::-1] == f.shape[::-1]:
-        return arr
-    if (
-        f.is_image
-        and arr.ndim == 3
-        and arr.shape[0] in (1, 3, 4)
-        and arr.shape[-1] not in (1, 3, 4)
-    ):
-        arr = np.transpose(arr, (1, 2, 0))  # CHW -> HWC
-    if f.is_image and arr.dtype != np.uint8:
-        arr = np.round(arr * 255).astype(np.uint8) if arr.max() <= 1.0 else arr.astype(np.uint8)
-    return arr

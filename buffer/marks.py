@@ -1,13 +1,19 @@
-"""Episode marks: an operator's verdict that one robot's episode must never be trained on.
+"""Episode marks: an operator's verdict on one robot's episode, or the episode's outcome.
 
-A mark names an episode by ``(run_id, robot_id, episode_index)`` and its kind (:data:`KINDS`:
-``discard``, or ``rerecord``, a discard whose task the robot records again). Marks are kept
-in ``episode_marks.jsonl`` in the buffer directory, one JSON line each
+A mark names an episode by ``(run_id, robot_id, episode_index)`` and its kind (:data:`KINDS`).
+Two kinds exclude the episode (:data:`EXCLUDING`): ``discard``, and ``rerecord``, a discard
+whose task the robot records again; the episode's rows, stored before or after the mark, are
+never eligible (:meth:`buffer.index.RowIndex.discard`). Two kinds record how the episode ended
+(:data:`OUTCOMES`: ``success``, ``failure``; the driver's success signal or an operator's
+label) and exclude nothing: the index keeps which episodes succeeded, so a selection or a
+mount can take only those (:meth:`buffer.index.RowIndex.set_outcome`); an episode's latest
+outcome mark is the one that counts.
+
+Marks are kept in ``episode_marks.jsonl`` in the buffer directory, one JSON line each
 (``{"run_id", "robot_id", "episode_index", "kind", "time"}``), appended and fsynced before
 :func:`record` returns (the file's first line also fsyncs the directory), and applied to the
-row index (:meth:`buffer.index.RowIndex.discard`): the episode's rows, stored before or after
-the mark, are never eligible. Opening a directory applies every stored mark again
-(:func:`apply_stored`); a line torn by a crash (never acknowledged) is dropped.
+row index. Opening a directory applies every stored mark again (:func:`apply_stored`); a line
+torn by a crash (never acknowledged) is dropped.
 """
 
 from __future__ import annotations
@@ -16,45 +22,81 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from buffer.index import EpisodeKey
 from buffer.state import TableState
 from robofleet.durable import append_line, fsync_dir
 
 MARKS_FILE = "episode_marks.jsonl"
-KINDS = ("discard", "rerecord")
+EXCLUDING = ("discard", "rerecord")
+OUTCOMES = ("success", "failure")
+KINDS = (*EXCLUDING, *OUTCOMES)
 
 _write_lock = threading.Lock()  # one writer at a time per process (lines stay whole)
 
 
 def record(state: TableState, robot_id: str, run_id: str, episode_index: int, kind: str) -> int:
-    """Store the mark durably, then apply it; returns how many stored rows it excludes now
-    (0 for an episode already marked, or none of whose rows is stored yet).
+    """Store the mark durably, then apply it; returns how many stored rows it applies to now:
+    rows an excluding mark excludes (0 for an episode already excluded, or none of whose rows
+    is stored yet), rows an outcome mark labels (0 when the outcome is already that).
 
     Raises:
         ValueError: an unknown ``kind``, an empty ``run_id`` / ``robot_id`` or a negative
             ``episode_index``.
         OSError: the mark could not be written; nothing changed.
     """
+    return record_many(state, [(robot_id, run_id, episode_index, kind)])
+
+
+def record_many(state: TableState, marks: Sequence[tuple[str, str, int, str]]) -> int:
+    """:func:`record` of several ``(robot_id, run_id, episode_index, kind)`` marks with one
+    fsync (an import's outcomes); returns the rows they apply to now, summed. All are checked
+    before any is written."""
+    keys = [(_check(*m), m[3]) for m in marks]
+    with state.lock:
+        new = [(key, kind) for key, kind in keys if _changes(state, key, kind)]
+    if not new:
+        return 0
+    path = state.directory / MARKS_FILE
+    now = time.time()
+    lines = "\n".join(
+        json.dumps(
+            {"run_id": k[0], "robot_id": k[1], "episode_index": k[2], "kind": kind, "time": now}
+        )
+        for k, kind in new
+    )
+    with _write_lock:
+        first = not path.exists()
+        append_line(path, lines)
+        if first:
+            fsync_dir(state.directory)
+    with state.lock:
+        return sum(_apply(state, key, kind) for key, kind in new)
+
+
+def _check(robot_id: str, run_id: str, episode_index: int, kind: str) -> EpisodeKey:
     if kind not in KINDS:
         raise ValueError(f"unknown episode mark {kind!r}; choose one of {', '.join(KINDS)}")
     if not run_id or not robot_id:
         raise ValueError("an episode mark names its run_id and robot_id")
     if episode_index < 0:
         raise ValueError(f"episode_index must be >= 0, got {episode_index}")
-    key = (run_id, robot_id, int(episode_index))
-    with state.lock:
-        if key in state.index.discards:
-            return 0
-    path = state.directory / MARKS_FILE
-    line = {"run_id": run_id, "robot_id": robot_id, "episode_index": key[2], "kind": kind}
-    with _write_lock:
-        new = not path.exists()
-        append_line(path, json.dumps({**line, "time": time.time()}))
-        if new:
-            fsync_dir(state.directory)
-    with state.lock:
-        return state.index.discard(key, kind)
+    return (run_id, robot_id, int(episode_index))
+
+
+def _changes(state: TableState, key: EpisodeKey, kind: str) -> bool:
+    """Whether the mark would change the index (a repeated mark is not stored again)."""
+    if kind in OUTCOMES:
+        return state.index.outcomes.get(key) != kind
+    return key not in state.index.discards
+
+
+def _apply(state: TableState, key: EpisodeKey, kind: str) -> int:
+    if kind in OUTCOMES:
+        return state.index.set_outcome(key, kind)
+    return state.index.discard(key, kind)
 
 
 def apply_stored(state: TableState) -> None:
@@ -70,7 +112,7 @@ def apply_stored(state: TableState) -> None:
     for raw in whole.splitlines():
         m = json.loads(raw)
         key = (str(m["run_id"]), str(m["robot_id"]), int(m["episode_index"]))
-        state.index.discard(key, str(m["kind"]))
+        _apply(state, key, str(m["kind"]))
 
 
 def _truncate(path: Path, size: int) -> None:

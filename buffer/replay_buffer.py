@@ -7,7 +7,7 @@ Directory layout::
     wal-<first_row>-<stripe>.log     the open write-ahead log stripes (see buffer.wal)
     seg-<first>-<rows>-<stripe>.wal  sealed segments: WAL files renamed (see buffer.sealed)
     seg-<first_row>-<rows>.arrow     version-1 sealed segments (read, no longer written)
-    episode_marks.jsonl              discarded episodes: operators' marks (see buffer.marks)
+    episode_marks.jsonl              episode marks: discards, outcomes (see buffer.marks)
 
 :class:`ReplayBuffer` owns the parts and holds no logic of its own beyond opening, the
 window and closing:
@@ -294,13 +294,17 @@ class ReplayBuffer:
     def mark_episode(
         self, robot_id: str | int, run_id: str, episode_index: int, kind: str = "discard"
     ) -> int:
-        """Mark a robot's episode never to be trained on (an operator's ``discard`` or
-        ``rerecord``), durably before returning: its rows, stored now or later, are never
-        eligible, so no sampler returns them, :meth:`select` and ``len`` leave them out and
-        an export skips them. Marking an episode twice changes nothing.
+        """Mark a robot's episode, durably before returning (``buffer.marks``).
+
+        ``discard`` / ``rerecord`` (an operator's verdict): its rows, stored now or later, are
+        never eligible, so no sampler returns them, :meth:`select` and ``len`` leave them out
+        and an export skips them. ``success`` / ``failure`` (its outcome): nothing is
+        excluded; ``select(success_only=True)`` and ``mount(..., success_only=True)`` take
+        the rows of successful episodes. Marking an episode the same way twice changes nothing.
 
         Returns:
-            How many of the episode's stored rows the mark excludes now.
+            How many of the episode's stored rows the mark excludes (or, for an outcome,
+            labels) now.
 
         Raises:
             ValueError: an unknown ``kind`` (``buffer.marks.KINDS``), an empty ``run_id`` or
@@ -311,6 +315,20 @@ class ReplayBuffer:
         if self.state.closed or self.read_only:
             raise BufferClosedError(f"{self.directory}: buffer is closed or read-only")
         return marks.record(self.state, str(robot_id), run_id, int(episode_index), kind)
+
+    def mark_episodes(self, items: Sequence[tuple[str, str, int, str]]) -> int:
+        """:meth:`mark_episode` of several ``(robot_id, run_id, episode_index, kind)`` marks,
+        durably with one fsync (an import's episode outcomes); all are checked first.
+
+        Returns:
+            The rows the marks apply to now, summed.
+
+        Raises:
+            ValueError, BufferClosedError, OSError: as :meth:`mark_episode`.
+        """
+        if self.state.closed or self.read_only:
+            raise BufferClosedError(f"{self.directory}: buffer is closed or read-only")
+        return marks.record_many(self.state, [(str(r), run, int(e), k) for r, run, e, k in items])
 
     # ------------------------------------------------------------------ lookups ------
     def durable_seq(self, robot_id: str | int) -> int | None:
@@ -515,6 +533,8 @@ class ReplayBuffer:
         run_ids: list[str] | None = None,
         policy_versions: tuple[int, int] | list[int] | None = None,
         interventions_only: bool = False,
+        success_only: bool = False,
+        time_range: tuple[float, float] | None = None,
         name: str | None = None,
         as_task: str | None = None,
     ) -> OfflineView:
@@ -522,11 +542,15 @@ class ReplayBuffer:
 
         Nothing is copied: the other directory is opened read-only and its segments are
         memory-mapped. Filters combine with AND; ``policy_versions`` is an inclusive
-        ``(min, max)`` tuple or a list of versions. ``as_task``: every mounted row counts as
-        this task in samples (a dataset whose task names are not this buffer's).
+        ``(min, max)`` tuple or a list of versions; ``success_only`` keeps the rows of
+        episodes marked ``success`` (:meth:`mark_episode`); ``time_range`` is ``(t0, t1)``
+        seconds on the steps' ``timestamp`` (since their episode's start), inclusive. The
+        view's ``filters`` records them all (provenance). ``as_task``: every mounted row
+        counts as this task in samples (a dataset whose task names are not this buffer's).
 
         Raises:
-            ValueError: the source's columns differ from this buffer's.
+            ValueError: the source's columns differ from this buffer's, or ``time_range``
+                ends before it starts.
         """
         other = source if isinstance(source, ReplayBuffer) else None
         if other is None:
@@ -543,6 +567,8 @@ class ReplayBuffer:
             "run_ids": run_ids,
             "policy_versions": policy_versions,
             "interventions_only": interventions_only,
+            "success_only": success_only,
+            "time_range": time_range,
         }
         lo, hi = other.first_row, other.visible
         rows = other.index.select(lo, hi, **filters)  # type: ignore[arg-type]
@@ -553,7 +579,8 @@ class ReplayBuffer:
 
     def select(self, **filters: Any) -> np.ndarray:
         """Eligible global rows of this buffer (all stored, not just the window) matching
-        ``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``, ``interventions_only``."""
+        ``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``, ``interventions_only``,
+        ``success_only``, ``time_range`` (see :meth:`mount`)."""
         return self.index.select(self.first_row, self.visible, **filters)
 
     def index_summary(self) -> dict[str, Any]:
@@ -569,7 +596,8 @@ class ReplayBuffer:
         request), ``segments``, ``hot_segments``, ``wal_fsyncs``, ``ack_latency_p50_s``,
         ``ack_latency_p99_s``, ``recovery_seconds``, ``discarded_episodes`` (marked, of either
         kind), ``rerecorded_episodes`` (those marked ``rerecord``), ``discarded_steps`` (their
-        stored rows) and ``interrupted_episodes`` (closed as truncated, ``buffer.index``)."""
+        stored rows), ``interrupted_episodes`` (closed as truncated, ``buffer.index``) and
+        ``successful_episodes`` (marked ``success``)."""
         s = self.storage
         with self.state.lock:
             disk = 0
@@ -598,6 +626,7 @@ class ReplayBuffer:
                 "rerecorded_episodes": kinds.count("rerecord"),
                 "discarded_steps": self.index.discarded_steps,
                 "interrupted_episodes": self.index.interrupted_episodes,
+                "successful_episodes": self.index.successful_episodes(),
             }
 
     # ------------------------------------------------------------------ closing ------

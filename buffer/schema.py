@@ -228,6 +228,24 @@ class StepSchema:
     def same_columns(self, other: StepSchema) -> bool:
         return self.arrow_schema.remove_metadata().equals(other.arrow_schema.remove_metadata())
 
+    def differences(self, other: StepSchema) -> list[str]:
+        """Each feature whose presence, dtype or shape differs between ``self`` (the run's)
+        and ``other`` (offline data), one readable line each; empty when they match (then
+        ``same_columns`` holds and ``other`` can be mounted)."""
+        mine = {**self.observations, "action": self.action}
+        theirs = {**other.observations, "action": other.action}
+        out = []
+        for name in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(name), theirs.get(name)
+            if a is None or b is None:
+                where = "missing from the data" if b is None else "not in the run"
+                out.append(f"{name}: {where}")
+            elif (a.dtype, a.shape, a.is_image) != (b.dtype, b.shape, b.is_image):
+                want = f"{'image' if a.is_image else a.dtype} {a.shape}"
+                got = f"{'image' if b.is_image else b.dtype} {b.shape}"
+                out.append(f"{name}: the run has {want}, the data {got}")
+        return out
+
     # -- records ------------------------------------------------------------------------
     def batch_from_records(self, records: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
         """Build a record batch from a list of step dicts (``{column: value}``).

@@ -1,4 +1,5 @@
-"""Episode marks from a robot: its operator's discard / rerecord verdicts, sent until stored.
+"""Episode marks from a robot: its operator's discard / rerecord verdicts and each kept
+episode's outcome (success / failure), sent until stored.
 
 The robot keeps each mark in a durable :class:`MarkOutbox` (the edge agent's is
 ``edge_agent.episodes.MarkOutbox``); :class:`EpisodeMarkSender` sends what is pending with the
@@ -26,16 +27,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A mark's kind by name (what the buffer stores) -> on the wire.
-MARK_KINDS = {"discard": pb.EpisodeMark.DISCARD, "rerecord": pb.EpisodeMark.RERECORD}
+MARK_KINDS = {
+    "discard": pb.EpisodeMark.DISCARD,
+    "rerecord": pb.EpisodeMark.RERECORD,
+    "success": pb.EpisodeMark.SUCCESS,
+    "failure": pb.EpisodeMark.FAILURE,
+}
+OUTCOME_KINDS = ("success", "failure")
 
 
 @dataclass(frozen=True)
 class EpisodeMark:
-    """One verdict: episode ``episode_index`` of the robot in ``run_id`` is never trained on.
+    """One mark on episode ``episode_index`` of the robot in ``run_id``.
 
     Attributes:
-        kind: ``discard`` or ``rerecord`` (discarded; the robot records its task again).
-        reason: who asked (``keyboard``, ``gamepad``, ``cloud: <actor>``...), for the record.
+        kind: ``discard`` or ``rerecord`` (never trained on; a rerecorded task is recorded
+            again), or the kept episode's outcome, ``success`` or ``failure``.
+        reason: who said so (``keyboard``, ``gamepad``, ``cloud: <actor>``, ``driver``...),
+            for the record.
     """
 
     run_id: str

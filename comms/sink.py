@@ -69,11 +69,12 @@ class StepSink(Protocol):
 
     def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
         """Store durably that episode ``episode_index`` of ``robot_id`` in ``run_id`` is never
-        to be trained on (``kind``: ``discard`` or ``rerecord``), its steps stored before or
-        after this call. Marking an episode again changes nothing.
+        to be trained on (``kind``: ``discard`` or ``rerecord``), or how it ended (``success``
+        or ``failure``: nothing excluded), its steps stored before or after this call.
+        Marking an episode the same way again changes nothing.
 
         Returns:
-            How many of the episode's steps the mark excludes so far.
+            How many of the episode's steps the mark excludes (an outcome: labels) so far.
 
         Raises:
             SinkRejected: an unknown ``kind`` or an invalid episode; nothing was stored.
@@ -101,6 +102,7 @@ class MemorySink:
         self.capacity_rows = capacity_rows
         self.bytes = 0
         self.marks: dict[tuple[int, str, int], str] = {}  # (robot, run, episode) -> kind
+        self.outcomes: dict[tuple[int, str, int], str] = {}  # the same key -> its latest outcome
 
     def append(self, robot_id: int, batch: pa.RecordBatch) -> int:
         with self._lock:
@@ -123,10 +125,14 @@ class MemorySink:
             return have[-1] if have else NO_SEQ
 
     def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
-        if kind not in ("discard", "rerecord"):
+        if kind not in ("discard", "rerecord", "success", "failure"):
             raise SinkRejected(f"unknown episode mark {kind!r}")
         with self._lock:
-            self.marks.setdefault((robot_id, run_id, episode_index), kind)
+            key = (robot_id, run_id, episode_index)
+            if kind in ("success", "failure"):
+                self.outcomes[key] = kind
+            else:
+                self.marks.setdefault(key, kind)
             return sum(
                 int(pc.sum(pc.equal(b.column("episode_index"), episode_index)).as_py() or 0)
                 for rid, b in self.batches

@@ -32,7 +32,9 @@ The operator's ``rerecord`` and ``discard`` (keyboard, gamepad, the cloud's Cont
 counts toward ``run(episodes=N)`` and is never trained on: with ``episode_commit =
 "episode_end"`` its held rows are dropped; with ``"stream"`` (its rows are on their way) a
 mark goes to the cloud's buffer from the durable :class:`~edge_agent.episodes.MarkOutbox`. A
-rerecorded episode's task is the next episode's.
+rerecorded episode's task is the next episode's. Every kept episode's outcome goes the same
+way (a ``success`` / ``failure`` mark: the operator's label, else the driver's success
+signal), so a later run can mount the episodes that succeeded.
 """
 
 from __future__ import annotations
@@ -439,7 +441,7 @@ class EdgeAgent:
             self.state = "estopped"
             self._stop.set()
         elif command in ("success", "failure"):
-            ep.label = command
+            ep.label, ep.label_by = command, by
             terminated = True
         elif command in ("rerecord", "discard"):
             ep.label, ep.label_by = command, by
@@ -462,8 +464,11 @@ class EdgeAgent:
             if ep.demonstrating:
                 self._demos_left[ep.task] -= 1
                 self.stats.demonstrations += 1
-            else:
-                self._count_outcome(ep)
+            success = self._count_outcome(ep)
+            # The buffer keeps each kept episode's outcome (runs mount successful episodes).
+            by = ep.label_by if ep.label in ("success", "failure") else "driver"
+            outcome = "success" if success else "failure"
+            self.marks.add(EpisodeMark(self.run_id, ep.index, outcome, by))
             return True
         self.stats.discarded_episodes += 1
         if ep.label == "rerecord":
@@ -478,16 +483,21 @@ class EdgeAgent:
             self.tally.add("eval", ep.task, False, self.applied_version)
         return False
 
-    def _count_outcome(self, ep: _Episode) -> None:
-        """An evaluation or autonomous episode's success (``edge_agent.evaluation``)."""
+    def _count_outcome(self, ep: _Episode) -> bool:
+        """Count an evaluation or autonomous episode's success (``edge_agent.evaluation``);
+        returns whether the kept episode succeeded (the operator's label, else the
+        driver's success signal)."""
         if ep.label in ("failure", "rerecord"):
             success = False
         else:
             success = ep.label == "success" or ep.succeeded
+        if ep.demonstrating:  # the operator's episode: no measure of the policy
+            return success
         if ep.evaluating:
             self.tally.add("eval", ep.task, success, self.applied_version)
         elif not ep.intervened:
             self.tally.add("autonomous", ep.task, success)
+        return success
 
     def _interrupted(self) -> bool:
         return self.control.holding or self._stop.is_set()

@@ -8,7 +8,8 @@ for an operator's demonstration, else ``episode``); a restarted agent reads it t
 demonstrations it already recorded.
 
 ``marks.jsonl`` is the outbox of the operator's verdicts on episodes whose steps already left
-(or will leave) the robot: one line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
+(or will leave) the robot, and of each kept episode's outcome (``success`` / ``failure``): one
+line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
 (:class:`comms.marks.EpisodeMark`), appended durably when the episode ends and removed once
 the cloud stored it (comms' :class:`~comms.marks.EpisodeMarkSender` sends them).
 """

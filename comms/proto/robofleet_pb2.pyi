@@ -76,9 +76,13 @@ class EpisodeMark(_message.Message):
         KIND_UNSPECIFIED: _ClassVar[EpisodeMark.Kind]
         DISCARD: _ClassVar[EpisodeMark.Kind]
         RERECORD: _ClassVar[EpisodeMark.Kind]
+        SUCCESS: _ClassVar[EpisodeMark.Kind]
+        FAILURE: _ClassVar[EpisodeMark.Kind]
     KIND_UNSPECIFIED: EpisodeMark.Kind
     DISCARD: EpisodeMark.Kind
     RERECORD: EpisodeMark.Kind
+    SUCCESS: EpisodeMark.Kind
+    FAILURE: EpisodeMark.Kind
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     EPISODE_INDEX_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]

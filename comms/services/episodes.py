@@ -1,4 +1,5 @@
-"""The Episodes service: a robot's marks on its own episodes (discard, rerecord) in, stored.
+"""The Episodes service: a robot's marks on its own episodes (discard, rerecord, and a kept
+episode's outcome: success, failure) in, stored.
 
 A mark changes only the calling robot's own steps (its id comes from the credential, never
 from the message), so the robot's identity is all it needs: no lease is required, since a
@@ -57,7 +58,7 @@ def _invalid(mark: pb.EpisodeMark) -> str | None:
     if not mark.run_id:
         return "run_id is empty"
     if mark.kind not in KINDS:
-        return f"kind {mark.kind} is not DISCARD or RERECORD"
+        return f"kind {mark.kind} is not DISCARD, RERECORD, SUCCESS or FAILURE"
     if mark.episode_index < 0:
         return f"episode_index {mark.episode_index} is negative"
     return None

@@ -110,6 +110,28 @@ def import_bag(
     )
 
 
+def joint_names(path: str | Path, state_topic: str = "/joint_states") -> list[str]:
+    """The joint names of the first message on ``state_topic`` (sensor_msgs/JointState), in
+    its order: the default ``joints`` of an import.
+
+    Raises:
+        BagImportError: no bag at ``path``, no such topic, or no message on it.
+    """
+    from rosbags.highlevel import AnyReader
+
+    path = Path(path)
+    if not path.exists():
+        raise BagImportError(f"no ROS 2 bag at {path}")
+    with AnyReader([path]) as reader:
+        conns = [c for c in reader.connections if c.topic == state_topic]
+        if not conns:
+            topics = sorted({c.topic for c in reader.connections})
+            raise BagImportError(f"{path}: no topic {state_topic} (has {topics})")
+        for conn, _t, raw in reader.messages(connections=conns):
+            return [str(n) for n in reader.deserialize(raw, conn.msgtype).name]  # type: ignore[attr-defined]
+    raise BagImportError(f"{path}: no message on {state_topic}")
+
+
 def bag_schema(joints: Sequence[str]) -> StepSchema:
     """The buffer step schema of imported bags: ``observation.state`` and ``action`` float32
     of shape ``(len(joints),)`` named by ``joints``; no final observation (a recording ends

@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "run": ("robofleet.app.commands.runs", "launch, list and stop runs"),
     "hal": ("robofleet.app.commands.hal", "robots and nodes: probe, list, node-command"),
+    "data": (
+        "robofleet.app.commands.data",
+        "datasets as offline data: import (LeRobot, ROS 2 bags), export, ls, inspect",
+    ),
     "robots": (
         "robofleet.app.commands.robots",
         "enroll a robot: a one-time token and the `robofleet edge` command its computer runs",
@@ -52,6 +56,7 @@ BENCHMARKS: dict[str, str] = {
     "efficiency": "robofleet.app.bench.efficiency",
     "assign": "robofleet.app.bench.assign",
     "edge": "edge_agent.latency_report",
+    "data": "robofleet.app.bench.data",
 }
 
 

@@ -45,6 +45,10 @@ def test_a_mark_is_stored_for_the_calling_robot_and_bad_ones_are_named(store) ->
         assert client.mark_episode(EpisodeMark(RUN, 4, "rerecord", "keyboard")) == 0
         assert client.mark_episode(EpisodeMark(RUN, 4, "rerecord")) == 0  # again: no change
         assert sink.marks == {(robot.robot_id, RUN, 4): "rerecord"}
+        # A kept episode's outcome: stored beside the verdicts, excluding nothing.
+        assert client.mark_episode(EpisodeMark(RUN, 5, "success", "driver")) == 0
+        assert sink.outcomes == {(robot.robot_id, RUN, 5): "success"}
+        assert len(sink.marks) == 1
         stub = client._episodes
         for msg, field in (
             (pb.EpisodeMark(episode_index=1, kind=pb.EpisodeMark.DISCARD), "run_id"),

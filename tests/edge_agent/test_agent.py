@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from edge_agent.core import Driver
+from edge_agent.episodes import MarkOutbox
 from edge_agent.operators import NoOperator
 from edge_agent.weights import StagedWeights
 from tests.edge_agent.helpers import BiasPolicy, FixedOperator, make_agent, spooled_rows
@@ -169,7 +170,11 @@ def test_rerecord_discards_the_held_episode_and_reuses_its_index(tmp_path):
     assert rows.num_rows == 8
     assert rows.column("episode_index").to_pylist() == [0] * 4 + [1] * 4
     assert rows.column("seq").to_pylist() == list(range(8))
-    assert not agent.marks.pending()  # nothing of it left the robot: nothing to tell
+    # Nothing of it left the robot: nothing to tell but the kept episodes' outcomes.
+    assert [(m.episode_index, m.kind) for m in agent.marks.pending()] == [
+        (0, "failure"),
+        (1, "failure"),
+    ]
 
 
 def test_operator_label_ends_the_episode(tmp_path):
@@ -185,6 +190,10 @@ def test_operator_label_ends_the_episode(tmp_path):
     rows = run_and_rows(agent)
     assert rows.num_rows == 1 and rows.column("terminated").to_pylist() == [True]
     assert agent.stats.labels["success"] == 1
+    # The kept episode's outcome waits in the durable outbox for the cloud's buffer.
+    (mark,) = agent.marks.pending()
+    assert (mark.episode_index, mark.kind, mark.reason) == (0, "success", "SayDone")
+    assert [m.kind for m in MarkOutbox(agent.uplink.spool.directory).pending()] == ["success"]
 
 
 # -- weights -------------------------------------------------------------------------------

@@ -121,6 +121,10 @@ def test_rerecord_and_discard_in_stream_mode_are_never_sampled(
         ):
             batch = buf.sample(512, sampler=sampler, rng=rng)
             assert not np.isin(batch["episode_index"], [0, 2, 3]).any(), sampler
+        # Each kept episode's outcome reached the buffer through the same outbox.
+        wait_until(lambda: len(idx.outcomes) == 3, 20, "the kept episodes' outcomes")
+        assert sorted(k[2] for k in idx.outcomes) == [1, 4, 5]
+        assert not agent.marks.pending()
     finally:
         if built is not None:
             built.close()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from robofleet.app.datasets import detect_format
 from robofleet.durable import atomic_write_text
 from robofleet.runspec import OfflineSource, RunSpec
 
@@ -62,30 +63,18 @@ def field_of(k: int) -> str:
     return f"buffer.offline_data[{k}]"
 
 
-def detect_format(path: Path) -> str | None:
-    """``robofleet`` (``schema.json``), ``lerobot`` (``meta/info.json``), ``ros2``
-    (``metadata.yaml`` / ``*.mcap`` / ``*.db3``), or None."""
-    if (path / "schema.json").is_file():
-        return "robofleet"
-    if (path / "meta" / "info.json").is_file():
-        return "lerobot"
-    if path.is_dir() and (
-        (path / "metadata.yaml").is_file() or any(path.glob("*.mcap")) or any(path.glob("*.db3"))
-    ):
-        return "ros2"
-    return None
-
-
 def locate(source: OfflineSource, data_dir: Path) -> Located:
     """Find ``source`` (module docstring for the order).
 
     Raises:
         ValueError: nothing of that name or path, or a path of no known format (named).
     """
+    from buffer.catalog import DatasetCatalog
+
     name = source.source
-    dataset = data_dir / "datasets" / name / "buffer"
-    if "/" not in name and (dataset / "schema.json").is_file():
-        return Located("dataset", "robofleet", dataset)
+    catalog = DatasetCatalog(data_dir / "datasets")
+    if "/" not in name and name in catalog.names():
+        return Located("dataset", "robofleet", catalog.buffer_dir(name))
     run = data_dir / "runs" / name / "buffer"
     if "/" not in name and (run / "schema.json").is_file():
         return Located("run", "robofleet", run)
@@ -96,16 +85,9 @@ def locate(source: OfflineSource, data_dir: Path) -> Located:
             f"and no path that exists"
         )
     found = detect_format(path)
-    want = source.format
-    if want != "auto" and found is not None and found != want:
-        raise ValueError(f"{path} is a {found} source, not {want}")
-    fmt = found if want == "auto" else want
-    if fmt is None:
-        raise ValueError(
-            f"{path} is no robofleet buffer (schema.json), LeRobotDataset v3 (meta/info.json) "
-            "or ROS 2 bag (metadata.yaml, *.mcap, *.db3)"
-        )
-    return Located("path", fmt, path)
+    if source.format != "auto" and found != source.format:
+        raise ValueError(f"{path} is a {found} source, not {source.format}")
+    return Located("path", found, path)
 
 
 # -- what a source holds, before anything is imported ------------------------------------------
@@ -290,7 +272,7 @@ def _imported(located: Located, source: OfflineSource, store: Path) -> Path:
     tmp = store.with_name(store.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    options = dict(source.options)
+    options: dict[str, Any] = dict(source.options)
     import_data(
         located.path,
         tmp / "buffer",
