@@ -2,9 +2,14 @@
 
 The run driver starts it (and restarts it after a crash) beside the cloud process, under a
 ``ProcessSupervisor``. It reads the run's ``spec.json`` and its buffer's ``schema.json`` from
-the run directory and resumes from the directory's latest checkpoint; on a fresh run it first
-fits the state normalisation and trains the weak initial policy on the demonstrations already
-in the buffer (each algorithm's ``bc_update``), publishes it as version 1 and checkpoints.
+the run directory, builds the spec's policy (any kind: MLP, CNN on the robots' cameras,
+flow-matching chunks, LeRobot's ACT and Diffusion, SmolVLA/pi0 from a local checkpoint) and
+resumes from the directory's latest checkpoint. On a fresh run it loads its starting weights
+(``--init-weights``: an earlier run's promoted version or a checkpoint,
+``cloud_learner.init_weights``), waits for the demonstrations the robots' operators record
+(``demonstrations.episodes_per_task``), fits the normalisation (unless the starting weights
+brought theirs) and trains the weak initial policy on the demonstrations and the mounted
+offline data (each algorithm's ``bc_update``), publishes it as version 1 and checkpoints.
 Then, once the buffer holds the spec's ``buffer.min_size`` robot transitions (the
 demonstrations do not count), it trains online (:class:`cloud_learner.loop.Learner`) on
 batches from the run's buffer service (``buffer.service.BatchServer``, another process), at

@@ -76,6 +76,12 @@ class RunManager(Protocol):
         """Ask the learner to write a checkpoint at its next update boundary."""
         ...
 
+    def offline_sources(self) -> list[dict[str, Any]]:
+        """What a launch can mount as offline data (``buffer.offline_data``): the data
+        catalog's datasets and the runs that have a buffer, each ``{"name", "kind":
+        "dataset" | "run", ...}`` with what is known cheaply (rows, episodes, tasks)."""
+        ...
+
 
 @runtime_checkable
 class RobotControl(Protocol):

@@ -73,12 +73,13 @@ def page_rows[T](
 def field_error(errors: list[tuple[str, str]]) -> HTTPException:
     """A 422 in FastAPI's validation-error shape for checks beyond the body's schema (they need
     the database or the run manager): ``(dotted field path, message)`` pairs, e.g.
-    ``("robots.count", "...")``; a path in parentheses (``"(spec)"``) names the whole body."""
+    ``("robots.count", "...")``; a path in parentheses (``"(spec)"``) names the whole body;
+    an index (``buffer.offline_data[1]``) becomes its own step, as pydantic writes it."""
     return HTTPException(
         422,
         [
             {
-                "loc": ["body", *([] if path.startswith("(") else path.split("."))],
+                "loc": ["body", *([] if path.startswith("(") else _loc(path))],
                 "msg": msg,
                 "type": "value_error",
                 "input": None,
@@ -86,3 +87,14 @@ def field_error(errors: list[tuple[str, str]]) -> HTTPException:
             for path, msg in errors
         ],
     )
+
+
+def _loc(path: str) -> list[str | int]:
+    """``"buffer.offline_data[1]"`` -> ``["buffer", "offline_data", 1]``."""
+    out: list[str | int] = []
+    for part in path.split("."):
+        name, _, rest = part.partition("[")
+        out.append(name)
+        if rest.endswith("]") and rest[:-1].isdigit():
+            out.append(int(rest[:-1]))
+    return out

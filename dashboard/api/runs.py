@@ -141,6 +141,21 @@ for _path, _action, _summary in _ACTIONS:
 
 
 @router.get(
+    "/offline-sources",
+    response_model=list[dict[str, Any]],
+    summary="Datasets and runs a launch can mount as offline data (buffer.offline_data)",
+    description=(
+        "Each is `{name, kind: dataset | run, ...}`: a dataset of the data catalog (`robofleet"
+        " data import`) with its format, rows, episodes and tasks, or a run with a buffer with"
+        " its state, tasks and whether it has a promoted version (`policy.init_from_run`)."
+    ),
+    responses=AUTH_ERRORS,
+)
+def list_offline_sources(_: Viewer, request: Request) -> list[dict[str, Any]]:
+    return manager_of(request).offline_sources()
+
+
+@router.get(
     "/runs/{run_id}/metrics",
     response_model=list[MetricPoint],
     summary="Metric points of a run, oldest first, after a point id",

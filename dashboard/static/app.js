@@ -285,12 +285,31 @@ pages.runs = () => {
   }
   const form = document.getElementById("launch-form");
   if (form) onSubmit(form, async () => {
-    const r = await api("POST", "/api/runs", readForm(form, ["tasks", "policy.hidden_sizes"], ["robots.tags"]));
+    const lists = ["tasks", "policy.hidden_sizes", "buffer.offline_data"];
+    const r = await api("POST", "/api/runs", readForm(form, lists, ["robots.tags"]));
     if (!r.ok) return showErrors(form, r.data);
     location.href = `/runs/${r.data.id}`;
   });
+  if (form) loadOfflineSources();
   load();
 };
+
+// What a launch can mount (GET /api/offline-sources): the launch form's suggestions and table.
+async function loadOfflineSources() {
+  const r = await api("GET", "/api/offline-sources");
+  if (!r.ok) return;
+  const sources = document.getElementById("offline-sources");
+  const promoted = document.getElementById("promoted-runs");
+  for (const s of r.data) {
+    sources.append(el("option", { value: s.name }, `${s.kind}: ${(s.tasks || []).join(", ")}`));
+    if (s.kind === "run" && s.promoted) promoted.append(el("option", { value: s.name }));
+  }
+  fillTable("offline-sources-table", r.data, (s) => [
+    el("td", {}, s.name), el("td", {}, s.kind === "run" ? `run (${s.state || "?"})` : `dataset (${s.format || "?"})`),
+    el("td", {}, s.rows ?? ""), el("td", {}, s.episodes ?? ""),
+    el("td", {}, (s.tasks || []).join(", ")),
+  ]);
+}
 
 pages.run = () => {
   const runId = document.body.dataset.runId;

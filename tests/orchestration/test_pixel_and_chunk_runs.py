@@ -224,3 +224,102 @@ def test_starting_weights_that_do_not_fit_end_the_run_naming_tensor_and_key(
     run = store.get_run(run_id)
     assert run is not None and run.state == RunState.CRASHED
     assert "head.0.weight" in run.reason and "policy.hidden_sizes" in run.reason, run.reason
+
+
+def record_lerobot_dataset(root: Path, episodes: int = 3, steps: int = 30) -> dict[str, Any]:
+    """A LeRobotDataset v3 recorded with LeRobot's own API from a Meta-World robot with the
+    robots' camera, driven by the scripted expert: PNG frames, ``next.reward``/``next.done``,
+    HIL-SERL's ``complementary_info.is_intervention`` (every third frame) and a task sentence
+    that is not a run task name."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from hal.drivers.metaworld import MetaWorldDriver, expert_policy
+
+    driver = MetaWorldDriver(
+        "recorder", tasks=["reach-v3"], cameras=["corner"], image_size=(SIZE, SIZE)
+    )
+    features = {
+        "observation.state": {"dtype": "float32", "shape": (39,), "names": None},
+        CAM: {"dtype": "image", "shape": (SIZE, SIZE, 3), "names": ["height", "width", "channels"]},
+        "action": {"dtype": "float32", "shape": (4,), "names": None},
+        "next.reward": {"dtype": "float32", "shape": (1,), "names": None},
+        "next.done": {"dtype": "bool", "shape": (1,), "names": None},
+        "complementary_info.is_intervention": {"dtype": "float32", "shape": (1,), "names": None},
+    }
+    ds = LeRobotDataset.create("local/reach", 10, features, root=root, use_videos=False)
+    expert = expert_policy("reach-v3")
+    flags = 0
+    driver.connect()
+    try:
+        for e in range(episodes):
+            obs = driver.reset(task="reach-v3", seed=500 + e)
+            for i in range(steps):
+                action = np.clip(expert(obs), -1, 1).astype(np.float32)
+                driver.send_action({"action": action})
+                flag = i % 3 == 0
+                flags += flag
+                ds.add_frame(
+                    {
+                        "observation.state": obs["observation.state"],
+                        CAM: obs[CAM],
+                        "action": action,
+                        "next.reward": np.array([driver.episode.reward], np.float32),
+                        "next.done": np.array([i == steps - 1]),
+                        "complementary_info.is_intervention": np.array([float(flag)], np.float32),
+                        "task": "reach the red target",
+                    }
+                )
+                obs = driver.get_observation()
+            ds.save_episode()
+    finally:
+        driver.disconnect()
+    ds.finalize()
+    return {"frames": episodes * steps, "interventions": flags}
+
+
+def test_a_lerobot_dataset_is_refused_by_task_then_mixed_into_a_run_at_its_share(
+    lab: tuple[RobofleetCloud, Path], first_runs: dict[str, str], tmp_path: Path
+) -> None:
+    from tests.fakes.cloud import cli
+
+    cloud, data_dir = lab
+    store = store_for(data_dir)
+    dataset = tmp_path / "reach-dataset"
+    written = record_lerobot_dataset(dataset)
+    # Without the task it names, its sentence is no run task: refused before any lease.
+    spec = write_spec(data_dir, "no-task", RUNS["cnn"], buffer={"offline_data": [str(dataset)]})
+    out = cli(data_dir, "run", "launch", str(spec), "--json")
+    assert out.returncode != 0 and "buffer.offline_data[0]" in out.stderr, out.stderr
+    assert "reach the red target" in out.stderr
+    # Another robot's dataset: each feature that differs is named, nothing is leased.
+    from tests.buffer.lerobot_data import hil_serl_dataset
+
+    hil_serl_dataset(tmp_path / "other-robot")
+    other = {"source": str(tmp_path / "other-robot"), "task": "reach-v3"}
+    spec = write_spec(data_dir, "misfit-data", RUNS["cnn"], buffer={"offline_data": [other]})
+    out = cli(data_dir, "run", "launch", str(spec), "--json")
+    assert out.returncode != 0, out.stdout
+    for feature in ("observation.state", "observation.images.front", CAM, "action"):
+        assert feature in out.stderr, out.stderr
+    source = {"source": str(dataset), "task": "reach-v3"}
+    spec = write_spec(
+        data_dir,
+        "from-dataset",
+        RUNS["cnn"],
+        buffer={"offline_data": [source], "online_fraction": 0.25},
+    )
+    run_id = launch(data_dir, spec)
+    wait_until(lambda: state(store, run_id) in ENDED, 600, cloud.fail_text)
+    directory = finished(data_dir, run_id)
+    report = json.loads((directory / "report.json").read_text())
+    [mounted] = report["offline_data"]
+    assert mounted["format"] == "lerobot" and mounted["copied"] is True
+    assert mounted["rows"] == written["frames"] and mounted["tasks"] == ["reach-v3"]
+    # Imported once into the run's offline store: frames uint8, interventions intact.
+    steps = robot_steps(directory / "offline" / "0")
+    assert steps[CAM].dtype == np.uint8 and len(steps[CAM]) == written["frames"]
+    assert int(steps["is_intervention"].sum()) == written["interventions"]
+    # The learner's batches had the configured share of dataset rows (3/4 offline).
+    shares = [r["offline_share"] for r in read_metrics(directory) if "offline_share" in r]
+    assert shares and abs(float(np.mean(shares)) - 0.75) < 0.1, shares
+    assert report["online_share_per_task"] == {"reach-v3": 0.25}

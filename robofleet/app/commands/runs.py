@@ -1,11 +1,14 @@
-"""``robofleet run launch SPEC | list | stop RUN | pause RUN``: runs through the metadata store.
+"""``robofleet run launch SPEC | list | stop RUN | pause RUN | promote RUN``: runs through the
+metadata store.
 
 ``launch`` validates the spec (every bad field named; a spec asking for robots the fleet does
 not have is refused, nothing recorded) and records a ``pending`` run that the running
 ``robofleet cloud`` starts within a second. ``stop`` asks the cloud to end a run (final
 checkpoint, evaluation and report); with no cloud running the run is marked stopped at once.
 ``pause`` asks the cloud to stop the run's edge agents while the run keeps its robots' leases
-(``robofleet resume RUN`` starts them again on the same robots).
+(``robofleet resume RUN`` starts them again on the same robots). ``promote`` makes a version
+of a run (default its newest, ``--version N`` one still on disk) the one a later run's
+``policy.init_from_run`` starts from (a run that ends promotes its last version itself).
 Exit codes: 0 done, 2 invalid spec or request.
 """
 
@@ -33,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("run_id")
     pause = sub.add_parser("pause", help="pause a run (robots hold, leases kept)")
     pause.add_argument("run_id")
+    promote = sub.add_parser("promote", help="promote a policy version of a run")
+    promote.add_argument("run_id")
+    promote.add_argument("--version", type=int, default=None, help="default: the newest")
     return p
 
 
@@ -63,6 +69,16 @@ def main(argv: Sequence[str] = ()) -> int:
                 print(f"launched {run_id}")
                 if cloud_running(settings.data_dir) is None:
                     print("no cloud is running: the run starts with `robofleet cloud`")
+            return 0
+        if args.action == "promote":
+            from robofleet.app.orchestration.starting import PromotionError, promote_from_disk
+
+            try:
+                version = promote_from_disk(store, args.run_id, args.version)
+            except PromotionError as exc:
+                print(f"robofleet run promote: {exc}", file=sys.stderr)
+                return 2
+            print(f"promoted version {version} of {args.run_id}")
             return 0
         if args.action == "list":
             with store.session() as s:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import select
 
 from cloud_learner.run_plan import RunPlan
-from robofleet.app.orchestration.offline import check_sources
+from robofleet.app.orchestration.offline import check_sources, offline_sources
 from robofleet.app.orchestration.pidfile import cloud_running
 from robofleet.app.orchestration.run import CloudContext, RunDriver
 from robofleet.app.orchestration.starting import check_start
@@ -227,6 +227,9 @@ class QueuedRunManager:
     def resume(self, run_id: str, *, actor: str) -> None:
         request(self.store, run_id, "resume", actor=actor)
 
+    def offline_sources(self) -> list[dict[str, Any]]:
+        return offline_sources(self.data_dir, self.store)
+
     def checkpoint_now(self, run_id: str, *, actor: str) -> None:
         """Recorded as an event; only a cloud with the run's learner can act on it."""
         run = self.store.get_run(run_id)
@@ -289,6 +292,9 @@ class RunManager:
             driver.request_resume()
         else:
             self._start(run_id)
+
+    def offline_sources(self) -> list[dict[str, Any]]:
+        return offline_sources(self.runs_dir.parent, self.store)
 
     def checkpoint_now(self, run_id: str, *, actor: str) -> None:
         with self._lock:

@@ -312,3 +312,40 @@ def read_provenance(run_dir: Path) -> list[dict[str, Any]]:
     except (FileNotFoundError, json.JSONDecodeError):
         return []
     return list(data) if isinstance(data, list) else []
+
+
+def offline_sources(data_dir: Path, store: Any) -> list[dict[str, Any]]:
+    """What a launch can mount (``RunManager.offline_sources``): the catalog's datasets (their
+    ``dataset.json``: rows, episodes, tasks, format) and runs with a buffer (state, tasks from
+    the store), read cheaply (no buffer is opened)."""
+    from buffer.catalog import DatasetCatalog
+
+    catalog = DatasetCatalog(data_dir / "datasets")
+    out: list[dict[str, Any]] = []
+    for name in catalog.names():
+        info = catalog.info(name)
+        out.append(
+            {
+                "name": name,
+                "kind": "dataset",
+                "format": info.get("format"),
+                "rows": info.get("rows"),
+                "episodes": info.get("episodes"),
+                "tasks": info.get("tasks"),
+            }
+        )
+    runs = data_dir / "runs"
+    for run_dir in sorted(runs.iterdir()) if runs.is_dir() else []:
+        if not (run_dir / "buffer" / "schema.json").is_file():
+            continue
+        run = store.get_run(run_dir.name)
+        out.append(
+            {
+                "name": run_dir.name,
+                "kind": "run",
+                "state": run.state.value if run is not None else None,
+                "tasks": list((run.spec or {}).get("tasks", [])) if run is not None else [],
+                "promoted": (run_dir / "promoted.safetensors").is_file(),
+            }
+        )
+    return out

@@ -110,7 +110,7 @@ class RunProgress:
                 self.store,
                 self.run_id,
                 [
-                    {"name": f"online_share/{task}", "step": steps, "value": share}
+                    {"name": "online_share", "task": task, "step": steps, "value": share}
                     for task, share in shares.items()
                 ],
             )
