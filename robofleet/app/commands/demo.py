@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -76,6 +76,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="evaluation cadence (default: minutes * 6 s, at least 15 s)",
     )
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes per task")
+    p.add_argument(
+        "--cameras",
+        default="",
+        help="comma-separated Meta-World cameras the robots render (e.g. corner): the policy "
+        "is a CNN on them (--policy) and success comes from the robots' evaluation episodes",
+    )
+    p.add_argument("--image-size", type=int, default=32, help="side of the frames (pixels)")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="policy kind (default: cnn with cameras, else the algorithm's own)",
+    )
+    p.add_argument(
+        "--offline-data",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="a dataset, run id or path to mount as offline data (repeatable)",
+    )
+    p.add_argument("--init-from-run", default=None, metavar="RUN", help="start from its version")
     p.add_argument("--port", type=int, default=8000, help="dashboard port (0 = any)")
     p.add_argument("--no-dashboard", action="store_true")
     p.add_argument("--json", action="store_true", help="print the summary JSON as the last line")
@@ -97,13 +117,18 @@ def sim_fleet_spec(
     publish_every_updates: int = PUBLISH_EVERY_UPDATES,
     publish_every_seconds: float = PUBLISH_EVERY_SECONDS,
     target_success: float | None = None,
+    policy: Mapping[str, Any] | None = None,
+    offline_data: Sequence[str] = (),
+    eval_on: str = "simulator",
 ) -> RunSpec:
     """The run spec of ``robots`` simulated Meta-World Sawyers (robot type
     ``metaworld-sawyer``, tag ``simulated``) training ``algorithm``'s default policy kind
     (two hidden layers of 128) on ``tasks`` with a one-CPU learner; the run the demo and
     ``robofleet bench efficiency`` launch. ``updates_per_s`` None leaves the run's default
     cap (RunParams.updates_per_s); ``samples_per_insert`` None leaves only the cap;
-    ``target_success`` None stops on ``minutes`` alone.
+    ``target_success`` None stops on ``minutes`` alone. ``policy`` overrides the policy
+    section (e.g. ``{"kind": "cnn"}`` for robots with cameras), ``offline_data`` is mounted,
+    ``eval_on`` is ``simulator`` (fixed goals in the cloud) or ``robots``.
 
     Raises:
         robofleet.runspec.RunSpecError: the spec is invalid (e.g. an unknown task).
@@ -124,11 +149,18 @@ def sim_fleet_spec(
             "algorithm": algorithm,
             "tasks": list(tasks),
             "hyperparameters": hyperparameters,
-            "buffer": {"samples_per_insert": samples_per_insert},
+            "buffer": {
+                "samples_per_insert": samples_per_insert,
+                "offline_data": list(offline_data),
+            },
             # The weak start: one episode of each task driven by the robots' operators (the
             # scripted expert on simulated robots), cloned before the first policy.
             "demonstrations": {"episodes_per_task": 1},
-            "policy": {"kind": BUILDERS[algorithm].policy_kind, "hidden_sizes": [128, 128]},
+            "policy": {
+                "kind": BUILDERS[algorithm].policy_kind,
+                "hidden_sizes": [128, 128],
+                **(policy or {}),
+            },
             "robots": {
                 "robot_type": "metaworld-sawyer",
                 "tags": {"simulated": "true"},
@@ -142,7 +174,7 @@ def sim_fleet_spec(
             # The simulated fleet's success curve comes from the cloud's Meta-World evaluator on
             # fixed goals (the same ones every point), so the demo's figures stay comparable.
             "evaluation": {
-                "on": "simulator",
+                "on": eval_on,
                 "every_seconds": eval_every_s,
                 "episodes_per_task": eval_episodes,
             },
@@ -154,6 +186,11 @@ def sim_fleet_spec(
 def demo_spec(args: argparse.Namespace) -> RunSpec:
     """The demo's run (:func:`sim_fleet_spec`) from its command line."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    policy: dict[str, Any] = {}
+    if args.policy or args.cameras:
+        policy["kind"] = args.policy or "cnn"
+    if args.init_from_run:
+        policy["init_from_run"] = args.init_from_run
     return sim_fleet_spec(
         "demo",
         args.algorithm,
@@ -163,6 +200,11 @@ def demo_spec(args: argparse.Namespace) -> RunSpec:
         eval_every_s=args.eval_every or max(15.0, args.minutes * 6.0),
         eval_episodes=args.eval_episodes,
         control_hz=args.control_hz,
+        policy=policy,
+        offline_data=args.offline_data,
+        # The cloud's simulator evaluator renders no camera: camera runs are measured by
+        # the robots' own evaluation episodes.
+        eval_on="robots" if args.cameras else "simulator",
     )
 
 
@@ -209,9 +251,12 @@ def main(argv: Sequence[str] = ()) -> int:
     except RunSpecError as exc:
         _error(exc)
         return 2
+    cameras = [c for c in args.cameras.split(",") if c]
     cloud = CloudService(
         settings,
         sim_robots=args.robots,
+        sim_cameras=cameras,
+        sim_image_size=(args.image_size, args.image_size),
         dashboard_port=None if args.no_dashboard else args.port,
         auto_resume=False,
     )

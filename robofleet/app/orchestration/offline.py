@@ -93,34 +93,35 @@ def locate(source: OfflineSource, data_dir: Path) -> Located:
 # -- what a source holds, before anything is imported ------------------------------------------
 
 
-def source_features(located: Located, source: OfflineSource) -> tuple[dict[str, Any], list[str]]:
-    """(features, tasks) of a located source without importing it: LeRobot feature dicts of
-    its observations and ``action`` (``{key: {"dtype", "shape"}}``) and its task names (empty:
-    unknown before import).
+def source_schema(located: Located, source: OfflineSource) -> tuple[Any, list[str]]:
+    """(step schema, tasks) of a located source without importing it (``buffer.StepSchema``
+    of its observations and ``action``; tasks empty when unknown before an import).
 
     Raises:
         ValueError: the source's metadata cannot be read or lacks what is needed (named).
     """
-    if located.format == "robofleet":
-        from buffer.schema import StepSchema
+    from buffer.schema import StepSchema
 
-        schema = StepSchema.from_json((located.path / "schema.json").read_text())
-        feats = {k: f.to_lerobot() for k, f in schema.observations.items()}
-        feats["action"] = schema.action.to_lerobot()
-        return feats, []
+    if located.format == "robofleet":
+        return StepSchema.from_json((located.path / "schema.json").read_text()), []
     if located.format == "lerobot":
-        return _lerobot_features(located.path)
+        feats, tasks = _lerobot_features(located.path)
+        if "action" not in feats:
+            raise ValueError(f"{located.path}: a LeRobot dataset without an 'action' feature")
+        action = {"action": feats.pop("action")}
+        return StepSchema.from_features(feats, action, require_final_observation=False), tasks
     joints = source.options.get("joints")
     if not isinstance(joints, list) or not joints:
         raise ValueError("a ROS 2 bag needs options.joints: the joint names of its state")
-    feat = {"dtype": "float32", "shape": [len(joints)]}
-    return {"observation.state": feat, "action": dict(feat)}, [source.task or ""]
+    from hal.ros2.bag_import import bag_schema
+
+    return bag_schema(joints), [source.task or ""]
 
 
 def _lerobot_features(root: Path) -> tuple[dict[str, Any], list[str]]:
     info = json.loads((root / "meta" / "info.json").read_text())
     feats = {
-        k: {"dtype": v["dtype"], "shape": list(v["shape"])}
+        k: {"dtype": v["dtype"], "shape": tuple(v["shape"]), "names": v.get("names")}
         for k, v in dict(info.get("features", {})).items()
         if k.startswith("observation.") or k == "action"
     }
@@ -145,47 +146,33 @@ def _lerobot_tasks(path: Path) -> list[str]:
     return []
 
 
-def feature_problems(run: Mapping[str, Any], other: Mapping[str, Any], who: str) -> list[str]:
-    """Each feature the run's robots and a source do not share (key, dtype, shape), named."""
-    out = []
-    for key in sorted(set(run) | set(other)):
-        if key not in other:
-            out.append(f"{key}: the robots have it, {who} does not")
-        elif key not in run:
-            out.append(f"{key}: {who} has it, the robots do not")
-        else:
-            a, b = _norm(run[key]), _norm(other[key])
-            if a != b:
-                out.append(
-                    f"{key}: {b[0]} {list(b[1])} in {who} != {a[0]} {list(a[1])} on the robots"
-                )
-    return out
-
-
-def _norm(feature: Mapping[str, Any]) -> tuple[str, tuple[int, ...]]:
-    dtype = str(feature.get("dtype"))
-    dtype = "image" if dtype in ("image", "video") else dtype
-    return dtype, tuple(int(x) for x in feature.get("shape", ()))
-
-
 def check_sources(
     spec: RunSpec, features: Mapping[str, Any] | None, data_dir: Path
 ) -> dict[str, str]:
     """Errors of the spec's offline sources against the run's ``features`` (observation
-    features and ``action``, as the robots share them; None: not known, only located):
-    ``{"buffer.offline_data[k]": why}``; empty when every source fits."""
+    features and ``action``, LeRobot feature dicts as the robots share them; None: not known,
+    only located): ``{"buffer.offline_data[k]": why}``, each feature that differs named
+    (``buffer.StepSchema.differences``); empty when every source fits."""
+    from buffer.schema import StepSchema
+
+    run = None
+    if features is not None:
+        obs = {k: v for k, v in features.items() if k != "action"}
+        run = StepSchema.from_features(
+            obs, {"action": features["action"]}, require_final_observation=False
+        )
     errors: dict[str, str] = {}
     for k, source in enumerate(spec.buffer.offline_data):
         try:
             located = locate(source, data_dir)
-            feats, tasks = source_features(located, source)
+            schema, tasks = source_schema(located, source)
         except (OSError, ValueError) as exc:
             errors[field_of(k)] = str(exc)
             continue
-        problems = [] if features is None else feature_problems(features, feats, source.source)
+        problems = [] if run is None else run.differences(schema)
         problems += _task_problems(spec, source, tasks)
         if problems:
-            errors[field_of(k)] = "; ".join(problems)
+            errors[field_of(k)] = f"{source.source}: " + "; ".join(problems)
     return errors
 
 
