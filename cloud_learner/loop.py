@@ -187,6 +187,8 @@ class Learner:
         batch = self.source.sample(self.settings.batch_size)
         self.last_batch = batch  # e.g. for loss measurements beside the update
         metrics = self.algorithm.update(batch)
+        if "is_offline" in batch:  # the share of mounted offline rows the batch really had
+            metrics = {**metrics, "offline_share": float(batch["is_offline"].float().mean())}
         self.step += 1
         if self.step % self.settings.log_every_updates == 0:
             metrics = {**metrics, **self.buffer_counts(), "policy_version": float(self.version)}

@@ -275,8 +275,6 @@ class RunLearner:
             self._fit_normalization()
         metrics = self.learner.train_step()
         batch = self.learner.last_batch
-        if batch is not None and "is_offline" in batch:  # the share the batch really had
-            metrics = {**metrics, "offline_share": float(batch["is_offline"].float().mean())}
         if batch is not None and self.mix_losses is not None and self.learner.step % 5 == 0:
             self.mix_losses.add(batch, per_row_bc_loss(self.learner.algorithm.policy, batch))
             metrics = {**metrics, **self.mix_losses.stats()}

@@ -246,7 +246,9 @@ def record_lerobot_dataset(root: Path, episodes: int = 3, steps: int = 30) -> di
         "next.done": {"dtype": "bool", "shape": (1,), "names": None},
         "complementary_info.is_intervention": {"dtype": "float32", "shape": (1,), "names": None},
     }
-    ds = LeRobotDataset.create("local/reach", 10, features, root=root, use_videos=False)
+    ds = LeRobotDataset.create(
+        "local/reach", 10, features, root=root, use_videos=False, video_backend="pyav"
+    )
     expert = expert_policy("reach-v3")
     flags = 0
     driver.connect()

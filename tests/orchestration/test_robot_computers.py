@@ -193,7 +193,7 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
     lonely["tasks"] = ["pendulum-v1"]
     got = lab.launch(lonely)
     assert got.status_code == 422 and "no operator" in got.text, got.text
-    assert "demonstrations.episodes_per_task" in got.text  # nobody to demonstrate either
+    assert '"demonstrations","episodes_per_task"' in got.text  # nobody to demonstrate either
     with lab.store.session() as s:
         assert s.query(Lease).filter(Lease.released_at.is_(None)).count() == 0
 

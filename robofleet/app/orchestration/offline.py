@@ -229,6 +229,9 @@ def mount_sources(
             continue
         out.append(_provenance(k, source, located, directory, view))
     if errors:
+        for view in buffer.offline:  # let go of the directories mounted so far
+            if view.buffer is not buffer:
+                view.buffer.close()
         buffer.offline.clear()
         raise OfflineDataError(errors)
     atomic_write_text(run_dir / PROVENANCE, json.dumps(out, indent=2))
