@@ -60,6 +60,7 @@ def make_agent(
     weights: StagedWeights | None = None,
     runner: Any = None,
     tasks: tuple[str, ...] = ("reach-v3",),
+    demonstrations: dict[str, int] | None = None,
 ) -> EdgeAgent:
     settings = settings or fast_edge()
     schema = StepSchema.from_features(driver.observation_features, driver.action_features)
@@ -76,6 +77,7 @@ def make_agent(
         tasks=list(tasks),
         operator=operator,
         weights=weights,
+        demonstrations=demonstrations,
     )
 
 

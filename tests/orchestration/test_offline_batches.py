@@ -204,3 +204,36 @@ def test_a_task_with_nothing_to_draw_gives_its_share_to_the_others(tmp_path: Pat
         remote.close()
         server.close()
         run.close()
+
+
+def test_demonstration_episodes_are_counted_and_kept_apart_from_robot_steps(
+    tmp_path: Path,
+) -> None:
+    demo = episode("arm-1", 0, 10, "reach-v3", interventions=10)
+    for row in demo:
+        row["policy_version"] = 0  # an operator drove it (edge_agent.core.DEMONSTRATION)
+    run = write(tmp_path / "run", demo + episode("arm-1", 1, 20, "push-v3", interventions=3))
+    server = serve(run)
+    remote = RemoteBuffer(server.address, timeout_s=10, sampling={"kind": "uniform"})
+    try:
+        assert remote.demonstrations() == {"reach-v3": 1}
+        assert remote.online_transitions() == 20  # the robot's own steps only
+        batch = remote.sample(200)
+        demos = batch["episode_index"] == 0
+        assert (batch["is_demonstration"] == demos).all()
+    finally:
+        remote.close()
+        server.close()
+        run.close()
+
+
+def test_demonstrations_are_split_evenly_among_the_robots() -> None:
+    from robofleet.app.orchestration.assignments import split_demonstrations
+
+    tasks = ["a", "b", "c", "d"]
+    shares = [split_demonstrations(tasks, 1, 4, i) for i in range(4)]
+    assert shares == [{"a": 1}, {"b": 1}, {"c": 1}, {"d": 1}]  # one task each
+    two = [split_demonstrations(tasks, 3, 2, i) for i in range(2)]
+    assert [sum(s.values()) for s in two] == [6, 6]
+    assert all(two[0].get(t, 0) + two[1].get(t, 0) == 3 for t in tasks)
+    assert split_demonstrations(tasks, 1, 4, 5) == {}  # a robot that joined later
