@@ -112,11 +112,17 @@ class WeightDistributor:
         return v
 
     def publish_safetensors(
-        self, blob: bytearray, version: int | None = None, learner_step: int = 0
+        self,
+        blob: W.Blob,
+        version: int | None = None,
+        learner_step: int = 0,
+        digests: tuple[int, list[bytes]] | None = None,
     ) -> int:
         """Publish a safetensors blob as it is (no copy), e.g. a file the learner wrote.
 
-        ``blob`` is owned by the distributor afterwards and must not be modified.
+        ``blob`` is owned by the distributor afterwards and must not be modified. ``digests``
+        (chunk size, sha256 of each chunk of ``blob``), when given, must have been checked
+        against ``blob`` (a relay's verified version): it is not hashed again.
 
         Returns:
             The version number.
@@ -127,7 +133,7 @@ class WeightDistributor:
         """
         arrays = T.decode(blob)
         v = self._next_version(version)
-        self._enqueue(W.Snapshot(v, blob, arrays, learner_step))
+        self._enqueue(W.Snapshot(v, blob, arrays, learner_step, digests))
         return v
 
     def _next_version(self, version: int | None) -> int:

@@ -51,7 +51,8 @@ class VersionAssembler:
     def __init__(self, manifest: pb.Manifest, max_payload_bytes: int = 1 << 40) -> None:
         W.check_manifest(manifest, max_payload_bytes)
         self.manifest = manifest
-        self.payload = bytearray(manifest.payload_bytes)
+        # Every byte is written by a chunk before the version can be complete: no zero fill.
+        self.payload = T.byte_buffer(manifest.payload_bytes)
         self._missing = set(range(len(manifest.chunk_sha256)))
         self._pending: collections.deque[tuple[int, Future[bytes]]] = collections.deque()
         self._pending_index: set[int] = set()
@@ -65,6 +66,12 @@ class VersionAssembler:
     def missing(self) -> list[int]:
         self._settle()
         return sorted(self._missing)
+
+    @property
+    def staged_all(self) -> bool:
+        """Whether every chunk is staged (some may still be being checked): :attr:`complete`
+        would not wait for more data, only for the checks."""
+        return len(self._pending_index) == len(self._missing)
 
     @property
     def complete(self) -> bool:
@@ -91,8 +98,8 @@ class VersionAssembler:
         if i not in self._missing or i in self._pending_index:
             return False  # a duplicate: verified (or being verified) data is never overwritten
         start = i * size
-        self.payload[start : start + expected_len] = data
-        staged = memoryview(self.payload)[start : start + expected_len]
+        staged = self.payload[start : start + expected_len]
+        staged[:] = data
         self._pending.append((i, _VERIFY_POOL.submit(_sha256, staged)))
         self._pending_index.add(i)
         if len(self._pending) > _MAX_PENDING:  # bounded memory: wait for the oldest checks
@@ -173,6 +180,7 @@ class WeightReceiver:
         self._lock = threading.Lock()
         self._arrays: dict[str, tuple[str, np.ndarray]] | None = None
         self._current: tuple[int, dict[str, Any]] = (W.FULL_BASE, {})
+        self._full: tuple[pb.Manifest, W.Blob] | None = None  # the applied version, if full
         self._applied = threading.Condition(self._lock)
 
     @property
@@ -188,6 +196,12 @@ class WeightReceiver:
         """(version, {name: (safetensors dtype name, read-only numpy array)}); BF16 as uint16."""
         with self._lock:
             return self._current[0], dict(self._arrays or {})
+
+    def current_full(self) -> tuple[pb.Manifest, W.Blob] | None:
+        """(manifest, payload) of the applied version when it arrived as a full version: every
+        chunk checked against the manifest's sha256; None before one or after a delta."""
+        with self._lock:
+            return self._full
 
     def wait_for(self, version: int, timeout: float | None = None) -> bool:
         """Block until a version >= ``version`` is applied; returns whether it was in time."""
@@ -227,6 +241,7 @@ class WeightReceiver:
                 else:
                     out[name] = T.to_output(dt, arr, self._as_torch)
             self._arrays = arrays
+            self._full = (m, asm.payload) if m.base_version == W.FULL_BASE else None
             self._current = (int(m.version), out)  # the one atomic swap
             self._applied.notify_all()
         if self._on_applied is not None:

@@ -7,9 +7,11 @@
 - Weights: the relay subscribes to each run once (with the credential of a robot of that run
   that asked for it), applies versions like a robot, republishes them locally and fans them
   out over ZeroMQ PUB (manifest, then chunks, plus the latest manifest once a second for late
-  joiners). Robots fetch what they missed (or a full version when a delta does not fit) from
-  the relay's Weights service, which also serves plain gRPC subscribers. Bytes on the cloud
-  link per version: one copy, however many robots are in the site.
+  joiners; a chunk is ``[run, b"C", header, data]`` with the data plane's chunk header, its
+  data sent straight from the version's payload). Robots fetch what they missed (or a full
+  version when a delta does not fit) from the relay's Weights service, which also serves
+  plain gRPC subscribers. Bytes on the cloud link per version: one copy, however many robots
+  are in the site.
 
 ZeroMQ has no authentication, so every manifest on the fan-out carries an HMAC-SHA256 keyed
 by a per-relay, per-run key (:meth:`SiteRelay.fanout_key`, random at relay start). A robot gets
@@ -37,10 +39,11 @@ import grpc
 import grpc.aio
 import zmq
 
-from comms import tls, wire
+from comms import tls
 from comms.auth import AUTH_HEADER
 from comms.client import EdgeClient, channel_options, make_channel
 from comms.config import CommsSettings
+from comms.dataplane import CHUNK_HEADER
 from comms.distributor import Published, WeightDistributor
 from comms.grpc_subscription import GrpcWeightSubscription
 from comms.loop_thread import LoopThread
@@ -373,6 +376,15 @@ class SiteRelay:
 
     def _republish(self, run_id: str, version: int) -> None:
         run = self.runs[run_id]
+        full = run.receiver.current_full()
+        if full is not None and full[0].version == version:
+            # A full version as verified: its payload and digests as they came, no copy.
+            m, payload = full
+            digests = (int(m.chunk_bytes), list(m.chunk_sha256))
+            run.distributor.publish_safetensors(
+                payload, version=version, learner_step=int(m.learner_step), digests=digests
+            )
+            return
         v, state = run.receiver.current_arrays()  # typed, so BF16 stays BF16
         if v == version:
             run.distributor.publish(state, version=version)
@@ -410,8 +422,10 @@ class SiteRelay:
                 topic = run_id.encode()
                 self._send_manifest(sock, run_id, enc.manifest)
                 for i in range(enc.num_chunks):
-                    chunk = wire.chunk(enc.version, enc.base_version, i, enc.chunk_view(i))
-                    sock.send_multipart([topic, TOPIC_CHUNK, chunk], copy=False)
+                    head = CHUNK_HEADER.pack(enc.version, enc.base_version, i)
+                    # copy=False: the frame points into the version's payload, which it keeps
+                    # alive; every robot's socket shares that one message.
+                    sock.send_multipart([topic, TOPIC_CHUNK, head, enc.chunk_view(i)], copy=False)
                 last[run_id] = enc.manifest
 
 

@@ -2,7 +2,8 @@
 
 The layout is https://github.com/huggingface/safetensors (8-byte little-endian header length,
 JSON header ``{name: {dtype, shape, data_offsets}}``, data). Encoding copies each tensor once
-into a preallocated buffer, so it costs about one ``memcpy`` of the model.
+into a buffer from :func:`byte_buffer` (never zero-filled first), so it costs one ``memcpy`` of
+the model.
 """
 
 from __future__ import annotations
@@ -87,18 +88,29 @@ def layout(entries: Mapping[str, tuple[str, tuple[int, ...]]]) -> tuple[bytes, d
     return prefix, {k: v + len(prefix) for k, v in offsets.items()}
 
 
-def encode(tensors: Mapping[str, Any]) -> bytearray:
-    """Serialize ``{name: array or tensor}`` into one safetensors blob (one copy of the data)."""
+def byte_buffer(nbytes: int) -> memoryview:
+    """A writable buffer of ``nbytes`` uninitialised bytes (format ``"B"``).
+
+    ``bytearray(n)`` zero-fills: one more pass over the memory than the copy that fills it,
+    which for a 40 MB model cost as much as the copy. numpy's allocator skips that and asks the
+    kernel for transparent huge pages on large buffers (far fewer page faults), so a fresh
+    buffer is filled at about the speed of copying into warm memory.
+    """
+    return memoryview(np.empty(nbytes, dtype=np.uint8))
+
+
+def encode(tensors: Mapping[str, Any]) -> memoryview:
+    """Serialize ``{name: array or tensor}`` into one safetensors blob: each tensor's buffer is
+    copied once, straight into place (no intermediate copy, no zero fill)."""
     arrays = {k: as_array(v) for k, v in tensors.items()}
     head, offsets = layout({k: (dt, tuple(a.shape)) for k, (a, dt) in arrays.items()})
     total = len(head) + sum(a.nbytes for a, _ in arrays.values())
-    blob = bytearray(total)
+    blob = byte_buffer(total)
     blob[: len(head)] = head
+    out = np.frombuffer(blob, dtype=np.uint8)
     for name, (arr, _dt) in arrays.items():
         off = offsets[name]
-        np.frombuffer(blob, dtype=np.uint8, count=arr.nbytes, offset=off)[:] = arr.reshape(-1).view(
-            np.uint8
-        )
+        out[off : off + arr.nbytes] = arr.reshape(-1).view(np.uint8)
     return blob
 
 

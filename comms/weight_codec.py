@@ -22,6 +22,7 @@ from comms import wire
 from comms.proto import robofleet_pb2 as pb
 
 MAX_CHUNK_BYTES = 1024 * 1024
+Blob = bytes | bytearray | memoryview  # a payload: contiguous bytes (a memoryview of format "B")
 FULL_BASE = -1
 IDX_SUFFIX = "::idx"
 VAL_SUFFIX = "::val"
@@ -36,17 +37,21 @@ class Snapshot:
     """A full version as the publisher holds it: the payload blob and zero-copy views into it.
 
     ``arrays`` maps name -> (dtype name, array view of ``payload``); ``payload`` is a complete
-    safetensors blob (the bytes of a full version).
+    safetensors blob (the bytes of a full version), read-only from here on.
     """
 
     version: int
-    payload: bytearray
+    payload: Blob
     arrays: dict[str, tuple[str, np.ndarray]]
     learner_step: int = 0
+    # (chunk size, sha256 of each chunk of ``payload``) when already known and checked, e.g. a
+    # relay republishing a version it verified: its full encoding then hashes nothing.
+    digests: tuple[int, list[bytes]] | None = None
 
     @classmethod
     def take(cls, state: Mapping[str, Any], version: int, learner_step: int = 0) -> Snapshot:
-        """Copy ``state`` (name -> numpy array or torch tensor) once into a new payload blob."""
+        """Copy ``state`` (name -> numpy array or torch tensor) once into a new payload blob:
+        each tensor's buffer straight into place (:func:`comms.tensors.encode`)."""
         payload = T.encode(state)
         return cls(version, payload, T.decode(payload), learner_step)
 
@@ -56,7 +61,7 @@ class EncodedVersion:
     """A version ready to send: its manifest and payload (full or delta)."""
 
     manifest: pb.Manifest
-    payload: bytes | bytearray
+    payload: Blob
     _mv: memoryview = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -102,7 +107,7 @@ _HASH_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sha256")
 _PARALLEL_FROM = 8 * MAX_CHUNK_BYTES
 
 
-def chunk_digests(payload: bytes | bytearray, chunk_bytes: int) -> list[bytes]:
+def chunk_digests(payload: Blob, chunk_bytes: int) -> list[bytes]:
     """sha256 of each ``chunk_bytes`` slice of ``payload``.
 
     hashlib releases the GIL on large buffers, so big payloads are hashed on two threads: the
@@ -125,9 +130,10 @@ def _manifest(
     base: int,
     entries: list[pb.TensorEntry],
     changed: list[str],
-    payload: bytes | bytearray,
+    payload: Blob,
     chunk_bytes: int,
     learner_step: int,
+    digests: list[bytes] | None = None,
 ) -> pb.Manifest:
     if not 0 < chunk_bytes <= MAX_CHUNK_BYTES:
         raise ValueError(f"chunk_bytes must be in 1..{MAX_CHUNK_BYTES}, got {chunk_bytes}")
@@ -139,18 +145,28 @@ def _manifest(
         changed=changed,
         payload_bytes=len(payload),
         chunk_bytes=chunk_bytes,
-        chunk_sha256=chunk_digests(payload, chunk_bytes),
+        chunk_sha256=chunk_digests(payload, chunk_bytes) if digests is None else digests,
         learner_step=learner_step,
     )
 
 
 def encode_full(run_id: str, snap: Snapshot, chunk_bytes: int = MAX_CHUNK_BYTES) -> EncodedVersion:
-    """The full version of ``snap`` (its payload is sent as is; only digests are computed)."""
+    """The full version of ``snap`` (its payload is sent as is; only digests are computed,
+    unless the snapshot carries them for this chunk size)."""
     entries = [
         pb.TensorEntry(name=k, dtype=dt, shape=list(a.shape)) for k, (dt, a) in snap.arrays.items()
     ]
+    known = snap.digests[1] if snap.digests and snap.digests[0] == chunk_bytes else None
     m = _manifest(
-        run_id, snap.version, FULL_BASE, entries, [], snap.payload, chunk_bytes, snap.learner_step
+        run_id,
+        snap.version,
+        FULL_BASE,
+        entries,
+        [],
+        snap.payload,
+        chunk_bytes,
+        snap.learner_step,
+        known,
     )
     return EncodedVersion(m, snap.payload)
 
@@ -228,7 +244,7 @@ def check_manifest(m: pb.Manifest, max_payload_bytes: int = 1 << 40) -> None:
 
 def apply(
     m: pb.Manifest,
-    payload: bytearray,
+    payload: Blob,
     base: dict[str, tuple[str, np.ndarray]] | None,
 ) -> dict[str, tuple[str, np.ndarray]]:
     """The tensors of version ``m.version`` from a verified payload (and the base for a delta).

@@ -87,7 +87,7 @@ def _write_file(path: Path, state: Mapping[str, Any]) -> None:
     replace_durably(tmp, path)
 
 
-def read_weights(path: Path) -> bytearray:
+def read_weights(path: Path) -> memoryview:
     """The bytes of a weight file (checked to be a safetensors blob).
 
     Raises:
@@ -95,16 +95,15 @@ def read_weights(path: Path) -> bytearray:
         OSError: it cannot be read.
     """
     with path.open("rb", buffering=0) as f:
-        blob = bytearray(os.fstat(f.fileno()).st_size)
-        view = memoryview(blob)
+        view = T.byte_buffer(os.fstat(f.fileno()).st_size)
         got = 0
-        while got < len(blob):
+        while got < len(view):
             n = f.readinto(view[got:])
             if not n:
                 raise T.TensorFormatError(f"{path} shrank while being read")
             got += n
-    T.decode(blob)
-    return blob
+    T.decode(view)
+    return view
 
 
 def latest_version(directory: Path) -> int:
@@ -191,7 +190,7 @@ class WeightFileFeed:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def poll(self) -> tuple[int, bytearray] | None:
+    def poll(self) -> tuple[int, memoryview] | None:
         """Read the newest version if it is newer than the last one read, and publish it
         unless the distributor already holds it (one kept across a restart may be ahead).
 

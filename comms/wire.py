@@ -36,12 +36,6 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
-def chunk(version: int, base_version: int, index: int, data: Buffer) -> bytes:
-    """The serialized ``pb.Chunk`` holding ``data``."""
-    head = pb.Chunk(version=version, base_version=base_version, index=index).SerializeToString()
-    return b"".join((head, bytes((_CHUNK_DATA,)), varint(len(data)), data))
-
-
 def weight_chunk(version: int, base_version: int, index: int, data: Buffer) -> bytes:
     """The serialized ``pb.WeightMessage(chunk=pb.Chunk(...))`` holding ``data``."""
     head = pb.Chunk(version=version, base_version=base_version, index=index).SerializeToString()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import struct
 import threading
 import time
 
@@ -23,6 +24,7 @@ import zmq
 from google.protobuf.message import DecodeError
 
 from comms.client import EdgeClient
+from comms.dataplane import CHUNK_HEADER
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.relay import FANOUT_KEY_HEADER, TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
@@ -57,6 +59,8 @@ class ZmqWeightSubscription:
         self.chunks_refused = 0
         self.manifests_refused = 0  # fan-out manifests without a valid HMAC tag
         self._key: bytes | None = None
+        self._asm: VersionAssembler | None = None  # the version being assembled
+        self._last_chunk = 0.0  # monotonic s of its last chunk
         self._thread = threading.Thread(target=self._run, name=f"zmq-rx-{run_id}", daemon=True)
         self._thread.start()
 
@@ -151,51 +155,75 @@ class ZmqWeightSubscription:
         sock.connect(self._address)
         try:
             self._register()
-            asm: VersionAssembler | None = None
-            last_chunk = time.monotonic()
-            while not self._stop.is_set():
-                if not sock.poll(200):
-                    if asm is not None and time.monotonic() - last_chunk > STALL_S:
-                        self._finish(asm)
-                        asm = None
-                    continue
-                frames = sock.recv_multipart()
-                if len(frames) < 3:
-                    continue
-                kind, body = frames[1], frames[2]
-                self.bytes_received += len(body)
-                if kind == TOPIC_MANIFEST:
-                    if not self._authentic(frames, body):
-                        continue
-                    m = pb.Manifest.FromString(body)
-                    if asm is not None and asm.key == (m.version, m.base_version):
-                        if time.monotonic() - last_chunk > STALL_S:  # a beacon: the send is over
-                            self._finish(asm)
-                            asm = None
-                        continue
-                    if asm is not None:
-                        self._finish(asm)
-                        asm = None
-                    if m.version <= self._rx.version:
-                        continue
-                    if not self._rx.wants(m):
-                        self._full(int(m.version))  # a delta onto a version we do not hold
-                        continue
-                    try:
-                        asm = VersionAssembler(m)
-                        last_chunk = time.monotonic()
-                    except WeightFormatError as exc:
-                        log.error("manifest refused: %s", exc)
-                elif kind == TOPIC_CHUNK and asm is not None:
-                    try:
-                        chunk = pb.Chunk.FromString(body)
-                    except DecodeError:
-                        self.chunks_refused += 1
-                        continue
-                    asm.add(chunk)
-                    last_chunk = time.monotonic()
-                    if asm.complete:
-                        self._finish(asm)
-                        asm = None
+            self._listen(sock)
         finally:
             sock.close(0)
+
+    def _listen(self, sock: zmq.Socket[bytes]) -> None:
+        """Assemble what the fan-out sends until closed; a version with no chunk for
+        ``STALL_S`` is completed by Fetch."""
+        self._asm = None
+        self._last_chunk = time.monotonic()
+        while not self._stop.is_set():
+            if not sock.poll(200):
+                if self._asm is not None and time.monotonic() - self._last_chunk > STALL_S:
+                    self._finish_current()
+                continue
+            # copy=False: a chunk's data goes from ZeroMQ's buffer straight into the staging
+            # buffer (one copy), hashed there on the verify threads.
+            frames = sock.recv_multipart(copy=False)
+            if len(frames) < 3:
+                continue
+            kind = frames[1].bytes
+            if kind == TOPIC_MANIFEST:
+                body = frames[2].bytes
+                self.bytes_received += len(body)
+                if self._authentic([f.bytes for f in frames], body):
+                    self._on_manifest(body)
+            elif kind == TOPIC_CHUNK and len(frames) == 4:
+                data = frames[3].buffer
+                self.bytes_received += len(data)
+                self._on_chunk(frames[2].bytes, data)
+
+    def _finish_current(self) -> None:
+        if self._asm is not None:
+            self._finish(self._asm)
+            self._asm = None
+
+    def _on_manifest(self, body: bytes) -> None:
+        """A manifest whose tag checked: start its version (or ignore a beacon of this one)."""
+        try:
+            m = pb.Manifest.FromString(body)
+        except DecodeError:
+            self.manifests_refused += 1
+            return
+        asm = self._asm
+        if asm is not None and asm.key == (m.version, m.base_version):
+            if time.monotonic() - self._last_chunk > STALL_S:  # a beacon: the send is over
+                self._finish_current()
+            return
+        self._finish_current()
+        if m.version <= self._rx.version:
+            return
+        if not self._rx.wants(m):
+            self._full(int(m.version))  # a delta onto a version we do not hold
+            return
+        try:
+            self._asm = VersionAssembler(m)
+            self._last_chunk = time.monotonic()
+        except WeightFormatError as exc:
+            log.error("manifest refused: %s", exc)
+
+    def _on_chunk(self, header: bytes, data: memoryview) -> None:
+        asm = self._asm
+        if asm is None:
+            return
+        try:
+            version, base, index = CHUNK_HEADER.unpack(header)
+        except struct.error:
+            self.chunks_refused += 1
+            return
+        asm.add_buffer(version, base, index, data)
+        self._last_chunk = time.monotonic()
+        if asm.staged_all and asm.complete:
+            self._finish_current()

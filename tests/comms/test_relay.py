@@ -121,7 +121,7 @@ def test_fanout_manifests_without_the_relays_hmac_are_never_applied(cloud: Cloud
     ignored; the key comes only over the relay's authenticated gRPC."""
     import zmq
 
-    from comms import wire
+    from comms.dataplane import CHUNK_HEADER
     from comms.relay import TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
     from comms.weight_codec import Snapshot, encode_full
 
@@ -139,13 +139,13 @@ def test_fanout_manifests_without_the_relays_hmac_are_never_applied(cloud: Cloud
     try:
         fake = encode_full(RUN, Snapshot.take({"w": np.ones(1000, np.float32)}, 7))
         body = fake.manifest.SerializeToString()
-        chunks = [wire.chunk(7, -1, i, fake.chunk_view(i)) for i in range(fake.num_chunks)]
+        chunks = [[CHUNK_HEADER.pack(7, -1, i), fake.chunk(i)] for i in range(fake.num_chunks)]
         for tag in ([], [b"\x00" * 32], [manifest_tag(b"guessed key", body)]):
             for _ in range(10):  # the SUB socket may join late: repeat
                 rogue.send_multipart([RUN.encode(), TOPIC_MANIFEST, body, *tag])
                 for c in chunks:
-                    rogue.send_multipart([RUN.encode(), TOPIC_CHUNK, c])
-                rogue.send_multipart([RUN.encode(), TOPIC_CHUNK, b"\xff\xfe garbage"])
+                    rogue.send_multipart([RUN.encode(), TOPIC_CHUNK, *c])
+                rogue.send_multipart([RUN.encode(), TOPIC_CHUNK, b"\xff\xfe", b"garbage"])
                 time.sleep(0.05)
         assert not rx.wait_for(0, 1.0)  # nothing applied
         assert src.manifests_refused >= 3
