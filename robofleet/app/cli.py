@@ -55,6 +55,7 @@ BENCHMARKS: dict[str, str] = {
     "transport": "comms.bench_transport",
     "efficiency": "robofleet.app.bench.efficiency",
     "assign": "robofleet.app.bench.assign",
+    "fleet": "robofleet.app.bench.fleet",
     "edge": "edge_agent.latency_report",
     "data": "robofleet.app.bench.data",
 }
