@@ -92,9 +92,12 @@ class MemorySink:
     Args:
         capacity_rows: when set, raises :class:`Backpressure` once this many rows are held
             (until :meth:`drain` is called), to exercise the backpressure path.
+        keep_rows: False keeps each robot's stored seqs only (8 bytes a row) and drops the
+            rows, as a transport benchmark's sink: what it measures is then the transport,
+            not RAM filling with the uploaded bytes (``batches`` stays empty).
     """
 
-    def __init__(self, capacity_rows: int | None = None) -> None:
+    def __init__(self, capacity_rows: int | None = None, *, keep_rows: bool = True) -> None:
         self._lock = threading.Lock()
         self.batches: list[tuple[int, pa.RecordBatch]] = []
         self._stored: dict[int, array[int]] = {}  # robot -> its stored seqs, ascending
@@ -103,6 +106,7 @@ class MemorySink:
         self.bytes = 0
         self.marks: dict[tuple[int, str, int], str] = {}  # (robot, run, episode) -> kind
         self.outcomes: dict[tuple[int, str, int], str] = {}  # the same key -> its latest outcome
+        self.keep_rows = keep_rows
 
     def append(self, robot_id: int, batch: pa.RecordBatch) -> int:
         with self._lock:
@@ -113,7 +117,8 @@ class MemorySink:
             if self.capacity_rows is not None and self._rows + new.num_rows > self.capacity_rows:
                 raise Backpressure(f"memory sink full ({self._rows} rows)", retry_after_s=0.05)
             if new.num_rows:
-                self.batches.append((robot_id, new))
+                if self.keep_rows:
+                    self.batches.append((robot_id, new))
                 self._rows += new.num_rows
                 self.bytes += new.nbytes
                 have.extend(seqs[old:])

@@ -287,7 +287,7 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
             f"{c.cloud_ms_per_robot_s:.2f}",
             f"{c.mb_per_s:.1f}",
         )
-    con = Console()
+    con = Console(width=max(160, Console().width))
     con.print(t)
     for k in args.kinds:
         n = largest_under(cases, k)
