@@ -47,7 +47,7 @@ Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
 
 Step batches need ``robot_id`` (the robot's id, int or its decimal string) and ``seq``
 columns; the sink (``comms.sink.StepSink``) acknowledges the highest durable ``seq``.
-Weights travel as safetensors-layout bytes with a manifest (names, shapes, dtypes, sha256 per
+Weights travel as safetensors-layout bytes with a manifest (names, shapes, dtypes, BLAKE3 per
 chunk of <= 1 MiB, base version of a delta); nothing from the network is ever unpickled.
 Large payload messages are assembled around their bytes with one copy (``comms.wire``).
 A site relay signs each manifest it fans out over ZeroMQ with an HMAC-SHA256 whose key robots

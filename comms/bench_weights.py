@@ -95,7 +95,7 @@ def _close_all(closeables: Sequence[Any]) -> None:
 
 def _via_relay(state: dict[str, Any], n_subs: int) -> float:
     """The site path: the relay fetches the version once over gRPC and fans it out to the
-    robots over ZeroMQ (each robot still checks every chunk's sha256 and the manifest's HMAC)."""
+    robots over ZeroMQ (each robot still checks every chunk's digest and the manifest's HMAC)."""
     from comms.bench_common import RUN, start_cloud
     from comms.client import EdgeClient, make_channel
     from comms.receiver import WeightReceiver

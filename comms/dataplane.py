@@ -10,7 +10,7 @@ a single-use 32-byte token. The client connects a DEALER socket to our ROUTER an
 
 - Weights: chunks of a version go out as ``[b"w", header, data]`` frames that point into the
   version's shared, read-only payload (no per-subscriber copy); the subscriber still checks each
-  chunk's sha256 against the manifest it got over gRPC.
+  chunk's digest against the manifest it got over gRPC.
 - Experience: the robot sends ``[b"b", header, arrow_ipc]`` per step batch (whole, no 4 MB
   split); a handler of the gRPC stream ingests it and the acknowledgement goes back on gRPC.
 

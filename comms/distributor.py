@@ -121,7 +121,7 @@ class WeightDistributor:
         """Publish a safetensors blob as it is (no copy), e.g. a file the learner wrote.
 
         ``blob`` is owned by the distributor afterwards and must not be modified. ``digests``
-        (chunk size, sha256 of each chunk of ``blob``), when given, must have been checked
+        (chunk size, BLAKE3 of each chunk of ``blob``), when given, must have been checked
         against ``blob`` (a relay's verified version): it is not hashed again.
 
         Returns:

@@ -2,14 +2,14 @@
 newest version of a run, from the Weights service (cloud or relay).
 
 A background thread holds a Subscribe stream, assembles each version, re-fetches chunks that
-failed their sha256 check or never came (a truncated stream), applies complete versions only,
+failed their digest check or never came (a truncated stream), applies complete versions only,
 acknowledges each version so the server sends the next (newest) one (flow control: a slow robot
 skips versions instead of queueing them), and re-subscribes with exponential backoff and jitter
 when the stream breaks.
 
 With ``comms.data_plane`` on, the subscription asks for the server's ZeroMQ data plane
 (:mod:`comms.dataplane`): manifests and acks stay on the gRPC stream, the chunks of a version
-come as ZeroMQ frames and are checked against the manifest's sha256 exactly like gRPC chunks.
+come as ZeroMQ frames and are checked against the manifest's digests exactly like gRPC chunks.
 When the data plane cannot be reached the chunks come on the stream; when it stops delivering
 (no chunk for ``data_plane_stall_s``) the version is completed by Fetch and the server is told
 to use the stream again.
@@ -32,7 +32,7 @@ from comms.client import EdgeClient
 from comms.dataplane import CHUNK_HEADER, WEIGHT
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
-from comms.weight_codec import WeightFormatError
+from comms.weight_codec import WeightFormatError, chunk_check
 from robofleet.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class GrpcWeightSubscription:
             return False
         st.version = int(manifest.version)
         st.asm = self._assembler(manifest)
-        n = len(manifest.chunk_sha256)
+        n = len(chunk_check(manifest)[1])
         lost = not self._data_plane_chunks(st.asm, n) and n > 0
         if lost:
             log.info("no chunk on the data plane; back to the gRPC stream")
@@ -220,7 +220,7 @@ class GrpcWeightSubscription:
             return False  # the server assumes we hold it: re-subscribe to re-sync
         st.asm, st.seen = None, 0
         st.version = int(manifest.version)
-        st.expected = len(manifest.chunk_sha256)
+        st.expected = len(chunk_check(manifest)[1])
         st.asm = self._assembler(manifest)
         if st.expected == 0:  # nothing follows
             if st.asm is not None and not self._finish(st.asm):

@@ -1,7 +1,7 @@
 """Edge side of weight distribution: assemble, verify, apply atomically, report.
 
 :class:`VersionAssembler` collects one version's chunks into a staging buffer, checking each
-chunk's sha256 as it lands; a bad or missing chunk is fetched again through ``refetch``.
+chunk's digest (BLAKE3, :mod:`comms.weight_codec`) as it lands; a bad or missing chunk is fetched again through ``refetch``.
 :class:`WeightReceiver` turns a complete, verified payload into tensors (full, or delta onto the
 version it holds) and swaps it in with one reference assignment, so :meth:`WeightReceiver.current`
 only ever returns whole versions. A truncated or corrupted version is never applied.
@@ -10,7 +10,6 @@ only ever returns whole versions. A truncated or corrupted version is never appl
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -25,12 +24,8 @@ from comms.proto import robofleet_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sha256-verify")
+_VERIFY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chunk-verify")
 _MAX_PENDING = 16  # chunks staged but not yet checked, per version
-
-
-def _sha256(data: Any) -> bytes:
-    return hashlib.sha256(data).digest()
 
 
 # refetch(version, base_version, missing chunk indices) -> the messages a Fetch call returned.
@@ -53,7 +48,8 @@ class VersionAssembler:
         self.manifest = manifest
         # Every byte is written by a chunk before the version can be complete: no zero fill.
         self.payload = T.byte_buffer(manifest.payload_bytes)
-        self._missing = set(range(len(manifest.chunk_sha256)))
+        self._digest, self._digests = W.chunk_check(manifest)
+        self._missing = set(range(len(self._digests)))
         self._pending: collections.deque[tuple[int, Future[bytes]]] = collections.deque()
         self._pending_index: set[int] = set()
         self.rejected = 0  # chunks refused for a bad digest or size
@@ -79,7 +75,7 @@ class VersionAssembler:
         return not self._missing
 
     def add_async(self, chunk: pb.Chunk) -> None:
-        """Stage ``chunk`` now and check its sha256 on a worker thread (hashlib releases the
+        """Stage ``chunk`` now and check its digest on a worker thread (hashing releases the
         GIL), so hashing overlaps with receiving the next chunks. ``complete`` and ``missing``
         wait for the checks; a chunk that fails is refused as in :meth:`add`."""
         self.add_buffer(chunk.version, chunk.base_version, chunk.index, chunk.data)
@@ -92,7 +88,7 @@ class VersionAssembler:
         i = int(index)
         size = self.manifest.chunk_bytes
         expected_len = min(size, self.manifest.payload_bytes - i * size)
-        if i >= len(self.manifest.chunk_sha256) or len(data) != expected_len:
+        if i >= len(self._digests) or len(data) != expected_len:
             self.rejected += 1
             return False
         if i not in self._missing or i in self._pending_index:
@@ -100,7 +96,7 @@ class VersionAssembler:
         start = i * size
         staged = self.payload[start : start + expected_len]
         staged[:] = data
-        self._pending.append((i, _VERIFY_POOL.submit(_sha256, staged)))
+        self._pending.append((i, _VERIFY_POOL.submit(self._digest, staged)))
         self._pending_index.add(i)
         if len(self._pending) > _MAX_PENDING:  # bounded memory: wait for the oldest checks
             self._settle(keep=_MAX_PENDING // 2)
@@ -110,11 +106,11 @@ class VersionAssembler:
         while len(self._pending) > keep:
             i, fut = self._pending.popleft()
             self._pending_index.discard(i)
-            if fut.result() == self.manifest.chunk_sha256[i]:
+            if fut.result() == self._digests[i]:
                 self._missing.discard(i)
             else:
                 self.rejected += 1
-                log.warning("version %d chunk %d refused: bad sha256", self.key[0], i)
+                log.warning("version %d chunk %d refused: bad digest", self.key[0], i)
 
     def add(self, chunk: pb.Chunk) -> bool:
         """Stage ``chunk`` if it belongs here and its digest matches; returns whether it did."""
@@ -123,15 +119,13 @@ class VersionAssembler:
         self._settle()
         i = int(chunk.index)
         size = self.manifest.chunk_bytes
-        if i >= len(self.manifest.chunk_sha256):
+        if i >= len(self._digests):
             self.rejected += 1
             return False
         expected_len = min(size, self.manifest.payload_bytes - i * size)
-        if len(chunk.data) != expected_len or (
-            hashlib.sha256(chunk.data).digest() != self.manifest.chunk_sha256[i]
-        ):
+        if len(chunk.data) != expected_len or (self._digest(chunk.data) != self._digests[i]):
             self.rejected += 1
-            log.warning("version %d chunk %d refused: bad size or sha256", chunk.version, i)
+            log.warning("version %d chunk %d refused: bad size or digest", chunk.version, i)
             return False
         self.payload[i * size : i * size + expected_len] = chunk.data
         self._missing.discard(i)
@@ -199,7 +193,7 @@ class WeightReceiver:
 
     def current_full(self) -> tuple[pb.Manifest, W.Blob] | None:
         """(manifest, payload) of the applied version when it arrived as a full version: every
-        chunk checked against the manifest's sha256; None before one or after a delta."""
+        chunk checked against the manifest's digests; None before one or after a delta."""
         with self._lock:
             return self._full
 

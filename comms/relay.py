@@ -17,7 +17,7 @@ ZeroMQ has no authentication, so every manifest on the fan-out carries an HMAC-S
 by a per-relay, per-run key (:meth:`SiteRelay.fanout_key`, random at relay start). A robot gets
 that key only over the relay's authenticated gRPC (in the initial metadata of a Weights.Fetch
 that the cloud authorized) and drops manifests without a valid tag; chunks are bound to the
-manifest by their sha256, so a host on the site LAN cannot make a robot apply weights.
+manifest by their digests (BLAKE3), so a host on the site LAN cannot make a robot apply weights.
 """
 
 from __future__ import annotations
@@ -378,9 +378,10 @@ class SiteRelay:
         run = self.runs[run_id]
         full = run.receiver.current_full()
         if full is not None and full[0].version == version:
-            # A full version as verified: its payload and digests as they came, no copy.
+            # A full version as verified: its payload and digests as they came, no copy (an
+            # older cloud's SHA-256 digests are not reused: BLAKE3 ones are computed).
             m, payload = full
-            digests = (int(m.chunk_bytes), list(m.chunk_sha256))
+            digests = (int(m.chunk_bytes), list(m.chunk_blake3)) if m.chunk_blake3 else None
             run.distributor.publish_safetensors(
                 payload, version=version, learner_step=int(m.learner_step), digests=digests
             )

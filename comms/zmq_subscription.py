@@ -3,7 +3,7 @@
 
 The robot first asks the relay (gRPC, with its credential) for the run, which also makes the
 relay subscribe upstream; then it listens on the relay's PUB socket. Chunks that fail their
-sha256 check or never arrive, and full versions when a delta does not fit the version held,
+digest check or never arrive, and full versions when a delta does not fit the version held,
 are fetched from the relay's Weights service. Only complete, verified versions are applied.
 
 Manifests on the fan-out must carry the HMAC tag of the relay's run key, which the robot got

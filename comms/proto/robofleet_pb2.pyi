@@ -118,7 +118,7 @@ class TensorEntry(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., encoding: _Optional[_Union[TensorEntry.Encoding, str]] = ...) -> None: ...
 
 class Manifest(_message.Message):
-    __slots__ = ("run_id", "version", "base_version", "tensors", "changed", "payload_bytes", "chunk_bytes", "chunk_sha256", "learner_step")
+    __slots__ = ("run_id", "version", "base_version", "tensors", "changed", "payload_bytes", "chunk_bytes", "chunk_sha256", "learner_step", "chunk_blake3")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +128,7 @@ class Manifest(_message.Message):
     CHUNK_BYTES_FIELD_NUMBER: _ClassVar[int]
     CHUNK_SHA256_FIELD_NUMBER: _ClassVar[int]
     LEARNER_STEP_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_BLAKE3_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     version: int
     base_version: int
@@ -137,7 +138,8 @@ class Manifest(_message.Message):
     chunk_bytes: int
     chunk_sha256: _containers.RepeatedScalarFieldContainer[bytes]
     learner_step: int
-    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., base_version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorEntry, _Mapping]]] = ..., changed: _Optional[_Iterable[str]] = ..., payload_bytes: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., chunk_sha256: _Optional[_Iterable[bytes]] = ..., learner_step: _Optional[int] = ...) -> None: ...
+    chunk_blake3: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, run_id: _Optional[str] = ..., version: _Optional[int] = ..., base_version: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorEntry, _Mapping]]] = ..., changed: _Optional[_Iterable[str]] = ..., payload_bytes: _Optional[int] = ..., chunk_bytes: _Optional[int] = ..., chunk_sha256: _Optional[_Iterable[bytes]] = ..., learner_step: _Optional[int] = ..., chunk_blake3: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class Chunk(_message.Message):
     __slots__ = ("version", "base_version", "index", "data")

@@ -403,6 +403,33 @@ def test_async_checked_chunks_refuse_corruption_and_never_overwrite_verified_dat
     assert other.rejected == 1 and 0 in other.missing
 
 
+def test_chunks_are_bound_by_blake3_and_an_older_sha256_manifest_still_verifies() -> None:
+    import hashlib
+
+    import blake3
+
+    enc = W.encode_full(RUN, W.Snapshot.take(model(0, n=300_000), 0), chunk_bytes=256 * 1024)
+    m = enc.manifest
+    assert not m.chunk_sha256 and len(m.chunk_blake3) == enc.num_chunks > 1
+    assert m.chunk_blake3[1] == blake3.blake3(enc.chunk(1)).digest()
+    old = pb.Manifest()
+    old.CopyFrom(m)
+    old.ClearField("chunk_blake3")
+    old.chunk_sha256.extend(hashlib.sha256(enc.chunk(i)).digest() for i in range(enc.num_chunks))
+    asm = VersionAssembler(old)
+    bad = enc.chunk_message(1).chunk
+    bad.data = b"\x00" + bad.data[1:]
+    for i in range(enc.num_chunks):
+        asm.add_async(bad if i == 1 else enc.chunk_message(i).chunk)
+    assert asm.missing == [1] and asm.rejected == 1  # checked with SHA-256
+    assert asm.add(enc.chunk_message(1).chunk) and asm.complete
+    both = pb.Manifest()
+    both.CopyFrom(m)
+    both.chunk_sha256.extend(old.chunk_sha256)
+    with pytest.raises(W.WeightFormatError, match="both"):
+        W.check_manifest(both)
+
+
 def test_bf16_delta_and_republish_keep_the_dtype() -> None:
     """A BF16 tensor (held as uint16 bits) travels in deltas as BF16, and a relay-style
     republish of typed arrays keeps it BF16 (it used to fail: uint16 has no safetensors name)."""
