@@ -9,8 +9,9 @@ a single-use 32-byte token. The client connects a DEALER socket to our ROUTER an
 ``[b"ok"]``. Everything else stays on gRPC: manifests, acknowledgements, errors.
 
 - Weights: chunks of a version go out as ``[b"w", header, data]`` frames that point into the
-  version's shared, read-only payload (no per-subscriber copy); the subscriber still checks each
-  chunk's digest against the manifest it got over gRPC.
+  version's shared, read-only payload (made once per version and sent to every subscriber: no
+  per-subscriber copy or frame); the subscriber still checks each chunk's digest against the
+  manifest it got over gRPC.
 - Experience: the robot sends ``[b"b", header, arrow_ipc]`` per step batch (whole, no 4 MB
   split); a handler of the gRPC stream ingests it and the acknowledgement goes back on gRPC.
 
@@ -31,6 +32,7 @@ import queue
 import struct
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,6 +145,7 @@ class DataPlaneServer:
         self._by_peer: dict[bytes, Session] = {}
         self._lock = threading.Lock()
         self._jobs: deque[_Job] = deque()
+        self._frames: dict[int, list[tuple[zmq.Frame, zmq.Frame]]] = {}  # id(enc) -> frames
         self._max_bps = max_bytes_per_s
         self._next_send = time.monotonic()
         self._stop = False
@@ -283,6 +286,25 @@ class DataPlaneServer:
         except zmq.ZMQError:
             pass  # the peer is gone or full; it times out its hello and uses gRPC
 
+    def _chunk_frames(self, enc: EncodedVersion) -> list[tuple[zmq.Frame, zmq.Frame]]:
+        """(header, data) frames of each chunk of ``enc``, made once and sent to every
+        subscriber: a data frame points into the shared payload (zero-copy) and sending it
+        again shares the same buffer, so libzmq is told about each chunk once per version,
+        not once per subscriber. Dropped when ``enc`` is."""
+        key = id(enc)
+        got = self._frames.get(key)
+        if got is None:
+            got = [
+                (
+                    zmq.Frame(CHUNK_HEADER.pack(enc.version, enc.base_version, i)),
+                    zmq.Frame(enc.chunk_view(i), copy=False),
+                )
+                for i in range(enc.num_chunks)
+            ]
+            self._frames[key] = got
+            weakref.finalize(enc, self._frames.pop, key, None)
+        return got
+
     def _send_some(self) -> int | None:
         """Send a slice of each job's chunks; returns the poll timeout in ms (None: nothing left)."""
         blocked = 0
@@ -300,10 +322,8 @@ class DataPlaneServer:
                     if now < self._next_send:
                         return max(1, int((self._next_send - now) * 1000))
                 i = job.todo[0]
-                data = enc.chunk_view(i)
-                head = CHUNK_HEADER.pack(enc.version, enc.base_version, i)
+                head, data = self._chunk_frames(enc)[i]
                 try:
-                    # copy=False: the frame points into the shared payload (kept alive by it).
                     self._sock.send_multipart([s.peer, WEIGHT, head, data], zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     blocked += 1
@@ -313,10 +333,11 @@ class DataPlaneServer:
                     break
                 job.todo.popleft()
                 sent += 1
-                self.weight_bytes_sent += len(data)
+                n = len(data.buffer)
+                self.weight_bytes_sent += n
                 if self._max_bps > 0:
                     start = max(self._next_send, time.monotonic() - 0.05)
-                    self._next_send = start + len(data) / self._max_bps
+                    self._next_send = start + n / self._max_bps
             self._jobs.rotate(-1)
             if not job.todo:
                 self._jobs.remove(job)
