@@ -1,7 +1,8 @@
 """``robofleet bench transport``: experience upload throughput (acknowledged bytes/s) vs raw
 pyzmq PUSH/PULL on the same Arrow IPC bytes (no acks) and vs one pickled step per unary gRPC
-call (the server only counts the bytes; nothing is unpickled). Loopback, in-memory sink (an ack
-means stored in RAM; the replay buffer's fdatasynced acks are measured by ``bench fleet``).
+call (the server only counts the bytes; nothing is unpickled). Loopback; the cloud's sink keeps
+each robot's seqs and drops the rows (an ack means parsed, validated and taken, not stored:
+the replay buffer's fdatasynced acks are measured by ``bench fleet``).
 Ours runs as deployed (batches on the ZeroMQ data plane, acks on gRPC) and, for reference,
 with ``comms.data_plane`` off (batches on the gRPC stream); both sides are timed from
 connected sockets (ours: once the stream is open and its first batch acked; the time that
@@ -310,10 +311,11 @@ def _print_table(m: _Measured, cam: _Measured, n_batches: int, repeats: int) -> 
     c = Console()
     c.print(t)
     c.print(
-        "Delivery: robofleet acks each batch after the cloud's sink stored it (here an "
-        "in-memory sink: stored in RAM, no fsync; with the replay buffer an ack means "
-        "fdatasynced, see `robofleet bench fleet`); raw pyzmq has no acks, its receiver counts "
-        "and drops the bytes. Both timed from connected sockets; opening robofleet's stream "
+        "Delivery: robofleet acks each batch after the cloud parsed and validated it and its "
+        "sink took it (here a sink that records each robot's seqs and drops the rows, no "
+        "fsync; with the replay buffer an ack means fdatasynced, see `robofleet bench fleet`); "
+        "raw pyzmq has no acks, its receiver counts and drops the bytes. Same bytes on both "
+        "sides, timed from connected sockets; opening robofleet's stream "
         f"(credential, lease, data-plane handshake, first batch acked) took "
         f"{min(m.open_runs) * 1000:.0f} ms more."
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -88,15 +90,64 @@ def layout(entries: Mapping[str, tuple[str, tuple[int, ...]]]) -> tuple[bytes, d
     return prefix, {k: v + len(prefix) for k, v in offsets.items()}
 
 
+POOL_MIN_BYTES = 1 << 20  # smaller buffers come straight from numpy
+POOL_MAX_BYTES = 512 * 1024**2  # free buffers kept, all sizes together
+POOL_PER_SIZE = 2  # free buffers kept of one size
+
+
+class _BufferPool:
+    """Free weight buffers kept for the next version of the same size.
+
+    A robot receives, and a distributor publishes, version after version of one size; a
+    buffer over glibc's mmap threshold (32 MiB at most) is returned to the kernel when freed
+    and the next one is faulted in and zeroed page by page again, which on this machine cost
+    more than the copy that fills it (perf: ``clear_page_erms`` 25-40% of a push). A handed
+    out buffer is an ndarray view of a pooled one; when the view and everything made from it
+    (memoryviews, arrays, tensors) are gone, the pooled buffer is kept again, so a buffer is
+    never reused while anything can still read it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._bytes = 0
+
+    def take(self, nbytes: int) -> memoryview:
+        with self._lock:
+            free = self._free.get(nbytes)
+            raw = free.pop() if free else None
+            if raw is not None:
+                self._bytes -= nbytes
+        if raw is None:
+            raw = np.empty(nbytes, dtype=np.uint8)
+        view = raw[:]
+        weakref.finalize(view, self._keep, raw).atexit = False
+        return memoryview(view)
+
+    def _keep(self, raw: np.ndarray) -> None:
+        n = raw.nbytes
+        with self._lock:
+            free = self._free.setdefault(n, [])
+            if len(free) < POOL_PER_SIZE and self._bytes + n <= POOL_MAX_BYTES:
+                free.append(raw)
+                self._bytes += n
+
+
+_POOL = _BufferPool()
+
+
 def byte_buffer(nbytes: int) -> memoryview:
-    """A writable buffer of ``nbytes`` uninitialised bytes (format ``"B"``).
+    """A writable buffer of ``nbytes`` uninitialised bytes (format ``"B"``): the caller must
+    write every byte it exposes.
 
     ``bytearray(n)`` zero-fills: one more pass over the memory than the copy that fills it,
-    which for a 40 MB model cost as much as the copy. numpy's allocator skips that and asks the
-    kernel for transparent huge pages on large buffers (far fewer page faults), so a fresh
-    buffer is filled at about the speed of copying into warm memory.
+    which for a 40 MB model cost as much as the copy. numpy's allocator skips that (and asks
+    for transparent huge pages on large buffers); buffers of 1 MiB and more are recycled from
+    the versions before (:class:`_BufferPool`).
     """
-    return memoryview(np.empty(nbytes, dtype=np.uint8))
+    if nbytes < POOL_MIN_BYTES:
+        return memoryview(np.empty(nbytes, dtype=np.uint8))
+    return _POOL.take(nbytes)
 
 
 def encode(tensors: Mapping[str, Any]) -> memoryview:

@@ -430,6 +430,26 @@ def test_chunks_are_bound_by_blake3_and_an_older_sha256_manifest_still_verifies(
         W.check_manifest(both)
 
 
+def test_a_weight_buffer_is_reused_only_once_nothing_reads_it() -> None:
+    import gc
+
+    def address(buf: memoryview) -> int:
+        return int(np.frombuffer(buf, np.uint8).ctypes.data)
+
+    size = T.POOL_MIN_BYTES * 3 + 7
+    first = T.byte_buffer(size)
+    where = address(first)
+    tensor = torch.from_numpy(np.frombuffer(first, np.uint8))  # a reader of its bytes
+    del first
+    gc.collect()
+    second = T.byte_buffer(size)
+    assert address(second) != where  # the tensor still reads the first buffer
+    del tensor
+    gc.collect()
+    assert address(T.byte_buffer(size)) == where  # recycled once nothing reads it
+    assert len(T.byte_buffer(100)) == 100  # small ones are not pooled
+
+
 def test_bf16_delta_and_republish_keep_the_dtype() -> None:
     """A BF16 tensor (held as uint16 bits) travels in deltas as BF16, and a relay-style
     republish of typed arrays keeps it BF16 (it used to fail: uint16 has no safetensors name)."""
