@@ -17,10 +17,11 @@ to use the stream again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,11 +42,24 @@ log = logging.getLogger(__name__)
 class GrpcWeightSubscription:
     """Keeps ``receiver`` at the latest version of ``run_id``.
 
+    ``on_manifest(manifest)`` is called when a version starts to be assembled and
+    ``on_chunk(manifest, index, chunk)`` for each of its chunks once checked (a site relay
+    forwards them so, before the version is complete); both run on the subscription's threads.
+
     Attributes:
         versions_applied, chunks_refused, refetches, bytes_received: counters.
     """
 
-    def __init__(self, client: EdgeClient, run_id: str, receiver: WeightReceiver) -> None:
+    def __init__(
+        self,
+        client: EdgeClient,
+        run_id: str,
+        receiver: WeightReceiver,
+        on_manifest: Callable[[pb.Manifest], object] | None = None,
+        on_chunk: Callable[[pb.Manifest, int, memoryview], object] | None = None,
+    ) -> None:
+        self._on_manifest_hook = on_manifest
+        self._on_chunk_hook = on_chunk
         self._client = client
         self._run_id = run_id
         self._rx = receiver
@@ -186,11 +200,16 @@ class GrpcWeightSubscription:
         """An assembler for a version the receiver wants; None for one held already or refused."""
         if not self._rx.wants(manifest):
             return None
+        hook = self._on_chunk_hook
+        verified = None if hook is None else functools.partial(hook, manifest)
         try:
-            return VersionAssembler(manifest)
+            asm = VersionAssembler(manifest, on_verified=verified)
         except WeightFormatError as exc:
             log.error("manifest refused: %s", exc)
             return None
+        if self._on_manifest_hook is not None:
+            self._on_manifest_hook(manifest)
+        return asm
 
     def _on_data_plane_version(self, st: _Stream, manifest: pb.Manifest, backoff: Backoff) -> bool:
         """A manifest whose chunks come on the data plane: receive, repair, apply, ack.

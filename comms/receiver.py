@@ -10,6 +10,7 @@ only ever returns whole versions. A truncated or corrupted version is never appl
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -38,14 +39,23 @@ class VersionAssembler:
     Args:
         manifest: the version's manifest (checked with :func:`weight_codec.check_manifest`).
         max_payload_bytes: refuse larger payloads.
+        on_verified: called with (chunk index, the staged chunk) once a chunk's digest
+            matched, on the thread that checked it (a relay forwards chunks so, as they come);
+            the view must not be written.
 
     Raises:
         WeightFormatError: from the constructor, when the manifest is inconsistent.
     """
 
-    def __init__(self, manifest: pb.Manifest, max_payload_bytes: int = 1 << 40) -> None:
+    def __init__(
+        self,
+        manifest: pb.Manifest,
+        max_payload_bytes: int = 1 << 40,
+        on_verified: Callable[[int, memoryview], object] | None = None,
+    ) -> None:
         W.check_manifest(manifest, max_payload_bytes)
         self.manifest = manifest
+        self._on_verified = on_verified
         # Every byte is written by a chunk before the version can be complete: no zero fill.
         self.payload = T.byte_buffer(manifest.payload_bytes)
         self._digest, self._digests = W.chunk_check(manifest)
@@ -96,11 +106,18 @@ class VersionAssembler:
         start = i * size
         staged = self.payload[start : start + expected_len]
         staged[:] = data
-        self._pending.append((i, _VERIFY_POOL.submit(self._digest, staged)))
+        fut = _VERIFY_POOL.submit(self._digest, staged)
+        if self._on_verified is not None:
+            fut.add_done_callback(functools.partial(self._verified, i, staged))
+        self._pending.append((i, fut))
         self._pending_index.add(i)
         if len(self._pending) > _MAX_PENDING:  # bounded memory: wait for the oldest checks
             self._settle(keep=_MAX_PENDING // 2)
         return True
+
+    def _verified(self, i: int, staged: memoryview, fut: Future[bytes]) -> None:
+        if self._on_verified is not None and fut.result() == self._digests[i]:
+            self._on_verified(i, staged)
 
     def _settle(self, keep: int = 0) -> None:
         while len(self._pending) > keep:
@@ -127,8 +144,11 @@ class VersionAssembler:
             self.rejected += 1
             log.warning("version %d chunk %d refused: bad size or digest", chunk.version, i)
             return False
-        self.payload[i * size : i * size + expected_len] = chunk.data
+        staged = self.payload[i * size : i * size + expected_len]
+        staged[:] = chunk.data
         self._missing.discard(i)
+        if self._on_verified is not None:
+            self._on_verified(i, staged)
         return True
 
     def repair(self, refetch: Refetch | None, attempts: int = 3) -> bool:

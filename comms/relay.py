@@ -223,7 +223,8 @@ class SiteRelay:
         self._fanout_secret = secrets.token_bytes(32)
         self._loop: LoopThread | None = None
         self._server: grpc.aio.Server | None = None
-        self._fanout: queue.Queue[tuple[str, Published] | None] = queue.Queue()
+        # ("manifest" | "chunk" | "published", run id, what), None to stop
+        self._fanout: queue.Queue[tuple[str, str, Any] | None] = queue.Queue()
         self._zmq_ctx = zmq.Context()
         self._pub_sock: zmq.Socket[bytes] | None = None
         self._zmq_thread: threading.Thread | None = None
@@ -358,7 +359,13 @@ class SiteRelay:
         with self._runs_lock:
             if run.subscription is None:
                 client = EdgeClient(self.upstream, credential, self.settings)
-                run.subscription = GrpcWeightSubscription(client, run_id, run.receiver)
+                run.subscription = GrpcWeightSubscription(
+                    client,
+                    run_id,
+                    run.receiver,
+                    on_manifest=functools.partial(self._cut_manifest, run_id),
+                    on_chunk=functools.partial(self._cut_chunk, run_id),
+                )
 
     def _run(self, run_id: str) -> _Run:
         with self._runs_lock:
@@ -372,7 +379,16 @@ class SiteRelay:
             return run
 
     def _queue_fanout(self, run_id: str, published: Published) -> None:
-        self._fanout.put((run_id, published))
+        self._fanout.put(("published", run_id, published))
+
+    def _cut_manifest(self, run_id: str, m: pb.Manifest) -> None:
+        """Cut-through: a version the relay starts receiving goes out at once, its manifest
+        first, then each chunk as soon as its digest checked, so the robots' copy overlaps
+        the relay's instead of waiting for the whole version (the extra hop)."""
+        self._fanout.put(("manifest", run_id, m))
+
+    def _cut_chunk(self, run_id: str, m: pb.Manifest, index: int, data: memoryview) -> None:
+        self._fanout.put(("chunk", run_id, (m, index, data)))
 
     def _republish(self, run_id: str, version: int) -> None:
         run = self.runs[run_id]
@@ -400,10 +416,11 @@ class SiteRelay:
         sock.send_multipart([run_id.encode(), TOPIC_MANIFEST, body, tag])
 
     def _fan_out(self) -> None:
-        """ZeroMQ sender: the newest version of each run, then a beacon of its manifest."""
+        """ZeroMQ sender: what the cut-through forwards (manifests, checked chunks) and the
+        newest version of each run that was not forwarded so, then a beacon of its manifest."""
         assert self._pub_sock is not None
         sock = self._pub_sock
-        last: dict[str, pb.Manifest] = {}
+        last: dict[str, pb.Manifest] = {}  # per run, the newest manifest sent
         while not self._stop.is_set():
             try:
                 item = self._fanout.get(timeout=BEACON_S)
@@ -411,23 +428,37 @@ class SiteRelay:
                 for run_id, m in last.items():
                     self._send_manifest(sock, run_id, m)
                 continue
-            if item is None:
+            queued = [item, *_drain(self._fanout)]
+            items = [x for x in queued if x is not None]
+            if len(items) < len(queued):
                 return
-            latest = {item[0]: item[1]}
-            for x in _drain(self._fanout):  # latest-only here too
-                if x is None:
-                    return
-                latest[x[0]] = x[1]
-            for run_id, published in latest.items():
-                enc = published.delta or published.full
-                topic = run_id.encode()
-                self._send_manifest(sock, run_id, enc.manifest)
-                for i in range(enc.num_chunks):
-                    head = CHUNK_HEADER.pack(enc.version, enc.base_version, i)
-                    # copy=False: the frame points into the version's payload, which it keeps
-                    # alive; every robot's socket shares that one message.
-                    sock.send_multipart([topic, TOPIC_CHUNK, head, enc.chunk_view(i)], copy=False)
-                last[run_id] = enc.manifest
+            newest = {run: pub for kind, run, pub in items if kind == "published"}
+            for kind, run_id, x in items:
+                if kind == "manifest":
+                    self._send_manifest(sock, run_id, x)
+                    last[run_id] = x
+                elif kind == "chunk":
+                    m, index, data = x
+                    head = CHUNK_HEADER.pack(m.version, m.base_version, index)
+                    _send_chunk(sock, run_id, head, data)
+                elif newest[run_id] is x:  # latest-only: older published ones are skipped
+                    sent = last.get(run_id)
+                    if sent is None or x.version > sent.version:  # not cut through already
+                        last[run_id] = self._send_version(sock, run_id, x)
+
+    def _send_version(self, sock: zmq.Socket[bytes], run_id: str, pub: Published) -> pb.Manifest:
+        enc = pub.delta or pub.full
+        self._send_manifest(sock, run_id, enc.manifest)
+        for i in range(enc.num_chunks):
+            head = CHUNK_HEADER.pack(enc.version, enc.base_version, i)
+            _send_chunk(sock, run_id, head, enc.chunk_view(i))
+        return enc.manifest
+
+
+def _send_chunk(sock: zmq.Socket[bytes], run_id: str, head: bytes, data: memoryview) -> None:
+    # copy=False: the frame points into the version's payload, which it keeps alive; every
+    # robot's socket shares that one message.
+    sock.send_multipart([run_id.encode(), TOPIC_CHUNK, head, data], copy=False)
 
 
 def _no_sink(_run_id: str) -> None:

@@ -450,6 +450,31 @@ def test_a_weight_buffer_is_reused_only_once_nothing_reads_it() -> None:
     assert len(T.byte_buffer(100)) == 100  # small ones are not pooled
 
 
+def test_each_chunk_is_handed_on_once_its_digest_checked_and_a_bad_one_never() -> None:
+    """What a site relay forwards before the version is complete (cut-through)."""
+    enc = W.encode_full(RUN, W.Snapshot.take(model(0, n=300_000), 0), chunk_bytes=256 * 1024)
+    seen: dict[int, bytes] = {}
+    lock = threading.Lock()
+
+    def verified(i: int, data: memoryview) -> None:
+        with lock:
+            seen[i] = bytes(data)
+
+    asm = VersionAssembler(enc.manifest, on_verified=verified)
+    bad = enc.chunk_message(2).chunk
+    bad.data = b"\x00" + bad.data[1:]
+    for i in range(enc.num_chunks):
+        asm.add_async(bad if i == 2 else enc.chunk_message(i).chunk)
+    assert asm.missing == [2]
+    good = [i for i in range(enc.num_chunks) if i != 2]
+    deadline = time.monotonic() + 10  # a check's callback runs just after its result is set
+    while len(seen) < len(good) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert 2 not in seen and sorted(seen) == good
+    assert asm.add(enc.chunk_message(2).chunk)  # a re-fetched chunk is handed on too
+    assert all(seen[i] == enc.chunk(i) for i in range(enc.num_chunks))
+
+
 def test_bf16_delta_and_republish_keep_the_dtype() -> None:
     """A BF16 tensor (held as uint16 bits) travels in deltas as BF16, and a relay-style
     republish of typed arrays keeps it BF16 (it used to fail: uint16 has no safetensors name)."""
