@@ -13,6 +13,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -152,17 +153,36 @@ def byte_buffer(nbytes: int) -> memoryview:
 
 def encode(tensors: Mapping[str, Any]) -> memoryview:
     """Serialize ``{name: array or tensor}`` into one safetensors blob: each tensor's buffer is
-    copied once, straight into place (no intermediate copy, no zero fill)."""
+    copied once, straight into place (no intermediate copy, no zero fill), by two threads when
+    the blob is 8 MiB or more."""
     arrays = {k: as_array(v) for k, v in tensors.items()}
     head, offsets = layout({k: (dt, tuple(a.shape)) for k, (a, dt) in arrays.items()})
     total = len(head) + sum(a.nbytes for a, _ in arrays.values())
     blob = byte_buffer(total)
     blob[: len(head)] = head
     out = np.frombuffer(blob, dtype=np.uint8)
-    for name, (arr, _dt) in arrays.items():
-        off = offsets[name]
-        out[off : off + arr.nbytes] = arr.reshape(-1).view(np.uint8)
+    pieces = [
+        (offsets[name] + start, src[start : start + _COPY_PIECE])
+        for name, (arr, _dt) in arrays.items()
+        for src in (arr.reshape(-1).view(np.uint8),)
+        for start in range(0, src.size, _COPY_PIECE)
+    ]
+
+    def put(piece: tuple[int, np.ndarray]) -> None:
+        off, src = piece
+        out[off : off + src.size] = src
+
+    if total < _PARALLEL_COPY_FROM:
+        for piece in pieces:
+            put(piece)
+    else:  # numpy releases the GIL while copying: two threads copy twice as fast on two cores
+        list(_COPY_POOL.map(put, pieces))
     return blob
+
+
+_COPY_PIECE = 4 << 20
+_PARALLEL_COPY_FROM = 8 << 20
+_COPY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tensor-copy")
 
 
 def decode(blob: bytes | bytearray | memoryview) -> dict[str, tuple[str, np.ndarray]]:
