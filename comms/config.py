@@ -49,7 +49,13 @@ class CommsSettings(BaseModel):
         default=256 * 1024 * 1024, gt=0, description="Largest reassembled step batch accepted."
     )
     upload_window: int = Field(
-        default=8, gt=0, description="Step batches a client sends before waiting for an ack."
+        default=32, gt=0, description="Step batches a client sends before waiting for an ack."
+    )
+    upload_window_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        gt=0,
+        description="A client sends no more step batches while this many bytes of them are "
+        "unacknowledged (the batch that crosses it is sent).",
     )
     call_timeout_s: float = Field(default=10.0, gt=0, description="Deadline of unary calls.")
     act_timeout_s: float = Field(default=0.5, gt=0, description="Deadline of a remote Act call.")

@@ -209,10 +209,10 @@ class Uploader:
     def _on_ack(self, st: _StreamState, ack: pb.UploadAck) -> None:
         with self._cond:
             st.last_progress = time.monotonic()
-            kind = st.outstanding.popleft() if st.outstanding else _HELLO
+            kind = st.pop_outstanding()
             for _ in range(int(ack.batches) - 1):  # one ack for several batches (data plane)
                 if st.outstanding:
-                    kind = st.outstanding.popleft()
+                    kind = st.pop_outstanding()
             if ack.durable_seq > self.durable_seq:
                 self.durable_seq = int(ack.durable_seq)
             if ack.HasField("data_plane") and st.offer is None:
@@ -288,7 +288,8 @@ class Uploader:
                     break
                 self._cond.wait(min(0.5, st.resync_at - now))
             room = s.upload_window - inflight
-            return _Turn(hello, st.synced and room > 0, st.sent_seq, room)
+            ready = st.synced and room > 0 and st.inflight_bytes < s.upload_window_bytes
+            return _Turn(hello, ready, st.sent_seq, room)
 
     def _open_data_plane(self, st: _StreamState) -> None:
         """Connect to the data plane the first ack offered, once a stream (``st.sock`` stays
@@ -319,7 +320,11 @@ class Uploader:
             with self._cond:
                 if st.need_sync or st.dead or self._stop.is_set():
                     break
+                if st.inflight_bytes >= self._s.upload_window_bytes:
+                    break  # the byte window is full: an ack makes room
                 st.outstanding.append(e.last_seq)
+                st.outstanding_bytes.append(len(e.data))
+                st.inflight_bytes += len(e.data)
                 st.sent_seq = e.last_seq
                 if len(st.outstanding) == 1:
                     st.last_progress = time.monotonic()
@@ -372,6 +377,8 @@ class _Turn(NamedTuple):
 class _StreamState:
     def __init__(self) -> None:
         self.outstanding: collections.deque[int] = collections.deque()
+        self.outstanding_bytes: collections.deque[int] = collections.deque()  # per batch sent
+        self.inflight_bytes = 0  # of the batches sent and not acknowledged
         self.synced = False
         self.sent_seq = NO_SEQ
         self.need_sync = False
@@ -381,6 +388,15 @@ class _StreamState:
         self.offer: pb.DataPlane | None = None  # from the first ack
         self.tried = False
         self.sock: zmq.Socket[bytes] | None = None  # owned by the request generator
+
+    def pop_outstanding(self) -> int:
+        """The oldest outstanding send (a batch's seq, or ``_HELLO``), now acknowledged."""
+        if not self.outstanding:
+            return _HELLO
+        kind = self.outstanding.popleft()
+        if kind != _HELLO:
+            self.inflight_bytes -= self.outstanding_bytes.popleft()
+        return kind
 
 
 def _parts(run_id: str, e: SpoolEntry, part_bytes: int) -> Any:

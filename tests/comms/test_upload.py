@@ -8,8 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import grpc
+import pyarrow as pa
 import pytest
 
 from comms.sink import MemorySink
@@ -100,6 +102,43 @@ def test_backpressure_pauses_and_loses_nothing(store: MetadataStore) -> None:
         sink.capacity_rows = None  # the learner caught up
         assert up.wait_durable(99, 20)
         assert sink.seqs(robot.robot_id) == list(range(100))
+    finally:
+        up.close()
+        client.close()
+        cloud.close()
+
+
+def test_the_byte_window_holds_one_batch_in_flight_when_it_is_smaller(
+    store: MetadataStore,
+) -> None:
+    class CountingSink(MemorySink):
+        """Notes the most batches the data plane had received beyond those stored."""
+
+        dataplane: Any = None
+        most_ahead = 0
+        stored = 0
+
+        def append(self, robot_id: int, batch: pa.RecordBatch) -> int:
+            time.sleep(0.01)  # slow enough for a client to run ahead if it may
+            ahead = self.dataplane.batches_received - self.stored
+            self.most_ahead = max(self.most_ahead, ahead)
+            self.stored += 1
+            return super().append(robot_id, batch)
+
+    sink = CountingSink()
+    cloud = Cloud(store, sink, fast_comms(upload_window=32, upload_window_bytes=1))
+    sink.dataplane = cloud.server.state.dataplane
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    spool = MemorySpool()
+    for i in range(10):
+        spool.put(steps(robot.robot_id, i * 10, 10))
+    up = Uploader(client, RUN, spool)
+    try:
+        assert up.wait_durable(99, 20), up.last_error
+        assert sink.seqs(robot.robot_id) == list(range(100))
+        assert up.data_plane_batches == 10
+        assert sink.most_ahead == 1  # each batch waited for the ack of the one before
     finally:
         up.close()
         client.close()
