@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from buffer.columns import StepColumns, Strings
+
 _COLUMNS: dict[str, Any] = {
     "seq": np.int64,
     "robot": np.int32,
@@ -52,6 +54,19 @@ _COLUMNS: dict[str, Any] = {
     "discarded": np.bool_,
     "row_bytes": np.int64,
 }
+
+# Columns copied from the batch as they are.
+_COPIED = (
+    "seq",
+    "episode_index",
+    "frame_index",
+    "timestamp",
+    "reward",
+    "terminated",
+    "truncated",
+    "is_intervention",
+    "policy_version",
+)
 
 # (run_id, robot_id, episode_index) of an episode, by name.
 EpisodeKey = tuple[str, str, int]
@@ -74,10 +89,11 @@ class _Vocab:
             out[i] = code
         return out
 
-    def encode_arrow(self, arr: pa.Array) -> np.ndarray:
-        enc = pa.compute.dictionary_encode(arr)
-        local = self.encode(np.asarray(enc.dictionary.to_pylist(), dtype=object))
-        return local[enc.indices.to_numpy(zero_copy_only=False)]
+    def encode_strings(self, s: Strings) -> np.ndarray:
+        """Codes of a dictionary-encoded column's rows, int32 ``(n,)``."""
+        if s.single:
+            return np.full(len(s.codes), self.encode(np.asarray(s.names, dtype=object))[0])
+        return self.encode(np.asarray(s.names, dtype=object))[s.codes]
 
 
 @dataclass
@@ -135,20 +151,22 @@ class RowIndex:
         return self.cols[name][: self.end - self.base]
 
     # -- de-duplication -----------------------------------------------------------------
-    def classify_seqs(self, robot_ids: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, int]:
-        """Split a validated batch: ``(is_duplicate mask, first out-of-order row or -1)``.
+    def classify_seqs(self, robots: Strings, seqs: np.ndarray) -> tuple[np.ndarray, int]:
+        """Split a validated batch (its ``robot_id`` column dictionary-encoded, and ``seq``):
+        ``(is_duplicate mask, first out-of-order row or -1)``.
 
         A seq at or below its robot's highest stored seq is a duplicate when that exact seq
         is stored, otherwise it is out of order.
         """
         dup = np.zeros(len(seqs), dtype=bool)
-        single = len(robot_ids) and (robot_ids == robot_ids[0]).all()
-        for rid in [robot_ids[0]] if single else np.unique(robot_ids):
-            code = self.robots.codes.get(str(rid))
+        for local, rid in enumerate(robots.names):
+            code = self.robots.codes.get(rid)
             if code is None or code not in self.robot_seqs:
                 continue
             rs = self.robot_seqs[code]
-            rows = np.arange(len(seqs)) if single else np.flatnonzero(robot_ids == rid)
+            rows: np.ndarray = (
+                np.arange(len(seqs)) if robots.single else np.flatnonzero(robots.codes == local)
+            )
             s = seqs[rows]
             old = s <= rs.last
             if not old.any():
@@ -177,45 +195,36 @@ class RowIndex:
             grown[:cap] = arr
             self.cols[k] = grown
 
-    def add(self, batch: pa.RecordBatch, row_bytes: np.ndarray) -> tuple[int, int]:
-        """Index a validated, de-duplicated batch as rows ``[end, end + n)``.
+    def add(self, batch: pa.RecordBatch | StepColumns, row_bytes: np.ndarray) -> tuple[int, int]:
+        """Index a validated, de-duplicated batch (or its small columns, ``buffer.columns``)
+        as rows ``[end, end + n)``.
 
         Links each step to its predecessor (same run, robot and episode, frame_index one less,
         predecessor not done). Returns the row range. Rows are not marked ``eligible`` here;
         :meth:`publish` does that once they are durable and visible.
         """
-        n = batch.num_rows
+        sc = batch if isinstance(batch, StepColumns) else StepColumns.of(batch)
+        n = sc.n
         self._reserve(n)
         lo = self.end - self.base
         hi = lo + n
         c = self.cols
-        c["seq"][lo:hi] = batch.column("seq").to_numpy()
-        robot = self.robots.encode_arrow(batch.column("robot_id"))
-        run = self.runs.encode_arrow(batch.column("run_id"))
+        for name in _COPIED:
+            c[name][lo:hi] = sc.num[name]
+        robot = self.robots.encode_strings(sc.robot)
+        run = self.runs.encode_strings(sc.run)
         c["robot"][lo:hi] = robot
         c["run"][lo:hi] = run
-        c["task"][lo:hi] = self.tasks.encode_arrow(batch.column("task"))
-        ep = batch.column("episode_index").to_numpy()
-        fr = batch.column("frame_index").to_numpy()
-        c["episode_index"][lo:hi] = ep
-        c["frame_index"][lo:hi] = fr
-        c["timestamp"][lo:hi] = batch.column("timestamp").to_numpy()
-        c["reward"][lo:hi] = batch.column("reward").to_numpy()
-        term = batch.column("terminated").to_numpy(zero_copy_only=False)
-        trunc = batch.column("truncated").to_numpy(zero_copy_only=False)
-        c["terminated"][lo:hi] = term
-        c["truncated"][lo:hi] = trunc
-        interv = batch.column("is_intervention").to_numpy(zero_copy_only=False)
-        c["is_intervention"][lo:hi] = interv
-        c["policy_version"][lo:hi] = batch.column("policy_version").to_numpy()
+        c["task"][lo:hi] = self.tasks.encode_strings(sc.task)
         c["next_row"][lo:hi] = -1
         c["prev_row"][lo:hi] = -1
         c["eligible"][lo:hi] = False
         c["discarded"][lo:hi] = False
         c["row_bytes"][lo:hi] = row_bytes
         first = self.end
-        self._link(lo, first, run, robot, ep, fr, term | trunc)
-        self._note_seqs(first, robot, c["seq"][lo:hi])
+        ep, fr = sc.num["episode_index"], sc.num["frame_index"]
+        self._link(lo, first, run, robot, ep, fr, sc.done)
+        self._note_seqs(first, robot, sc.seq, sc.robot.single)
         self.end += n
         if self.discards:
             self._discard_new(lo, run, robot, ep)
@@ -274,10 +283,15 @@ class RowIndex:
             self.cols["truncated"][prev - self.base] = True
             self.interrupted_episodes += 1
 
-    def _note_seqs(self, first: int, robot: np.ndarray, seqs: np.ndarray) -> None:
-        """Extend each robot's seq list with the new rows ``first ..`` (``robot`` codes)."""
-        codes = [int(robot[0])] if (robot == robot[0]).all() else np.unique(robot).tolist()
-        for code in codes:
+    def _note_seqs(self, first: int, robot: np.ndarray, seqs: np.ndarray, single: bool) -> None:
+        """Extend each robot's seq list with the new rows ``first ..`` (``robot`` codes;
+        ``single``: all rows are one robot's)."""
+        if single:
+            code = int(robot[0])
+            self.robot_seqs.setdefault(code, _RobotSeqs()).extend(seqs)
+            self.robot_last_row[code] = first + len(seqs) - 1
+            return
+        for code in np.unique(robot).tolist():
             rs = self.robot_seqs.setdefault(int(code), _RobotSeqs())
             mine = robot == code
             rs.extend(seqs[mine])

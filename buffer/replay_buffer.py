@@ -647,6 +647,7 @@ class ReplayBuffer:
         st.stop.set()
         with st.lock:
             st.cond.notify_all()
+            self.sealer.stop()
         for t in self._threads:
             t.join(timeout=10)
         if self.writer.wal is not None:

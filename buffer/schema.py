@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from buffer.columns import StepColumns
 from buffer.errors import StepValidationError
 
 SCALAR_COLUMNS: dict[str, pa.DataType] = {
@@ -123,6 +124,25 @@ class FeatureSpec:
         return cls(name, np.dtype(dtype_s), shape, names_t, False)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """How to build a stored batch from batches of one incoming schema.
+
+    Attributes:
+        fields: per stored field, ``(field, its column in the incoming batch or -1 when
+            absent, whether its type needs conforming)``.
+        absent_actions: stored positions of the optional actions the batch leaves out (they
+            are the ``action`` column: "same as the executed action").
+        present_actions: an optional action is sent (its nulls are filled per row).
+        finite_checks: the float payload columns sent (checked for NaN and Inf).
+    """
+
+    fields: list[tuple[pa.Field, int, bool]]
+    absent_actions: list[int]
+    present_actions: bool
+    finite_checks: list[str]
+
+
 class StepSchema:
     """The columns of a buffer's steps. Build with :meth:`from_features`.
 
@@ -161,6 +181,9 @@ class StepSchema:
             fields.append(pa.field(FINAL_PREFIX + name, pa.large_binary(), nullable=True))
         self.arrow_schema = pa.schema(fields, metadata={b"robofleet.step_schema": self.to_json()})
         self.fixed_row_bytes = sum(f.nbytes for f in self.payload.values()) + 8 * 8
+        self._plans: list[tuple[pa.Schema, _Plan]] = []
+        self._positions = {name: i for i, name in enumerate(self.arrow_schema.names)}
+        self._action_pos = self._positions["action"]
 
     # -- construction -------------------------------------------------------------------
     @classmethod
@@ -307,45 +330,97 @@ class StepSchema:
         Raises:
             StepValidationError: the first problem found. Nothing of the batch is stored.
         """
+        return self.validate_columns(batch)[0]
+
+    def validate_columns(
+        self, batch: pa.RecordBatch | pa.Table
+    ) -> tuple[pa.RecordBatch, StepColumns]:
+        """:meth:`validate`, also returning the batch's small columns as numpy
+        (``buffer.columns``), which the insert path reads instead of asking Arrow again.
+
+        Raises:
+            StepValidationError: as :meth:`validate`.
+        """
         if isinstance(batch, pa.Table):
             batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None  # type: ignore[assignment]
             if batch is None:
-                return self.arrow_schema.empty_table().to_batches(max_chunksize=1)[0]
-        names = set(batch.schema.names)
-        unknown = names - set(self.arrow_schema.names)
-        if unknown:
-            raise StepValidationError(
-                f"unknown field(s) {sorted(unknown)}; the schema has {self.arrow_schema.names}",
-                field=sorted(unknown)[0],
-            )
+                batch = self.arrow_schema.empty_table().to_batches(max_chunksize=1)[0]
+        plan = self._plan(batch.schema)
         n = batch.num_rows
         cols: list[pa.Array] = []
-        for field in self.arrow_schema:
-            if field.name not in names:
-                if field.nullable:
-                    cols.append(pa.nulls(n, field.type))
-                    continue
-                raise StepValidationError(f"field {field.name!r} is missing", field=field.name)
-            col = batch.column(field.name)
-            if col.type != field.type:
+        for field, i, conform in plan.fields:
+            if i < 0:  # absent: a final observation (nulls) or an optional action (below)
+                cols.append(pa.nulls(n, field.type))
+                continue
+            col = batch.column(i)
+            if conform:
                 col = self._conform(batch, field, col)
             if not field.nullable and col.null_count:
                 row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
                 raise self._row_err(batch, row, field.name, "is null")
             cols.append(col)
+        for pos in plan.absent_actions:  # "same as action": the action column itself
+            cols[pos] = cols[self._action_pos]
         out = pa.RecordBatch.from_arrays(cols, schema=self.arrow_schema)
-        self._check_values(out)
-        return self._fill_optional_actions(out)
+        columns = StepColumns.of(out, self._positions)
+        if n == 0:
+            return out, columns
+        self._check_values(out, columns, plan.finite_checks)
+        if plan.present_actions:
+            out = self._fill_optional_actions(out)
+        return out, columns
+
+    def _plan(self, schema: pa.Schema) -> _Plan:
+        """How to build the stored columns from a batch of ``schema`` (see :class:`_Plan`),
+        cached per incoming schema (a robot sends the same one every time).
+
+        Raises:
+            StepValidationError: an unknown column, or a required one missing.
+        """
+        for known, plan in self._plans:
+            if known is schema or known.equals(schema):
+                return plan
+        names = schema.names
+        unknown = set(names) - set(self.arrow_schema.names)
+        if unknown:
+            raise StepValidationError(
+                f"unknown field(s) {sorted(unknown)}; the schema has {self.arrow_schema.names}",
+                field=sorted(unknown)[0],
+            )
+        fields: list[tuple[pa.Field, int, bool]] = []
+        for field in self.arrow_schema:
+            if field.name not in names:
+                if not field.nullable:
+                    raise StepValidationError(f"field {field.name!r} is missing", field=field.name)
+                fields.append((field, -1, False))
+                continue
+            i = names.index(field.name)
+            fields.append((field, i, schema.field(i).type != field.type))
+        plan = _Plan(
+            fields,
+            absent_actions=[self._positions[k] for k in OPTIONAL_ACTIONS if k not in names],
+            present_actions=any(k in names for k in OPTIONAL_ACTIONS),
+            finite_checks=[
+                k for k, f in self.payload.items() if f.dtype.kind == "f" and k in names
+            ],
+        )
+        self._plans = [(schema, plan), *self._plans[:7]]  # a handful of encodings at most
+        return plan
 
     def _fill_optional_actions(self, b: pa.RecordBatch) -> pa.RecordBatch:
-        """An absent ``action.policy``/``action.operator`` equals the executed ``action``."""
+        """An absent ``action.policy``/``action.operator`` equals the executed ``action``:
+        all absent is the ``action`` column itself (no copy), some absent are filled."""
         action = b.column("action")
         for name in OPTIONAL_ACTIONS:
             col = b.column(name)
-            if col.null_count:
-                i = b.schema.get_field_index(name)
-                filled = pa.compute.if_else(col.is_null(), action, col)
-                b = b.set_column(i, b.schema.field(i), filled.cast(col.type))
+            if not col.null_count:
+                continue
+            i = b.schema.get_field_index(name)
+            if col.null_count == len(col):
+                filled = action
+            else:
+                filled = pa.compute.if_else(col.is_null(), action, col).cast(col.type)
+            b = b.set_column(i, b.schema.field(i), filled)
         return b
 
     # -- helpers ------------------------------------------------------------------------
@@ -410,17 +485,14 @@ class StepSchema:
                 f"field {field.name!r}: expected {want}, got {got}", field=field.name
             ) from None
 
-    def _check_values(self, b: pa.RecordBatch) -> None:
+    def _check_values(self, b: pa.RecordBatch, c: StepColumns, floats: list[str]) -> None:
         """Every value check of a batch with the right columns, in the order their errors are
-        reported: indices, ids, scalars, payload floats, final observations, record size,
-        seq order."""
-        if b.num_rows == 0:
-            return
-        str_lens = self._check_scalars(b)
-        self._check_payload_finite(b)
-        row_bytes = self.fixed_row_bytes + str_lens["robot_id"] + str_lens["run_id"]
-        row_bytes = row_bytes + str_lens["task"]
-        row_bytes = row_bytes + self._check_finals(b)
+        reported: indices, ids, scalars, payload floats (the columns ``floats``), final
+        observations, record size, seq order."""
+        str_lens = self._check_scalars(b, c)
+        self._check_payload_finite(b, floats)
+        sizes = self.fixed_row_bytes + str_lens + self._check_finals(b, c)
+        row_bytes = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (b.num_rows,))
         big = np.flatnonzero(row_bytes > self.max_record_bytes)
         if big.size:
             raise self._row_err(
@@ -429,59 +501,49 @@ class StepSchema:
                 "(record)",
                 f"is {int(row_bytes[big[0]])} bytes, over max_record_bytes={self.max_record_bytes}",
             )
-        self._check_seq_order(b)
+        self._check_seq_order(b, c)
 
-    def _check_scalars(self, b: pa.RecordBatch) -> dict[str, np.ndarray]:
+    def _check_scalars(self, b: pa.RecordBatch, c: StepColumns) -> np.ndarray | int:
         """Indices not negative, ``robot_id`` not empty, ``reward``/``timestamp`` finite;
-        returns the byte lengths of the string columns (int64, per row)."""
+        returns the byte lengths of the three string columns together (int64, per row)."""
         for name in ("episode_index", "frame_index"):
-            v = b.column(name).to_numpy()
-            bad = np.flatnonzero(v < 0)
-            if bad.size:
+            v = c.num[name]
+            if v.min() < 0:
+                bad = np.flatnonzero(v < 0)
                 raise self._row_err(b, int(bad[0]), name, f"is negative ({v[bad[0]]})")
-        str_lens = {
-            name: pa.compute.binary_length(b.column(name))
-            .to_numpy(zero_copy_only=False)
-            .astype(np.int64)
-            for name in ("robot_id", "run_id", "task")
-        }
-        empty = np.flatnonzero(str_lens["robot_id"] == 0)
-        if empty.size:
+        if "" in c.robot.names:
+            empty = np.flatnonzero(c.robot.codes == c.robot.names.index(""))
             raise self._row_err(b, int(empty[0]), "robot_id", "is empty")
         for name in ("reward", "timestamp"):
-            v = b.column(name).to_numpy()
+            v = c.num[name]
             if not np.isfinite(v).all():
                 bad = np.flatnonzero(~np.isfinite(v))
                 raise self._row_err(b, int(bad[0]), name, f"is not finite ({v[bad[0]]})")
-        return str_lens
+        if c.robot.single and c.run.single and c.task.single:  # the usual batch
+            return sum(len(x.names[0].encode()) for x in (c.robot, c.run, c.task))
+        return c.robot.byte_lengths() + c.run.byte_lengths() + c.task.byte_lengths()
 
-    def _check_payload_finite(self, b: pa.RecordBatch) -> None:
-        """No NaN or Inf in a float payload column."""
-        for name, f in self.payload.items():
-            if f.dtype.kind != "f":
+    def _check_payload_finite(self, b: pa.RecordBatch, names: list[str]) -> None:
+        """No NaN or Inf in the float payload columns ``names``."""
+        for name in names:
+            col = b.column(self._positions[name])
+            vals = col.flatten().to_numpy()
+            if np.isfinite(vals).all():  # the usual case: one vectorised pass
                 continue
-            col = b.column(name)
-            vals = col.flatten().to_numpy().reshape(-1, f.size)
-            finite = np.isfinite(vals).all(axis=1)
-            if finite.all():  # the usual case: one vectorised pass, nothing to locate
-                continue
+            finite = np.isfinite(vals.reshape(-1, self.payload[name].size)).all(axis=1)
             if col.null_count:
                 # flatten() drops null slots, so map rows back through the validity mask.
                 rows = np.flatnonzero(~col.is_null().to_numpy(zero_copy_only=False))
                 bad = rows[~finite]
             else:
                 bad = np.flatnonzero(~finite)
-            if bad.size:
-                raise self._row_err(b, int(bad[0]), name, "contains NaN or Inf")
+            raise self._row_err(b, int(bad[0]), name, "contains NaN or Inf")
 
-    def _check_finals(self, b: pa.RecordBatch) -> np.ndarray | int:
+    def _check_finals(self, b: pa.RecordBatch, c: StepColumns) -> np.ndarray | int:
         """Final observations (``next.observation.*``): the right size, present on done steps
         when required, finite; returns their bytes per row (0 when none is checked)."""
         n = b.num_rows
-        done = np.logical_or(
-            b.column("terminated").to_numpy(zero_copy_only=False),
-            b.column("truncated").to_numpy(zero_copy_only=False),
-        )
+        done = c.done
         any_done = bool(done.any())
         total: np.ndarray | int = 0
         for name, f in self.observations.items():
@@ -517,11 +579,11 @@ class StepSchema:
             total = total + lens
         return total
 
-    def _check_seq_order(self, b: pa.RecordBatch) -> None:
+    def _check_seq_order(self, b: pa.RecordBatch, c: StepColumns) -> None:
         """Each robot's seqs strictly increase within the batch."""
-        robots = b.column("robot_id").to_numpy(zero_copy_only=False)
-        seqs = b.column("seq").to_numpy()
-        if (robots == robots[0]).all():  # the usual batch: one robot's steps
+        robots = c.robot.codes
+        seqs = c.seq
+        if c.robot.single:  # the usual batch: one robot's steps
             back = np.flatnonzero(np.diff(seqs) <= 0)
             if back.size:
                 raise self._row_err(

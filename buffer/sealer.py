@@ -32,6 +32,9 @@ class Sealer:
         self.retention = retention
         self.queue: list[tuple[Chunk, list[Path]]] = []
         self.spare: dict[str, np.ndarray] | None = None
+        # The thread's own condition (on the state's lock): appends notify the shared one
+        # often, and waking this thread each time cost a context switch per append.
+        self.wake = threading.Condition(state.lock)
 
     def start(self) -> threading.Thread:
         t = threading.Thread(target=self._run, name="buffer-sealer", daemon=True)
@@ -42,14 +45,24 @@ class Sealer:
         """Queue a full tail for sealing (locked)."""
         chunk.sealed = False
         self.queue.append((chunk, wal_paths))
-        self.state.cond.notify_all()
+        self.wake.notify_all()
 
     def take_spare(self) -> dict[str, np.ndarray] | None:
         """The spare tail's arrays, or None; they count as the tail from now on (locked)."""
         spare, self.spare = self.spare, None
         if spare is not None:
             self.state.storage.spare_bytes -= len(spare["action"]) * self.state.storage.row_bytes
+            self.wake.notify_all()  # make the next one
         return spare
+
+    def rows_visible(self) -> None:
+        """Rows became visible (locked): the oldest queued tail may be ready to seal."""
+        if self.queue:
+            self.wake.notify_all()
+
+    def stop(self) -> None:
+        """Wake the thread to see ``state.stop`` (locked)."""
+        self.wake.notify_all()
 
     def flush(self) -> None:
         """Wait until every queued seal is written and the spare tail is ready (quiescent)."""
@@ -65,7 +78,7 @@ class Sealer:
                 self._make_spare()
             with st.lock:
                 while not self.queue and not st.stop.is_set() and self.spare is not None:
-                    st.cond.wait(0.5)
+                    self.wake.wait(0.5)
                 if not self.queue:
                     if st.stop.is_set():
                         return
@@ -73,7 +86,7 @@ class Sealer:
                 chunk, wal_paths = self.queue[0]
                 # Rows of this chunk are durable in the WAL; wait until they are visible.
                 while st.visible < chunk.end and not st.stop.is_set():
-                    st.cond.wait(0.01)
+                    self.wake.wait(0.05)
             self.seal(chunk, wal_paths)
 
     def _make_spare(self) -> None:

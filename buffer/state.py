@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from buffer.columns import StepColumns
 from buffer.config import BufferSettings
 from buffer.index import RowIndex
 from buffer.schema import StepSchema
@@ -59,8 +60,8 @@ class TableState:
         target_rows = max(1, settings.segment_target_bytes // row)
         self.rows_per_segment = max(1, min(hot_rows, target_rows))
 
-    def index_rows(self, batch: pa.RecordBatch) -> tuple[int, int]:
-        """Index ``batch`` as the next rows (each counted at the schema's fixed row size);
-        returns their range ``[first, end)`` (see ``RowIndex.add``)."""
-        row_bytes = np.full(batch.num_rows, self.storage.row_bytes, dtype=np.int64)
-        return self.index.add(batch, row_bytes)
+    def index_rows(self, batch: pa.RecordBatch | StepColumns) -> tuple[int, int]:
+        """Index ``batch`` (or its small columns) as the next rows (each counted at the
+        schema's fixed row size); returns their range ``[first, end)`` (``RowIndex.add``)."""
+        n = batch.n if isinstance(batch, StepColumns) else batch.num_rows
+        return self.index.add(batch, np.full(n, self.storage.row_bytes, dtype=np.int64))

@@ -18,7 +18,12 @@ Group commit (the classic leader/follower scheme, as in database WALs): appender
 record under the buffer's lock, then call :meth:`WriteAheadLog.sync` with the log position
 they need durable. One of them becomes the leader and runs a single ``fdatasync`` that covers
 every record written so far; the others wait for it. The leader lingers up to
-``max_delay_s`` only while other appends are in flight, so a lone writer pays no delay.
+``max_delay_s`` only while other appends have announced a record they have not written yet
+(:meth:`WriteAheadLog.begin` / :meth:`~WriteAheadLog.end`), so a lone writer pays no delay and
+an append already past its write (waiting for its acknowledgement) holds no one up.
+
+A record's payload may be given in pieces (the zero-copy IPC message of
+``buffer.encoding``): the checksum is streamed over them and they go out in one ``writev``.
 
 Failures (a full disk): a write that fails is cut back off the file at once, so the file never
 holds a torn record with later ones behind it. After a failed write or fdatasync the log
@@ -33,12 +38,14 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
+from buffer.encoding import Piece, pieces_size
 from buffer.errors import UnsupportedFormatError
 from buffer.format import SUPPORTED_FORMAT_VERSIONS, WAL_MARKER_PREFIX, wal_marker
 from robofleet.durable import atomic_write_bytes, fsync_dir
@@ -50,6 +57,7 @@ FILE_HEADER = struct.Struct("<8sQ")
 REC_HEADER = struct.Struct("<IIQQ")
 REC_MAGIC = 0x5246574C  # "RFWL"
 FILE_HEADER_BYTES = FILE_HEADER.size
+_IOV_MAX = 1024  # Linux's limit on buffers per writev
 
 
 def wal_name(first_row: int, stripe: int = 0) -> str:
@@ -83,6 +91,15 @@ def checksum(first_row: int, payload: bytes | memoryview) -> int:
 
 def record_header(first_row: int, payload: bytes | memoryview) -> bytes:
     return REC_HEADER.pack(REC_MAGIC, len(payload), first_row, checksum(first_row, payload))
+
+
+def pieces_header(first_row: int, pieces: Sequence[Piece]) -> bytes:
+    """:func:`record_header` of the concatenation of ``pieces``, without concatenating them
+    (xxh3 streamed over the pieces gives the one-shot digest)."""
+    h = xxhash.xxh3_64(seed=first_row)
+    for p in pieces:
+        h.update(p)
+    return REC_HEADER.pack(REC_MAGIC, pieces_size(pieces), first_row, h.intdigest())
 
 
 def check_marker(path: Path, head: bytes) -> bool:
@@ -217,26 +234,34 @@ class WriteAheadLog:
         return self._fsyncs
 
     def begin(self) -> None:
-        """Announce an append in progress (so a sync leader waits a moment for it)."""
+        """Announce a record about to be written (a sync leader waits a moment for it)."""
         with self._cond:
             self._inflight += 1
 
     def end(self) -> None:
+        """The announced record is written (or will not be): leaders stop waiting for it."""
         with self._cond:
             self._inflight -= 1
-            self._cond.notify_all()
+            if self._syncing:
+                self._cond.notify_all()
 
-    def write(self, first_row: int, payload: bytes | memoryview) -> int:
-        """Append one record (not yet durable); returns the position :meth:`sync` needs."""
-        header = record_header(first_row, payload)
-        total = len(header) + len(payload)
+    def write(self, first_row: int, payload: bytes | memoryview | Sequence[Piece]) -> int:
+        """Append one record (not yet durable); returns the position :meth:`sync` needs.
+
+        ``payload``: the record's bytes, or pieces to write as their concatenation (the
+        zero-copy IPC message of ``buffer.encoding.ipc_pieces``).
+        """
+        pieces: Sequence[Piece] = [payload] if isinstance(payload, bytes | memoryview) else payload
+        header = pieces_header(first_row, pieces)
+        iov = [header, *pieces]
+        total = len(header) + pieces_size(pieces)
         with self._lock:
             if self._failed is not None:
                 raise self._failed_earlier()
             try:
-                done = os.writev(self._fd, [header, payload])
+                done = _writev(self._fd, iov)
                 if done < total:  # a short write: finish it from where it stopped
-                    _write_all(self._fd, (header + bytes(payload))[done:])
+                    _write_all(self._fd, b"".join(bytes(p) for p in iov)[done:])
             except OSError as exc:
                 self._cut_back(exc)
                 raise
@@ -275,9 +300,11 @@ class WriteAheadLog:
                 if self._synced >= lsn:
                     return
                 self._syncing = True
-                if self.max_delay_s > 0 and self._inflight > 1:
+                # Linger only for records announced and not written yet: an append past its
+                # write (waiting for its own sync or acknowledgement) adds nothing to share.
+                if self.max_delay_s > 0 and self._inflight > 0:
                     deadline = time.monotonic() + self.max_delay_s
-                    while self._inflight > 1:
+                    while self._inflight > 0:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             break
@@ -415,6 +442,21 @@ class StripedWal:
     def close(self) -> None:
         for w in self.logs:
             w.close()
+
+
+def _writev(fd: int, iov: list[Any]) -> int:
+    """``os.writev`` in batches of at most IOV_MAX buffers; bytes written (short on a
+    partial write)."""
+    if len(iov) <= _IOV_MAX:
+        return os.writev(fd, iov)
+    done = 0
+    for i in range(0, len(iov), _IOV_MAX):
+        part = iov[i : i + _IOV_MAX]
+        n = os.writev(fd, part)
+        done += n
+        if n < pieces_size(part):
+            break
+    return done
 
 
 def _write_all(fd: int, data: bytes) -> None:
