@@ -211,8 +211,10 @@ class WriteAheadLog:
         self.path, self._fd = self.open_next(first_row)
         self._size = FILE_HEADER.size  # bytes of whole records (and header) in the file
 
-    def open_next(self, first_row: int) -> tuple[Path, int]:
+    def open_next(self, first_row: int, *, sync_dir: bool = True) -> tuple[Path, int]:
         """Create (durably) the file of this stripe starting at ``first_row``: ``(path, fd)``.
+        ``sync_dir=False``: the caller fsyncs the directory (once for several files) before
+        any record goes into the file.
 
         Raises:
             OSError: e.g. ENOSPC; no file is left behind.
@@ -222,7 +224,8 @@ class WriteAheadLog:
         try:
             _write_all(fd, FILE_HEADER.pack(FILE_MAGIC, first_row))
             os.fdatasync(fd)
-            fsync_dir(self.directory)
+            if sync_dir:
+                fsync_dir(self.directory)
         except BaseException:
             os.close(fd)
             path.unlink(missing_ok=True)
@@ -338,6 +341,8 @@ class WriteAheadLog:
         with self._sync_lock, self._lock:
             if self._failed is not None:
                 raise self._failed_earlier()
+            if self._synced >= self._written:
+                return self._written  # every record is durable already (group commit)
             try:
                 os.fdatasync(self._fd)
             except OSError as exc:
@@ -422,7 +427,8 @@ class StripedWal:
         fresh: list[tuple[Path, int]] = []
         try:
             for w in self.logs:
-                fresh.append(w.open_next(first_row))
+                fresh.append(w.open_next(first_row, sync_dir=False))
+            fsync_dir(self.logs[0].directory)  # one directory fsync for all the new files
             synced = [w.sync_all() for w in self.logs]
         except BaseException:
             for path, fd in fresh:

@@ -96,6 +96,7 @@ class Writer:
         self._durable: dict[int, int] = {}  # synced appends above the watermark: first -> end
         self._unwritten = 0  # appends given rows whose WAL record is not written yet
         self._claimed = 0  # appends given rows that have not returned or raised yet
+        self._rotating = False  # an append is switching the WAL files (outside the lock)
         self._visibility = _Wakeups()  # appends waiting for their rows to become visible
 
     def start(self) -> None:
@@ -200,10 +201,20 @@ class Writer:
                 ) from None
 
     def _claim_rows(self, claim: _Claim) -> None:
+        """Give the new records their rows and the tail they go into (see
+        :meth:`_claim_locked`); when the tail is full, this append rotates the WAL first,
+        outside the lock (see :meth:`_rotate`), and tries again."""
+        while True:
+            rotation = self._claim_locked(claim)
+            if rotation is None:
+                return
+            self._rotate(*rotation)
+
+    def _claim_locked(self, claim: _Claim) -> tuple[Chunk, int] | None:
         """Under the lock: re-check for rows a concurrent append stored meanwhile (a seq it
         put out of order refuses the whole append, as in :meth:`_deduplicated`: nothing of it
-        is stored or acknowledged), then give the new records their rows and the tail they
-        go into."""
+        is stored or acknowledged), then claim rows. Returns None once claimed, or the full
+        tail and the first row of the next one when this append must rotate."""
         st = self.state
         with st.lock:
             if st.closed:
@@ -223,10 +234,43 @@ class Writer:
                         claim.limited = new.num_rows
             claim.first = claim.end = st.index.end
             if claim.new.num_rows:
-                claim.tail = self._tail_for(claim.new.num_rows)
+                tail = self._tail_for(claim.new.num_rows)
+                if tail is None:
+                    assert self.tail is not None
+                    self._rotating = True
+                    return self.tail, st.index.end
+                claim.tail = tail
                 claim.first, claim.end = st.index_rows(claim.cols)
                 self._unwritten += 1
                 self._claimed += 1
+            return None
+
+    def _rotate(self, full: Chunk, first: int) -> None:
+        """Close the WAL files of the full tail ``full`` (every row of it written) and
+        continue in new ones from row ``first``, WITHOUT the buffer lock: a rotation costs
+        several fdatasyncs (tens of ms), and appends past their write keep publishing and
+        acknowledging meanwhile; claims wait (``_rotating``).
+
+        Raises:
+            DiskFullError / OSError: a new file could not be made; nothing changed.
+        """
+        st = self.state
+        assert self.wal is not None
+        try:
+            old = self.wal.rotate(first)
+        except BaseException as exc:
+            with st.lock:
+                self._rotating = False
+                st.cond.notify_all()
+            if isinstance(exc, OSError):
+                self._raise_disk_full(exc)
+            raise
+        with st.lock:
+            full.n = first - full.first_row
+            self.sealer.enqueue(full, old)
+            self.tail = self._new_tail(st.rows_per_segment)
+            self._rotating = False
+            st.cond.notify_all()
 
     def _write(self, claim: _Claim, wal: WriteAheadLog) -> None:
         """The rows are ours now; copy them into the WAL and the tail WITHOUT the buffer lock
@@ -289,7 +333,7 @@ class Writer:
         st = self.state
         assert self.wal is not None and self.tail is not None
         with st.lock:
-            while self._claimed or self._unwritten:
+            while self._claimed or self._unwritten or self._rotating:
                 st.cond.wait(0.05)
             if self.failed is None:
                 return  # another append recovered meanwhile
@@ -364,13 +408,19 @@ class Writer:
                 out[rid] = int(cols.seq[cols.robot.codes == local].max())
         return out
 
-    def _tail_for(self, n: int) -> Chunk:
-        """The open tail with room for ``n`` rows, sealing the current one when full (locked)."""
+    def _tail_for(self, n: int) -> Chunk | None:
+        """The open tail with room for ``n`` rows, or None when the full tail must be rotated
+        by the caller (locked). A batch larger than a tail rotates here, under the lock."""
         st = self.state
         assert self.tail is not None and self.wal is not None
         while True:
             if self.failed is not None:
                 raise self._refusal()  # never rotate past rows that cannot become durable
+            if st.closed:
+                raise BufferClosedError(f"{st.directory}: buffer closed")
+            if self._rotating:  # another append is rotating; its new tail comes next
+                st.cond.wait(0.05)
+                continue
             tail = self.tail
             used = st.index.end - tail.first_row
             if used + n <= tail.capacity:
@@ -384,7 +434,9 @@ class Writer:
             # An unsealed tail cannot be evicted: with one still queued, wait for its seal
             # (a rename, milliseconds) rather than let the hot tier overshoot the budget.
             st.cond.wait(0.05)
-        if used > 0:
+        if used > 0 and n <= st.rows_per_segment:
+            return None  # the caller rotates (outside the lock) and claims again
+        if used > 0:  # a batch larger than a tail: rotate here, then a tail that fits it
             try:
                 old = self.wal.rotate(st.index.end)
             except OSError as exc:  # nothing changed: this append is refused, no rows given
@@ -440,8 +492,9 @@ class Writer:
             fsync_dir(st.directory)
 
     def wait_written(self) -> None:
-        """Wait until appends given rows have written their records (locked; ``close``)."""
-        while self._unwritten:
+        """Wait until appends given rows have written their records and no rotation is in
+        flight (locked; ``close``)."""
+        while self._unwritten or self._rotating:
             self.state.cond.wait(0.05)
 
 
