@@ -87,6 +87,15 @@ Version-1 directories are still read (``RFWAL001`` WALs, Arrow segments carrying
 (nothing is read, dropped or changed); a torn WAL tail (or a header never fully written)
 is still dropped as before.
 
+Memory: payload (hot chunks, the open tail and its pre-faulted spare, the small columns of
+cold chunks while they fit) stays inside ``memory_budget_bytes``; cold rows are read from
+their segment files with ``pread``, final observations of sealed rows too. Outside the budget
+only the row index grows with the data: 85 bytes per stored row (``buffer.index``), plus a
+few KB per sealed segment (its record table, file names). Measured in a fresh process by
+``python -m buffer.bench_memory`` (a row of ``robofleet bench buffer``): with a 16 MiB
+budget and 64x64x3 frames, resident memory stays at or under the budget at 2x, 10x and 20x
+its worth of data.
+
 Per-robot lookups (durable rows only, i.e. acknowledged)::
 
     buf.durable_seq("robot-3")          # highest durable seq of that robot, or None

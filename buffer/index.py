@@ -23,6 +23,11 @@ Two rules change flags the stored rows do not carry:
 
 Row ids are global: row ``r`` is the r-th step ever stored in the directory. Arrays are indexed
 by ``r - base`` where ``base`` is the first row still on disk when the index was built.
+
+Memory: the index is the one part of the buffer that grows with the rows outside the memory
+budget: 77 bytes per row in ``cols`` plus 8 in the robots' seq lists (85 B/row). Its arrays
+live in their own anonymous mappings (``buffer.memory``), so the doubling as it grows gives
+the old array back to the OS at once and the new half is resident only once written.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from buffer.columns import StepColumns, Strings
+from buffer.memory import anon_array
 
 _COLUMNS: dict[str, Any] = {
     "seq": np.int64,
@@ -52,7 +58,6 @@ _COLUMNS: dict[str, Any] = {
     "prev_row": np.int64,
     "eligible": np.bool_,
     "discarded": np.bool_,
-    "row_bytes": np.int64,
 }
 
 # Columns copied from the batch as they are.
@@ -108,7 +113,7 @@ class _RobotSeqs:
     def extend(self, values: np.ndarray) -> None:
         need = self.n + len(values)
         if need > len(self.seqs):
-            grown = np.empty(max(need, 2 * len(self.seqs)), dtype=np.int64)
+            grown = anon_array((max(need, 2 * len(self.seqs)),), np.dtype(np.int64))
             grown[: self.n] = self.seqs[: self.n]
             self.seqs = grown
         self.seqs[self.n : need] = values
@@ -128,7 +133,7 @@ class RowIndex:
         self.base = base
         self.end = base
         self.cols: dict[str, np.ndarray] = {
-            k: np.zeros(capacity, dtype=t) for k, t in _COLUMNS.items()
+            k: anon_array((capacity,), np.dtype(t)) for k, t in _COLUMNS.items()
         }
         self.robots = _Vocab()
         self.runs = _Vocab()
@@ -191,11 +196,13 @@ class RowIndex:
             return
         new_cap = max(need, 2 * cap)
         for k, arr in self.cols.items():
-            grown = np.zeros(new_cap, dtype=arr.dtype)
+            # Its own mapping: the old array goes back to the OS when replaced (no heap
+            # fragmentation), and the new half is not resident until rows are written.
+            grown = anon_array((new_cap,), arr.dtype)
             grown[:cap] = arr
             self.cols[k] = grown
 
-    def add(self, batch: pa.RecordBatch | StepColumns, row_bytes: np.ndarray) -> tuple[int, int]:
+    def add(self, batch: pa.RecordBatch | StepColumns) -> tuple[int, int]:
         """Index a validated, de-duplicated batch (or its small columns, ``buffer.columns``)
         as rows ``[end, end + n)``.
 
@@ -220,7 +227,6 @@ class RowIndex:
         c["prev_row"][lo:hi] = -1
         c["eligible"][lo:hi] = False
         c["discarded"][lo:hi] = False
-        c["row_bytes"][lo:hi] = row_bytes
         first = self.end
         ep, fr = sc.num["episode_index"], sc.num["frame_index"]
         self._link(lo, first, run, robot, ep, fr, sc.done)

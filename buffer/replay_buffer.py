@@ -378,11 +378,8 @@ class ReplayBuffer:
             if cap:
                 lo = max(lo, hi - cap)
             cap_b = self.settings.capacity_bytes
-            if cap_b:
-                rb = self.index.cols["row_bytes"][lo - self.index.base : hi - self.index.base]
-                csum = np.cumsum(rb[::-1])
-                keep = int(np.searchsorted(csum, cap_b, side="right"))
-                lo = max(lo, hi - keep)
+            if cap_b:  # every row counts the schema's fixed payload size
+                lo = max(lo, hi - cap_b // max(self.storage.row_bytes, 1))
             return lo, hi
 
     def __len__(self) -> int:

@@ -8,6 +8,7 @@ fsynced after the unlinks.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from buffer.storage import Segment, TieredStorage
@@ -30,12 +31,14 @@ class Retention:
         self.max_bytes = max_bytes
         self.read_only = read_only
         self.segments: list[tuple[int, int, Path]] = []  # (first row, rows, path)
-        self._files: dict[int, list[Path]] = {}  # first row -> every file of that segment
+        # first row -> every file of that segment, as strings (a Path object costs hundreds
+        # of bytes, and a directory holds thousands of segments)
+        self._files: dict[int, tuple[str, ...]] = {}
 
     def add(self, first_row: int, num_rows: int, segment: Segment) -> None:
         """Record a segment sealed (or found on open) at ``first_row``."""
         self.segments.append((first_row, num_rows, segment.path))
-        self._files[first_row] = list(segment.paths)
+        self._files[first_row] = tuple(str(p) for p in segment.paths)
 
     def summary(self) -> list[tuple[int, int, str]]:
         """``(first row, rows, path)`` of every segment, for ``RowIndex.summary``."""
@@ -48,7 +51,7 @@ class Retention:
         if not limit or self.read_only:
             return
         sizes = [
-            sum(f.stat().st_size for f in self._files.get(first, [p]) if f.exists())
+            sum(os.stat(f).st_size for f in self._files.get(first, (str(p),)) if os.path.exists(f))
             for first, _, p in self.segments
         ]
         total = sum(sizes)
@@ -65,6 +68,6 @@ class Retention:
         paths = {p for _, _, p in gone}
         storage.remove_chunks([c for c in storage.chunks if c.path in paths])
         for first, _, p in gone:
-            for f in self._files.pop(first, [p]):
-                f.unlink()
+            for f in self._files.pop(first, (str(p),)):
+                os.unlink(f)
         fsync_dir(self.directory)

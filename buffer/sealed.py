@@ -21,8 +21,10 @@ opening, so a cold segment costs almost no resident memory.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import struct
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -87,11 +89,18 @@ def seal_files(
 
 
 class WalSegment:
-    """A sealed segment of one or more WAL files, memory-mapped read-only.
+    """A sealed segment of one or more WAL files, read with ``pread``.
 
     Same reading interface as :class:`buffer.segments.MappedSegment`: ``num_rows``, ``paths``,
     ``file_bytes``, :meth:`scalar_batch`, :meth:`batches`, :meth:`column_copy`,
-    :meth:`read_rows`, :meth:`read_column`, :meth:`release_pages`.
+    :meth:`read_rows`, :meth:`read_column`, :meth:`read_finals`, :meth:`release_pages`.
+
+    What stays in memory is one small int64 table with a row per record, never per row: the
+    record's first row, file and span, and the file offset of each column's values (about
+    100 bytes per record of tens of rows). The files are mapped only to parse them (here, and
+    again in :meth:`batches`: opening, export), not kept mapped, and no Arrow batch object is
+    kept: each costs kilobytes, which at a fleet's millions of rows was most of the buffer's
+    memory outside its budget.
 
     Raises (on construction):
         CorruptDataError: a file is unreadable, or the records do not tile the row range.
@@ -99,134 +108,227 @@ class WalSegment:
     """
 
     def __init__(self, paths: list[Path], first_row: int, num_rows: int, schema: pa.Schema) -> None:
-        self.paths = list(paths)
-        self.path = self.paths[0]
+        self._paths = tuple(str(p) for p in paths)
         self.first_row = first_row
+        self.num_rows = num_rows
         self.file_bytes = 0
-        self._maps: list[mmap.mmap] = []
+        self.schema = schema
         self._fds: list[int] = []
-        recs: list[tuple[int, int, pa.RecordBatch, int]] = []  # first, file, batch, base addr
-        for fi, p in enumerate(self.paths):
+        layout = _layout(schema)
+        rows: list[list[int]] = []  # per record: first, file, start, length, n, offsets...
+        for fi, p in enumerate(paths):
             with open(p, "rb") as f:
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._maps.append(mm)
-            self.file_bytes += len(mm)
-            buf = pa.py_buffer(mm)
-            if not check_marker(p, bytes(mm[:8])) or len(mm) < FILE_HEADER_BYTES:
-                raise CorruptDataError(f"{p}: sealed segment file has no WAL header")
-            pos = FILE_HEADER_BYTES
-            while pos < len(mm):
-                if pos + REC_HEADER.size > len(mm):
-                    raise CorruptDataError(f"{p}: truncated record header at byte {pos}")
-                magic, length, row, _crc = REC_HEADER.unpack_from(mm, pos)
-                start = pos + REC_HEADER.size
-                if magic != REC_MAGIC or start + length > len(mm):
-                    raise CorruptDataError(f"{p}: bad record at byte {pos}")
-                try:
-                    batch = ipc.read_record_batch(buf.slice(start, length), schema)
-                except (pa.ArrowInvalid, OSError) as exc:
-                    raise CorruptDataError(f"{p}: unreadable record at byte {pos}: {exc}") from None
-                recs.append((row, fi, batch, buf.address))
-                pos = start + length
-        recs.sort(key=lambda r: r[0])
-        expect = first_row
-        for row, fi, batch, _ in recs:
+            try:
+                self.file_bytes += len(mm)
+                base = pa.py_buffer(mm).address
+                for row, start, length, batch in _records(p, mm, schema):
+                    rows.append(
+                        [row, fi, start, length, batch.num_rows, *layout.offsets(batch, base)]
+                    )
+                    del batch  # nothing may keep a view of the map past its close
+            finally:
+                with contextlib.suppress(BufferError):  # a parse error's traceback holds a view
+                    mm.close()
+        rows.sort(key=lambda r: r[0])
+        self._check_tiling(rows)
+        table = np.asarray(rows, dtype=np.int64).reshape(len(rows), -1)
+        table[:, 0] -= first_row
+        self._table = table
+        self._layout = layout
+
+    def _check_tiling(self, rows: list[list[int]]) -> None:
+        """The records, in row order, must cover ``[first_row, first_row + num_rows)``.
+
+        Raises:
+            CorruptDataError: a gap, an overlap or another row count than the name's.
+        """
+        expect = self.first_row
+        for row, fi, _, _, n, *_ in rows:
             if row != expect:
                 raise CorruptDataError(
-                    f"{self.paths[fi]}: records do not tile rows [{first_row}, "
-                    f"{first_row + num_rows}): found row {row}, expected {expect}"
+                    f"{self._paths[fi]}: records do not tile rows [{self.first_row}, "
+                    f"{self.first_row + self.num_rows}): found row {row}, expected {expect}"
                 )
-            expect += batch.num_rows
-        if expect != first_row + num_rows:
+            expect += n
+        if expect != self.first_row + self.num_rows:
             raise CorruptDataError(
-                f"{self.path}: segment holds rows [{first_row}, {expect}), its name says "
-                f"{num_rows} rows"
+                f"{self._paths[0]}: segment holds rows [{self.first_row}, {expect}), its name "
+                f"says {self.num_rows} rows"
             )
-        self.num_rows = num_rows
-        self._recs = recs
-        self._rec_first = np.array([r[0] - first_row for r in recs], dtype=np.int64)
-        self._rec_file = np.array([r[1] for r in recs], dtype=np.int64)
-        self._offsets: dict[str, np.ndarray] = {}
+
+    @property
+    def paths(self) -> list[Path]:
+        return [Path(p) for p in self._paths]
+
+    @property
+    def path(self) -> Path:
+        return Path(self._paths[0])
 
     # -- metadata ------------------------------------------------------------------------
     def batches(self) -> list[tuple[int, pa.RecordBatch]]:
-        """``(local first row, record batch)`` of every record in row order (zero-copy)."""
-        return [(r[0] - self.first_row, r[2]) for r in self._recs]
+        """``(local first row, record batch)`` of every record in row order, parsed from a
+        fresh read-only map of each file (zero-copy views that keep the map alive)."""
+        maps: dict[int, pa.Buffer] = {}
+        out = []
+        for first, fi, start, length in self._table[:, :4].tolist():
+            if fi not in maps:
+                with open(self._paths[fi], "rb") as f:
+                    maps[fi] = pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            out.append((first, ipc.read_record_batch(maps[fi].slice(start, length), self.schema)))
+        return out
 
     def scalar_batch(self, names: list[str]) -> pa.RecordBatch:
         """Columns ``names`` of all rows as one record batch (copies only those columns)."""
         parts = [b.select(names) for _, b in self.batches()]
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
-    def _column_offsets(self, name: str) -> np.ndarray:
-        """File offset of row 0 of each record's values of fixed-size-list column ``name``."""
-        off = self._offsets.get(name)
-        if off is None:
-            vals = []
-            for _row, _fi, batch, base in self._recs:
-                col = batch.column(name)
-                values = col.values
-                buf = values.buffers()[1]
-                width = values.type.byte_width
-                vals.append(
-                    int(buf.address - base)
-                    + (values.offset + col.offset * col.type.list_size) * width
-                )
-            off = self._offsets[name] = np.asarray(vals, dtype=np.int64)
-        return off
-
     # -- reading -------------------------------------------------------------------------
     def column_copy(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """The whole column ``(num_rows, *shape)`` copied into RAM (touches its pages)."""
+        """The whole column ``(num_rows, *shape)`` copied into RAM (read with pread)."""
         out = np.empty((self.num_rows, *shape), dtype=dtype)
-        pos = 0
-        for _, batch in self.batches():
-            col = batch.column(name)
-            n = len(col)
-            values = col.values.slice(col.offset * col.type.list_size, n * col.type.list_size)
-            arr = values.to_numpy(zero_copy_only=True)
-            if arr.dtype != dtype:
-                raise CorruptDataError(f"{self.path}: column {name} has dtype {arr.dtype}")
-            out[pos : pos + n] = arr.reshape((n, *shape))
-            pos += n
+        self.read_column(name, out)
         return out
 
     def _fd(self, fi: int) -> int:
         while len(self._fds) <= fi:
             self._fds.append(-1)
         if self._fds[fi] < 0:
-            self._fds[fi] = os.open(self.paths[fi], os.O_RDONLY)
+            self._fds[fi] = os.open(self._paths[fi], os.O_RDONLY)
         return self._fds[fi]
 
+    def _rec(self, rows: np.ndarray) -> np.ndarray:
+        """The record holding each local row."""
+        return np.searchsorted(self._table[:, 0], rows, side="right") - 1
+
     def read_rows(self, name: str, rows: np.ndarray, out: np.ndarray) -> None:
-        """Copy local ``rows`` of column ``name`` into ``out`` with pread (not via the map)."""
+        """Copy local ``rows`` of column ``name`` into ``out`` with pread."""
         flat = out.reshape(len(rows), -1).view(np.uint8)
         nbytes = flat.shape[1]
-        offs = self._column_offsets(name)
-        rec = np.searchsorted(self._rec_first, rows, side="right") - 1
-        pos = offs[rec] + (rows - self._rec_first[rec]) * nbytes
-        files = self._rec_file[rec]
-        for i, (p, fi) in enumerate(zip(pos.tolist(), files.tolist(), strict=True)):
+        t = self._table
+        rec = self._rec(rows)
+        pos = t[rec, self._layout.column[name]] + (rows - t[rec, 0]) * nbytes
+        for i, (p, fi) in enumerate(zip(pos.tolist(), t[rec, 1].tolist(), strict=True)):
             if os.preadv(self._fd(fi), [flat[i]], p) != nbytes:
-                raise CorruptDataError(f"{self.paths[fi]}: short read of {name}")
+                raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
 
     def read_column(self, name: str, out: np.ndarray) -> None:
         """Fill ``out`` (``(num_rows, ...)``) with column ``name``, one pread per record."""
         flat = out.reshape(self.num_rows, -1).view(np.uint8)
         nbytes = flat.shape[1]
-        offs = self._column_offsets(name)
-        ends = np.append(self._rec_first[1:], self.num_rows)
-        for i, (a, b) in enumerate(zip(self._rec_first.tolist(), ends.tolist(), strict=True)):
-            fi = int(self._rec_file[i])
+        t = self._table
+        ends = np.append(t[1:, 0], self.num_rows)
+        offs = t[:, self._layout.column[name]]
+        for i, (a, b) in enumerate(zip(t[:, 0].tolist(), ends.tolist(), strict=True)):
+            fi = int(t[i, 1])
             dst = memoryview(flat[a:b].reshape(-1))
             if os.preadv(self._fd(fi), [dst], int(offs[i])) != (b - a) * nbytes:
-                raise CorruptDataError(f"{self.paths[fi]}: short read of {name}")
+                raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
+
+    def read_finals(self, name: str, rows: np.ndarray) -> list[bytes | None]:
+        """The ``large_binary`` column ``name`` (a final observation) at local ``rows``: the
+        value's bytes, or None where the row has none (a null is stored with length 0, and
+        validation refuses an empty final observation). Two preads per row."""
+        out: list[bytes | None] = []
+        t = self._table
+        col, data = self._layout.column[name], self._layout.data[name]
+        for r, k in zip(rows.tolist(), self._rec(rows).tolist(), strict=True):
+            fi = int(t[k, 1])
+            raw = os.pread(self._fd(fi), 16, int(t[k, col]) + 8 * (r - int(t[k, 0])))
+            if len(raw) != 16:
+                raise CorruptDataError(f"{self._paths[fi]}: short read of {name} offsets")
+            a, b = struct.unpack("<qq", raw)
+            if b <= a:
+                out.append(None)
+                continue
+            value = os.pread(self._fd(fi), b - a, int(t[k, data]) + a)
+            if len(value) != b - a:
+                raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
+            out.append(value)
+        return out
 
     def release_pages(self) -> None:
-        for mm in self._maps:
-            mm.madvise(mmap.MADV_DONTNEED)
+        """Nothing is kept mapped (reads are preads)."""
 
     def __del__(self) -> None:
         for fd in getattr(self, "_fds", []):
             if fd >= 0:
                 os.close(fd)
+
+
+class _Layout:
+    """Where each column's offset sits in a segment's record table, per step schema.
+
+    ``column[name]``: the table column holding the file offset of a fixed-size-list
+    column's row 0 values, or of a ``large_binary`` column's row 0 offset; ``data[name]``:
+    that of a ``large_binary`` column's data buffer.
+    """
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.fixed = [f.name for f in schema if pa.types.is_fixed_size_list(f.type)]
+        self.binary = [f.name for f in schema if pa.types.is_large_binary(f.type)]
+        first = 5  # first, file, start, length, rows
+        self.column = {k: first + i for i, k in enumerate(self.fixed + self.binary)}
+        after = first + len(self.column)
+        self.data = {k: after + i for i, k in enumerate(self.binary)}
+
+    def offsets(self, batch: pa.RecordBatch, base: int) -> list[int]:
+        """The offsets of one record's batch mapped at ``base``, in table order."""
+        fixed = [_values_offset(batch.column(k), base) for k in self.fixed]
+        binary = [_binary_offsets(batch.column(k), base) for k in self.binary]
+        return fixed + [o for o, _ in binary] + [d for _, d in binary]
+
+
+_LAYOUTS: dict[str, _Layout] = {}
+
+
+def _layout(schema: pa.Schema) -> _Layout:
+    key = schema.to_string(show_schema_metadata=False)
+    found = _LAYOUTS.get(key)
+    if found is None:
+        found = _LAYOUTS[key] = _Layout(schema)
+    return found
+
+
+def _records(
+    path: Path, mm: mmap.mmap, schema: pa.Schema
+) -> Iterable[tuple[int, int, int, pa.RecordBatch]]:
+    """``(first row, message start, message length, batch)`` of each record of a sealed
+    file, in file order.
+
+    Raises:
+        CorruptDataError: no WAL header, or a record that does not parse.
+    """
+    buf = pa.py_buffer(mm)
+    if not check_marker(path, bytes(mm[:8])) or len(mm) < FILE_HEADER_BYTES:
+        raise CorruptDataError(f"{path}: sealed segment file has no WAL header")
+    pos = FILE_HEADER_BYTES
+    while pos < len(mm):
+        if pos + REC_HEADER.size > len(mm):
+            raise CorruptDataError(f"{path}: truncated record header at byte {pos}")
+        magic, length, row, _crc = REC_HEADER.unpack_from(mm, pos)
+        start = pos + REC_HEADER.size
+        if magic != REC_MAGIC or start + length > len(mm):
+            raise CorruptDataError(f"{path}: bad record at byte {pos}")
+        try:
+            batch = ipc.read_record_batch(buf.slice(start, length), schema)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptDataError(f"{path}: unreadable record at byte {pos}: {exc}") from None
+        yield row, start, length, batch
+        pos = start + length
+
+
+def _values_offset(col: pa.FixedSizeListArray, base: int) -> int:
+    """File offset of row 0's values of a fixed-size-list column mapped at ``base``."""
+    values = col.values
+    buf = values.buffers()[1]
+    width = values.type.byte_width
+    return int(buf.address - base) + (values.offset + col.offset * col.type.list_size) * width
+
+
+def _binary_offsets(col: pa.LargeBinaryArray, base: int) -> tuple[int, int]:
+    """File offsets of row 0's int64 offset and of the data buffer of a ``large_binary``
+    column mapped at ``base`` (the data offset is where value offset 0 points)."""
+    _, offsets, data = col.buffers()
+    at = int(offsets.address - base) + 8 * col.offset
+    return at, (int(data.address - base) if data is not None else 0)

@@ -112,6 +112,7 @@ class Sealer:
             chunk.sealed = True
             chunk.path = seg.path
             chunk.mapped = seg
+            chunk.finals = {}  # read from the segment from now on (a new dict: see finals_for)
             self.retention.add(chunk.first_row, chunk.n, seg)
             self.queue.pop(0)
             chunk.heat = max([c.heat for c in st.storage.chunks] + [1.0])

@@ -163,6 +163,14 @@ class MappedSegment:
             if got != nbytes:
                 raise CorruptDataError(f"{self.path}: short read of {name} row {r}")
 
+    def read_finals(self, name: str, rows: np.ndarray) -> list[bytes | None]:
+        """The ``large_binary`` column ``name`` at local ``rows`` (None: no value); read
+        through the map, then its pages are released (version-1 segments only)."""
+        col = self.batch.column(name)
+        out = [col[int(r)].as_py() for r in rows.tolist()]
+        self.release_pages()
+        return out
+
     def __del__(self) -> None:
         if getattr(self, "_fd", -1) >= 0:
             os.close(self._fd)

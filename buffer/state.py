@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from buffer.columns import StepColumns
@@ -61,7 +60,6 @@ class TableState:
         self.rows_per_segment = max(1, min(hot_rows, target_rows))
 
     def index_rows(self, batch: pa.RecordBatch | StepColumns) -> tuple[int, int]:
-        """Index ``batch`` (or its small columns) as the next rows (each counted at the
-        schema's fixed row size); returns their range ``[first, end)`` (``RowIndex.add``)."""
-        n = batch.n if isinstance(batch, StepColumns) else batch.num_rows
-        return self.index.add(batch, np.full(n, self.storage.row_bytes, dtype=np.int64))
+        """Index ``batch`` (or its small columns) as the next rows; returns their range
+        ``[first, end)`` (``RowIndex.add``)."""
+        return self.index.add(batch)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from buffer.memory import anon_array, anon_arrays
 from buffer.schema import FINAL_PREFIX, StepSchema
 from buffer.sealed import WalSegment
 from buffer.segments import MappedSegment
@@ -41,22 +42,6 @@ Segment = MappedSegment | WalSegment
 
 _PAGE = mmap.PAGESIZE
 _FAULT_WINDOW = 64 * 1024  # the kernel's default fault-around: cached pages mapped per fault
-
-
-def anon_array(shape: tuple[int, ...], dtype: np.dtype[Any], populate: bool = False) -> np.ndarray:
-    """A zero-filled array in its own anonymous mmap (returned to the OS when freed).
-
-    ``populate`` faults every page in now (MAP_POPULATE), so later writes do not pay page
-    faults on the hot path (they are expensive on virtual machines). Transparent huge pages
-    were tried: on this VM they cost more (every fresh 2 MiB page is zeroed in memory the
-    host has to back first: ingest CPU 0.72 vs 0.48 s per bench round), so none are asked.
-    """
-    count = math.prod(shape)
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-    if populate:
-        flags |= getattr(mmap, "MAP_POPULATE", 0)
-    mm = mmap.mmap(-1, max(1, count * dtype.itemsize), flags=flags)
-    return np.frombuffer(mm, dtype=dtype, count=count).reshape(shape)
 
 
 def out_arrays(specs: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]) -> dict[str, np.ndarray]:
@@ -105,14 +90,15 @@ class Chunk:
 
     @property
     def resident_bytes(self) -> int:
-        if not self.hot:
-            return self.n * self.small_row_bytes
+        if not self.hot:  # its small columns, unless dropped (then read from disk too)
+            return self.n * self.small_row_bytes if self.arrays else 0
         # An open tail is pre-faulted at full capacity; a sealed chunk holds n rows.
         return (self.n if self.sealed else self.capacity) * self.row_bytes
 
 
 class ColdArrays(dict[str, np.ndarray]):
-    """The arrays of a cold chunk; ``seg`` reads its large columns with pread (see gather)."""
+    """The arrays of a cold chunk: its small columns while the budget has room for them
+    (empty once dropped); ``seg`` reads every other column with pread (see gather)."""
 
     def __init__(self, seg: Segment) -> None:
         super().__init__()
@@ -168,6 +154,7 @@ class TieredStorage:
         self.prefetch_lag_s = 0.0
         self.promotions = 0
         self.evictions = 0
+        self.small_drops = 0  # cold chunks whose small columns were let go (budget)
         self.spare_bytes = 0
         self.reserved_bytes = 0  # room taken by a promotion whose read is in flight
         self.retired_bytes = 0  # evicted hot arrays a reader still holds (not yet unmapped)
@@ -196,30 +183,38 @@ class TieredStorage:
         self._add_chunk(chunk)
         return chunk
 
-    def _cold_arrays(self, seg: Segment, hot: dict[str, np.ndarray] | None) -> ColdArrays:
-        """Small columns (< 1 page per row) copied into RAM; large ones stay on disk.
+    def _cold_arrays(
+        self, seg: Segment, hot: dict[str, np.ndarray] | None, small: bool = True
+    ) -> ColdArrays:
+        """Small columns (< 1 page per row: states, actions) copied into RAM when ``small``;
+        large ones (camera frames) stay on disk.
 
-        Small columns stay resident because one touch of a cold row would otherwise map a
-        whole fault-around window (64 KiB) per column; they are tiny next to camera frames.
-        Large columns are read with ``seg.read_rows`` (pread), so they are not in the dict.
+        Small columns stay resident while the budget has room because a cold read of a row
+        then costs one pread per large column instead of one per column; they count in the
+        budget, and :meth:`enforce_budget` drops them (coldest first) once hot chunks are
+        gone and they alone would overflow it, so resident memory stays bounded by the
+        budget however much data the directory holds. Columns not in the dict are read with
+        ``seg.read_rows`` (pread).
         """
         out = ColdArrays(seg)
-        for k, f in self.specs.items():
-            if f.nbytes >= _PAGE:
-                continue
+        names = [k for k, f in self.specs.items() if f.nbytes < _PAGE] if small else []
+        if not names:
+            return out
+        # One mmap for them all, so dropping them gives the memory back to the OS at once.
+        specs = {k: ((seg.num_rows, *self.specs[k].shape), self.specs[k].dtype) for k in names}
+        for k, arr in anon_arrays(specs).items():
             if hot is not None:
-                out[k] = hot[k][: seg.num_rows].copy()
+                arr[...] = hot[k][: seg.num_rows]
             else:
-                out[k] = seg.column_copy(k, f.shape, f.dtype)
-        seg.release_pages()
+                seg.read_column(k, arr)
+            out[k] = arr
         return out
 
     def add_cold(self, seg: Segment, first_row: int) -> Chunk:
-        arrays = self._cold_arrays(seg, None)
-        finals: dict[int, dict[str, np.ndarray]] = {}
-        for local, batch in seg.batches():
-            finals.update(decode_finals(self.schema, batch, first_row + local))
-        seg.release_pages()
+        """A cold chunk for a segment found when opening; its small columns are read in
+        only while they fit in the hot tier (its final observations stay on disk)."""
+        fits = self.hot_bytes() + seg.num_rows * self.small_row_bytes <= self.hot_limit
+        arrays = self._cold_arrays(seg, None, small=fits)
         chunk = Chunk(
             first_row,
             seg.num_rows,
@@ -229,7 +224,6 @@ class TieredStorage:
             sealed=True,
             path=seg.path,
             mapped=seg,
-            finals=finals,
             row_bytes=self.row_bytes,
             small_row_bytes=self.small_row_bytes,
         )
@@ -315,19 +309,40 @@ class TieredStorage:
             self.retired_bytes -= nbytes
 
     def enforce_budget(self) -> None:
-        """Evict the coldest sealed hot chunks until the hot tier fits (under lock)."""
+        """Evict the coldest sealed hot chunks until the hot tier fits; when the small
+        columns of cold chunks alone still overflow it, drop those of the coldest cold
+        chunks (under lock). Nothing but the row index then grows with the data."""
         self._decay()
         total = self.hot_bytes()
         if total <= self.hot_limit:
             return
-        candidates = sorted(
-            (c for c in self.chunks if c.hot and c.sealed), key=lambda c: (c.heat, c.first_row)
-        )
-        for c in candidates:
+
+        def coldest(c: Chunk) -> tuple[float, int]:
+            return c.heat, c.first_row
+
+        for c in sorted((c for c in self.chunks if c.hot and c.sealed), key=coldest):
             if total <= self.hot_limit:
-                break
+                return
             total -= c.resident_bytes
             self.make_cold(c)
+            total += c.resident_bytes
+        for c in sorted((c for c in self.chunks if not c.hot and c.arrays), key=coldest):
+            if total <= self.hot_limit:
+                return
+            if c.mapped is None:
+                continue  # rows served from RAM only (a read-only mount's WAL rows)
+            total -= c.resident_bytes
+            self.drop_small(c)
+
+    def drop_small(self, chunk: Chunk) -> None:
+        """Let a cold chunk's small columns go; they are read from its segment from now on
+        (under lock; a reader holding the old arrays keeps them counted until it lets go)."""
+        assert chunk.mapped is not None
+        arrays = list(chunk.arrays.values())
+        if arrays:
+            self._retire(arrays[0])  # one mapping holds them all (_cold_arrays)
+        chunk.arrays = ColdArrays(chunk.mapped)
+        self.small_drops += 1
 
     def promote(self, chunk: Chunk) -> bool:
         """Read a cold chunk into RAM (not through its mmap, so no file pages stay resident).
@@ -337,8 +352,8 @@ class TieredStorage:
         """
         if chunk.hot or chunk.mapped is None:
             return False
-        # What the chunk adds once hot (its small columns are resident already).
-        need = chunk.n * (self.row_bytes - self.small_row_bytes)
+        # What the chunk adds once hot (its small columns may be resident already).
+        need = chunk.n * self.row_bytes - chunk.resident_bytes
         with self.lock:
             self._decay()
             if chunk.hot or chunk not in self.chunks:
@@ -348,7 +363,7 @@ class TieredStorage:
                 (c for c in self.chunks if c.hot and c.sealed and c.heat < chunk.heat),
                 key=lambda c: (c.heat, c.first_row),
             )
-            freeable = sum(c.n * (self.row_bytes - self.small_row_bytes) for c in colder)
+            freeable = sum(c.resident_bytes - c.n * self.small_row_bytes for c in colder)
             if room + freeable < need:
                 return False
             # Evict BEFORE reading and reserve the room, so RSS never holds both the
@@ -356,7 +371,7 @@ class TieredStorage:
             for c in colder:
                 if room >= need:
                     break
-                room += c.n * (self.row_bytes - self.small_row_bytes)
+                room += c.resident_bytes - c.n * self.small_row_bytes
                 self.make_cold(c)
             if self.hot_limit - self.hot_bytes() < need:
                 return False  # a reader still holds evicted arrays: retry on the next round
@@ -365,7 +380,7 @@ class TieredStorage:
             seg = chunk.mapped
             arrays = {}
             for name, spec in self.specs.items():
-                if spec.nbytes < _PAGE:  # small columns of cold chunks are in RAM already
+                if name in chunk.arrays:  # small columns of a cold chunk, in RAM already
                     arrays[name] = chunk.arrays[name]
                     continue
                 dst = anon_array((chunk.n, *spec.shape), spec.dtype)
@@ -489,7 +504,7 @@ class TieredStorage:
         segment file, the rest taken from the chunk's arrays."""
         contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
         for k in names:
-            if mapped is not None and self.specs[k].nbytes >= _PAGE:
+            if mapped is not None and k not in arrs:
                 if sel is None:
                     mapped.read_rows(k, local, out[k])
                 elif contiguous:
@@ -531,14 +546,27 @@ class TieredStorage:
     def finals_for(
         self, rows: np.ndarray, chunks: list[Chunk], starts: np.ndarray
     ) -> dict[int, dict[str, np.ndarray]]:
+        """``{row: {observation name: final observation}}`` of those global ``rows`` (done
+        steps) that carry one: from RAM for the open tail, read from the segment (pread)
+        for a sealed chunk, so no final observation of sealed data stays in memory."""
         if len(rows) == 0:
             return {}
         ci = np.searchsorted(starts, rows, side="right") - 1
-        out = {}
-        for r, c in zip(rows.tolist(), ci.tolist(), strict=True):
-            f = chunks[c].finals.get(r)
-            if f is not None:
-                out[r] = f
+        out: dict[int, dict[str, np.ndarray]] = {}
+        for c in np.unique(ci).tolist():
+            chunk = chunks[c]
+            finals = chunk.finals  # before ``mapped``: a seal sets mapped, then a new dict
+            seg = chunk.mapped
+            mine = rows[ci == c]
+            if seg is None:
+                out.update({r: finals[r] for r in mine.tolist() if r in finals})
+                continue
+            for name, f in self.schema.observations.items():
+                values = seg.read_finals(FINAL_PREFIX + name, mine - chunk.first_row)
+                for r, v in zip(mine.tolist(), values, strict=True):
+                    if v is not None:
+                        arr = np.frombuffer(v, dtype=f.dtype).reshape(f.shape)
+                        out.setdefault(r, {})[name] = arr
         return out
 
 

@@ -172,14 +172,14 @@ def test_index_truncate_is_as_if_the_rows_were_never_added() -> None:
         idx = RowIndex()
         for p in parts:
             b = batch(p)
-            idx.add(b, np.full(b.num_rows, 8, dtype=np.int64))
+            idx.add(b)
         return idx
 
     cut = index(kept + dropped)
     cut.truncate(sum(len(p) for p in kept))
     for p in again:
         b = batch(p)
-        cut.add(b, np.full(b.num_rows, 8, dtype=np.int64))
+        cut.add(b)
     fresh = index(kept + again)
     for name in ("seq", "next_row", "prev_row", "episode_index", "frame_index"):
         np.testing.assert_array_equal(cut.view(name), fresh.view(name), err_msg=name)
