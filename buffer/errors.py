@@ -32,6 +32,11 @@ class StepValidationError(ReplayBufferError, ValueError):
         self.seq = seq
 
 
+class NothingToSample(ReplayBufferError, ValueError):
+    """No transition a sampler may draw (an empty window, none eligible, none of the kind
+    it wants): wait for data. A ``ValueError``, as before it had its own class."""
+
+
 class BackpressureError(ReplayBufferError):
     """The buffer cannot take more inserts now (rate limiter or closed).
 

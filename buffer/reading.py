@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from buffer.errors import NothingToSample
 from buffer.schema import FINAL_PREFIX
 from buffer.state import TableState
 from buffer.storage import out_arrays
@@ -52,7 +53,7 @@ def gather(
         part["weight"] = weights[order].astype(np.float32)
         parts.append(part)
     if not parts:
-        raise ValueError("nothing to sample")
+        raise NothingToSample("nothing to sample")
     if len(parts) == 1:
         return parts[0]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

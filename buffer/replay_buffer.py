@@ -67,6 +67,7 @@ from robofleet.durable import atomic_write_text
 __all__ = ["AppendResult", "OfflineView", "ReplayBuffer"]
 
 SCHEMA_FILE = "schema.json"
+SHARDS_FILE = "shards.json"  # a sharded buffer's root (buffer.shards), not a buffer itself
 
 
 @dataclass
@@ -150,8 +151,8 @@ class ReplayBuffer:
             rate_limiter: when given, appends and samples go through it.
 
         Raises:
-            ValueError: no schema for a new directory, or a schema that differs from the
-                stored one.
+            ValueError: no schema for a new directory, a schema that differs from the
+                stored one, or the root of a sharded buffer (``buffer.shards``).
             BlockingIOError: another process holds the directory open for writing.
             CorruptDataError: a sealed segment is unreadable.
             UnsupportedFormatError: a WAL or segment file has another format version (or a
@@ -159,6 +160,11 @@ class ReplayBuffer:
         """
         directory = Path(directory)
         settings = settings or BufferSettings()
+        if (directory / SHARDS_FILE).exists():
+            raise ValueError(
+                f"{directory} holds the shards of a buffer: open it with "
+                "buffer.shards.open_buffer (or one shard-<k> directory)"
+            )
         stored = directory / SCHEMA_FILE
         if stored.exists():
             on_disk = StepSchema.from_json(stored.read_text())

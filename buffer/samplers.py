@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from buffer.errors import NothingToSample
 from buffer.view import Picks, SamplingView, Source
 
 __all__ = [
@@ -82,7 +83,7 @@ def uniform_rows(
     if n == 0:
         return np.empty(0, dtype=np.int64)
     if hi <= lo:
-        raise ValueError(f"nothing to sample: empty window [{lo}, {hi})")
+        raise NothingToSample(f"nothing to sample: empty window [{lo}, {hi})")
     elig = view.eligible
     b = view.base
     got: list[np.ndarray] = []
@@ -102,7 +103,7 @@ def uniform_rows(
         allowed = allowed & accept[lo - b : hi - b]
     pool = np.flatnonzero(allowed) + lo
     if pool.size == 0:
-        raise ValueError(f"nothing to sample: no eligible transition in [{lo}, {hi})")
+        raise NothingToSample(f"nothing to sample: no eligible transition in [{lo}, {hi})")
     got.append(rng.choice(pool, size=need))
     return np.concatenate(got).astype(np.int64)
 
@@ -214,7 +215,7 @@ class InterventionSampler(Sampler):
         n_i = int(np.count_nonzero(elig & interv[seg]))
         n_o = int(np.count_nonzero(elig)) - n_i
         if n_i + n_o == 0:
-            raise ValueError("nothing to sample: no eligible transition")
+            raise NothingToSample("nothing to sample: no eligible transition")
         p_i = self.weight * n_i / (self.weight * n_i + n_o)
         k = int(rng.binomial(batch_size, p_i))
         a = uniform_rows(view, lo, hi, k, rng, accept=interv) if k else np.empty(0, np.int64)
@@ -339,7 +340,7 @@ class PrioritizedSampler(Sampler):
         while True:
             total = self.tree.total
             if total <= 0:
-                raise ValueError("nothing to sample: no prioritized transition yet")
+                raise NothingToSample("nothing to sample: no prioritized transition yet")
             u = (np.arange(batch_size) + rng.random(batch_size)) * (total / batch_size)
             leaf = self.tree.find(np.minimum(u, np.nextafter(total, 0)))
             # Leaves with a priority are rows that entered the tree (round-off may pick a
@@ -537,7 +538,7 @@ class MixSampler(Sampler):
         if not has_online:
             n_on = 0
         if not priors and not has_online:
-            raise ValueError(f"nothing to sample for task {task!r}: no eligible transition")
+            raise NothingToSample(f"nothing to sample for task {task!r}: no eligible transition")
         picks: Picks = []
         if n_on:
             picks.append((view.online, online(n_on), _ones(n_on)))
@@ -609,7 +610,7 @@ def _choose_eligible(
     if gone.any():
         pool = rows[elig[rows - source.base]]
         if pool.size == 0:
-            raise ValueError(f"nothing to sample from {source.name}: every row was discarded")
+            raise NothingToSample(f"nothing to sample from {source.name}: every row was discarded")
         got[gone] = _choose(pool, int(gone.sum()), rng)
     return got
 

@@ -72,8 +72,10 @@ import zmq
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
+from buffer.errors import NothingToSample
 from buffer.replay_buffer import ReplayBuffer
 from buffer.samplers import MixSampler, Sampler
+from buffer.shards import ShardedBuffer
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +124,7 @@ class BatchServer:
     """Serves samples of one run's buffer to its learner (a daemon thread in the cloud).
 
     Args:
-        buffer: the run's open buffer.
+        buffer: the run's open buffer (one, or its shards in this process: ``buffer.shards``).
         tasks: the run's task list (``task_index`` = position).
         sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform;
             used for requests without ``sampling`` or with kind ``intervention``.
@@ -131,6 +133,8 @@ class BatchServer:
         demonstration_robots: ``robot_id`` s whose steps are demonstrations (the batch's
             ``is_demonstration``, and their episodes' ends count as successes).
         mix: the online share when offline data is mounted (fixed or adaptive).
+        host: the interface to listen on: loopback for a learner on this machine; a shard on
+            another node (``buffer.shard_actor``) listens where its learner can reach it.
 
     ``requests`` counts every request answered: the run's hang watchdog reads it, so a learner
     that waits for data (its update-to-data ratio reached) and polls ``size`` is alive.
@@ -138,12 +142,13 @@ class BatchServer:
 
     def __init__(
         self,
-        buffer: ReplayBuffer,
+        buffer: ReplayBuffer | ShardedBuffer,
         tasks: Sequence[str],
         sampler: Sampler | None = None,
         offline_rows: int = 0,
         demonstration_robots: Iterable[str] = (),
         mix: MixConfig | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.buffer = buffer
         self.offline_rows = offline_rows
@@ -160,8 +165,8 @@ class BatchServer:
         self._ctx: zmq.Context[Any] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port("tcp://127.0.0.1")
-        self.address = f"tcp://127.0.0.1:{port}"
+        port = self._sock.bind_to_random_port(f"tcp://{host}")
+        self.address = f"tcp://{host}:{port}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="batch-server", daemon=True)
         self._thread.start()
@@ -183,6 +188,8 @@ class BatchServer:
                 header, payload = self._handle(json.loads(request))
             except Exception as exc:  # the learner gets the reason; the server keeps serving
                 header, payload = {"error": f"{type(exc).__name__}: {exc}"}, None
+                if isinstance(exc, NothingToSample):
+                    header["nothing_to_sample"] = True
             frames = [json.dumps(header).encode()]
             if payload is not None:
                 frames.append(payload)
@@ -328,6 +335,11 @@ class BatchServer:
         return out
 
 
+class RemoteNothingToSample(RuntimeError):
+    """The server's sampler found no transition to draw (``buffer.errors.NothingToSample``
+    there); a ``RuntimeError`` like every server-side refusal."""
+
+
 class RemoteBuffer:
     """A :class:`BatchServer`'s buffer, seen from another process: a
     ``robofleet.contracts.TransitionSource``.
@@ -371,12 +383,20 @@ class RemoteBuffer:
     def _call(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
         try:
             self._sock.send(json.dumps(req).encode())
+        except zmq.Again:
+            self._reconnect()
+            raise TimeoutError(f"batch server {self.address} did not answer") from None
+        return self._receive()
+
+    def _receive(self) -> tuple[dict[str, Any], bytes | None]:
+        try:
             frames = self._sock.recv_multipart()
         except zmq.Again:
-            self._sock.close(0)
-            self._sock = self._connect()  # a REQ socket that missed a reply is unusable
+            self._reconnect()
             raise TimeoutError(f"batch server {self.address} did not answer") from None
         header = json.loads(frames[0])
+        if header.get("nothing_to_sample"):
+            raise RemoteNothingToSample(f"batch server: {header['error']}")
         if "error" in header:
             raise RuntimeError(f"batch server: {header['error']}")
         return header, (frames[1] if len(frames) > 1 else None)
@@ -386,6 +406,10 @@ class RemoteBuffer:
         header, _ = self._call({"op": "demonstrations", "stats": self.stats})
         self._note_sizes(header)
         return {str(k): int(v) for k, v in dict(header.get("episodes", {})).items()}
+
+    def _reconnect(self) -> None:
+        self._sock.close(0)
+        self._sock = self._connect()  # a REQ socket that missed a reply is unusable
 
     def num_transitions(self) -> int:
         """Transitions in the buffer's window, at most 1 s old (every sample refreshes it)."""
@@ -409,18 +433,32 @@ class RemoteBuffer:
         """``batch_size`` rows with the keys of the module docstring; waits (polling every
         0.1 s) while the buffer is empty."""
         while True:
-            header, payload = self._call(
-                {
-                    "op": "sample",
-                    "batch_size": batch_size,
-                    "stats": self.stats,
-                    "sampling": self.sampling,
-                }
-            )
-            self._note_sizes(header)
-            if payload is not None:
-                return dict(st_load(payload))
+            self.ask_sample(batch_size)
+            batch = self.take_sample()
+            if batch is not None:
+                return batch
             time.sleep(0.1)
+
+    def ask_sample(self, batch_size: int) -> None:
+        """Send a ``sample`` request; :meth:`take_sample` receives its reply (so a caller can
+        have several servers draw at once: ``ShardedRemoteBuffer``)."""
+        req = {
+            "op": "sample",
+            "batch_size": batch_size,
+            "stats": self.stats,
+            "sampling": self.sampling,
+        }
+        try:
+            self._sock.send(json.dumps(req).encode())
+        except zmq.Again:
+            self._reconnect()
+            raise TimeoutError(f"batch server {self.address} did not take the request") from None
+
+    def take_sample(self) -> dict[str, np.ndarray] | None:
+        """The reply to :meth:`ask_sample`: the batch, or None when the buffer was empty."""
+        header, payload = self._receive()
+        self._note_sizes(header)
+        return dict(st_load(payload)) if payload is not None else None
 
     def sampler_state(self) -> dict[str, Any]:
         """``{"sampler": the server sampler's state_dict}`` (for the learner's checkpoint)."""
@@ -438,3 +476,109 @@ class RemoteBuffer:
 
     def close(self) -> None:
         self._sock.close(0)
+
+
+class ShardedRemoteBuffer:
+    """The batch servers of a run's buffer shards (``buffer.shards``: one per shard process,
+    on any node), seen from the learner as one ``robofleet.contracts.TransitionSource``.
+
+    A batch of B draws its rows per shard from a multinomial weighted by the shards' sizes
+    (each at most 1 s old), so every transition is equally likely whichever shard holds it;
+    the shards draw at once (every request is sent before any reply is read) and the parts
+    are concatenated. A shard that turns out empty hands its share to the others.
+
+    Args:
+        addresses: the shards' ``tcp://`` batch server addresses, shard ``k`` at ``k``.
+        timeout_s / sampling: as :class:`RemoteBuffer`, for every shard.
+        seed: of the draw of rows per shard.
+
+    ``stats`` travel to every shard. Raises as :class:`RemoteBuffer`.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        timeout_s: float = 30.0,
+        sampling: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not addresses:
+            raise ValueError("a sharded buffer needs at least one shard address")
+        self.shards = [RemoteBuffer(a, timeout_s, sampling) for a in addresses]
+        self.stats: dict[str, float] = {}
+        self._rng = np.random.default_rng(seed)
+        self._barren: set[int] = set()  # shards whose sampler found nothing, this batch
+
+    def _sizes(self) -> np.ndarray:
+        for r in self.shards:
+            r.stats = self.stats
+        return np.array([r.num_transitions() for r in self.shards], dtype=np.float64)
+
+    def num_transitions(self) -> int:
+        return int(self._sizes().sum())
+
+    def online_transitions(self) -> int:
+        self._sizes()
+        return sum(r.online_transitions() for r in self.shards)
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` rows (the keys of :class:`RemoteBuffer`, plus ``shard`` int16);
+        waits (polling every 0.1 s) while every shard is empty."""
+        parts: list[dict[str, np.ndarray]] = []
+        need = batch_size
+        self._barren.clear()
+        while need > 0:
+            sizes = self._sizes()
+            sizes[list(self._barren)] = 0
+            if sizes.sum() <= 0 and self._barren:
+                raise RemoteNothingToSample("nothing to sample in any shard")
+            if sizes.sum() <= 0:
+                time.sleep(0.1)
+                continue
+            counts = self._rng.multinomial(need, sizes / sizes.sum())
+            for k, part in self._draw(counts):
+                part["shard"] = np.full(int(counts[k]), k, dtype=np.int16)
+                parts.append(part)
+                need -= int(counts[k])
+        if len(parts) == 1:
+            return parts[0]
+        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+    def _draw(self, counts: np.ndarray) -> list[tuple[int, dict[str, np.ndarray]]]:
+        """Ask every shard with a count for its rows, then take the replies; a shard that
+        was empty, or whose sampler finds nothing (noted for this batch), is left out: its
+        share is drawn again from the others. On a failure the shards still owing a reply
+        get fresh sockets (a REQ socket that missed one is unusable)."""
+        asked = np.flatnonzero(counts).tolist()
+        sent: list[int] = []
+        out = []
+        try:
+            for k in asked:
+                self.shards[k].ask_sample(int(counts[k]))
+                sent.append(k)
+            while sent:
+                try:
+                    part = self.shards[sent[0]].take_sample()
+                except RemoteNothingToSample:
+                    part = None  # its sampler finds nothing there: its share goes elsewhere
+                    self._barren.add(sent[0])
+                k = sent.pop(0)
+                if part is not None:
+                    out.append((k, part))
+        except BaseException:
+            for k in sent:
+                self.shards[k]._reconnect()  # noqa: SLF001 - same module's client
+            raise
+        return out
+
+    def sampler_state(self) -> dict[str, Any]:
+        """``{"shards": [each shard's sampler state]}`` (for the learner's checkpoint)."""
+        return {"shards": [r.sampler_state() for r in self.shards]}
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        for r, s in zip(self.shards, state.get("shards") or [], strict=False):
+            r.load_sampler_state(s)
+
+    def close(self) -> None:
+        for r in self.shards:
+            r.close()

@@ -121,7 +121,8 @@ class RunLearning:
             raise
 
     def _open_buffer(self, spec: RunSpec, features: RunFeatures) -> Any:
-        from buffer import ReplayBuffer, StepSchema
+        from buffer import StepSchema
+        from buffer.shards import open_buffer
 
         schema = StepSchema.from_features(features.observation_features, features.action_features)
         config = self.ctx.settings.buffer
@@ -129,7 +130,7 @@ class RunLearning:
             config = config.model_copy(
                 update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
             )
-        return ReplayBuffer.open(self.run_dir / "buffer", schema, config)
+        return open_buffer(self.run_dir / "buffer", schema, config)  # buffer.shards > 1: shards
 
     @property
     def stats(self) -> dict[str, float]:

@@ -1,0 +1,260 @@
+"""Shards of one buffer: robots hashed to shards, each shard a whole buffer, sampling across
+them in proportion to their sizes (in one process, over batch servers, and as Ray actors)."""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from buffer import BufferSettings, ReplayBuffer
+from buffer.service import BatchServer, ShardedRemoteBuffer
+from buffer.shards import ShardedBuffer, open_buffer, shard_dir, shard_of
+from tests.buffer.helpers import episodes, obs_value, small_schema
+
+SETTINGS = {"segment_target_bytes": 4096, "memory_budget_bytes": 1 << 24}
+
+
+def _open(root: Path, shards: int = 2) -> ShardedBuffer:
+    buf = open_buffer(root, small_schema(), BufferSettings(**SETTINGS, shards=shards))
+    assert isinstance(buf, ShardedBuffer)
+    return buf
+
+
+def _robots_in(shard: int, shards: int, count: int) -> list[int]:
+    """Robot numbers (``robot-<n>``) whose ids hash to ``shard``."""
+    found = [r for r in range(1000) if shard_of(f"robot-{r}", shards) == shard]
+    return found[:count]
+
+
+def test_a_robot_always_lands_in_the_same_shard() -> None:
+    for r in range(200):
+        rid = f"robot-{r}"
+        k = shard_of(rid, 4)
+        assert k == zlib.crc32(rid.encode()) % 4  # any process or node computes the same
+        assert shard_of(rid, 4) == k
+    assert {shard_of(f"robot-{r}", 4) for r in range(200)} == {0, 1, 2, 3}
+    assert shard_of(7, 3) == shard_of("7", 3)  # integer ids are the buffer's strings
+
+
+def test_rows_are_stored_in_their_robots_shard_only(tmp_path: Path) -> None:
+    with _open(tmp_path / "b") as buf:
+        robots = [*_robots_in(0, 2, 2), *_robots_in(1, 2, 2)]
+        for r in robots:
+            result = buf.append(episodes(r, [5, 5]))
+            assert result.acked == {f"robot-{r}": 9}
+        for r in robots:
+            home = shard_of(f"robot-{r}", 2)
+            assert buf.shards[home].stored_seqs(f"robot-{r}").tolist() == list(range(10))
+            assert len(buf.shards[1 - home].stored_seqs(f"robot-{r}")) == 0
+            assert buf.durable_seq(f"robot-{r}") == 9
+            assert buf.contains(f"robot-{r}", np.arange(12)).tolist() == [True] * 10 + [False] * 2
+        assert len(buf) == sum(len(s) for s in buf.shards) == 40
+
+
+def test_a_batch_of_robots_in_two_shards_is_split_and_a_retry_stores_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    a, b = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]
+    records = episodes(a, [4]) + episodes(b, [6])
+    with _open(tmp_path / "b") as buf:
+        first = buf.append(records)
+        assert first.acked == {f"robot-{a}": 3, f"robot-{b}": 5}
+        assert first.stored == 10
+        again = buf.append(records)  # a retry after a lost acknowledgement
+        assert again.stored == 0 and again.duplicates == 10
+        assert buf.num_steps == 10
+
+
+def test_reopen_recovers_each_shard_and_refuses_another_count(tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    robots = [*_robots_in(0, 3, 2), *_robots_in(1, 3, 2), *_robots_in(2, 3, 2)]
+    with _open(root, shards=3) as buf:
+        for r in robots:
+            buf.append(episodes(r, [7, 3]))
+        mark = robots[0]
+        buf.mark_episode(f"robot-{mark}", "run-a", 0, "discard")
+        before = len(buf)
+    assert sorted(p.name for p in root.iterdir()) == [
+        "schema.json",  # the run's schema, where readers of a run directory look for it
+        "shard-00",
+        "shard-01",
+        "shard-02",
+        "shards.json",
+    ]
+    with pytest.raises(ValueError, match="shards"):
+        ReplayBuffer.open(root)  # the root is not a buffer
+    with open_buffer(root, None, BufferSettings(**SETTINGS)) as again:  # count from disk
+        assert isinstance(again, ShardedBuffer)
+        assert len(again.shards) == 3
+        assert len(again) == before
+        for r in robots:
+            assert again.stored_seqs(f"robot-{r}").tolist() == list(range(10))
+        rows = again.select(robot_ids=[f"robot-{mark}"])
+        assert len(rows) == 3  # episode 0 (7 steps) discarded: episode 1's 3 transitions
+    with pytest.raises(ValueError, match="resharding"):
+        ShardedBuffer.open(root, None, BufferSettings(**SETTINGS, shards=2))
+    with ShardedBuffer.open(root, None, BufferSettings(**SETTINGS, shards=1)) as same:
+        assert len(same.shards) == 3  # the default count takes the recorded one
+    single = ReplayBuffer.open(shard_dir(root, 1))  # a shard is a whole buffer on its own
+    assert single.num_steps == 20
+    single.close()
+
+
+def test_one_shard_keeps_the_single_buffer_layout(tmp_path: Path) -> None:
+    with open_buffer(tmp_path / "b", small_schema(), BufferSettings(**SETTINGS)) as buf:
+        assert isinstance(buf, ReplayBuffer)
+    assert (tmp_path / "b" / "schema.json").exists()
+
+
+def _uneven(buf: ShardedBuffer) -> None:
+    """Three times the transitions in shard 0 as in shard 1."""
+    for i, r in enumerate(_robots_in(0, 2, 3)):
+        buf.append(episodes(r, [10] * 10, seq0=0, ep0=100 * i))
+    buf.append(episodes(_robots_in(1, 2, 1)[0], [10] * 10))
+
+
+def test_sampling_draws_from_shards_in_proportion_to_their_size(tmp_path: Path) -> None:
+    with _open(tmp_path / "b") as buf:
+        _uneven(buf)
+        sizes = [len(s) for s in buf.shards]
+        assert sizes[0] == 3 * sizes[1]
+        rng = np.random.default_rng(0)
+        shards = np.concatenate([buf.sample(64, rng=rng)["shard"] for _ in range(200)])
+        assert abs(np.mean(shards == 0) - 0.75) < 0.02  # 12,800 draws: sd 0.004
+        batch = buf.sample(256, rng=rng)
+        for k in (0, 1):  # each row is its shard's own: state and action encode (robot, seq)
+            mine = batch["shard"] == k
+            robot = [int(r.split("-")[1]) for r in batch["robot_id"][mine]]
+            rows = batch["index"][mine]
+            seqs = buf.shards[k].index.view("seq")[rows - buf.shards[k].index.base]
+            want = [obs_value(r, int(s)) for r, s in zip(robot, seqs, strict=True)]
+            np.testing.assert_array_equal(batch["observation.state"][mine][:, 0], want)
+
+
+def test_a_shard_whose_sampler_finds_nothing_hands_its_share_on(tmp_path: Path) -> None:
+    from buffer import InterventionSampler
+
+    with _open(tmp_path / "b") as buf:
+        r0, r1 = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]
+        buf.append(episodes(r0, [10, 10]))  # no interventions in shard 0
+        buf.append(episodes(r1, [10, 10], intervention=True))
+        batch = buf.sample(32, InterventionSampler(), rng=np.random.default_rng(1))
+        assert len(batch["shard"]) == 32 and (batch["shard"] == 1).all()
+        assert batch["is_intervention"].all()
+
+
+def test_remote_shards_sample_in_proportion_to_their_size(tmp_path: Path) -> None:
+    # One batch server per shard, as on separate nodes; the learner's client spans them.
+    with _open(tmp_path / "b") as buf:
+        _uneven(buf)
+        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
+        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10, seed=0)
+        try:
+            assert remote.num_transitions() == len(buf)
+            assert remote.online_transitions() == len(buf)
+            got = [remote.sample(64) for _ in range(100)]
+            shards = np.concatenate([g["shard"] for g in got])
+            assert abs(np.mean(shards == 0) - 0.75) < 0.03  # 6,400 draws: sd 0.005
+            assert all(len(g["task_index"]) == 64 for g in got)
+            state = remote.sampler_state()
+            assert len(state["shards"]) == 2
+            remote.load_sampler_state(state)
+        finally:
+            remote.close()
+            for s in servers:
+                s.close()
+
+
+@pytest.fixture(scope="module")
+def ray_local() -> Iterator[None]:
+    import ray
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_shards_as_ray_actors(tmp_path: Path, ray_local: None) -> None:
+    import ray
+
+    from buffer.shard_actor import start_shards
+
+    schema = small_schema()
+    actors = start_shards(tmp_path / "b", 2, schema, BufferSettings(**SETTINGS), ["reach"])
+    try:
+        for r in range(6):
+            rid = f"robot-{r}"
+            sink = pa.BufferOutputStream()
+            batch = schema.batch_from_records(episodes(r, [5, 5]))
+            with pa.ipc.new_stream(sink, batch.schema) as w:
+                w.write_batch(batch)
+            acked = ray.get(
+                actors[shard_of(rid, 2)].append_ipc.remote(sink.getvalue().to_pybytes())
+            )
+            assert acked == {rid: 9}
+            assert ray.get(actors[shard_of(rid, 2)].durable_seq.remote(rid)) == 9
+        sizes = ray.get([a.size.remote() for a in actors])
+        assert sum(sizes) == 6 * 10
+        addresses = ray.get([a.address.remote() for a in actors])
+        remote = ShardedRemoteBuffer(addresses, sampling={"kind": "uniform"}, seed=0)
+        try:
+            batch = remote.sample(50)
+            assert len(batch["shard"]) == 50 and set(batch["shard"].tolist()) <= {0, 1}
+        finally:
+            remote.close()
+    finally:
+        ray.get([a.close.remote() for a in actors])
+
+
+def test_remote_shards_skip_a_shard_whose_sampler_finds_nothing(tmp_path: Path) -> None:
+    from buffer import InterventionSampler
+    from buffer.service import RemoteNothingToSample
+
+    with _open(tmp_path / "b") as buf:
+        r0, r1 = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]
+        buf.append(episodes(r0, [10, 10]))  # no interventions in shard 0
+        servers = [BatchServer(s, ["reach"], InterventionSampler()) for s in buf.shards]
+        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10, seed=0)
+        try:
+            with pytest.raises(RemoteNothingToSample):  # none in any shard: the learner waits
+                remote.sample(8)
+            buf.append(episodes(r1, [10, 10], intervention=True))
+            time.sleep(1.1)  # sizes are cached for up to a second
+            batch = remote.sample(16)
+            assert (batch["shard"] == 1).all() and batch["is_intervention"].all()
+        finally:
+            remote.close()
+            for s in servers:
+                s.close()
+
+
+def test_a_runs_batch_server_and_sink_take_the_shards_as_one_buffer(tmp_path: Path) -> None:
+    # What a run opens with buffer.shards: 2 (robofleet/app/orchestration/learning.py).
+    from buffer.service import RemoteBuffer
+    from comms.buffer_sink import BufferSink
+
+    with _open(tmp_path / "b") as buf:
+        sink = BufferSink(buf)
+        schema = small_schema()
+        for r in range(4):
+            steps = [{**rec, "robot_id": str(r)} for rec in episodes(r, [6])]  # enrolled ids
+            assert sink.append(r, schema.batch_from_records(steps)) == 5
+            assert sink.durable_seq(r) == 5
+        server = BatchServer(buf, ["reach"])
+        remote = RemoteBuffer(server.address, timeout_s=10, sampling={"kind": "uniform"})
+        try:
+            assert remote.num_transitions() == 24
+            batch = remote.sample(40)
+            assert len(batch["task_index"]) == 40
+        finally:
+            remote.close()
+            server.close()
