@@ -24,7 +24,7 @@ from buffer.sealed import WalSegment, list_sealed, seal_files
 from buffer.segments import MappedSegment, list_segments
 from buffer.state import TableState
 from buffer.storage import Segment
-from buffer.wal import WalRecord, keep_only, list_wals, scan_wal
+from buffer.wal import SPARE_GLOB, WalRecord, keep_only, list_wals, scan_wal
 from robofleet.durable import fsync_dir
 
 # The index columns a sealed segment's rows are indexed from (no payload is read).
@@ -66,7 +66,7 @@ def recover(state: TableState, retention: Retention) -> RecoveryReport:
     """
     d = state.directory
     if not state.read_only:
-        for tmp in d.glob("*.tmp"):
+        for tmp in [*d.glob("*.tmp"), *d.glob(SPARE_GLOB)]:  # neither holds a record
             tmp.unlink()
     live: dict[int, list[Path]] = {}
     for first, path in list_wals(d):

@@ -5,6 +5,7 @@ Directory layout::
     schema.json                      the StepSchema (so a directory reopens without one)
     LOCK                             flock held by the one writer process
     wal-<first_row>-<stripe>.log     the open write-ahead log stripes (see buffer.wal)
+    wal-spare-<n>-<stripe>.log       the next stripes, made ahead (no record; deleted on open)
     seg-<first>-<rows>-<stripe>.wal  sealed segments: WAL files renamed (see buffer.sealed)
     seg-<first_row>-<rows>.arrow     version-1 sealed segments (read, no longer written)
     episode_marks.jsonl              episode marks: discards, outcomes (see buffer.marks)
