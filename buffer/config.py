@@ -56,16 +56,6 @@ class BufferSettings(BaseModel):
         ge=0,
         description="Delete the oldest sealed segments beyond this many bytes on disk; 0 = keep all.",
     )
-    shards: int = Field(
-        default=1,
-        ge=1,
-        le=64,
-        description=(
-            "Shards of a run's buffer (robots hashed to shards, each its own WAL, segments "
-            "and equal part of the memory budget; buffer.shards). Fixed once a run's buffer "
-            "exists: reopening takes the recorded count, another count above 1 is refused."
-        ),
-    )
     prefetch: bool = Field(
         default=True, description="Promote frequently sampled cold segments in the background."
     )

@@ -75,7 +75,6 @@ from safetensors.numpy import save as st_save
 from buffer.errors import NothingToSample
 from buffer.replay_buffer import ReplayBuffer
 from buffer.samplers import MixSampler, Sampler
-from buffer.shards import ShardedBuffer
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ class BatchServer:
     """Serves samples of one run's buffer to its learner (a daemon thread in the cloud).
 
     Args:
-        buffer: the run's open buffer (one, or its shards in this process: ``buffer.shards``).
+        buffer: the run's open buffer (or one shard of it: ``buffer.shards``).
         tasks: the run's task list (``task_index`` = position).
         sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform;
             used for requests without ``sampling`` or with kind ``intervention``.
@@ -142,7 +141,7 @@ class BatchServer:
 
     def __init__(
         self,
-        buffer: ReplayBuffer | ShardedBuffer,
+        buffer: ReplayBuffer,
         tasks: Sequence[str],
         sampler: Sampler | None = None,
         offline_rows: int = 0,
@@ -569,6 +568,15 @@ class ShardedRemoteBuffer:
             for k in sent:
                 self.shards[k]._reconnect()  # noqa: SLF001 - same module's client
             raise
+        return out
+
+    def demonstrations(self) -> dict[str, int]:
+        """Completed demonstration episodes per task, over every shard."""
+        out: dict[str, int] = {}
+        for r in self.shards:
+            r.stats = self.stats
+            for task, n in r.demonstrations().items():
+                out[task] = out.get(task, 0) + n
         return out
 
     def sampler_state(self) -> dict[str, Any]:

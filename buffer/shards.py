@@ -16,14 +16,17 @@ sampler picks within it.
 
 Two ways to run them:
 
-* one process: :class:`ShardedBuffer` holds the shards side by side (what a run opens when
-  ``buffer.shards`` > 1, ``open_buffer``); the run's :class:`buffer.service.BatchServer`
-  serves it like one buffer.
+* one process: :class:`ShardedBuffer` holds the shards side by side (appends routed by
+  robot, sampling across them); ``bench buffer --shards`` and the tests use it.
 * one process per shard, on any node: ``buffer.shard_actor.BufferShard`` as Ray actors, each
-  with its shard directory on its node's disk and its own batch server; uploads are routed
-  by ``shard_of``, and the learner's ``buffer.service.ShardedRemoteBuffer`` samples across
-  their servers in proportion to their sizes (``docs/architecture.md``, "Past one buffer
-  process").
+  with its shard directory on its node's disk and its own :class:`buffer.service.BatchServer`;
+  uploads are routed by ``shard_of``, and the learner's
+  ``buffer.service.ShardedRemoteBuffer`` samples across their servers in proportion to their
+  sizes (``docs/architecture.md``, "Past one buffer process").
+
+A run does not open shards yet: its batch server reads one buffer's index, window and mounted
+offline data, so a sharded run needs one batch server per shard and the learner on
+``ShardedRemoteBuffer`` (the wiring ``docs/architecture.md`` describes).
 """
 
 from __future__ import annotations
@@ -82,16 +85,6 @@ def shard_count(root: str | Path, shards: int | None = None) -> int:
     return shards
 
 
-def open_buffer(
-    directory: str | Path, schema: StepSchema | None, settings: BufferSettings
-) -> ReplayBuffer | ShardedBuffer:
-    """A run's buffer: one :class:`ReplayBuffer` in ``directory`` when ``settings.shards``
-    is 1 (the layout of every earlier run), else a :class:`ShardedBuffer` there."""
-    if settings.shards == 1 and not (Path(directory) / SHARDS_FILE).exists():
-        return ReplayBuffer.open(directory, schema, settings)
-    return ShardedBuffer.open(directory, schema, settings)
-
-
 class ShardedBuffer:
     """Shards of one buffer in this process (see the module docstring). The part of
     :class:`ReplayBuffer`'s surface a run uses: ``append``, ``sample``, ``len``,
@@ -115,23 +108,20 @@ class ShardedBuffer:
         schema: StepSchema | None = None,
         settings: BufferSettings | None = None,
         *,
+        shards: int | None = None,
         read_only: bool = False,
     ) -> ShardedBuffer:
-        """Open (creating or recovering) every shard of ``root``. The count is the one
-        recorded in ``root`` (``settings.shards`` at 1, the default, takes it as it is),
-        else ``settings.shards``; each shard gets an equal part of
-        ``settings.memory_budget_bytes``, so the process stays within the run's budget.
+        """Open (creating or recovering) every shard of ``root``: ``shards`` of them, or as
+        many as ``root`` records (``shards`` None); each shard gets an equal part of
+        ``settings.memory_budget_bytes``, so the process stays within the buffer's budget.
 
         Raises:
-            ValueError: another count above 1 than the recorded one, or a schema that differs.
-            and whatever :meth:`ReplayBuffer.open` raises for a shard (the shards opened
-            before it are closed again).
+            ValueError: another count than the recorded one, none for a new directory, or a
+                schema that differs; and whatever :meth:`ReplayBuffer.open` raises for a shard
+                (the shards opened before it are closed again).
         """
         settings = settings or BufferSettings()
-        asked = settings.shards if settings.shards > 1 and not read_only else None
-        if asked is None and not (Path(root) / SHARDS_FILE).exists() and not read_only:
-            asked = settings.shards
-        n = shard_count(root, asked)
+        n = shard_count(root, None if read_only else shards)
         part = settings.model_copy(
             update={"memory_budget_bytes": max(settings.memory_budget_bytes // n, 1)}
         )

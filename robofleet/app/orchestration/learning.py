@@ -121,8 +121,7 @@ class RunLearning:
             raise
 
     def _open_buffer(self, spec: RunSpec, features: RunFeatures) -> Any:
-        from buffer import StepSchema
-        from buffer.shards import open_buffer
+        from buffer import ReplayBuffer, StepSchema
 
         schema = StepSchema.from_features(features.observation_features, features.action_features)
         config = self.ctx.settings.buffer
@@ -130,7 +129,7 @@ class RunLearning:
             config = config.model_copy(
                 update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
             )
-        return open_buffer(self.run_dir / "buffer", schema, config)  # buffer.shards > 1: shards
+        return ReplayBuffer.open(self.run_dir / "buffer", schema, config)
 
     @property
     def stats(self) -> dict[str, float]:
