@@ -40,6 +40,26 @@ def time_calls(fn: Callable[[], Any], seconds: float, min_calls: int = 5) -> flo
     return float(np.median(times))
 
 
+def time_pair(
+    a: Callable[[], Any], b: Callable[[], Any], seconds: float, min_calls: int = 5
+) -> tuple[float, float]:
+    """Median seconds per call of ``a`` and of ``b``, called alternately for about
+    ``seconds``: both see the same machine and the same allocator state (a batch of camera
+    frames is tens of MB, and whether malloc hands out fresh pages or reused ones depends on
+    what the process freed before, which swung a one-after-the-other timing by 2x)."""
+    a()
+    b()
+    ta: list[float] = []
+    tb: list[float] = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end or len(ta) < min_calls:
+        for fn, times in ((a, ta), (b, tb)):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+    return float(np.median(ta)), float(np.median(tb))
+
+
 def contiguous_columns(
     schema: StepSchema, per_writer: list[list[pa.RecordBatch]]
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -86,12 +106,15 @@ def bench_sampling(
     fill(buf, per_writer)
     rng = np.random.default_rng(0)
     sampler = UniformSampler()
-    t_ours = time_calls(lambda: buf.sample(BATCH, sampler, rng=rng), seconds)
+    arrays, scalars = contiguous_columns(schema, per_writer)
+    t_ours, t_gather = time_pair(
+        lambda: buf.sample(BATCH, sampler, rng=rng),
+        lambda: numpy_gather(schema, arrays, scalars, rng),
+        seconds,
+    )
     hit = buf.stats()["cache_hit_rate"]
     buf.close()
     shutil.rmtree(root / "hot")
-    arrays, scalars = contiguous_columns(schema, per_writer)
-    t_gather = time_calls(lambda: numpy_gather(schema, arrays, scalars, rng), seconds)
     out = {"hot_sample_ms": t_ours * 1e3, "gather_sample_ms": t_gather * 1e3, "hot_hit_rate": hit}
     if lerobot:
         out["lerobot_sample_ms"] = bench_lerobot(arrays, scalars, min(n, 6000), seconds) * 1e3
