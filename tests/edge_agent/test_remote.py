@@ -14,6 +14,7 @@ from edge_agent.inference import NO_POLICY, RemotePolicyRunner
 from tests.edge_agent.helpers import make_agent, spooled_rows
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.robot import PointRobot
+from tests.fakes.settings import fast_edge
 
 CHUNK = (
     np.array([[0.1, 0.2, 0.3, 0.4]] * 3, np.float32) + np.arange(3, dtype=np.float32)[:, None] / 10
@@ -95,7 +96,12 @@ def test_hold_steps_are_recorded_as_produced_by_no_policy(tmp_path, act_client):
     act, policy = act_client
     policy.first_delays = [0.3]  # the first call is late; later ones come well in time
     runner = RemotePolicyRunner(act, 4, ["reach-v3"], deadline_s=0.2)
-    agent = make_agent(tmp_path, PointRobot(episode_steps=30), None, runner=runner)
+    # 50 Hz: the 30 steps last 0.6 s, so the late call (0.3 s) ends mid-episode and later
+    # steps ask again (at 200 Hz a fast machine ran every step before it ended).
+    settings = fast_edge(control_hz=50.0)
+    agent = make_agent(
+        tmp_path, PointRobot(episode_steps=30), None, runner=runner, settings=settings
+    )
     agent.run(episodes=1)
     agent.uplink.flush()
     rows = spooled_rows(agent.uplink.spool)

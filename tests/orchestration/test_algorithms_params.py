@@ -3,7 +3,6 @@ and what it hands the learner, the batch server and the robots."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 import pytest
@@ -13,7 +12,7 @@ from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger
 from cloud_learner.factory import build_algorithm
 from cloud_learner.policies.gaussian import GaussianPolicy
 from cloud_learner.run_plan import RunPlan
-from robofleet.app.commands.demo import demo_spec
+from robofleet.app.commands.demo import build_parser, demo_spec
 from robofleet.runspec import RunSpec, RunSpecError, parse_run_spec
 
 KINDS = {"hg-dagger": "mlp", "recap": "mlp", "sac": "gaussian"}
@@ -191,15 +190,17 @@ def test_hg_dagger_settings_are_unchanged_so_its_checkpoints_still_resume() -> N
 
 @pytest.mark.parametrize("algorithm", ["hg-dagger", "recap", "sac"])
 def test_demo_builds_a_spec_the_run_manager_accepts(algorithm: str) -> None:
-    args = argparse.Namespace(
-        tasks="reach-v3,push-v3",
-        algorithm=algorithm,
-        control_hz=20.0,
-        robots=2,
-        eval_every=None,
-        minutes=1.0,
-        eval_episodes=2,
-    )
+    common = ["--tasks", "reach-v3,push-v3", "--robots", "2", "--minutes", "1"]
+    args = build_parser().parse_args([*common, "--algorithm", algorithm, "--eval-episodes", "2"])
     spec = demo_spec(args)
     assert spec.algorithm == algorithm and spec.policy.kind == KINDS[algorithm]
+    assert spec.demonstrations.episodes_per_task == 1 and spec.evaluation.on == "simulator"
     RunPlan.from_spec(spec)  # raises on anything the run manager would refuse
+
+
+def test_a_demo_on_cameras_trains_a_cnn_measured_by_the_robots() -> None:
+    argv = ["--tasks", "reach-v3", "--cameras", "corner", "--offline-data", "reach-demos"]
+    spec = demo_spec(build_parser().parse_args(argv))
+    assert spec.policy.kind == "cnn" and spec.evaluation.on == "robots"
+    assert [s.source for s in spec.buffer.offline_data] == ["reach-demos"]
+    RunPlan.from_spec(spec)
