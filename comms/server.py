@@ -12,12 +12,14 @@ Usage (cloud process)::
 from __future__ import annotations
 
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
 import grpc.aio
 
-from comms import tls
+from comms import allocator, tls
 from comms.auth import Authenticator
 from comms.config import CommsSettings
 from comms.dataplane import DataPlaneServer, curve_available
@@ -98,6 +100,10 @@ class CloudServer:
         self._loop = LoopThread("comms-cloud")
         self.state.loop = self._loop.loop
         self.state.dataplane = start_dataplane(self.settings)
+        # As many threads as asyncio's default executor: robots' fsyncs overlap.
+        self.state.ingest_pool = ThreadPoolExecutor(
+            max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="ingest"
+        )
         self.port = self._loop.run(self._start())
         log.info(
             "cloud gRPC server on %s (tls=%s)",
@@ -140,6 +146,9 @@ class CloudServer:
         if self.state.dataplane is not None:
             self.state.dataplane.close()
             self.state.dataplane = None
+        if self.state.ingest_pool is not None:
+            self.state.ingest_pool.shutdown(wait=False, cancel_futures=True)
+            self.state.ingest_pool = None
 
     def close(self) -> None:
         """Stop and close every distributor."""
@@ -210,6 +219,8 @@ def start_dataplane(settings: CommsSettings) -> DataPlaneServer | None:
     then bytes stay on the encrypted gRPC streams rather than travel in plaintext)."""
     if not settings.data_plane:
         return None
+    if settings.tune_malloc:
+        allocator.tune_for_messages()
     tls_on = settings.tls_cert_file is not None
     if tls_on and not curve_available():
         log.warning("TLS is on but libzmq lacks CURVE: no data plane, bytes stay on gRPC")

@@ -19,8 +19,11 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from comms import steps
 
 NO_SEQ = -1
 
@@ -111,7 +114,7 @@ class MemorySink:
     def append(self, robot_id: int, batch: pa.RecordBatch) -> int:
         with self._lock:
             have = self._stored.setdefault(robot_id, array("q"))
-            seqs = batch.column("seq").to_pylist()
+            seqs = steps.seq_numpy(batch)
             old = _known_prefix(robot_id, have, seqs)
             new = batch.slice(old)
             if self.capacity_rows is not None and self._rows + new.num_rows > self.capacity_rows:
@@ -121,7 +124,7 @@ class MemorySink:
                     self.batches.append((robot_id, new))
                 self._rows += new.num_rows
                 self.bytes += new.nbytes
-                have.extend(seqs[old:])
+                have.frombytes(seqs[old:].astype(np.int64, copy=False).tobytes())
             return have[-1] if have else NO_SEQ
 
     def durable_seq(self, robot_id: int) -> int:
@@ -159,7 +162,7 @@ class MemorySink:
             return out
 
 
-def _known_prefix(robot_id: int, have: array[int], seqs: list[int]) -> int:
+def _known_prefix(robot_id: int, have: array[int], seqs: np.ndarray) -> int:
     """How many leading ``seqs`` (increasing) are at or below the highest of ``have`` (the
     robot's stored seqs, ascending); each of them must be stored already.
 
@@ -167,8 +170,10 @@ def _known_prefix(robot_id: int, have: array[int], seqs: list[int]) -> int:
         SinkRejected: one of them was never stored (it is out of order).
     """
     last = have[-1] if have else NO_SEQ
+    if not len(seqs) or int(seqs[0]) > last:
+        return 0  # the usual case: all new
     n = 0
-    for s in seqs:
+    for s in seqs.tolist():
         if s > last:
             break
         i = bisect_left(have, s)

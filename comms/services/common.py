@@ -8,6 +8,7 @@ import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -49,6 +50,9 @@ class ServerState:
     control: dict[int, asyncio.Queue[pb.ControlCommand]] = field(default_factory=dict)
     version_events: dict[str, asyncio.Event] = field(default_factory=dict)
     dataplane: DataPlaneServer | None = None
+    # Where upload streams store their batches (``comms.services.mailbox``); set by the
+    # server while it serves.
+    ingest_pool: ThreadPoolExecutor | None = None
     active_streams: int = 0
     weight_bytes_sent: int = 0
     uploaded_rows: int = 0

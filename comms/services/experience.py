@@ -23,18 +23,25 @@ from typing import Any
 
 import grpc
 import grpc.aio
-import pyarrow.compute as pc
+import numpy as np
 
 from comms import steps as S
 from comms.dataplane import DataPlaneServer
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.common import OpenStream, ServerState, guarded, identify, write
+from comms.services.mailbox import Mailbox
 from comms.services.requests import BadRequest, read_message, require
 from comms.services.sink_events import SinkFullEvents
 from comms.sink import Backpressure, SinkFull, SinkRejected, StepSink
 
+
+class BatchTooLarge(ValueError):
+    """A step batch over ``comms.max_upload_batch_bytes``."""
+
+
 _REFUSALS: dict[type[Exception], grpc.StatusCode] = {
+    BatchTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
     S.StepFormatError: grpc.StatusCode.INVALID_ARGUMENT,
     S.ForeignRowsError: grpc.StatusCode.PERMISSION_DENIED,
     SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
@@ -51,6 +58,7 @@ class _Upload:
     sink: StepSink
     lock: threading.Lock
     durable: int
+    max_bytes: int
     resync: bool = False
     rows: int = 0
 
@@ -91,20 +99,25 @@ class _Upload:
 
     def take_all(
         self, batches: list[Any]
-    ) -> tuple[list[tuple[pb.UploadAck, bool]], Exception | None]:
-        """:meth:`take` for several batches in one hop; stops at the first refusal.
+    ) -> tuple[list[tuple[pb.UploadAck, bool]], Exception | None, int]:
+        """:meth:`take` for several batches in one worker-thread hop; stops at the first
+        refusal (a batch over ``max_bytes`` is one).
 
         Returns:
-            ([(ack, whether it is a plain batch ack: stored, no backpressure)], the refusal).
+            ([(ack, whether it is a plain batch ack: stored, no backpressure)], the refusal,
+            rows stored).
         """
         acks: list[tuple[pb.UploadAck, bool]] = []
+        before = self.rows
         for data in batches:
             try:
+                if len(data) > self.max_bytes:
+                    raise BatchTooLarge(f"step batch over {self.max_bytes} bytes")
                 ack = self.take(data)
             except tuple(_REFUSALS) as exc:
-                return acks, exc
+                return acks, exc, self.rows - before
             acks.append((ack, len(data) > 0 and not ack.backpressure))
-        return acks, None
+        return acks, None, self.rows - before
 
 
 def _coalesce(acks: list[tuple[pb.UploadAck, bool]]) -> list[pb.UploadAck]:
@@ -181,7 +194,8 @@ class ExperienceServicer(rpc.ExperienceServicer):
         try:
             durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
             lock = s.robot_lock(run_id, ident.robot_id)
-            up = _Upload(ident.robot_id, run_id, sink, lock, durable)
+            limit = s.settings.max_upload_batch_bytes
+            up = _Upload(ident.robot_id, run_id, sink, lock, durable, limit)
             with OpenStream(s):
                 if first.data_plane and s.dataplane is not None and not first.arrow_ipc:
                     await self._data_plane(context, up, s.dataplane)
@@ -198,7 +212,7 @@ class ExperienceServicer(rpc.ExperienceServicer):
         while True:
             whole = await self._part(context, up, msg, parts)
             if whole is not None:
-                await self._acks(context, up, [whole])
+                await self._acks(context, up, whole)
             msg = await self._read(context)
             if msg is grpc.aio.EOF:
                 return
@@ -226,82 +240,93 @@ class ExperienceServicer(rpc.ExperienceServicer):
     async def _data_plane(
         self, context: grpc.aio.ServicerContext, up: _Upload, dp: DataPlaneServer
     ) -> None:
-        """Batches on the data plane (whole, zero-copy frames), acks on this stream."""
-        # Both sources feed one queue in arrival order: ("dp", frame) from the data-plane
-        # thread, ("grpc", message or EOF) from this stream.
-        inbox: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        """Batches on the data plane (whole, zero-copy frames), acks on this stream.
+
+        The data-plane thread puts each batch into the stream's mailbox; a worker stores
+        what the mailbox holds, a round at a time, and hands the round's acks to this loop
+        (``("acks", result)`` in ``events``, beside ``("grpc", message)`` from the stream)."""
+        s = self.s
+        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        session = dp.open(
-            lambda _seq, frame: loop.call_soon_threadsafe(inbox.put_nowait, ("dp", frame))
-        )
-        reader = asyncio.create_task(_pump(context, inbox))
+
+        def deliver(result: Any) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, ("acks", result))
+
+        # A client keeps at most its window in flight; 4x leaves room for acks on the way.
+        assert s.ingest_pool is not None  # set while the server serves
+        box = Mailbox(up.take_all, deliver, s.ingest_pool, 4 * s.settings.upload_window)
+
+        def on_batch(_seq: int, frame: Any) -> None:
+            if not box.put(frame.buffer) and box.full:
+                box.close()
+                loop.call_soon_threadsafe(events.put_nowait, ("full", None))
+
+        session = dp.open(on_batch)
+        reader = asyncio.create_task(_pump(context, events))
         try:
             await write(
-                self.s, context, pb.UploadAck(durable_seq=up.durable, data_plane=dp.offer(session))
+                s, context, pb.UploadAck(durable_seq=up.durable, data_plane=dp.offer(session))
             )
-            await self._serve_inbox(context, up, inbox)
+            await self._serve_events(context, up, box, events)
         finally:
             reader.cancel()
+            box.close()
             dp.close_session(session)
 
-    async def _serve_inbox(
+    async def _serve_events(
         self,
         context: grpc.aio.ServicerContext,
         up: _Upload,
-        inbox: asyncio.Queue[tuple[str, Any]],
+        box: Mailbox,
+        events: asyncio.Queue[tuple[str, Any]],
     ) -> None:
-        """Take what arrives until the client closes its stream. Data-plane batches that
-        arrived together are taken in one worker-thread hop."""
+        """Send each round's acks and take the stream's messages until the client closes it.
+        A batch sent on the stream (a client that could not reach the data plane) goes
+        through the mailbox too, so one worker at a time takes this stream's batches, in
+        arrival order."""
         s = self.s
         parts: list[bytes] = []
-        limit = 4 * s.settings.upload_window  # a client keeps at most its window in flight
-        carry: tuple[str, Any] | None = None  # taken while gathering batches
         while True:
-            if carry is not None:
-                (kind, got), carry = carry, None
-            else:
-                try:
-                    kind, got = await asyncio.wait_for(
-                        inbox.get(), s.settings.stream_idle_timeout_s
-                    )
-                except TimeoutError:
-                    await self._idle_abort(context)
+            try:
+                kind, got = await asyncio.wait_for(events.get(), s.settings.stream_idle_timeout_s)
+            except TimeoutError:
+                await self._idle_abort(context)
             if kind == "bad":
                 raise got
+            if kind == "acks":
+                if isinstance(got, Exception):
+                    raise got  # a defect in the worker: logged and INTERNAL via ``guarded``
+                acks, refused, rows = got
+                await self._send_acks(context, up, acks, refused, rows, coalesce=True)
+                continue
             if kind == "grpc":
                 if got is grpc.aio.EOF:
                     return
-                # A client that could not reach the data plane sends on this stream.
                 whole = await self._part(context, up, got, parts)
-                if whole is not None:
-                    await self._acks(context, up, [whole])
-                continue
-            if inbox.qsize() > limit:
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    "more step batches in flight than the upload window",
-                )
-            batches, carry = _gather(inbox, got.buffer)
-            if any(len(b) > s.settings.max_upload_batch_bytes for b in batches):
-                await context.abort(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"step batch over {s.settings.max_upload_batch_bytes} bytes",
-                )
-            await self._acks(context, up, batches, coalesce=True)
+                if whole is None or box.put(whole):
+                    continue
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "more step batches in flight than the upload window",
+            )
 
-    async def _acks(
+    async def _acks(self, context: grpc.aio.ServicerContext, up: _Upload, batch: bytes) -> None:
+        """Take one batch in a worker thread and send its ack (then any refusal)."""
+        await self._send_acks(context, up, *await asyncio.to_thread(up.take_all, [batch]))
+
+    async def _send_acks(
         self,
         context: grpc.aio.ServicerContext,
         up: _Upload,
-        batches: list[Any],
+        acks: list[tuple[pb.UploadAck, bool]],
+        refused: Exception | None,
+        stored_rows: int,
         coalesce: bool = False,
     ) -> None:
-        """Take ``batches`` in one worker-thread hop and send their acks (then any refusal);
+        """Send the acks of one :meth:`_Upload.take_all` (then abort on its refusal);
         ``coalesce``: consecutive plain batch acks go as one (``UploadAck.batches``)."""
-        before = up.rows
-        acks, refused = await asyncio.to_thread(up.take_all, batches)
-        self.s.uploaded_rows += up.rows - before
-        if up.rows > before:
+        self.s.uploaded_rows += stored_rows
+        if stored_rows:
             await self.sink_full.stored(up.run_id)
         for ack in _coalesce(acks) if coalesce else [a for a, _ in acks]:
             await write(self.s, context, ack)
@@ -352,32 +377,17 @@ def _ingest(
     with lock:
         before = sink.durable_seq(robot_id)
         after = sink.append(robot_id, batch)
-    stored = pc.sum(pc.greater(batch.column("seq"), before)).as_py() or 0
-    return int(stored), after
+    return int(np.count_nonzero(S.seq_numpy(batch) > before)), after
 
 
-async def _pump(context: grpc.aio.ServicerContext, inbox: asyncio.Queue[tuple[str, Any]]) -> None:
-    """Move this stream's messages (then EOF, or ("bad", BadRequest)) into ``inbox``."""
+async def _pump(context: grpc.aio.ServicerContext, events: asyncio.Queue[tuple[str, Any]]) -> None:
+    """Move this stream's messages (then EOF, or ("bad", BadRequest)) into ``events``."""
     while True:
         try:
             m = await read_message(context)
         except BadRequest as exc:
-            inbox.put_nowait(("bad", exc))
+            events.put_nowait(("bad", exc))
             return
-        inbox.put_nowait(("grpc", m))
+        events.put_nowait(("grpc", m))
         if m is grpc.aio.EOF:
             return
-
-
-def _gather(
-    inbox: asyncio.Queue[tuple[str, Any]], first: Any
-) -> tuple[list[Any], tuple[str, Any] | None]:
-    """``first`` and the data-plane batches queued right behind it; returns them and the
-    stream message that ended the run of batches, if one did (to be handled next)."""
-    batches = [first]
-    while not inbox.empty():
-        item = inbox.get_nowait()
-        if item[0] != "dp":
-            return batches, item
-        batches.append(item[1].buffer)
-    return batches, None

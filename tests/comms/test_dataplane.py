@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import zmq
 
 from comms import dataplane_client
+from comms import steps as S
 from comms.client import EdgeClient, make_channel
 from comms.dataplane import BATCH, BATCH_HEADER, HELLO, NO, OK, DataPlaneServer
 from comms.grpc_subscription import GrpcWeightSubscription
@@ -24,7 +26,7 @@ from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from comms.weight_codec import EncodedVersion
 from robofleet.store.store import MetadataStore
-from tests.comms.helpers import self_signed_cert, steps
+from tests.comms.helpers import rpc_code, self_signed_cert, steps
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.settings import fast_comms
 
@@ -333,3 +335,98 @@ def test_uploader_on_the_data_plane_closes_promptly_when_the_server_is_gone(
         assert up.durable_seq == 3 and len(spool) == 19  # nothing acknowledged is lost
     finally:
         client.close()
+
+
+class _SlowSink(MemorySink):
+    """A sink whose appends take ``delay_s`` (an fsync on a slow disk)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def append(self, robot_id: int, batch: Any) -> int:
+        time.sleep(self.delay_s)
+        return super().append(robot_id, batch)
+
+
+def _raw_upload(cloud: Cloud, credential: str) -> tuple[Any, Any, zmq.Socket[bytes]]:
+    """An Upload stream asking for the data plane, bound to a DEALER that said hello:
+    (the call, its ack iterator, the socket). Batches sent on the socket are acked on the
+    call; nothing here limits how many are in flight."""
+    client = EdgeClient(make_channel(cloud.address, cloud.settings), credential, cloud.settings)
+    requests: queue.SimpleQueue[pb.StepBatch | None] = queue.SimpleQueue()
+    requests.put(pb.StepBatch(run_id=RUN, data_plane=True))
+
+    def gen() -> Any:
+        while (r := requests.get()) is not None:
+            yield r
+
+    call = client.experience.Upload(gen(), metadata=client.metadata)
+    first = next(call)
+    assert first.HasField("data_plane")
+    s: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(first.data_plane.endpoint)
+    s.send_multipart([HELLO, first.data_plane.token])
+    assert s.poll(5000) and s.recv() == OK
+    return (call, requests, client), call, s
+
+
+def _ipc(batch: Any) -> bytes:
+    return S.encode_batch(batch)
+
+
+def test_a_data_plane_client_over_its_window_is_refused_and_keeps_what_was_acked(
+    store: MetadataStore,
+) -> None:
+    # Two batches in flight allowed: the cloud queues at most 4x that while its sink works.
+    cloud = Cloud(store, _SlowSink(0.05), fast_comms(upload_window=2))
+    robot = cloud.robot("arm-1")
+    (raw, requests, client), call, s = _raw_upload(cloud, robot.credential)
+    acked = -1
+    try:
+        for i in range(40):  # no waiting for acks: far over the window
+            head = BATCH_HEADER.pack(i * 5 + 4, 0)
+            s.send_multipart([BATCH, head, _ipc(steps(robot.robot_id, i * 5, 5))])
+        with pytest.raises(grpc.RpcError) as err:
+            for ack in call:
+                acked = max(acked, ack.durable_seq)
+        assert rpc_code(err.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "more step batches in flight than the upload window" in str(err.value.details())
+        stored = cloud.sink.seqs(robot.robot_id)
+        assert stored == list(range(len(stored)))  # in order, no gap, nothing twice
+        assert acked < len(stored)  # every acknowledged step is stored
+        assert len(stored) < 200  # the flood was refused, not taken
+    finally:
+        s.close(0)
+        requests.put(None)
+        raw.cancel()
+        client.close()
+        cloud.close()
+
+
+def test_a_data_plane_batch_over_the_size_limit_is_refused_after_the_ones_before_it(
+    store: MetadataStore,
+) -> None:
+    robot_probe = steps(1, 0, 5, payload_bytes=2000)
+    limit = len(_ipc(robot_probe)) - 100  # libzmq lets through up to 4 KiB more: it reaches us
+    cloud = Cloud(store, MemorySink(), fast_comms(max_upload_batch_bytes=limit))
+    robot = cloud.robot("arm-1")
+    (raw, requests, client), call, s = _raw_upload(cloud, robot.credential)
+    acked = -1
+    try:
+        s.send_multipart([BATCH, BATCH_HEADER.pack(4, 0), _ipc(steps(robot.robot_id, 0, 5))])
+        big = steps(robot.robot_id, 5, 5, payload_bytes=2000)
+        s.send_multipart([BATCH, BATCH_HEADER.pack(9, 0), _ipc(big)])
+        with pytest.raises(grpc.RpcError) as err:
+            for ack in call:
+                acked = max(acked, ack.durable_seq)
+        assert rpc_code(err.value) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"step batch over {limit} bytes" in str(err.value.details())
+        assert acked == 4 and cloud.sink.seqs(robot.robot_id) == list(range(5))
+    finally:
+        s.close(0)
+        requests.put(None)
+        raw.cancel()
+        client.close()
+        cloud.close()
