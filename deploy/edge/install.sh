@@ -60,9 +60,12 @@ UV="$PREFIX/venv/bin/uv"
 # Only the edge and sim extras, at the lock's versions.
 "$UV" pip compile "$SOURCE/pyproject.toml" --extra edge --extra sim -c "$SOURCE/requirements.lock" \
     --torch-backend "$TORCH_BACKEND" --quiet -o "$PREFIX/edge.lock"
+# Bytecode compiled at install: uv writes no .pyc by default, so the service would compile torch and
+# lerobot from source at every start and every run assignment.
 "$UV" pip install --python "$PREFIX/venv/bin/python" --torch-backend "$TORCH_BACKEND" \
-    -r "$PREFIX/edge.lock"
-"$UV" pip install --python "$PREFIX/venv/bin/python" --no-deps --reinstall-package robofleet "$SOURCE"
+    --compile-bytecode -r "$PREFIX/edge.lock"
+"$UV" pip install --python "$PREFIX/venv/bin/python" --no-deps --reinstall-package robofleet \
+    --compile-bytecode "$SOURCE"
 install -d -m 0755 "$PREFIX/docs"
 [ -f "$SOURCE/docs/deploy.md" ] && install -m 0644 "$SOURCE/docs/deploy.md" "$PREFIX/docs/deploy.md"
 

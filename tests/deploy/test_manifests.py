@@ -334,6 +334,8 @@ def test_dockerfiles_copy_only_files_that_exist(kind: str) -> None:
     ]["find"]["include"]
     assert packages == {p.rstrip("*") for p in include}, "every package of the wheel is copied"
     assert 'ENTRYPOINT ["tini", "--", "robofleet-entrypoint"]' in text
+    # uv writes no bytecode by default: without it every process compiles torch at start.
+    assert re.search(r"^\s+UV_COMPILE_BYTECODE=1 \\$", text, flags=re.M)
     assert not re.search(r"(?i)^(ENV|ARG) .*(SECRET|TOKEN|PASSWORD)", text, flags=re.M)
 
 
@@ -405,6 +407,7 @@ def test_systemd_unit_runs_the_installed_wrapper() -> None:
     assert 'deploy/edge/robofleet-edge-run.sh" "$PREFIX/bin/robofleet-edge-run"' in install
     assert "deploy/systemd/robofleet-edge.service" in install
     assert "--extra edge --extra sim -c" in install
+    assert install.count("--compile-bytecode") == 2  # both installs write bytecode
     for script in ("install.sh", "robofleet-edge-run.sh"):
         subprocess.run(["sh", "-n", str(DEPLOY / "edge" / script)], check=True)
 
