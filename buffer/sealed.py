@@ -71,17 +71,20 @@ def seal_files(
     """Turn closed, fdatasynced WAL stripe files into segment ``[first_row, +num_rows)``.
 
     Files that hold no record are deleted; the rest are renamed. Returns the segment's files.
+    Idempotent: a retry after a failure part-way finds the files already renamed.
     The caller has made every file durable (``WriteAheadLog.rotate``/``close`` fdatasync).
     """
     out = []
     for p in wal_paths:
+        stripe = int(p.stem.split("-")[2]) if p.stem.count("-") >= 2 else 0
+        final = directory / sealed_name(first_row, num_rows, stripe)
         if not p.exists():
+            if final.exists():  # renamed by an earlier try that failed after it
+                out.append(final)
             continue
         if p.stat().st_size <= FILE_HEADER_BYTES:
             p.unlink()
             continue
-        stripe = int(p.stem.split("-")[2]) if p.stem.count("-") >= 2 else 0
-        final = directory / sealed_name(first_row, num_rows, stripe)
         os.replace(p, final)
         out.append(final)
     fsync_dir(directory)

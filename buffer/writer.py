@@ -322,6 +322,17 @@ class Writer:
             return DiskFullError(self.state.directory, failed)
         return OSError(f"write-ahead log failed: {failed}")
 
+    def _sealing_refusal(self) -> OSError:
+        """What an append raises while the sealer cannot seal the queued tail (locked)."""
+        failed = self.sealer.failed
+        assert failed is not None
+        if isinstance(failed, OSError) and _out_of_space(failed):
+            return DiskFullError(self.state.directory, failed)
+        return OSError(
+            f"{self.state.directory}: the full tail cannot be sealed ({failed}); nothing of "
+            "this batch was stored; appends are taken again once a seal succeeds (retried)"
+        )
+
     def _recover(self) -> None:
         """Take appends again after a failure: once no append given rows is in flight (they
         fail or finish quickly), drop the rows above the durable watermark (never
@@ -432,7 +443,10 @@ class Writer:
             if not (used and self.sealer.queue) or st.stop.is_set():
                 break
             # An unsealed tail cannot be evicted: with one still queued, wait for its seal
-            # (a rename, milliseconds) rather than let the hot tier overshoot the budget.
+            # (a rename, milliseconds) rather than let the hot tier overshoot the budget;
+            # a seal that is failing refuses the append instead (nothing is claimed yet).
+            if self.sealer.failed is not None:
+                raise self._sealing_refusal()
             st.cond.wait(0.05)
         if used > 0 and n <= st.rows_per_segment:
             return None  # the caller rotates (outside the lock) and claims again

@@ -4,6 +4,7 @@ seals the tail; an interrupted seal is finished on open; a damaged segment is re
 from __future__ import annotations
 
 import os
+import time
 import zlib
 
 import numpy as np
@@ -152,3 +153,73 @@ def test_record_after_a_gap_written_before_a_kept_one_is_dropped(tmp_path) -> No
         again.append(recs[4:8])
     with ReplayBuffer.open(d) as third:
         assert third.stored_seqs("robot-0").tolist() == list(range(8))
+
+
+def test_a_failing_seal_refuses_appends_by_name_then_heals_without_losing_a_row(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seal that fails (here ENOSPC on its rename) is retried; an append that would have to
+    wait for it is refused (DiskFullError) instead of hanging, and nothing it refused is
+    stored; once a seal works, appends go on and every acknowledged row is there."""
+    import errno
+    import threading
+
+    from buffer import DiskFullError
+    from buffer import sealer as sealer_mod
+
+    monkeypatch.setattr(sealer_mod, "RETRY_S", 0.05)
+    real_seal_files = sealer_mod.seal_files
+    broken = threading.Event()
+    broken.set()
+
+    def seal_files(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if broken.is_set():
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_seal_files(*args, **kwargs)
+
+    monkeypatch.setattr(sealer_mod, "seal_files", seal_files)
+    d = tmp_path / "b"
+    with open_buffer(d, segment_target_bytes=3000, wal_stripes=1) as buf:
+        acked: list[int] = []
+        refused = None
+        seq = 0
+        for _ in range(200):  # until a rotation needs the failed seal
+            try:
+                buf.append(episodes(0, [4], seq0=seq, ep0=seq // 4))
+            except DiskFullError as exc:
+                refused = exc
+                break
+            acked.extend(range(seq, seq + 4))
+            seq += 4
+        assert refused is not None, "appends never needed the failing seal"
+        assert "disk full" in str(refused) and "retry" in str(refused)
+        assert buf.sealer.failed is not None  # noqa: SLF001
+        with pytest.raises(OSError, match="sealing is failing"):
+            buf.flush()
+        assert buf.stored_seqs("robot-0").tolist() == acked  # the refused batch left nothing
+        broken.clear()  # space is back: the retried seal succeeds
+        deadline = time.monotonic() + 10
+        while buf.sealer.failed is not None and time.monotonic() < deadline:  # noqa: SLF001
+            time.sleep(0.02)
+        assert buf.sealer.failed is None  # noqa: SLF001
+        buf.append(episodes(0, [4], seq0=seq, ep0=seq // 4))  # the refused batch, again
+        acked.extend(range(seq, seq + 4))
+        buf.flush()
+        assert list_sealed(d)
+        assert buf.stored_seqs("robot-0").tolist() == acked
+    with ReplayBuffer.open(d) as again:
+        assert again.stored_seqs("robot-0").tolist() == acked
+
+
+def test_sealing_again_after_a_partial_rename_keeps_every_file(tmp_path) -> None:
+    from buffer.sealed import seal_files
+    from buffer.wal import FILE_HEADER_BYTES, wal_name
+
+    paths = [tmp_path / wal_name(0, k) for k in range(3)]
+    for p in paths:
+        p.write_bytes(b"\0" * (FILE_HEADER_BYTES + 10))
+    first = tmp_path / sealed_name(0, 40, 0)
+    os.replace(paths[0], first)  # a try that failed after its first rename
+    out = seal_files(tmp_path, 0, 40, paths)
+    assert out == sorted([first, *(tmp_path / sealed_name(0, 40, k) for k in (1, 2))])
+    assert all(p.exists() for p in out) and not any(p.exists() for p in paths)
