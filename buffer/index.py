@@ -60,19 +60,6 @@ _COLUMNS: dict[str, Any] = {
     "discarded": np.bool_,
 }
 
-# Columns copied from the batch as they are.
-_COPIED = (
-    "seq",
-    "episode_index",
-    "frame_index",
-    "timestamp",
-    "reward",
-    "terminated",
-    "truncated",
-    "is_intervention",
-    "policy_version",
-)
-
 # (run_id, robot_id, episode_index) of an episode, by name.
 EpisodeKey = tuple[str, str, int]
 
@@ -216,8 +203,8 @@ class RowIndex:
         lo = self.end - self.base
         hi = lo + n
         c = self.cols
-        for name in _COPIED:
-            c[name][lo:hi] = sc.num[name]
+        for name, values in sc.num.items():  # the numeric columns, as they are
+            c[name][lo:hi] = values
         robot = self.robots.encode_strings(sc.robot)
         run = self.runs.encode_strings(sc.run)
         c["robot"][lo:hi] = robot

@@ -54,6 +54,11 @@ def gather(
         parts.append(part)
     if not parts:
         raise NothingToSample("nothing to sample")
+    return concat_parts(parts)
+
+
+def concat_parts(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Sampled parts with the same keys as one batch, in order (the one part as it is)."""
     if len(parts) == 1:
         return parts[0]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from buffer import marks
+from buffer.columns import NUMERIC, STRINGS
 from buffer.index import RowIndex
 from buffer.retention import Retention
 from buffer.sealed import WalSegment, list_sealed, seal_files
@@ -28,20 +29,7 @@ from buffer.wal import SPARE_GLOB, WalRecord, keep_only, list_wals, scan_wal
 from robofleet.durable import fsync_dir
 
 # The index columns a sealed segment's rows are indexed from (no payload is read).
-INDEX_COLUMNS = [
-    "seq",
-    "robot_id",
-    "run_id",
-    "task",
-    "episode_index",
-    "frame_index",
-    "timestamp",
-    "reward",
-    "terminated",
-    "truncated",
-    "is_intervention",
-    "policy_version",
-]
+INDEX_COLUMNS = [*NUMERIC, *STRINGS]
 
 # (first row, rows, files, is a sealed WAL) of a segment found on disk.
 _Found = tuple[int, int, list[Path], bool]

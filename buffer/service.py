@@ -73,6 +73,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from buffer.errors import NothingToSample
+from buffer.reading import concat_parts
 from buffer.replay_buffer import ReplayBuffer
 from buffer.samplers import MixSampler, Sampler
 
@@ -539,9 +540,7 @@ class ShardedRemoteBuffer:
                 part["shard"] = np.full(int(counts[k]), k, dtype=np.int16)
                 parts.append(part)
                 need -= int(counts[k])
-        if len(parts) == 1:
-            return parts[0]
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+        return concat_parts(parts)
 
     def _draw(self, counts: np.ndarray) -> list[tuple[int, dict[str, np.ndarray]]]:
         """Ask every shard with a count for its rows, then take the replies; a shard that

@@ -45,6 +45,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from buffer.config import BufferSettings
 from buffer.errors import NothingToSample
+from buffer.reading import concat_parts
 from buffer.replay_buffer import SCHEMA_FILE, SHARDS_FILE, AppendResult, ReplayBuffer
 from buffer.samplers import Sampler
 from buffer.schema import StepSchema
@@ -263,9 +264,7 @@ class ShardedBuffer:
                 part["shard"] = np.full(int(counts[k]), k, dtype=np.int16)
                 parts.append(part)
                 need -= int(counts[k])
-        if len(parts) == 1:
-            return parts[0]
-        return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+        return concat_parts(parts)
 
     def _sampler(self, sampler: Sampler | None, k: int) -> Sampler | None:
         """Shard ``k``'s own copy of ``sampler`` (a sampler may keep per-buffer state)."""
