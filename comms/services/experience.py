@@ -305,14 +305,19 @@ class ExperienceServicer(rpc.ExperienceServicer):
                 whole = await self._part(context, up, got, parts)
                 if whole is None or box.put(whole):
                     continue
+            # Here: "full" (the data-plane thread found the mailbox full) or a stream batch
+            # the mailbox refused.
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 "more step batches in flight than the upload window",
             )
 
     async def _acks(self, context: grpc.aio.ServicerContext, up: _Upload, batch: bytes) -> None:
-        """Take one batch in a worker thread and send its ack (then any refusal)."""
-        await self._send_acks(context, up, *await asyncio.to_thread(up.take_all, [batch]))
+        """Take one batch on the ingest pool and send its ack (then any refusal)."""
+        pool = self.s.ingest_pool
+        assert pool is not None  # set while the server serves
+        loop = asyncio.get_running_loop()
+        await self._send_acks(context, up, *await loop.run_in_executor(pool, up.take_all, [batch]))
 
     async def _send_acks(
         self,

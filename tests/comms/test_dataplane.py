@@ -147,17 +147,22 @@ def test_unreachable_data_plane_falls_back_to_grpc_bytes(store: MetadataStore) -
         cloud.close()
 
 
-def _offer(cloud: Cloud, credential: str) -> tuple[Any, pb.DataPlane]:
-    """Open a Subscribe stream asking for the data plane; returns (call, its offer)."""
+def _offer(cloud: Cloud, credential: str, upload: bool = False) -> tuple[Any, pb.DataPlane]:
+    """Open a Subscribe (or, with ``upload``, an Upload) stream asking for the data plane;
+    returns ((call, its request queue, client), its offer)."""
     client = EdgeClient(make_channel(cloud.address, cloud.settings), credential, cloud.settings)
-    requests: queue.SimpleQueue[pb.SubscribeRequest | None] = queue.SimpleQueue()
-    requests.put(pb.SubscribeRequest(run_id=RUN, have_version=-1, data_plane=True))
+    requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    if upload:
+        requests.put(pb.StepBatch(run_id=RUN, data_plane=True))
+    else:
+        requests.put(pb.SubscribeRequest(run_id=RUN, have_version=-1, data_plane=True))
 
     def gen() -> Any:
         while (r := requests.get()) is not None:
             yield r
 
-    call = client.weights.Subscribe(gen(), metadata=client.metadata)
+    method = client.experience.Upload if upload else client.weights.Subscribe
+    call = method(gen(), metadata=client.metadata)
     first = next(call)
     assert first.HasField("data_plane")
     return (call, requests, client), first.data_plane
@@ -349,27 +354,17 @@ class _SlowSink(MemorySink):
         return super().append(robot_id, batch)
 
 
-def _raw_upload(cloud: Cloud, credential: str) -> tuple[Any, Any, zmq.Socket[bytes]]:
+def _raw_upload(cloud: Cloud, credential: str) -> tuple[Any, zmq.Socket[bytes]]:
     """An Upload stream asking for the data plane, bound to a DEALER that said hello:
-    (the call, its ack iterator, the socket). Batches sent on the socket are acked on the
-    call; nothing here limits how many are in flight."""
-    client = EdgeClient(make_channel(cloud.address, cloud.settings), credential, cloud.settings)
-    requests: queue.SimpleQueue[pb.StepBatch | None] = queue.SimpleQueue()
-    requests.put(pb.StepBatch(run_id=RUN, data_plane=True))
-
-    def gen() -> Any:
-        while (r := requests.get()) is not None:
-            yield r
-
-    call = client.experience.Upload(gen(), metadata=client.metadata)
-    first = next(call)
-    assert first.HasField("data_plane")
+    ((the call, its request queue, client), the socket). Batches sent on the socket are
+    acked on the call; nothing here limits how many are in flight."""
+    stream, offer = _offer(cloud, credential, upload=True)
     s: zmq.Socket[bytes] = zmq.Context.instance().socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
-    s.connect(first.data_plane.endpoint)
-    s.send_multipart([HELLO, first.data_plane.token])
+    s.connect(offer.endpoint)
+    s.send_multipart([HELLO, offer.token])
     assert s.poll(5000) and s.recv() == OK
-    return (call, requests, client), call, s
+    return stream, s
 
 
 def _ipc(batch: Any) -> bytes:
@@ -382,7 +377,7 @@ def test_a_data_plane_client_over_its_window_is_refused_and_keeps_what_was_acked
     # Two batches in flight allowed: the cloud queues at most 4x that while its sink works.
     cloud = Cloud(store, _SlowSink(0.05), fast_comms(upload_window=2))
     robot = cloud.robot("arm-1")
-    (raw, requests, client), call, s = _raw_upload(cloud, robot.credential)
+    (call, requests, client), s = _raw_upload(cloud, robot.credential)
     acked = -1
     try:
         for i in range(40):  # no waiting for acks: far over the window
@@ -400,7 +395,7 @@ def test_a_data_plane_client_over_its_window_is_refused_and_keeps_what_was_acked
     finally:
         s.close(0)
         requests.put(None)
-        raw.cancel()
+        call.cancel()
         client.close()
         cloud.close()
 
@@ -412,7 +407,7 @@ def test_a_data_plane_batch_over_the_size_limit_is_refused_after_the_ones_before
     limit = len(_ipc(robot_probe)) - 100  # libzmq lets through up to 4 KiB more: it reaches us
     cloud = Cloud(store, MemorySink(), fast_comms(max_upload_batch_bytes=limit))
     robot = cloud.robot("arm-1")
-    (raw, requests, client), call, s = _raw_upload(cloud, robot.credential)
+    (call, requests, client), s = _raw_upload(cloud, robot.credential)
     acked = -1
     try:
         s.send_multipart([BATCH, BATCH_HEADER.pack(4, 0), _ipc(steps(robot.robot_id, 0, 5))])
@@ -427,6 +422,6 @@ def test_a_data_plane_batch_over_the_size_limit_is_refused_after_the_ones_before
     finally:
         s.close(0)
         requests.put(None)
-        raw.cancel()
+        call.cancel()
         client.close()
         cloud.close()
