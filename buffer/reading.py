@@ -64,6 +64,44 @@ def concat_parts(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def sample_across_shards(
+    batch_size: int,
+    sizes: Callable[[], np.ndarray],
+    rng: np.random.Generator,
+    draw: Callable[[np.ndarray], list[tuple[int, dict[str, np.ndarray] | None]]],
+    nothing: Callable[[bool], None],
+) -> dict[str, np.ndarray]:
+    """``batch_size`` rows across shards in proportion to their sizes, so every transition is
+    equally likely whichever shard holds it: the rows per shard are a multinomial draw
+    weighted by ``sizes()`` (float64 ``(shards,)``), ``draw(counts)`` returns ``(k, part)``
+    for each shard it drew from, a part of ``counts[k]`` rows or None when shard ``k``'s
+    sampler finds nothing there; such a shard's share is drawn again from the others. The
+    parts get ``shard`` (int16) and are concatenated in order.
+
+    ``nothing(barren)`` is called while no shard can be drawn from (``barren``: some shard's
+    sampler found nothing, else every shard is empty): it raises, or waits and returns to
+    try again.
+    """
+    parts: list[dict[str, np.ndarray]] = []
+    barren: set[int] = set()
+    need = batch_size
+    while need > 0:
+        weights = sizes()
+        weights[list(barren)] = 0
+        if weights.sum() <= 0:
+            nothing(bool(barren))
+            continue
+        counts = rng.multinomial(need, weights / weights.sum())
+        for k, part in draw(counts):
+            if part is None:
+                barren.add(k)
+                continue
+            part["shard"] = np.full(int(counts[k]), k, dtype=np.int16)
+            parts.append(part)
+            need -= int(counts[k])
+    return concat_parts(parts)
+
+
 def read_transitions(
     st: TableState, rows: np.ndarray, *, count: bool = True
 ) -> dict[str, np.ndarray]:

@@ -32,6 +32,7 @@ it in ``next.observation.*`` as raw C-order bytes of the feature's dtype and sha
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -76,11 +77,11 @@ class FeatureSpec:
     names: tuple[str, ...] | None = None
     is_image: bool = False
 
-    @property
+    @functools.cached_property
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 

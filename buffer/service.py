@@ -73,7 +73,7 @@ from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
 from buffer.errors import NothingToSample
-from buffer.reading import concat_parts
+from buffer.reading import sample_across_shards
 from buffer.replay_buffer import ReplayBuffer
 from buffer.samplers import MixSampler, Sampler
 
@@ -507,7 +507,6 @@ class ShardedRemoteBuffer:
         self.shards = [RemoteBuffer(a, timeout_s, sampling) for a in addresses]
         self.stats: dict[str, float] = {}
         self._rng = np.random.default_rng(seed)
-        self._barren: set[int] = set()  # shards whose sampler found nothing, this batch
 
     def _sizes(self) -> np.ndarray:
         for r in self.shards:
@@ -524,45 +523,26 @@ class ShardedRemoteBuffer:
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         """``batch_size`` rows (the keys of :class:`RemoteBuffer`, plus ``shard`` int16);
         waits (polling every 0.1 s) while every shard is empty."""
-        parts: list[dict[str, np.ndarray]] = []
-        need = batch_size
-        self._barren.clear()
-        while need > 0:
-            sizes = self._sizes()
-            sizes[list(self._barren)] = 0
-            if sizes.sum() <= 0 and self._barren:
-                raise RemoteNothingToSample("nothing to sample in any shard")
-            if sizes.sum() <= 0:
-                time.sleep(0.1)
-                continue
-            counts = self._rng.multinomial(need, sizes / sizes.sum())
-            for k, part in self._draw(counts):
-                part["shard"] = np.full(int(counts[k]), k, dtype=np.int16)
-                parts.append(part)
-                need -= int(counts[k])
-        return concat_parts(parts)
+        return sample_across_shards(batch_size, self._sizes, self._rng, self._draw, _wait_for_rows)
 
-    def _draw(self, counts: np.ndarray) -> list[tuple[int, dict[str, np.ndarray]]]:
-        """Ask every shard with a count for its rows, then take the replies; a shard that
-        was empty, or whose sampler finds nothing (noted for this batch), is left out: its
-        share is drawn again from the others. On a failure the shards still owing a reply
-        get fresh sockets (a REQ socket that missed one is unusable)."""
+    def _draw(self, counts: np.ndarray) -> list[tuple[int, dict[str, np.ndarray] | None]]:
+        """Ask every shard with a count for its rows, then take the replies (None from a
+        shard whose sampler finds nothing: its share is drawn again from the others). On a
+        failure the shards still owing a reply get fresh sockets (a REQ socket that missed
+        one is unusable)."""
         asked = np.flatnonzero(counts).tolist()
         sent: list[int] = []
-        out = []
+        out: list[tuple[int, dict[str, np.ndarray] | None]] = []
         try:
             for k in asked:
                 self.shards[k].ask_sample(int(counts[k]))
                 sent.append(k)
             while sent:
                 try:
-                    part = self.shards[sent[0]].take_sample()
+                    part: dict[str, np.ndarray] | None = self.shards[sent[0]].take_sample()
                 except RemoteNothingToSample:
-                    part = None  # its sampler finds nothing there: its share goes elsewhere
-                    self._barren.add(sent[0])
-                k = sent.pop(0)
-                if part is not None:
-                    out.append((k, part))
+                    part = None
+                out.append((sent.pop(0), part))
         except BaseException:
             for k in sent:
                 self.shards[k]._reconnect()  # noqa: SLF001 - same module's client
@@ -589,3 +569,11 @@ class ShardedRemoteBuffer:
     def close(self) -> None:
         for r in self.shards:
             r.close()
+
+
+def _wait_for_rows(barren: bool) -> None:
+    """While no shard can be drawn from: refuse when a shard's sampler found nothing, else
+    (every shard empty) wait for rows."""
+    if barren:
+        raise RemoteNothingToSample("nothing to sample in any shard")
+    time.sleep(0.1)

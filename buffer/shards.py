@@ -45,7 +45,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from buffer.config import BufferSettings
 from buffer.errors import NothingToSample
-from buffer.reading import concat_parts
+from buffer.reading import sample_across_shards
 from buffer.replay_buffer import SCHEMA_FILE, SHARDS_FILE, AppendResult, ReplayBuffer
 from buffer.samplers import Sampler
 from buffer.schema import StepSchema
@@ -247,24 +247,23 @@ class ShardedBuffer:
         """
         rng = rng or np.random.default_rng()
         sizes = np.array([len(s) for s in self.shards], dtype=np.float64)
-        parts: list[dict[str, np.ndarray]] = []
-        need = batch_size
-        while need > 0:
-            if sizes.sum() <= 0:
-                raise NothingToSample("nothing to sample")
-            counts = rng.multinomial(need, sizes / sizes.sum())
+
+        def draw(counts: np.ndarray) -> list[tuple[int, dict[str, np.ndarray] | None]]:
+            out: list[tuple[int, dict[str, np.ndarray] | None]] = []
             for k in np.flatnonzero(counts).tolist():
                 try:
                     part = self.shards[k].sample(
                         int(counts[k]), self._sampler(sampler, k), rng=rng, timeout=timeout
                     )
                 except NothingToSample:  # nothing this sampler can draw in shard k
-                    sizes[k] = 0
-                    continue
-                part["shard"] = np.full(int(counts[k]), k, dtype=np.int16)
-                parts.append(part)
-                need -= int(counts[k])
-        return concat_parts(parts)
+                    part = None
+                out.append((k, part))
+            return out
+
+        def nothing(barren: bool) -> None:
+            raise NothingToSample("nothing to sample")
+
+        return sample_across_shards(batch_size, sizes.copy, rng, draw, nothing)
 
     def _sampler(self, sampler: Sampler | None, k: int) -> Sampler | None:
         """Shard ``k``'s own copy of ``sampler`` (a sampler may keep per-buffer state)."""

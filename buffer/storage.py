@@ -110,9 +110,10 @@ def decode_finals(
 ) -> dict[int, dict[str, np.ndarray]]:
     """``{row: {observation name: final observation}}`` for rows that carry one."""
     out: dict[int, dict[str, np.ndarray]] = {}
+    n = batch.num_rows
     for name, f in schema.observations.items():
         col = batch.column(FINAL_PREFIX + name)
-        if col.null_count == len(col):
+        if col.null_count == n:
             continue
         valid = ~col.is_null().to_numpy(zero_copy_only=False)
         for i in np.flatnonzero(valid):
@@ -138,6 +139,9 @@ class TieredStorage:
     ) -> None:
         self.schema = schema
         self.specs = schema.payload
+        # (name, position in a stored batch, spec): a validated batch has the stored schema
+        positions = {k: i for i, k in enumerate(schema.arrow_schema.names)}
+        self._payload_positions = [(k, positions[k], f) for k, f in self.specs.items()]
         self.row_bytes = sum(f.nbytes for f in self.specs.values())
         self.small_row_bytes = sum(f.nbytes for f in self.specs.values() if f.nbytes < _PAGE)
         self.budget = budget_bytes
@@ -244,9 +248,10 @@ class TieredStorage:
         """Copy a validated batch's payload into ``tail`` at local row ``offset``."""
         n = batch.num_rows
         action = None
-        for name, f in self.specs.items():
-            col = batch.column(name)
-            dst = tail.arrays[name][offset : offset + n]
+        arrays = tail.arrays
+        for name, pos, f in self._payload_positions:
+            col = batch.column(pos)
+            dst = arrays[name][offset : offset + n]
             if col.null_count:
                 # Absent policy/operator action means "same as the executed action".
                 if action is None:

@@ -1,8 +1,11 @@
 """The writer: the durable insert path of one buffer (validate, log, publish, acknowledge).
 
-An append is validated whole, de-duplicated against the index, admitted by the rate limiter,
-given rows under the lock, then written to its WAL stripe and into the open tail WITHOUT the
-lock (other appends proceed; group commit shares one fdatasync among them). Rows become
+An append is staged by the combiner (``buffer.admission``: one thread stages the waiting
+appends one at a time, which costs less Python under the GIL than 8 threads at once):
+validated whole, de-duplicated against the index, admitted by the rate limiter (an append
+with no room waits for it in its own thread, outside the combiner) and given rows under the
+lock. Its own thread then writes it to its WAL stripe and into the open tail WITHOUT the lock
+(other appends proceed; group commit shares one fdatasync among them). Rows become
 visible only when the durable watermark passes them: every row below it is fdatasynced, so
 recovery (which keeps the contiguous prefix of the stripes) has every acknowledged row.
 
@@ -26,6 +29,7 @@ from typing import Any, TypeGuard
 
 import pyarrow as pa
 
+from buffer.admission import Combiner, Ticket
 from buffer.columns import StepColumns
 from buffer.encoding import Piece, ipc_pieces
 from buffer.errors import (
@@ -68,11 +72,41 @@ class _Claim:
     new: pa.RecordBatch
     cols: StepColumns  # the small columns of ``new``
     payload: list[Piece]
+    wal: WriteAheadLog  # its stripe
     limited: int = 0  # inserts counted by the rate limiter and not yet stored
     announced: bool = True  # its WAL stripe still expects its record (``WriteAheadLog.begin``)
+    counted: bool = False  # counted among the appends given rows (``Writer._claimed``)
     first: int = 0
     end: int = 0
     tail: Chunk | None = None
+
+
+class _Append(Ticket):
+    """One call of :meth:`Writer.append` on its way through the combiner."""
+
+    __slots__ = (
+        "records",
+        "timeout",
+        "room",
+        "needs_room",
+        "result",
+        "claim",
+        "cols",
+        "wal",
+        "lsn",
+    )
+
+    def __init__(self, records: pa.RecordBatch | pa.Table, timeout: float | None) -> None:
+        super().__init__()
+        self.records = records
+        self.timeout = timeout
+        self.room = 0  # inserts the rate limiter admitted ahead (outside the combiner)
+        self.needs_room = 0  # staging found no room for this many inserts
+        self.result: AppendResult | None = None  # set when the batch was empty
+        self.claim: _Claim | None = None
+        self.cols: StepColumns | None = None
+        self.wal: WriteAheadLog | None = None
+        self.lsn = 0
 
 
 class Writer:
@@ -98,6 +132,7 @@ class Writer:
         self._claimed = 0  # appends given rows that have not returned or raised yet
         self._rotating = False  # an append is switching the WAL files (outside the lock)
         self._visibility = _Wakeups()  # appends waiting for their rows to become visible
+        self._combiner: Combiner[_Append] = Combiner(self._stage)
 
     def start(self) -> None:
         """Open a fresh WAL and tail after the recovered rows."""
@@ -119,86 +154,174 @@ class Writer:
         records: pa.RecordBatch | pa.Table | Sequence[Mapping[str, Any]],
         timeout: float | None,
     ) -> AppendResult:
-        """``ReplayBuffer.append`` (see there for arguments, result and errors)."""
+        """``ReplayBuffer.append`` (see there for arguments, result and errors).
+
+        The append is staged (validated, de-duplicated, given rows, written to its WAL
+        stripe and the tail) by the combiner (``buffer.admission``), possibly on another
+        appending thread; then this thread waits for its fdatasync and its visibility.
+        """
         t0 = time.perf_counter()
         st = self.state
         if st.closed or st.read_only or self.wal is None:
             raise BufferClosedError(f"{st.directory}: buffer is closed or read-only")
         if not isinstance(records, pa.RecordBatch | pa.Table):
             records = st.schema.batch_from_records(list(records))
-        batch, cols = st.schema.validate_columns(records)
-        if batch.num_rows == 0:
-            return AppendResult({}, 0, 0, (st.visible, st.visible))
-        if self.failed is not None:
-            self._recover()
-        wal = self.wal.logs[zlib.crc32(cols.robot.names[0].encode()) % len(self.wal.logs)]
-        wal.begin()
-        claim: _Claim | None = None
+        ticket = _Append(records, timeout)
+        while True:
+            self._combiner.submit(ticket)
+            if ticket.error is not None:
+                raise ticket.error
+            if not ticket.needs_room:
+                break
+            self._await_room(ticket)  # outside the combiner: other appends go on
+        if ticket.result is not None:
+            return ticket.result
+        claim, cols = ticket.claim, ticket.cols
+        assert claim is not None and cols is not None and ticket.wal is not None
         try:
-            claim = self._deduplicated(batch, cols)
-            self._limit(claim, timeout)
-            claim.payload = ipc_pieces(claim.new) if claim.new.num_rows else []
-            self._claim_rows(claim)
             if claim.new.num_rows:
-                self._write(claim, wal)
+                self._sync(ticket.wal, self._write(claim, ticket.wal))
             acked = self._acknowledge(claim, cols)
             claim.limited = 0  # stored: the rate limiter keeps counting these inserts
             self.ack_latencies.append(time.perf_counter() - t0)
             if len(self.ack_latencies) > 100_000:
                 del self.ack_latencies[:50_000]
             n_new = claim.new.num_rows
-            return AppendResult(acked, n_new, int(batch.num_rows - n_new), (claim.first, claim.end))
+            n_dup = int(cols.n - n_new)
+            return AppendResult(acked, n_new, n_dup, (claim.first, claim.end))
         finally:
-            if claim is None or claim.announced:
-                wal.end()
-            if claim is not None and claim.end > claim.first:
-                with st.lock:
-                    self._claimed -= 1
-                    if not self._claimed:  # only a recovery waits for this
-                        st.cond.notify_all()
-            if claim is not None and claim.limited and self.rate_limiter is not None:
-                self.rate_limiter.undo_insert(claim.limited)
+            self._release(claim)
 
-    def _deduplicated(self, batch: pa.RecordBatch, cols: StepColumns) -> _Claim:
+    def _stage(self, ticket: _Append) -> None:
+        """Everything of an append before its fdatasync (run by the combiner, one append at
+        a time): validate, de-duplicate, pass the rate limiter, claim rows, write the WAL
+        record and the tail. Fills ``ticket``; raises what the append must raise."""
+        st = self.state
+        batch, cols = st.schema.validate_columns(ticket.records)
+        ticket.records = batch  # validated: a retry after the rate limiter skips nothing
+        if batch.num_rows == 0:
+            ticket.result = AppendResult({}, 0, 0, (st.visible, st.visible))
+            return
+        if st.closed:
+            raise BufferClosedError(f"{st.directory}: buffer closed")
+        if self.failed is not None:
+            self._recover()
+        assert self.wal is not None
+        wal = self.wal.logs[zlib.crc32(cols.robot.names[0].encode()) % len(self.wal.logs)]
+        wal.begin()
+        claim: _Claim | None = None
+        try:
+            claim = self._deduplicated(batch, cols, wal)
+            if not self._limit(claim, ticket):
+                ticket.needs_room = claim.new.num_rows
+                self._release(claim)
+                return
+            claim.payload = ipc_pieces(claim.new) if claim.new.num_rows else []
+            self._claim_rows(claim)
+        except BaseException:
+            if claim is None:
+                wal.end()
+            else:
+                self._release(claim)
+            raise
+        ticket.claim, ticket.cols, ticket.wal, ticket.needs_room = claim, cols, wal, 0
+
+    def _release(self, claim: _Claim) -> None:
+        """What an append holds when it returns or fails: its stripe's announcement, its
+        count among claimed appends, inserts the rate limiter counted and not stored."""
+        if claim.announced:
+            claim.announced = False
+            claim.wal.end()
+        if claim.counted:
+            claim.counted = False
+            st = self.state
+            with st.lock:
+                self._claimed -= 1
+                if not self._claimed:  # only a recovery waits for this
+                    st.cond.notify_all()
+        if claim.limited and self.rate_limiter is not None:
+            self.rate_limiter.undo_insert(claim.limited)
+            claim.limited = 0
+
+    def _deduplicated(self, batch: pa.RecordBatch, cols: StepColumns, wal: WriteAheadLog) -> _Claim:
         """A claim of the records of ``batch`` not stored yet; out-of-order seqs are
         refused."""
         st = self.state
         with st.lock:
             dup, bad = st.index.classify_seqs(cols.robot, cols.seq)
             if bad >= 0:
-                raise self._out_of_order(cols, bad, bad)
+                raise self._out_of_order(cols, bad)
         if not dup.any():
-            return _Claim(batch, cols, [])
-        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), [])
+            return _Claim(batch, cols, [], wal)
+        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), [], wal)
 
-    def _out_of_order(self, cols: StepColumns, bad: int, record: int | None) -> StepValidationError:
-        """The refusal of row ``bad``'s seq: at or below its robot's highest stored seq, never
-        stored (locked). ``record``: its row in the caller's batch, when known."""
+    def _out_of_order(self, cols: StepColumns, bad: int) -> StepValidationError:
+        """The refusal of record ``bad``'s seq: at or below its robot's highest stored seq,
+        never stored (locked)."""
         robot, seq = cols.robot.value(bad), int(cols.seq[bad])
         last = self.state.index.last_seq(robot)
-        where = "a record" if record is None else f"record {record}"
         return StepValidationError(
-            f"{where} (robot_id={robot!r}, seq={seq}): field "
+            f"record {bad} (robot_id={robot!r}, seq={seq}): field "
             f"'seq' is out of order (robot's highest stored seq is {last}, and this "
             "seq was never stored)",
-            record=record,
+            record=bad,
             field="seq",
             robot_id=robot,
             seq=seq,
         )
 
-    def _limit(self, claim: _Claim, timeout: float | None) -> None:
-        """Pass the rate limiter with the new records (counted in ``claim.limited``)."""
+    def _limit(self, claim: _Claim, ticket: _Append) -> bool:
+        """Pass the rate limiter with the new records (counted in ``claim.limited``) without
+        waiting: False when it has no room now, and the caller waits for it (see
+        :meth:`_await_room`) outside the combiner, so other appends are not held up.
+
+        Raises:
+            BackpressureError: no room and ``timeout`` is 0.
+        """
         n_new = claim.new.num_rows
-        if n_new and self.rate_limiter is not None:
-            try:
-                self.rate_limiter.await_insert(n_new, timeout)
-                claim.limited = n_new
-            except RateLimiterTimeout:
+        limiter = self.rate_limiter
+        if limiter is None or not n_new:
+            if ticket.room and limiter is not None:
+                limiter.undo_insert(ticket.room)  # all duplicates now: nothing to insert
+            ticket.room = 0
+            return True
+        if ticket.room >= n_new:  # admitted ahead; fewer new rows since (duplicates)
+            if ticket.room > n_new:
+                limiter.undo_insert(ticket.room - n_new)
+            ticket.room, claim.limited = 0, n_new
+            return True
+        if ticket.room:
+            limiter.undo_insert(ticket.room)
+            ticket.room = 0
+        try:
+            limiter.await_insert(n_new, 0)
+        except RateLimiterTimeout:
+            if ticket.timeout is not None and ticket.timeout <= 0:
                 raise BackpressureError(
                     f"buffer is ahead of sampling; {n_new} records not accepted",
-                    self.rate_limiter.retry_after_s(),
+                    limiter.retry_after_s(),
                 ) from None
+            return False
+        claim.limited = n_new
+        return True
+
+    def _await_room(self, ticket: _Append) -> None:
+        """Wait (in the appending thread) until the rate limiter admits the inserts staging
+        found no room for; staged again after.
+
+        Raises:
+            BackpressureError: not admitted within the append's ``timeout``.
+        """
+        assert self.rate_limiter is not None
+        n, ticket.needs_room = ticket.needs_room, 0
+        try:
+            self.rate_limiter.await_insert(n, ticket.timeout)
+        except RateLimiterTimeout:
+            raise BackpressureError(
+                f"buffer is ahead of sampling; {n} records not accepted",
+                self.rate_limiter.retry_after_s(),
+            ) from None
+        ticket.room = n
 
     def _claim_rows(self, claim: _Claim) -> None:
         """Give the new records their rows and the tail they go into (see
@@ -211,27 +334,15 @@ class Writer:
             self._rotate(*rotation)
 
     def _claim_locked(self, claim: _Claim) -> tuple[Chunk, int] | None:
-        """Under the lock: re-check for rows a concurrent append stored meanwhile (a seq it
-        put out of order refuses the whole append, as in :meth:`_deduplicated`: nothing of it
-        is stored or acknowledged), then claim rows. Returns None once claimed, or the full
-        tail and the first row of the next one when this append must rotate."""
+        """Under the lock: claim rows (no other append was staged since
+        :meth:`_deduplicated`: the combiner stages one at a time). Returns None once claimed,
+        or the full tail and the first row of the next one when this append must rotate."""
         st = self.state
         with st.lock:
             if st.closed:
                 raise BufferClosedError(f"{st.directory}: buffer closed")
             if self.failed is not None:
                 raise self._refusal()
-            if claim.new.num_rows:
-                dup2, bad = st.index.classify_seqs(claim.cols.robot, claim.cols.seq)
-                if bad >= 0:  # rows of ``new``, not of the caller's batch: no record number
-                    raise self._out_of_order(claim.cols, bad, None)
-                if dup2.any():
-                    new = claim.new.filter(pa.array(~dup2))
-                    claim.new, claim.cols = new, claim.cols.take(~dup2)
-                    claim.payload = ipc_pieces(new) if new.num_rows else []
-                    if self.rate_limiter is not None and claim.limited > new.num_rows:
-                        self.rate_limiter.undo_insert(claim.limited - new.num_rows)
-                        claim.limited = new.num_rows
             claim.first = claim.end = st.index.end
             if claim.new.num_rows:
                 tail = self._tail_for(claim.new.num_rows)
@@ -243,6 +354,7 @@ class Writer:
                 claim.first, claim.end = st.index_rows(claim.cols)
                 self._unwritten += 1
                 self._claimed += 1
+                claim.counted = True
             return None
 
     def _rotate(self, full: Chunk, first: int) -> None:
@@ -272,10 +384,11 @@ class Writer:
             self._rotating = False
             st.cond.notify_all()
 
-    def _write(self, claim: _Claim, wal: WriteAheadLog) -> None:
+    def _write(self, claim: _Claim, wal: WriteAheadLog) -> int:
         """The rows are ours now; copy them into the WAL and the tail WITHOUT the buffer lock
-        (other appends proceed). Nothing reads them before they are published, which needs
-        their fdatasync; a rotation waits for these writes."""
+        (readers and acknowledgements proceed). Nothing reads them before they are
+        published, which needs their fdatasync; a rotation waits for these writes. Returns
+        the WAL position to sync to."""
         st = self.state
         assert claim.tail is not None
         try:
@@ -295,10 +408,14 @@ class Writer:
             self._unwritten -= 1
             if not self._unwritten:  # a rotation, a recovery or close waits for this
                 st.cond.notify_all()
+        return lsn
+
+    def _sync(self, wal: WriteAheadLog, lsn: int) -> None:
+        """fdatasync the stripe up to ``lsn`` (group commit: shared with other appends)."""
         try:
             wal.sync(lsn)
         except BaseException as exc:
-            with st.lock:
+            with self.state.lock:
                 self._fail(exc)
             self._raise_disk_full(exc)
             raise

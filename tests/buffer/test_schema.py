@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -165,29 +167,31 @@ def test_seq_must_increase_within_batch_and_across(tmp_path) -> None:
 def test_seq_put_out_of_order_by_a_concurrent_append_is_refused_not_acked(
     tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Append B (seq 0..2) passes its first order check, then append A (seq 3..5 of the same
-    robot) is stored before B takes its rows: B's seqs are out of order now. Before, B stored
-    nothing and returned ``acked {robot-0: 5}`` as if its rows were duplicates."""
-    import threading
-
+    """Append B (seq 0..2) finds no room in the rate limiter and waits for it (outside the
+    combiner); meanwhile append A (seq 3..5 of the same robot) is stored: B's seqs are out of
+    order when it is staged again. Once, B stored nothing and returned ``acked {robot-0: 5}``
+    as if its rows were duplicates."""
     recs = episodes(0, [6])
     with open_buffer(tmp_path / "b") as buf:
         limit = buf.writer._limit
-        done: list[object] = []
+        stored: list[object] = []
+        waited: list[bool] = []
 
-        def limit_then_race(claim: object, timeout: float | None) -> None:
-            if not done:  # B, between its first check and taking its rows: A goes first
-                done.append(True)
-                t = threading.Thread(target=lambda: done.append(buf.append(recs[3:])))
-                t.start()
-                t.join()
-            limit(claim, timeout)  # type: ignore[arg-type]
+        def no_room_at_first(claim: Any, ticket: Any) -> bool:
+            return bool(waited) and limit(claim, ticket)
 
-        monkeypatch.setattr(buf.writer, "_limit", limit_then_race)
+        def await_room(ticket: Any) -> None:  # A goes first while B waits
+            waited.append(True)
+            stored.append(buf.append(recs[3:]))
+            ticket.needs_room = 0
+
+        monkeypatch.setattr(buf.writer, "_limit", no_room_at_first)
+        monkeypatch.setattr(buf.writer, "_await_room", await_room)
         with pytest.raises(StepValidationError, match="out of order") as err:
             buf.append(recs[:3])
         assert err.value.seq == 0
         assert buf.stored_seqs("robot-0").tolist() == [3, 4, 5]
+        assert stored[0].acked == {"robot-0": 5}  # type: ignore[attr-defined]
 
 
 def test_duplicates_are_acked_not_stored_twice(tmp_path) -> None:
