@@ -111,10 +111,11 @@ Where things are (``ReplayBuffer`` owns the parts, Reverb's table shape)::
     replay_buffer  ReplayBuffer: open, window, sample, mount, stats, close
     state          what the parts share: lock, row index, tiered storage, visible rows
     writer         durable appends: validation, WAL, group commit, watermark, acks
+    admission      the appends' flat combiner: one thread stages the waiting appends
     sealer         full tails -> sealed segments (a rename), the pre-faulted spare tail
     retention      the remover: segment catalogue, oldest segments deleted past the limit
     recovery       open: finish seals, map segments, replay the WAL's contiguous prefix
-    reading        transitions, sequences, the one merge of sampled parts
+    reading        transitions, sequences, the one merge of sampled parts (and across shards)
     lookups        per-robot durable seqs;  prefetch: the cold -> hot promotion thread
     marks          episode marks (discard, rerecord; outcomes success, failure)
     lerobot_io     LeRobotDataset export (and import: lerobot_import);  catalog: datasets
