@@ -38,7 +38,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -439,8 +439,9 @@ class ReplayBuffer:
         """
         if self.rate_limiter is not None:
             self.rate_limiter.await_sample(batch_size, timeout)
-        picks = (sampler or _DEFAULT_SAMPLER).sample_indices(self.view(), batch_size, rng or _rng())
-        return reading.gather(picks, lambda table, rows: table.read_transitions(rows))
+        return self._draw(
+            sampler, batch_size, rng, lambda table, rows: table.read_transitions(rows)
+        )
 
     def read_transitions(self, rows: np.ndarray, *, count: bool = True) -> dict[str, np.ndarray]:
         """Transitions at global ``rows`` (eligible rows; see :meth:`sample` for the keys)."""
@@ -480,12 +481,11 @@ class ReplayBuffer:
             raise ValueError(f"need length >= 1 and history >= 0, got {length}, {history}")
         if self.rate_limiter is not None:
             self.rate_limiter.await_sample(batch_size, timeout)
-        picks = (sampler or _DEFAULT_SAMPLER).sample_indices(self.view(), batch_size, rng or _rng())
 
         def read(table: Table, starts: np.ndarray) -> dict[str, np.ndarray]:
             return table.read_sequences(starts, length, history)
 
-        return reading.gather(picks, read)
+        return self._draw(sampler, batch_size, rng, read)
 
     def sample_chunks(
         self,
@@ -509,12 +509,36 @@ class ReplayBuffer:
             raise ValueError(f"need length >= 1, got {length}")
         if self.rate_limiter is not None:
             self.rate_limiter.await_sample(batch_size, timeout)
-        picks = (sampler or _DEFAULT_SAMPLER).sample_indices(self.view(), batch_size, rng or _rng())
 
         def read(table: Table, rows: np.ndarray) -> dict[str, np.ndarray]:
             return {**table.read_transitions(rows), **table.read_action_chunks(rows, length)}
 
-        return reading.gather(picks, read)
+        return self._draw(sampler, batch_size, rng, read)
+
+    def _draw(
+        self,
+        sampler: Sampler | None,
+        batch_size: int,
+        rng: np.random.Generator | None,
+        read: Callable[[Table, np.ndarray], dict[str, np.ndarray]],
+    ) -> dict[str, np.ndarray]:
+        """The picks of ``sampler`` read with ``read`` (``reading.gather``). Retention (the
+        sealer's thread) may delete a segment between the picks and their read, and its
+        files with it: then the batch is drawn again from the window left (twice at most).
+
+        Raises:
+            FileNotFoundError: a segment file is gone and retention did not delete it.
+        """
+        rng = rng or _rng()
+        for attempt in range(3):
+            first = self.first_row
+            picks = (sampler or _DEFAULT_SAMPLER).sample_indices(self.view(), batch_size, rng)
+            try:
+                return reading.gather(picks, read)
+            except FileNotFoundError:
+                if attempt == 2 or self.first_row == first:
+                    raise
+        raise AssertionError("unreachable")
 
     def read_action_chunks(self, starts: np.ndarray, length: int) -> dict[str, np.ndarray]:
         """Action chunks at sorted global ``starts`` (see :meth:`sample_chunks`)."""

@@ -66,7 +66,11 @@ class Retention:
         gone = self.segments[:drop]
         self.segments = self.segments[drop:]
         paths = {p for _, _, p in gone}
-        storage.remove_chunks([c for c in storage.chunks if c.path in paths])
+        chunks = [c for c in storage.chunks if c.path in paths]
+        storage.remove_chunks(chunks)
+        for c in chunks:  # an open descriptor would keep the deleted file's space in use
+            if c.mapped is not None:
+                c.mapped.close_files()
         for first, _, p in gone:
             for f in self._files.pop(first, (str(p),)):
                 os.unlink(f)

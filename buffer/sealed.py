@@ -25,7 +25,7 @@ import contextlib
 import mmap
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from buffer.descriptors import DESCRIPTORS, new_key
 from buffer.errors import CorruptDataError
 from buffer.wal import FILE_HEADER_BYTES, REC_HEADER, REC_MAGIC, check_marker
 from robofleet.durable import fsync_dir
@@ -112,11 +113,11 @@ class WalSegment:
 
     def __init__(self, paths: list[Path], first_row: int, num_rows: int, schema: pa.Schema) -> None:
         self._paths = tuple(str(p) for p in paths)
+        self._key = new_key()  # of its descriptors (``buffer.descriptors``)
         self.first_row = first_row
         self.num_rows = num_rows
         self.file_bytes = 0
         self.schema = schema
-        self._fds: list[int] = []
         layout = _layout(schema)
         rows: list[list[int]] = []  # per record: first, file, start, length, n, offsets...
         for fi, p in enumerate(paths):
@@ -193,12 +194,14 @@ class WalSegment:
         self.read_column(name, out)
         return out
 
-    def _fd(self, fi: int) -> int:
-        while len(self._fds) <= fi:
-            self._fds.append(-1)
-        if self._fds[fi] < 0:
-            self._fds[fi] = os.open(self._paths[fi], os.O_RDONLY)
-        return self._fds[fi]
+    @contextlib.contextmanager
+    def _files(self, fis: Iterable[int]) -> Iterator[dict[int, int]]:
+        """Read-only descriptors of the segment's files ``fis`` (``buffer.descriptors``)."""
+        with contextlib.ExitStack() as stack:
+            yield {
+                fi: stack.enter_context(DESCRIPTORS.open((self._key, fi), self._paths[fi]))
+                for fi in set(fis)
+            }
 
     def _rec(self, rows: np.ndarray) -> np.ndarray:
         """The record holding each local row."""
@@ -211,9 +214,11 @@ class WalSegment:
         t = self._table
         rec = self._rec(rows)
         pos = t[rec, self._layout.column[name]] + (rows - t[rec, 0]) * nbytes
-        for i, (p, fi) in enumerate(zip(pos.tolist(), t[rec, 1].tolist(), strict=True)):
-            if os.preadv(self._fd(fi), [flat[i]], p) != nbytes:
-                raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
+        files = t[rec, 1].tolist()
+        with self._files(files) as fds:
+            for i, (p, fi) in enumerate(zip(pos.tolist(), files, strict=True)):
+                if os.preadv(fds[fi], [flat[i]], p) != nbytes:
+                    raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
 
     def read_column(self, name: str, out: np.ndarray) -> None:
         """Fill ``out`` (``(num_rows, ...)``) with column ``name``, one pread per record."""
@@ -222,11 +227,13 @@ class WalSegment:
         t = self._table
         ends = np.append(t[1:, 0], self.num_rows)
         offs = t[:, self._layout.column[name]]
-        for i, (a, b) in enumerate(zip(t[:, 0].tolist(), ends.tolist(), strict=True)):
-            fi = int(t[i, 1])
-            dst = memoryview(flat[a:b].reshape(-1))
-            if os.preadv(self._fd(fi), [dst], int(offs[i])) != (b - a) * nbytes:
-                raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
+        files = t[:, 1].tolist()
+        with self._files(files) as fds:
+            for i, (a, b) in enumerate(zip(t[:, 0].tolist(), ends.tolist(), strict=True)):
+                fi = files[i]
+                dst = memoryview(flat[a:b].reshape(-1))
+                if os.preadv(fds[fi], [dst], int(offs[i])) != (b - a) * nbytes:
+                    raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
 
     def read_finals(self, name: str, rows: np.ndarray) -> list[bytes | None]:
         """The ``large_binary`` column ``name`` (a final observation) at local ``rows``: the
@@ -235,28 +242,33 @@ class WalSegment:
         out: list[bytes | None] = []
         t = self._table
         col, data = self._layout.column[name], self._layout.data[name]
-        for r, k in zip(rows.tolist(), self._rec(rows).tolist(), strict=True):
-            fi = int(t[k, 1])
-            raw = os.pread(self._fd(fi), 16, int(t[k, col]) + 8 * (r - int(t[k, 0])))
-            if len(raw) != 16:
-                raise CorruptDataError(f"{self._paths[fi]}: short read of {name} offsets")
-            a, b = struct.unpack("<qq", raw)
-            if b <= a:
-                out.append(None)
-                continue
-            value = os.pread(self._fd(fi), b - a, int(t[k, data]) + a)
-            if len(value) != b - a:
-                raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
-            out.append(value)
+        recs = self._rec(rows).tolist()
+        with self._files(int(t[k, 1]) for k in recs) as fds:
+            for r, k in zip(rows.tolist(), recs, strict=True):
+                fi = int(t[k, 1])
+                raw = os.pread(fds[fi], 16, int(t[k, col]) + 8 * (r - int(t[k, 0])))
+                if len(raw) != 16:
+                    raise CorruptDataError(f"{self._paths[fi]}: short read of {name} offsets")
+                a, b = struct.unpack("<qq", raw)
+                if b <= a:
+                    out.append(None)
+                    continue
+                value = os.pread(fds[fi], b - a, int(t[k, data]) + a)
+                if len(value) != b - a:
+                    raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
+                out.append(value)
         return out
 
     def release_pages(self) -> None:
         """Nothing is kept mapped (reads are preads)."""
 
+    def close_files(self) -> None:
+        """Close the descriptors its reads left open (the segment is being deleted)."""
+        DESCRIPTORS.forget((self._key, fi) for fi in range(len(self._paths)))
+
     def __del__(self) -> None:
-        for fd in getattr(self, "_fds", []):
-            if fd >= 0:
-                os.close(fd)
+        with contextlib.suppress(Exception):  # at interpreter exit the module may be gone
+            self.close_files()
 
 
 class _Layout:

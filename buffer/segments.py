@@ -9,6 +9,7 @@ or not at all. The schema metadata carries the buffer format version (``buffer.f
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from buffer.descriptors import DESCRIPTORS, new_key
 from buffer.errors import CorruptDataError, UnsupportedFormatError
 from buffer.format import FORMAT_VERSION, SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
 from robofleet.durable import fsync_file, replace_durably
@@ -74,9 +76,9 @@ class MappedSegment:
 
     def __init__(self, path: Path, expected_rows: int | None = None) -> None:
         self.path = path
+        self._key = new_key()  # of its descriptor (``buffer.descriptors``)
         self.file_bytes = path.stat().st_size
         self._offsets: dict[str, int] = {}
-        self._fd = -1
         with open(path, "rb") as f:
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
@@ -156,12 +158,11 @@ class MappedSegment:
         base = self.column_offset(name)
         flat = out.reshape(len(rows), -1).view(np.uint8)
         nbytes = flat.shape[1]
-        if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        for i, r in enumerate(rows.tolist()):
-            got = os.preadv(self._fd, [flat[i]], base + r * nbytes)
-            if got != nbytes:
-                raise CorruptDataError(f"{self.path}: short read of {name} row {r}")
+        with DESCRIPTORS.open(self._key, str(self.path)) as fd:
+            for i, r in enumerate(rows.tolist()):
+                got = os.preadv(fd, [flat[i]], base + r * nbytes)
+                if got != nbytes:
+                    raise CorruptDataError(f"{self.path}: short read of {name} row {r}")
 
     def read_finals(self, name: str, rows: np.ndarray) -> list[bytes | None]:
         """The ``large_binary`` column ``name`` at local ``rows`` (None: no value); read
@@ -171,9 +172,13 @@ class MappedSegment:
         self.release_pages()
         return out
 
+    def close_files(self) -> None:
+        """Close the descriptor its reads left open (the segment is being deleted)."""
+        DESCRIPTORS.forget([self._key])
+
     def __del__(self) -> None:
-        if getattr(self, "_fd", -1) >= 0:
-            os.close(self._fd)
+        with contextlib.suppress(Exception):  # at interpreter exit the module may be gone
+            self.close_files()
 
     def release_pages(self) -> None:
         self._mm.madvise(mmap.MADV_DONTNEED)
