@@ -70,13 +70,15 @@ class DescriptorCache:
         Raises:
             OSError: the file cannot be opened (gone, no permission, no descriptor left).
         """
-        entry = self._acquire(key, path)
+        entry = self.acquire(key, path)
         try:
             yield entry.fd
         finally:
-            self._release(entry)
+            self.release(entry)
 
-    def _acquire(self, key: Hashable, path: str) -> _Entry:
+    def acquire(self, key: Hashable, path: str) -> _Entry:
+        """:meth:`open` without the context manager (a hot read path): read with
+        ``entry.fd``, then :meth:`release` it exactly once."""
         with self._lock:
             entry = self._open.get(key)
             if entry is not None:
@@ -96,7 +98,8 @@ class DescriptorCache:
             self._trim()
             return entry
 
-    def _release(self, entry: _Entry) -> None:
+    def release(self, entry: _Entry) -> None:
+        """End a read that :meth:`acquire` began."""
         with self._lock:
             entry.users -= 1
             if entry.users == 0 and entry.forgotten:

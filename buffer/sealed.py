@@ -197,11 +197,12 @@ class WalSegment:
     @contextlib.contextmanager
     def _files(self, fis: Iterable[int]) -> Iterator[dict[int, int]]:
         """Read-only descriptors of the segment's files ``fis`` (``buffer.descriptors``)."""
-        with contextlib.ExitStack() as stack:
-            yield {
-                fi: stack.enter_context(DESCRIPTORS.open((self._key, fi), self._paths[fi]))
-                for fi in set(fis)
-            }
+        entries = [(fi, DESCRIPTORS.acquire((self._key, fi), self._paths[fi])) for fi in set(fis)]
+        try:
+            yield {fi: e.fd for fi, e in entries}
+        finally:
+            for _, e in entries:
+                DESCRIPTORS.release(e)
 
     def _rec(self, rows: np.ndarray) -> np.ndarray:
         """The record holding each local row."""
