@@ -93,7 +93,6 @@ class _Append(Ticket):
         "claim",
         "cols",
         "wal",
-        "lsn",
     )
 
     def __init__(self, records: pa.RecordBatch | pa.Table, timeout: float | None) -> None:
@@ -106,7 +105,6 @@ class _Append(Ticket):
         self.claim: _Claim | None = None
         self.cols: StepColumns | None = None
         self.wal: WriteAheadLog | None = None
-        self.lsn = 0
 
 
 class Writer:
@@ -156,9 +154,10 @@ class Writer:
     ) -> AppendResult:
         """``ReplayBuffer.append`` (see there for arguments, result and errors).
 
-        The append is staged (validated, de-duplicated, given rows, written to its WAL
-        stripe and the tail) by the combiner (``buffer.admission``), possibly on another
-        appending thread; then this thread waits for its fdatasync and its visibility.
+        The append is staged (validated, de-duplicated, admitted, given rows) by the
+        combiner (``buffer.admission``), possibly on another appending thread; then this
+        thread writes it to its WAL stripe and the tail and waits for its fdatasync and its
+        visibility.
         """
         t0 = time.perf_counter()
         st = self.state
@@ -194,8 +193,8 @@ class Writer:
 
     def _stage(self, ticket: _Append) -> None:
         """Everything of an append before its fdatasync (run by the combiner, one append at
-        a time): validate, de-duplicate, pass the rate limiter, claim rows, write the WAL
-        record and the tail. Fills ``ticket``; raises what the append must raise."""
+        a time): validate, de-duplicate, pass the rate limiter, claim rows. Fills
+        ``ticket``; raises what the append must raise."""
         st = self.state
         batch, cols = st.schema.validate_columns(ticket.records)
         ticket.records = batch  # validated: a retry after the rate limiter skips nothing
