@@ -140,8 +140,8 @@ class TieredStorage:
         self.schema = schema
         self.specs = schema.payload
         # (name, position in a stored batch, spec): a validated batch has the stored schema
-        positions = {k: i for i, k in enumerate(schema.arrow_schema.names)}
-        self._payload_positions = [(k, positions[k], f) for k, f in self.specs.items()]
+        index = schema.arrow_schema.get_field_index
+        self._payload_positions = [(k, index(k), f) for k, f in self.specs.items()]
         self.row_bytes = sum(f.nbytes for f in self.specs.values())
         self.small_row_bytes = sum(f.nbytes for f in self.specs.values() if f.nbytes < _PAGE)
         self.budget = budget_bytes

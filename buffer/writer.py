@@ -92,7 +92,6 @@ class _Append(Ticket):
         "result",
         "claim",
         "cols",
-        "wal",
     )
 
     def __init__(self, records: pa.RecordBatch | pa.Table, timeout: float | None) -> None:
@@ -104,7 +103,6 @@ class _Append(Ticket):
         self.result: AppendResult | None = None  # set when the batch was empty
         self.claim: _Claim | None = None
         self.cols: StepColumns | None = None
-        self.wal: WriteAheadLog | None = None
 
 
 class Writer:
@@ -176,10 +174,10 @@ class Writer:
         if ticket.result is not None:
             return ticket.result
         claim, cols = ticket.claim, ticket.cols
-        assert claim is not None and cols is not None and ticket.wal is not None
+        assert claim is not None and cols is not None
         try:
             if claim.new.num_rows:
-                self._sync(ticket.wal, self._write(claim, ticket.wal))
+                self._sync(claim.wal, self._write(claim))
             acked = self._acknowledge(claim, cols)
             claim.limited = 0  # stored: the rate limiter keeps counting these inserts
             self.ack_latencies.append(time.perf_counter() - t0)
@@ -223,7 +221,7 @@ class Writer:
             else:
                 self._release(claim)
             raise
-        ticket.claim, ticket.cols, ticket.wal, ticket.needs_room = claim, cols, wal, 0
+        ticket.claim, ticket.cols, ticket.needs_room = claim, cols, 0
 
     def _release(self, claim: _Claim) -> None:
         """What an append holds when it returns or fails: its stripe's announcement, its
@@ -272,35 +270,28 @@ class Writer:
     def _limit(self, claim: _Claim, ticket: _Append) -> bool:
         """Pass the rate limiter with the new records (counted in ``claim.limited``) without
         waiting: False when it has no room now, and the caller waits for it (see
-        :meth:`_await_room`) outside the combiner, so other appends are not held up.
+        :meth:`_await_room`) outside the combiner, so other appends are not held up. Room
+        admitted ahead (``ticket.room``) counts first; what duplicates made spare goes back.
 
         Raises:
             BackpressureError: no room and ``timeout`` is 0.
         """
-        n_new = claim.new.num_rows
         limiter = self.rate_limiter
-        if limiter is None or not n_new:
-            if ticket.room and limiter is not None:
-                limiter.undo_insert(ticket.room)  # all duplicates now: nothing to insert
-            ticket.room = 0
+        room, ticket.room = ticket.room, 0
+        if limiter is None:
             return True
-        if ticket.room >= n_new:  # admitted ahead; fewer new rows since (duplicates)
-            if ticket.room > n_new:
-                limiter.undo_insert(ticket.room - n_new)
-            ticket.room, claim.limited = 0, n_new
+        n_new = claim.new.num_rows
+        claim.limited = min(room, n_new)
+        if room > claim.limited:
+            limiter.undo_insert(room - claim.limited)
+        if claim.limited == n_new:
             return True
-        if ticket.room:
-            limiter.undo_insert(ticket.room)
-            ticket.room = 0
         try:
-            limiter.await_insert(n_new, 0)
+            limiter.await_insert(n_new - claim.limited, 0)
         except RateLimiterTimeout:
             if ticket.timeout is not None and ticket.timeout <= 0:
-                raise BackpressureError(
-                    f"buffer is ahead of sampling; {n_new} records not accepted",
-                    limiter.retry_after_s(),
-                ) from None
-            return False
+                raise self._backpressure(n_new) from None
+            return False  # the caller gives back ``claim.limited`` (``_release``)
         claim.limited = n_new
         return True
 
@@ -316,11 +307,15 @@ class Writer:
         try:
             self.rate_limiter.await_insert(n, ticket.timeout)
         except RateLimiterTimeout:
-            raise BackpressureError(
-                f"buffer is ahead of sampling; {n} records not accepted",
-                self.rate_limiter.retry_after_s(),
-            ) from None
+            raise self._backpressure(n) from None
         ticket.room = n
+
+    def _backpressure(self, n: int) -> BackpressureError:
+        assert self.rate_limiter is not None
+        return BackpressureError(
+            f"buffer is ahead of sampling; {n} records not accepted",
+            self.rate_limiter.retry_after_s(),
+        )
 
     def _claim_rows(self, claim: _Claim) -> None:
         """Give the new records their rows and the tail they go into (see
@@ -383,7 +378,7 @@ class Writer:
             self._rotating = False
             st.cond.notify_all()
 
-    def _write(self, claim: _Claim, wal: WriteAheadLog) -> int:
+    def _write(self, claim: _Claim) -> int:
         """The rows are ours now; copy them into the WAL and the tail WITHOUT the buffer lock
         (readers and acknowledgements proceed). Nothing reads them before they are
         published, which needs their fdatasync; a rotation waits for these writes. Returns
@@ -392,10 +387,10 @@ class Writer:
         assert claim.tail is not None
         try:
             try:
-                lsn = wal.write(claim.first, claim.payload)
+                lsn = claim.wal.write(claim.first, claim.payload)
             finally:
                 claim.announced = False
-                wal.end()
+                claim.wal.end()
             st.storage.write_rows(claim.tail, claim.new, claim.first - claim.tail.first_row)
         except BaseException as exc:
             with st.lock:  # failed before unwritten drops: no rotation passes these rows
