@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -107,9 +110,16 @@ def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> Non
     proc, lines = start()
     try:
         out = "".join(lines)
-        url = re.search(r"serving on (http://127\.0\.0\.1:\d+)/", out)
+        url = re.search(r"serving on (http://127\.0\.0\.1:(\d+))/", out)
         password = re.search(r"password: (\S+)", out)
         assert url and password, out
+        # The printed address takes connections at once: with the server frozen right after the
+        # line, a connection still completes (it waits in the listen backlog, not refused).
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            socket.create_connection(("127.0.0.1", int(url.group(2))), timeout=5).close()
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
         with httpx.Client(base_url=url.group(1), timeout=10) as c:
             assert c.get("/healthz").json() == {"status": "ok"}
             r = c.post("/api/auth/login", json={"username": "admin", "password": password.group(1)})

@@ -54,12 +54,15 @@ def main(argv: Sequence[str]) -> int:
     except OSError as err:
         print(f"robofleet dashboard: cannot bind {host}:{port}: {err}", file=sys.stderr)
         return 1
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    print(f"robofleet dashboard: serving on http://{shown}:{bound}/", flush=True)
     config = uvicorn_config(
         app, settings.dashboard, log_level=settings.log_level.lower(), timeout_graceful_shutdown=2
     )
+    # Listen before printing the address: a client that connects as soon as it reads the line
+    # waits in the backlog until uvicorn accepts, instead of being refused.
+    sock.listen(config.backlog)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    print(f"robofleet dashboard: serving on http://{shown}:{bound}/", flush=True)
     logging.getLogger("uvicorn.error").propagate = False
     try:
         uvicorn.Server(config).run(sockets=[sock])
