@@ -5,6 +5,13 @@ Validation, de-duplication, the row index and the acknowledgement all read ``seq
 interpreter time under the GIL, so asking the batch again in every part cost more than the
 checks themselves; :func:`StepColumns.of` does it once (one ``dictionary_encode`` per string
 column: a batch usually holds one robot, one run and one task).
+
+The usual columns (no nulls) are read as numpy views of their Arrow buffers
+(:func:`numpy_view`), not with ``to_numpy``: pyarrow's conversions and compute kernels release
+the GIL, and the buffer's appends are staged one at a time by one thread (``buffer.admission``)
+while the other appending threads wait on I/O; each release lets one of them take the GIL,
+and the stager waits to get it back. Measured with 8 writers on 2 cores: staging took
+1.6 ms of wall time per append for 0.6 ms of CPU.
 """
 
 from __future__ import annotations
@@ -69,6 +76,76 @@ class Strings:
         return Strings(self.names, self.codes[rows])
 
 
+def numpy_view(arr: pa.Array) -> np.ndarray:
+    """A fixed-width numeric or boolean ``arr`` as numpy ``(len(arr),)`` without a GIL release:
+    a read-only view of its data buffer (booleans: unpacked from their bits, a copy); an
+    array with nulls or of another type goes through ``to_numpy`` (nulls become NaN or
+    objects, as pyarrow does)."""
+    t = arr.type
+    n = len(arr)
+    if arr.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t) or t == pa.bool_()):
+        return arr.to_numpy(zero_copy_only=False)
+    data = arr.buffers()[1]
+    if t == pa.bool_():
+        return _bits(data, arr.offset, n)
+    dtype = np.dtype(t.to_pandas_dtype())
+    return np.frombuffer(data, dtype=dtype, count=n, offset=arr.offset * dtype.itemsize)
+
+
+def valid_mask(arr: pa.Array) -> np.ndarray:
+    """bool ``(len(arr),)``: True where ``arr`` holds a value (not null), read from its
+    validity bitmap without a GIL release (see the module docstring)."""
+    n = len(arr)
+    if not arr.null_count:
+        return np.ones(n, dtype=bool)
+    if arr.null_count == n:
+        return np.zeros(n, dtype=bool)
+    return _bits(arr.buffers()[0], arr.offset, n)
+
+
+def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """bool ``(n,)``: bits ``offset .. offset + n`` of an Arrow bitmap (LSB first)."""
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    first = offset // 8
+    packed = np.frombuffer(buf, dtype=np.uint8, count=(offset + n + 7) // 8 - first, offset=first)
+    skip = offset - 8 * first
+    return np.unpackbits(packed, count=skip + n, bitorder="little")[skip:].view(np.bool_)
+
+
+def binary_lengths(arr: pa.Array) -> np.ndarray:
+    """int64 ``(len(arr),)``: byte length of each value of a ``large_binary`` ``arr``, 0 where
+    null, from its offsets buffer (no GIL release)."""
+    n = len(arr)
+    if n == 0 or arr.null_count == n:
+        return np.zeros(n, dtype=np.int64)
+    off = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=n + 1, offset=arr.offset * 8)
+    lens = np.diff(off)
+    return np.where(valid_mask(arr), lens, 0) if arr.null_count else lens
+
+
+def fixed_list_values(arr: pa.FixedSizeListArray) -> np.ndarray:
+    """The values of a fixed-size-list ``arr`` of numbers, flat ``(len(arr) * list_size,)``,
+    as ``arr.flatten()`` has them (a null list's slots left out); without nulls a read-only
+    view of the child's buffer (no GIL release)."""
+    child = arr.values
+    if arr.null_count or child.null_count:
+        return arr.flatten().to_numpy(zero_copy_only=False)
+    size = arr.type.list_size
+    start = child.offset + arr.offset * size
+    dtype = np.dtype(child.type.to_pandas_dtype())
+    return np.frombuffer(
+        child.buffers()[1], dtype=dtype, count=len(arr) * size, offset=start * dtype.itemsize
+    )
+
+
+def all_finite(values: np.ndarray) -> bool:
+    """No NaN or Inf in the float array ``values``, checked in slices below numpy's threshold
+    for releasing the GIL (500 elements; see the module docstring)."""
+    flat = values.reshape(-1)
+    return all(np.isfinite(flat[i : i + 500]).all() for i in range(0, len(flat), 500))
+
+
 def _single_value(arr: pa.Array) -> str | None:
     """The value of a ``string`` array whose rows all hold the same one, else None.
 
@@ -84,11 +161,13 @@ def _single_value(arr: pa.Array) -> str | None:
         return None
     if width == 0:
         return ""
-    data = np.frombuffer(data_buf, dtype=np.uint8, count=n * width, offset=int(off[0]))
-    rows = data.reshape(n, width)
-    if not (rows == rows[0]).all():
+    # A bytes compare (memcmp under the GIL), not numpy's, which releases it past 500 bytes.
+    start = int(off[0])
+    data = memoryview(data_buf)[start : start + n * width]
+    first = bytes(data[:width])
+    if bytes(data) != first * n:
         return None  # equal total length by chance (or different values)
-    return bytes(rows[0]).decode()
+    return first.decode()
 
 
 @dataclass(frozen=True)
@@ -112,9 +191,10 @@ class StepColumns:
     @classmethod
     def of(cls, batch: pa.RecordBatch, positions: dict[str, int] | None = None) -> StepColumns:
         """Read the columns of ``batch`` (it must have them, with the step schema's types);
-        ``positions``: their indices in the batch, when known (faster than by name)."""
+        ``positions``: their indices in the batch, when known (faster than by name). The
+        numeric arrays may be read-only views of the batch's memory."""
         pos = positions or {name: i for i, name in enumerate(batch.schema.names)}
-        num = {k: batch.column(pos[k]).to_numpy(zero_copy_only=False) for k in NUMERIC}
+        num = {k: numpy_view(batch.column(pos[k])) for k in NUMERIC}
         strings = [Strings.of(batch.column(pos[k])) for k in STRINGS]
         return cls(batch.num_rows, num, *strings)
 

@@ -32,6 +32,7 @@ it in ``next.observation.*`` as raw C-order bytes of the feature's dtype and sha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -42,7 +43,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from buffer.columns import StepColumns
+from buffer.columns import (
+    StepColumns,
+    all_finite,
+    binary_lengths,
+    fixed_list_values,
+    valid_mask,
+)
 from buffer.errors import StepValidationError
 
 SCALAR_COLUMNS: dict[str, pa.DataType] = {
@@ -142,6 +149,18 @@ class _Plan:
     absent_actions: list[int]
     present_actions: bool
     finite_checks: list[str]
+    _nulls: dict[tuple[int, int], pa.Array] = dataclasses.field(default_factory=dict)
+
+    def nulls(self, pos: int, n: int) -> pa.Array:
+        """The all-null column of ``n`` rows for absent stored field ``pos`` (arrays are
+        immutable, so one is shared: ``pa.nulls`` per append cost a quarter of the staging's
+        wall time under load, it allocates and releases the GIL)."""
+        col = self._nulls.get((pos, n))
+        if col is None:
+            if len(self._nulls) > 64:  # batch sizes vary little; bound it regardless
+                self._nulls.clear()
+            col = self._nulls[(pos, n)] = pa.nulls(n, self.fields[pos][0].type)
+        return col
 
 
 class StepSchema:
@@ -349,9 +368,9 @@ class StepSchema:
         plan = self._plan(batch.schema)
         n = batch.num_rows
         cols: list[pa.Array] = []
-        for field, i, conform in plan.fields:
+        for pos, (field, i, conform) in enumerate(plan.fields):
             if i < 0:  # absent: a final observation (nulls) or an optional action (below)
-                cols.append(pa.nulls(n, field.type))
+                cols.append(plan.nulls(pos, n))
                 continue
             col = batch.column(i)
             if conform:
@@ -528,8 +547,8 @@ class StepSchema:
         """No NaN or Inf in the float payload columns ``names``."""
         for name in names:
             col = b.column(self._positions[name])
-            vals = col.flatten().to_numpy()
-            if np.isfinite(vals).all():  # the usual case: one vectorised pass
+            vals = fixed_list_values(col)
+            if all_finite(vals):  # the usual case
                 continue
             finite = np.isfinite(vals.reshape(-1, self.payload[name].size)).all(axis=1)
             if col.null_count:
@@ -552,9 +571,8 @@ class StepSchema:
             col = b.column(key)
             if col.null_count == n and not (any_done and self.require_final_observation):
                 continue  # no final observations and none required: nothing to check
-            has = ~col.is_null().to_numpy(zero_copy_only=False)
-            lens = pa.compute.binary_length(col).to_numpy(zero_copy_only=False)
-            lens = np.where(has, np.nan_to_num(lens.astype(np.float64)), 0).astype(np.int64)
+            has = valid_mask(col)
+            lens = binary_lengths(col)
             bad = np.flatnonzero(has & (lens != f.nbytes))
             if bad.size:
                 raise self._row_err(

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from buffer.admission import Combiner, Ticket
 from buffer.columns import StepColumns
-from buffer.encoding import Piece, ipc_pieces
+from buffer.encoding import ipc_pieces
 from buffer.errors import (
     BackpressureError,
     BufferClosedError,
@@ -71,7 +71,6 @@ class _Claim:
 
     new: pa.RecordBatch
     cols: StepColumns  # the small columns of ``new``
-    payload: list[Piece]
     wal: WriteAheadLog  # its stripe
     limited: int = 0  # inserts counted by the rate limiter and not yet stored
     announced: bool = True  # its WAL stripe still expects its record (``WriteAheadLog.begin``)
@@ -213,7 +212,6 @@ class Writer:
                 ticket.needs_room = claim.new.num_rows
                 self._release(claim)
                 return
-            claim.payload = ipc_pieces(claim.new) if claim.new.num_rows else []
             self._claim_rows(claim)
         except BaseException:
             if claim is None:
@@ -249,8 +247,8 @@ class Writer:
             if bad >= 0:
                 raise self._out_of_order(cols, bad)
         if not dup.any():
-            return _Claim(batch, cols, [], wal)
-        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), [], wal)
+            return _Claim(batch, cols, wal)
+        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), wal)
 
     def _out_of_order(self, cols: StepColumns, bad: int) -> StepValidationError:
         """The refusal of record ``bad``'s seq: at or below its robot's highest stored seq,
@@ -379,15 +377,16 @@ class Writer:
             st.cond.notify_all()
 
     def _write(self, claim: _Claim) -> int:
-        """The rows are ours now; copy them into the WAL and the tail WITHOUT the buffer lock
-        (readers and acknowledgements proceed). Nothing reads them before they are
-        published, which needs their fdatasync; a rotation waits for these writes. Returns
-        the WAL position to sync to."""
+        """The rows are ours now; encode them (their IPC message: in this thread, since it
+        needs no order, it stays off the combiner's serial path), copy them into the WAL and
+        the tail WITHOUT the buffer lock (readers and acknowledgements proceed). Nothing
+        reads them before they are published, which needs their fdatasync; a rotation waits
+        for these writes. Returns the WAL position to sync to."""
         st = self.state
         assert claim.tail is not None
         try:
             try:
-                lsn = claim.wal.write(claim.first, claim.payload)
+                lsn = claim.wal.write(claim.first, ipc_pieces(claim.new))
             finally:
                 claim.announced = False
                 claim.wal.end()

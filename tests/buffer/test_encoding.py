@@ -8,7 +8,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from buffer.columns import StepColumns, Strings
+from buffer.columns import (
+    StepColumns,
+    Strings,
+    all_finite,
+    binary_lengths,
+    fixed_list_values,
+    numpy_view,
+    valid_mask,
+)
 from buffer.encoding import ipc_pieces, pieces_size
 from buffer.wal import pieces_header, record_header
 from tests.buffer.helpers import episodes, small_schema, step
@@ -93,3 +101,50 @@ def test_step_columns_match_the_batch() -> None:
     assert [c.robot.value(i) for i in range(c.n)] == batch.column("robot_id").to_pylist()
     kept = c.take(np.array([True, False, True]))
     assert kept.n == 2 and kept.robot.value(1) == "robot-2"
+
+
+def _slices(arr: pa.Array) -> list[pa.Array]:
+    """``arr`` and slices of it starting at every bit of a byte (bitmaps) and past it."""
+    return [arr.slice(off, ln) for off in range(10) for ln in (0, 1, 7, len(arr) - off)]
+
+
+@pytest.mark.parametrize(
+    ("values", "typ"),
+    [
+        ([True, False, True, True, False, False, True, False, True, True, False] * 2, pa.bool_()),
+        (list(range(-5, 17)), pa.int64()),
+        ([0.5, -1.25, 3.0] * 7, pa.float32()),
+        ([1e300, -2.5] * 11, pa.float64()),
+        ([1, None, 3] * 7, pa.int64()),  # nulls: pyarrow's own conversion (NaN where null)
+    ],
+)
+def test_numpy_views_equal_pyarrows_conversion(values: list[object], typ: pa.DataType) -> None:
+    for s in _slices(pa.array(values, type=typ)):
+        got, want = numpy_view(s), s.to_numpy(zero_copy_only=False)
+        assert got.dtype == want.dtype and len(got) == len(s)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_bitmap_offsets_and_list_values_read_without_kernels_equal_kernels() -> None:
+    finals = pa.array(
+        [b"ab", None, b"", b"xyz", None, b"q", None, None, b"1", b"22", b"333", None],
+        type=pa.large_binary(),
+    )
+    for s in _slices(finals):
+        valid = ~s.is_null().to_numpy(zero_copy_only=False)
+        np.testing.assert_array_equal(valid_mask(s), valid)
+        lengths = pa.compute.binary_length(s).fill_null(0).to_numpy(zero_copy_only=False)
+        np.testing.assert_array_equal(binary_lengths(s), lengths)
+    lists = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(48, dtype=np.float32)), 4)
+    for s in _slices(lists):
+        np.testing.assert_array_equal(fixed_list_values(s), s.flatten().to_numpy())
+
+
+@pytest.mark.parametrize("bad", [0, 499, 500, 1001, 2047])
+def test_all_finite_finds_a_nan_or_inf_in_any_slice(bad: int) -> None:
+    values = np.ones(2048, np.float32)
+    assert all_finite(values)
+    values[bad] = np.nan
+    assert not all_finite(values)
+    values[bad] = -np.inf
+    assert not all_finite(values.reshape(64, 32))
