@@ -51,7 +51,7 @@ class Strings:
     @classmethod
     def of(cls, arr: pa.Array) -> Strings:
         """Encode a ``string`` array without nulls."""
-        one = _single_value(arr)
+        one = single_value(arr)
         if one is not None:  # the usual batch: one value, no compute kernel
             return cls([one], np.zeros(len(arr), dtype=np.int32))
         enc = pc.dictionary_encode(arr)
@@ -125,18 +125,21 @@ def binary_lengths(arr: pa.Array) -> np.ndarray:
 
 
 def fixed_list_values(arr: pa.FixedSizeListArray) -> np.ndarray:
-    """The values of a fixed-size-list ``arr`` of numbers, flat ``(len(arr) * list_size,)``,
-    as ``arr.flatten()`` has them (a null list's slots left out); without nulls a read-only
-    view of the child's buffer (no GIL release)."""
+    """The values of a fixed-size-list ``arr`` of numbers, flat ``(valid lists * list_size,)``,
+    as ``arr.flatten()`` has them (a null list's slots left out), read from the child's buffer
+    (no GIL release; a read-only view when no list is null)."""
     child = arr.values
-    if arr.null_count or child.null_count:
+    if child.null_count:
         return arr.flatten().to_numpy(zero_copy_only=False)
     size = arr.type.list_size
     start = child.offset + arr.offset * size
     dtype = np.dtype(child.type.to_pandas_dtype())
-    return np.frombuffer(
+    flat = np.frombuffer(
         child.buffers()[1], dtype=dtype, count=len(arr) * size, offset=start * dtype.itemsize
     )
+    if arr.null_count:  # a null list's slots hold whatever the producer left there
+        return flat.reshape(len(arr), size)[valid_mask(arr)].reshape(-1)
+    return flat
 
 
 def all_finite(values: np.ndarray) -> bool:
@@ -146,7 +149,7 @@ def all_finite(values: np.ndarray) -> bool:
     return all(np.isfinite(flat[i : i + 500]).all() for i in range(0, len(flat), 500))
 
 
-def _single_value(arr: pa.Array) -> str | None:
+def single_value(arr: pa.Array) -> str | None:
     """The value of a ``string`` array whose rows all hold the same one, else None.
 
     Read from the offsets and data buffers with numpy: a compute kernel call costs more
