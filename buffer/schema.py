@@ -553,7 +553,7 @@ class StepSchema:
             finite = np.isfinite(vals.reshape(-1, self.payload[name].size)).all(axis=1)
             if col.null_count:
                 # flatten() drops null slots, so map rows back through the validity mask.
-                rows = np.flatnonzero(~col.is_null().to_numpy(zero_copy_only=False))
+                rows = np.flatnonzero(valid_mask(col))
                 bad = rows[~finite]
             else:
                 bad = np.flatnonzero(~finite)

@@ -86,9 +86,9 @@ def decode_batch(
         if arr.null_count:
             raise StepFormatError(f"column {col!r} has nulls")
         cols[col] = arr
-    # Checks on zero-copy numpy views: a few microseconds a batch, where each Arrow compute
-    # call costs ~5-15 us of Python wrapper (profiled on the upload path).
-    # (and kernels release the GIL, which the server's other threads then hold).
+    # Checks on zero-copy numpy views and bytes: a few microseconds a batch, where each Arrow
+    # compute call costs ~5-15 us of Python wrapper and releases the GIL, which the server's
+    # other threads then hold (profiled on the upload path).
     seq = numpy_view(cols["seq"])
     if len(seq) > 1 and not bool((seq[1:] > seq[:-1]).all()):
         raise StepFormatError("seq must be strictly increasing within a step batch")

@@ -146,11 +146,14 @@ def test_bitmap_offsets_and_list_values_read_without_kernels_equal_kernels() -> 
             np.testing.assert_array_equal(fixed_list_values(s), s.flatten().to_numpy())
 
 
-@pytest.mark.parametrize("bad", [0, 499, 500, 1001, 2047])
-def test_all_finite_finds_a_nan_or_inf_in_any_slice(bad: int) -> None:
-    values = np.ones(2048, np.float32)
+@pytest.mark.parametrize(
+    ("size", "bad"),
+    [(2048, 0), (2048, 499), (2048, 500), (2048, 1001), (2048, 2047), (20_000, 19_999)],
+)
+def test_all_finite_finds_a_nan_or_inf_in_any_slice(size: int, bad: int) -> None:
+    values = np.ones(size, np.float32)
     assert all_finite(values)
     values[bad] = np.nan
     assert not all_finite(values)
     values[bad] = -np.inf
-    assert not all_finite(values.reshape(64, 32))
+    assert not all_finite(values.reshape(-1, 16))
