@@ -135,6 +135,7 @@ from buffer.errors import (
     NothingToSample,
     RateLimiterTimeout,
     ReplayBufferError,
+    SegmentGoneError,
     StepValidationError,
     UnsupportedFormatError,
 )
@@ -176,6 +177,7 @@ __all__ = [
     "ReplayBuffer",
     "ReplayBufferError",
     "Sampler",
+    "SegmentGoneError",
     "StepSchema",
     "StepValidationError",
     "UniformSampler",

@@ -95,3 +95,9 @@ class UnsupportedFormatError(ReplayBufferError):
         self.path = path
         self.found = found
         self.supported = supported
+
+
+class SegmentGoneError(ReplayBufferError, FileNotFoundError):
+    """Rows picked for a sample are no longer stored: retention deleted their segment
+    between the picks and their read. ``ReplayBuffer`` then draws the batch again from the
+    window left; a caller of the lower-level reads may do the same."""

@@ -524,7 +524,8 @@ class ReplayBuffer:
     ) -> dict[str, np.ndarray]:
         """The picks of ``sampler`` read with ``read`` (``reading.gather``). Retention (the
         sealer's thread) may delete a segment between the picks and their read, and its
-        files with it: then the batch is drawn again from the window left (twice at most).
+        files with it (``SegmentGoneError``, or ``FileNotFoundError`` from a file already
+        gone): then the batch is drawn again from the window left (twice at most).
 
         Raises:
             FileNotFoundError: a segment file is gone and retention did not delete it.

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from buffer.errors import SegmentGoneError
 from buffer.memory import anon_array, anon_arrays
 from buffer.schema import FINAL_PREFIX, StepSchema
 from buffer.sealed import WalSegment
@@ -460,7 +461,14 @@ class TieredStorage:
             out = out_arrays({k: ((n, *self.specs[k].shape), self.specs[k].dtype) for k in names})
         if n == 0:
             return out
-        groups = _chunk_groups(np.searchsorted(starts, rows, side="right") - 1)
+        which = np.searchsorted(starts, rows, side="right") - 1
+        if which.min() < 0:  # below every chunk of the snapshot: retention deleted theirs
+            lowest = int(starts[0]) if len(starts) else None
+            raise SegmentGoneError(
+                f"row {int(rows.min())} is no longer stored (first stored row: {lowest}): "
+                "retention deleted its segment after it was picked"
+            )
+        groups = _chunk_groups(which)
         big = [k for k in names if self.specs[k].nbytes >= _PAGE]
         cold_rows = sum(
             len(rows) if sel is None else len(sel)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from buffer import ReplayBuffer
+from buffer import ReplayBuffer, SegmentGoneError, UniformSampler
+from buffer.view import Picks, SamplingView
 from tests.buffer.helpers import episodes, open_buffer
 
 
@@ -47,3 +49,40 @@ def test_retention_deletes_oldest_segments_and_reports_disk(tmp_path) -> None:
         assert again.first_row > 0
         assert again.visible == 300
         assert again.num_steps == 300 - again.first_row
+
+
+class _PicksThenRetention(UniformSampler):
+    """Picks rows of the oldest stored segment, then (on its first call only) appends until
+    retention deletes that segment: the race between a sample's picks and its read, made
+    certain (it happens by chance when the sealer's thread applies retention mid-sample)."""
+
+    def __init__(self, buf: ReplayBuffer) -> None:
+        super().__init__()
+        self.buf, self.calls = buf, 0
+
+    def sample_indices(
+        self, view: SamplingView, batch_size: int, rng: np.random.Generator
+    ) -> Picks:
+        self.calls += 1
+        if self.calls > 1:
+            return super().sample_indices(view, batch_size, rng)
+        first = self.buf.first_row
+        rows = np.arange(first, first + batch_size, dtype=np.int64)
+        for e in range(30, 40):
+            self.buf.append(episodes(0, [10], seq0=10 * e, ep0=e))
+        self.buf.flush()
+        assert self.buf.first_row > rows.max()  # every picked row's segment is deleted
+        return [(view.online, rows, np.ones(batch_size))]
+
+
+def test_a_sample_whose_rows_retention_deleted_is_drawn_again(tmp_path) -> None:
+    with open_buffer(tmp_path / "b", segment_target_bytes=1300, retention_max_bytes=6000) as buf:
+        for e in range(30):
+            buf.append(episodes(0, [10], seq0=10 * e, ep0=e))
+        buf.flush()
+        sampler = _PicksThenRetention(buf)
+        b = buf.sample(5, sampler, rng=np.random.default_rng(0))
+        assert sampler.calls == 2  # drawn again from the window left
+        assert b["index"].min() >= buf.first_row
+        with pytest.raises(SegmentGoneError, match="no longer stored"):
+            buf.read_transitions(np.arange(0, 5, dtype=np.int64))  # the lower-level read
