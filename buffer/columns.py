@@ -113,15 +113,18 @@ def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
     return np.unpackbits(packed, count=skip + n, bitorder="little")[skip:].view(np.bool_)
 
 
-def binary_lengths(arr: pa.Array) -> np.ndarray:
+def binary_lengths(arr: pa.Array, valid: np.ndarray | None = None) -> np.ndarray:
     """int64 ``(len(arr),)``: byte length of each value of a ``large_binary`` ``arr``, 0 where
-    null, from its offsets buffer (no GIL release)."""
+    null, from its offsets buffer (no GIL release). ``valid``: ``valid_mask(arr)`` when the
+    caller has it already."""
     n = len(arr)
     if n == 0 or arr.null_count == n:
         return np.zeros(n, dtype=np.int64)
     off = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=n + 1, offset=arr.offset * 8)
     lens = np.diff(off)
-    return np.where(valid_mask(arr), lens, 0) if arr.null_count else lens
+    if not arr.null_count:
+        return lens
+    return np.where(valid_mask(arr) if valid is None else valid, lens, 0)
 
 
 def fixed_list_values(arr: pa.FixedSizeListArray) -> np.ndarray:

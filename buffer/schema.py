@@ -572,7 +572,7 @@ class StepSchema:
             if col.null_count == n and not (any_done and self.require_final_observation):
                 continue  # no final observations and none required: nothing to check
             has = valid_mask(col)
-            lens = binary_lengths(col)
+            lens = binary_lengths(col, has)
             bad = np.flatnonzero(has & (lens != f.nbytes))
             if bad.size:
                 raise self._row_err(

@@ -8,15 +8,18 @@ import pytest
 from comms.steps import ForeignRowsError, StepFormatError, decode_batch
 
 
+def _stream(batch: pa.RecordBatch) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
 def _ipc(robot_ids: list[object], run_ids: list[str | None] | None = None) -> bytes:
     cols = {"seq": pa.array(range(len(robot_ids)), pa.int64()), "robot_id": pa.array(robot_ids)}
     if run_ids is not None:
         cols["run_id"] = pa.array(run_ids, pa.string())
-    batch = pa.record_batch(cols)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch.slice(1))  # an offset into every buffer
-    return sink.getvalue().to_pybytes()
+    return _stream(pa.record_batch(cols).slice(1))  # an offset into every buffer
 
 
 @pytest.mark.parametrize("ids", [["7"] * 4, [7] * 4])
@@ -45,8 +48,5 @@ def test_a_row_of_another_robot_or_run_is_refused(
 
 def test_seq_must_increase() -> None:
     batch = pa.record_batch({"seq": pa.array([3, 2], pa.int64()), "robot_id": pa.array([1, 1])})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
     with pytest.raises(StepFormatError, match="strictly increasing"):
-        decode_batch(sink.getvalue().to_pybytes())
+        decode_batch(_stream(batch))
