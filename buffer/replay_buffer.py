@@ -622,7 +622,10 @@ class ReplayBuffer:
         """Metrics: ``size_transitions``, ``steps``, ``bytes_on_disk``, ``bytes_in_cache``
         (hot tier), ``cold_resident_bytes`` (estimate), ``cache_hit_rate`` (share of sampled
         rows served from RAM, 0..1), ``prefetch_lag_s`` (age of the oldest pending prefetch
-        request), ``segments``, ``hot_segments``, ``wal_fsyncs``, ``ack_latency_p50_s``,
+        request), ``segments``, ``hot_segments``, ``wal_fsyncs``, ``appends`` (calls with
+        records), ``merged_appends`` (of them, stored as part of a merged one: small appends
+        waiting together are validated, logged and synced as one, ``buffer.writer``),
+        ``ack_latency_p50_s``,
         ``ack_latency_p99_s``, ``recovery_seconds``, ``discarded_episodes`` (marked, of either
         kind), ``rerecorded_episodes`` (those marked ``rerecord``), ``discarded_steps`` (their
         stored rows), ``interrupted_episodes`` (closed as truncated, ``buffer.index``) and
@@ -648,6 +651,8 @@ class ReplayBuffer:
                 "segments": len(self.retention.segments),
                 "hot_segments": sum(1 for c in s.chunks if c.hot and c.sealed),
                 "wal_fsyncs": wal.fsync_count if wal else 0,
+                "appends": self.writer.appends,
+                "merged_appends": self.writer.merged_appends,
                 "ack_latency_p50_s": float(np.percentile(lat, 50)) if lat.size else 0.0,
                 "ack_latency_p99_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
                 "recovery_seconds": self.recovery_seconds,

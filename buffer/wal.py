@@ -244,6 +244,19 @@ class WriteAheadLog:
     def fsync_count(self) -> int:
         return self._fsyncs
 
+    @property
+    def synced(self) -> int:
+        """The position every byte below which is on stable storage (never decreases)."""
+        return self._synced
+
+    @property
+    def syncing(self) -> bool:
+        """Whether a :meth:`sync` leader is between taking the lead and publishing what it
+        synced. It updates :attr:`synced` and clears this together, before it returns, so a
+        caller that reads this as True (after reading :attr:`synced`) can count on that
+        leader returning after the read."""
+        return self._syncing
+
     def begin(self) -> None:
         """Announce a record about to be written (a sync leader waits a moment for it)."""
         with self._cond:

@@ -23,13 +23,14 @@ import heapq
 import threading
 import time
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+import numpy as np
 import pyarrow as pa
 
-from buffer.admission import Combiner, Ticket
+from buffer.admission import Combiner, Ticket, one_at_a_time
 from buffer.columns import StepColumns
 from buffer.encoding import ipc_pieces
 from buffer.errors import (
@@ -65,6 +66,15 @@ class AppendResult:
     rows: tuple[int, int]
 
 
+# Appends of at most this many bytes that wait for the combiner together are merged into
+# one (see ``Writer._stage_group``), up to ``_JOINT_MAX_BYTES`` per merged append: their
+# fixed costs (validation, de-duplication, index, WAL record, fdatasync, publish, hand-offs)
+# are paid once; a camera-sized batch gains nothing from it and would be copied, so stays
+# alone.
+_MERGE_MAX_BYTES = 256 * 1024
+_JOINT_MAX_BYTES = 2 * 1024 * 1024
+
+
 @dataclass
 class _Claim:
     """One append's new records on their way to disk."""
@@ -72,6 +82,7 @@ class _Claim:
     new: pa.RecordBatch
     cols: StepColumns  # the small columns of ``new``
     wal: WriteAheadLog  # its stripe
+    dup: np.ndarray | None = None  # which records of the validated batch were stored before
     limited: int = 0  # inserts counted by the rate limiter and not yet stored
     announced: bool = True  # its WAL stripe still expects its record (``WriteAheadLog.begin``)
     counted: bool = False  # counted among the appends given rows (``Writer._claimed``)
@@ -91,6 +102,7 @@ class _Append(Ticket):
         "result",
         "claim",
         "cols",
+        "joint",
     )
 
     def __init__(self, records: pa.RecordBatch | pa.Table, timeout: float | None) -> None:
@@ -99,9 +111,38 @@ class _Append(Ticket):
         self.timeout = timeout
         self.room = 0  # inserts the rate limiter admitted ahead (outside the combiner)
         self.needs_room = 0  # staging found no room for this many inserts
-        self.result: AppendResult | None = None  # set when the batch was empty
+        self.result: AppendResult | None = None  # set when empty, or by a merged append
         self.claim: _Claim | None = None
         self.cols: StepColumns | None = None
+        self.joint: _Joint | None = None  # the merged append it is part of
+
+
+class _Joint:
+    """Several appends merged into one claim (``Writer._stage_group``); the last member
+    writes and commits it and then gives every other member its result, or the error."""
+
+    __slots__ = ("claim", "cols", "members")
+
+    def __init__(self, claim: _Claim, cols: StepColumns, members: list[_Append]) -> None:
+        self.claim, self.cols, self.members = claim, cols, members
+
+    def results(self, acked: dict[str, int]) -> list[AppendResult]:
+        """Each member's result, from the merged append's per-robot ``acked``."""
+        claim, cols = self.claim, self.cols
+        out, off, first = [], 0, claim.first
+        for m in self.members:
+            n = m.records.num_rows
+            new = n if claim.dup is None else n - int(np.count_nonzero(claim.dup[off : off + n]))
+            codes = cols.robot.codes[off : off + n]
+            robots = (
+                [cols.robot.names[0]]
+                if cols.robot.single
+                else [cols.robot.names[c] for c in np.unique(codes)]
+            )
+            mine = {r: acked[r] for r in robots if r in acked}
+            out.append(AppendResult(mine, new, n - new, (first, first + new)))
+            off, first = off + n, first + new
+        return out
 
 
 class Writer:
@@ -127,7 +168,10 @@ class Writer:
         self._claimed = 0  # appends given rows that have not returned or raised yet
         self._rotating = False  # an append is switching the WAL files (outside the lock)
         self._visibility = _Wakeups()  # appends waiting for their rows to become visible
-        self._combiner: Combiner[_Append] = Combiner(self._stage)
+        self._unsynced: list[list[_Unsynced]] = []  # per stripe: written, not known durable
+        self._combiner: Combiner[_Append] = Combiner(self._stage_group)
+        self.appends = 0  # appends staged with records (alone or merged)
+        self.merged_appends = 0  # of them, staged as part of a merged one (``_stage_group``)
 
     def start(self) -> None:
         """Open a fresh WAL and tail after the recovered rows."""
@@ -136,6 +180,7 @@ class Writer:
             st.directory, st.visible, st.settings.group_commit_max_delay_s, st.settings.wal_stripes
         )
         self._watermark = st.visible
+        self._unsynced = [[] for _ in self.wal.logs]
         self.tail = st.storage.new_tail(st.visible, st.rows_per_segment)
 
     def can_accept(self, n: int = 1) -> bool:
@@ -170,23 +215,129 @@ class Writer:
             if not ticket.needs_room:
                 break
             self._await_room(ticket)  # outside the combiner: other appends go on
-        if ticket.result is not None:
+        if ticket.result is not None:  # empty, or a merged append's member (done)
+            if ticket.joint is not None:
+                self._note_latency(t0)
             return ticket.result
+        if ticket.joint is not None:
+            return self._append_joint(ticket.joint, t0)
         claim, cols = ticket.claim, ticket.cols
         assert claim is not None and cols is not None
         try:
-            if claim.new.num_rows:
-                self._sync(claim.wal, self._write(claim))
-            acked = self._acknowledge(claim, cols)
-            claim.limited = 0  # stored: the rate limiter keeps counting these inserts
-            self.ack_latencies.append(time.perf_counter() - t0)
-            if len(self.ack_latencies) > 100_000:
-                del self.ack_latencies[:50_000]
+            acked = self._store(claim, cols)
             n_new = claim.new.num_rows
             n_dup = int(cols.n - n_new)
+            self._note_latency(t0)
             return AppendResult(acked, n_new, n_dup, (claim.first, claim.end))
         finally:
             self._release(claim)
+
+    def _store(self, claim: _Claim, cols: StepColumns) -> dict[str, int]:
+        """Write a staged claim, wait for its fdatasync and visibility; its ``acked``."""
+        if claim.new.num_rows:
+            acked = self._commit(claim, cols, self._write(claim))
+        else:
+            acked = self._acknowledge(claim, cols)
+        claim.limited = 0  # stored: the rate limiter keeps counting these inserts
+        return acked
+
+    def _note_latency(self, t0: float) -> None:
+        self.ack_latencies.append(time.perf_counter() - t0)
+        if len(self.ack_latencies) > 100_000:
+            del self.ack_latencies[:50_000]
+
+    def _append_joint(self, joint: _Joint, t0: float) -> AppendResult:
+        """The last member of a merged append: store it, then wake every other member with
+        its result (or with the error, which this member raises too)."""
+        others = joint.members[:-1]
+        try:
+            results = joint.results(self._store(joint.claim, joint.cols))
+        except BaseException as exc:
+            for m in others:
+                m.error = exc
+            raise
+        else:
+            for m, r in zip(others, results, strict=False):
+                m.result = r
+        finally:
+            self._release(joint.claim)
+            for m in others:
+                m.wake()
+        self._note_latency(t0)
+        return results[-1]
+
+    def _stage_group(self, group: list[_Append], staged: Callable[[_Append], None]) -> None:
+        """Stage the combiner's group (``buffer.admission``): the small appends in it are
+        merged into one when they can be (:meth:`_stage_joint`), the others, and all of them
+        when merging fails (a bad batch, a seq out of order, no room in the rate limiter: each
+        alone then gets its own error), one at a time (:meth:`_stage`).
+
+        A merged append is written by its last member, so it is staged last when that is the
+        combiner's own (which writes only after the group: a later stage may wait for its
+        rows to be written), first otherwise (its writer starts at once).
+        """
+        own = group[-1]
+        joint = _mergeable(group)
+        alone = [t for t in group if not any(t is j for j in joint)]
+        each = one_at_a_time(self._stage)
+        if joint and joint[-1] is own:
+            each(alone, staged)
+            if not self._stage_joint(joint, staged):
+                each(joint, staged)
+            return
+        if joint and not self._stage_joint(joint, staged):
+            alone = group
+        each(alone, staged)
+
+    def _stage_joint(self, members: list[_Append], staged: Callable[[_Append], None]) -> bool:
+        """Stage ``members`` as one append; False, with nothing claimed, when they must be
+        staged one at a time instead (any error: each alone names its own)."""
+        st = self.state
+        try:
+            batch, cols = st.schema.validate_columns(
+                pa.concat_batches([m.records for m in members])  # type: ignore[misc]
+            )
+        except Exception:  # noqa: BLE001 - each member staged alone names what was wrong
+            return False
+        if st.closed or self.failed is not None or self.wal is None:
+            return False  # staged alone, each raises (or recovers) as it should
+        wal = self.wal.logs[zlib.crc32(cols.robot.names[0].encode()) % len(self.wal.logs)]
+        wal.begin()
+        claim: _Claim | None = None
+        try:
+            claim = self._deduplicated(batch, cols, wal)
+            if not self._admitted_now(claim):
+                self._release(claim)
+                return False
+            self._claim_rows(claim)
+        except Exception:  # noqa: BLE001 - nothing claimed: staged alone, each raises it
+            if claim is None:
+                wal.end()
+            else:
+                self._release(claim)
+            return False
+        joint = _Joint(claim, cols, members)
+        for m in members:
+            m.joint = joint
+        for m in members[:-1]:
+            m.parked = True  # woken by the last member once the merged append is stored
+        self.appends += len(members)
+        self.merged_appends += len(members)
+        staged(members[-1])
+        return True
+
+    def _admitted_now(self, claim: _Claim) -> bool:
+        """Pass the rate limiter with the claim's new records without waiting (counted in
+        ``claim.limited``); False when it has no room now."""
+        n = claim.new.num_rows
+        if self.rate_limiter is None or not n:
+            return True
+        try:
+            self.rate_limiter.await_insert(n, 0)
+        except RateLimiterTimeout:
+            return False
+        claim.limited = n
+        return True
 
     def _stage(self, ticket: _Append) -> None:
         """Everything of an append before its fdatasync (run by the combiner, one append at
@@ -220,6 +371,7 @@ class Writer:
                 self._release(claim)
             raise
         ticket.claim, ticket.cols, ticket.needs_room = claim, cols, 0
+        self.appends += 1
 
     def _release(self, claim: _Claim) -> None:
         """What an append holds when it returns or fails: its stripe's announcement, its
@@ -248,7 +400,7 @@ class Writer:
                 raise self._out_of_order(cols, bad)
         if not dup.any():
             return _Claim(batch, cols, wal)
-        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), wal)
+        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), wal, dup)
 
     def _out_of_order(self, cols: StepColumns, bad: int) -> StepValidationError:
         """The refusal of record ``bad``'s seq: at or below its robot's highest stored seq,
@@ -370,6 +522,7 @@ class Writer:
                 self._raise_disk_full(exc)
             raise
         with st.lock:
+            self._synced_all()  # the rotation synced every record written
             full.n = first - full.first_row
             self.sealer.enqueue(full, old)
             self.tail = self._new_tail(st.rows_per_segment)
@@ -466,20 +619,84 @@ class Writer:
                 raise
             st.index.truncate(end)
             self._durable.clear()  # only appends above the watermark were left there
+            for unsynced in self._unsynced:  # their appends failed and returned
+                unsynced.clear()
             tail = self.tail
             tail.finals = {r: v for r, v in tail.finals.items() if r < end}
             self.failed = None
             st.cond.notify_all()
 
-    def _acknowledge(self, claim: _Claim, cols: StepColumns) -> dict[str, int]:
-        """Publish this append's rows once durable and wait until every row before them is
-        too, so recovery (which keeps the contiguous prefix of the WAL stripes) has all of
-        them. A pure retry waits for the rows it duplicates (all below ``end``)."""
-        st = self.state
-        if claim.new.num_rows:
-            with st.lock:
+    def _commit(self, claim: _Claim, cols: StepColumns, lsn: int) -> dict[str, int]:
+        """Wait until this append's rows (written to its stripe up to ``lsn``) are durable
+        and every row before them is too (recovery keeps the contiguous prefix of the
+        stripes), then acknowledge.
+
+        Group commit with one wake-up per append: the thread that runs a stripe's fdatasync
+        (the leader, :meth:`WriteAheadLog.sync`) publishes every record its sync covered
+        (:meth:`_synced`) and wakes each append its publish made visible; an append that
+        found a leader at work waits on its own event, and when that leader's sync did not
+        cover it, the leader hands the lead to the earliest such append. (Before, every
+        follower woke on the stripe's condition, took the buffer's lock to publish itself
+        and often waited again for earlier rows: two or three hand-offs per append.)
+
+        Raises:
+            DiskFullError / OSError: the fdatasync, or one this append's rows wait behind,
+                failed (the rows are not acknowledged).
+        """
+        st, wal = self.state, claim.wal
+        me = _Unsynced(lsn, claim.first, claim.end, threading.Event())
+        with st.lock:
+            self._visibility.add(claim.end, me.woken)
+            if wal.synced >= lsn:  # a sync that started after this write covered it
                 self._durable[claim.first] = claim.end
                 self._advance_watermark()
+                lead = False
+            else:
+                self._unsynced[wal.stripe].append(me)
+                lead = not wal.syncing  # else that leader publishes or hands the lead on
+        while True:
+            if lead:
+                self._sync(wal, lsn)
+                with st.lock:
+                    self._synced(wal)
+            elif not me.woken.wait(0.5):
+                me.lead = True  # no wake-up can be lost for good: sync and publish itself
+            with st.lock:
+                me.woken.clear()
+                if st.visible >= claim.end:
+                    return self._acked(cols)
+                if self.failed is not None:
+                    raise self._refusal()
+                lead, me.lead = me.lead, False
+
+    def _synced(self, wal: WriteAheadLog) -> None:
+        """Publish the appends of stripe ``wal`` its last fdatasync covered, and hand the
+        lead to the earliest one still unsynced when no sync is under way (locked)."""
+        unsynced = self._unsynced[wal.stripe]
+        if not unsynced:
+            return
+        synced = wal.synced
+        if any(u.lsn <= synced for u in unsynced):
+            for u in unsynced:
+                if u.lsn <= synced:
+                    self._durable[u.first] = u.end
+            unsynced[:] = [u for u in unsynced if u.lsn > synced]
+            self._advance_watermark()
+        if unsynced and not wal.syncing:
+            nxt = min(unsynced, key=lambda u: u.lsn)
+            nxt.lead = True
+            nxt.woken.set()
+
+    def _synced_all(self) -> None:
+        """:meth:`_synced` of every stripe (after a rotation or close synced them; locked)."""
+        if self.wal is not None:
+            for w in self.wal.logs:
+                self._synced(w)
+
+    def _acknowledge(self, claim: _Claim, cols: StepColumns) -> dict[str, int]:
+        """Acknowledge an append whose records were all stored before (a pure retry) once
+        the rows it duplicates (all below ``claim.end``) are visible."""
+        st = self.state
         while True:
             with st.lock:
                 if st.visible >= claim.end:
@@ -566,6 +783,7 @@ class Writer:
             except OSError as exc:  # nothing changed: this append is refused, no rows given
                 self._raise_disk_full(exc)
                 raise
+            self._synced_all()
             tail.n = used
             self.sealer.enqueue(tail, old)
         else:
@@ -599,6 +817,7 @@ class Writer:
         assert self.wal is not None
         self.wal.close()
         with st.lock:
+            self._synced_all()  # close synced every record written
             while st.visible < st.index.end and self.failed is None:
                 st.cond.wait(0.05)  # appends between fdatasync and publish
             tail, end = self.tail, st.visible
@@ -622,6 +841,16 @@ class Writer:
             self.state.cond.wait(0.05)
 
 
+class _Unsynced:
+    """An append written to its stripe up to ``lsn`` and not yet known durable."""
+
+    __slots__ = ("lsn", "first", "end", "woken", "lead")
+
+    def __init__(self, lsn: int, first: int, end: int, woken: threading.Event) -> None:
+        self.lsn, self.first, self.end, self.woken = lsn, first, end, woken
+        self.lead = False  # set with ``woken``: this append runs the stripe's next sync
+
+
 class _Wakeups:
     """Appends waiting until the visible watermark reaches their end row, each woken alone
     (used under the buffer's lock)."""
@@ -633,9 +862,13 @@ class _Wakeups:
     def expect(self, end: int) -> threading.Event:
         """An event set once rows below ``end`` are visible (or on :meth:`wake_all`)."""
         ev = threading.Event()
+        self.add(end, ev)
+        return ev
+
+    def add(self, end: int, ev: threading.Event) -> None:
+        """Set ``ev`` once rows below ``end`` are visible (or on :meth:`wake_all`)."""
         self._n += 1
         heapq.heappush(self._heap, (end, self._n, ev))
-        return ev
 
     def wake_upto(self, visible: int) -> None:
         while self._heap and self._heap[0][0] <= visible:
@@ -645,6 +878,29 @@ class _Wakeups:
         for _, _, ev in self._heap:
             ev.set()
         self._heap.clear()
+
+
+def _mergeable(group: list[_Append]) -> list[_Append]:
+    """The appends of ``group`` to merge into one (in group order), or none: record batches
+    of one schema, each up to ``_MERGE_MAX_BYTES``, together up to ``_JOINT_MAX_BYTES``,
+    not retried after the rate limiter; at least two."""
+    out: list[_Append] = []
+    schema: pa.Schema | None = None
+    total = 0
+    for t in group:
+        r = t.records
+        if not isinstance(r, pa.RecordBatch) or t.room or not r.num_rows:
+            continue
+        size = r.nbytes
+        if size > _MERGE_MAX_BYTES or total + size > _JOINT_MAX_BYTES:
+            continue
+        if schema is None:
+            schema = r.schema
+        elif not (r.schema is schema or r.schema.equals(schema)):
+            continue
+        out.append(t)
+        total += size
+    return out if len(out) > 1 else []
 
 
 def _out_of_space(exc: BaseException | None) -> TypeGuard[OSError]:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
-from buffer import BufferSettings, RateLimiter, ReplayBuffer
-from buffer.admission import Combiner, Ticket
-from tests.buffer.helpers import episodes, small_schema
+from buffer import (
+    AppendResult,
+    BufferSettings,
+    RateLimiter,
+    ReplayBuffer,
+    StepValidationError,
+)
+from buffer.admission import Combiner, Ticket, one_at_a_time
+from tests.buffer.helpers import episodes, open_buffer, small_schema
 
 
 class _Job(Ticket):
@@ -33,7 +42,7 @@ def test_every_ticket_is_staged_once_one_at_a_time_in_each_callers_order() -> No
         staged.append((job.thread, job.n))
         active[0] -= 1
 
-    combiner: Combiner[_Job] = Combiner(stage)
+    combiner: Combiner[_Job] = Combiner(one_at_a_time(stage))
     threads = [
         threading.Thread(target=lambda i=i: [combiner.submit(_Job(i, n)) for n in range(300)])
         for i in range(6)
@@ -54,12 +63,55 @@ def test_a_stage_that_raises_fails_only_its_ticket() -> None:
         if job.n == 3:
             raise ValueError("bad batch 3")
 
-    combiner: Combiner[_Job] = Combiner(stage)
+    combiner: Combiner[_Job] = Combiner(one_at_a_time(stage))
     jobs = [_Job(0, n) for n in range(6)]
     for j in jobs:
         combiner.submit(j)
     assert [type(j.error) for j in jobs] == [type(None)] * 3 + [ValueError] + [type(None)] * 2
     assert "bad batch 3" in str(jobs[3].error)
+
+
+def test_a_group_stage_parks_tickets_and_a_failure_fails_only_those_not_staged() -> None:
+    def stage_group(group: list[_Job], staged: Any) -> None:
+        for job in group:
+            if job.n == 1:
+                job.parked = True  # finished later by someone else, who wakes it
+            elif job.n == 2:
+                staged(job)
+            else:
+                raise RuntimeError("the stage broke")
+
+    release = threading.Event()
+
+    def held(group: list[_Job], staged: Any) -> None:
+        assert release.wait(10)
+        stage_group(group, staged)
+
+    combiner: Combiner[_Job] = Combiner(held)
+    holder = _Job(9, 2)
+    # Queued in this order behind the holder's group: ``lead`` combines the next group and
+    # its own ticket is staged last, after ``broken`` raised.
+    lead, parked, plain, broken = _Job(0, 2), _Job(1, 1), _Job(2, 2), _Job(3, 3)
+    threads = {}
+    for job in (holder, lead, parked, plain, broken):
+        threads[job.thread] = t = threading.Thread(target=combiner.submit, args=(job,))
+        queued = len(combiner._queue)
+        t.start()
+        while len(combiner._queue) == queued and not (job is holder and combiner._busy):
+            time.sleep(0.001)
+    combiner._stage_group = stage_group  # type: ignore[method-assign]
+    release.set()
+    for job in (holder, lead, plain, broken):
+        threads[job.thread].join(timeout=10)
+        assert not threads[job.thread].is_alive()
+    assert holder.error is None and plain.error is None
+    assert isinstance(broken.error, RuntimeError) and lead.error is broken.error
+    time.sleep(0.05)
+    assert threads[parked.thread].is_alive()  # parked: the combiner did not wake it
+    assert parked.error is None
+    parked.wake()
+    threads[parked.thread].join(timeout=10)
+    assert not threads[parked.thread].is_alive()
 
 
 def test_an_append_waiting_for_the_rate_limiter_holds_up_no_other_append(tmp_path) -> None:
@@ -89,3 +141,133 @@ def test_an_append_waiting_for_the_rate_limiter_holds_up_no_other_append(tmp_pat
         assert buf.num_steps == 24
     finally:
         buf.close()
+
+
+def _grouped(buf: ReplayBuffer, batches: list[Any], timeout: float | None = None) -> list[Any]:
+    """Append ``batches`` (one thread each) so that all but the first wait for the combiner
+    together: the first one's staging is held until the others are queued behind it.
+    Returns each append's result, or what it raised."""
+    combiner = buf.writer._combiner
+    real = combiner._stage_group
+    gate = threading.Event()
+    calls = [0]
+
+    def held(group: list[Any], staged: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            assert gate.wait(10)
+        real(group, staged)
+
+    combiner._stage_group = held  # type: ignore[method-assign]
+    out: list[Any] = [None] * len(batches)
+
+    def run(i: int) -> None:
+        try:
+            out[i] = buf.append(batches[i], timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(batches))]
+    threads[0].start()
+    while calls[0] == 0:
+        time.sleep(0.001)
+    for t in threads[1:]:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(combiner._queue) < len(batches) - 1 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    gate.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads)
+    combiner._stage_group = real  # type: ignore[method-assign]
+    return out
+
+
+def test_small_appends_waiting_together_are_stored_as_one_and_each_gets_its_result(
+    tmp_path: Path,
+) -> None:
+    recs = {r: episodes(r, [6, 6]) for r in range(8)}
+    path = tmp_path / "b"
+    buf = open_buffer(path)
+    try:
+        fsyncs = buf.stats()["wal_fsyncs"]
+        results = _grouped(buf, [recs[r][:6] for r in range(8)])
+        assert buf.stats()["merged_appends"] == 7  # all but the first, held alone
+        assert buf.stats()["wal_fsyncs"] - fsyncs <= 2  # the first's, the merged one's
+        for r, res in enumerate(results):
+            assert isinstance(res, AppendResult), res
+            assert res.acked == {f"robot-{r}": 5}
+            assert (res.stored, res.duplicates) == (6, 0)
+            assert res.rows[1] - res.rows[0] == 6
+        spans = sorted(res.rows for res in results)
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+        # Resends merged with new steps: duplicates counted per append, ranges per append.
+        again = _grouped(buf, [recs[0][6:], recs[1][:6], recs[2][:3] + recs[2][6:9]])
+        assert [(a.stored, a.duplicates) for a in again] == [(6, 0), (0, 6), (3, 3)]
+        assert again[1].acked == {"robot-1": 5}
+        assert again[2].acked == {"robot-2": 8}
+        assert again[2].rows[1] - again[2].rows[0] == 3
+        assert buf.stats()["merged_appends"] == 9
+    finally:
+        buf.close()
+    with open_buffer(path) as reopened:
+        for r in range(8):
+            want = 12 if r == 0 else 9 if r == 2 else 6
+            assert list(reopened.stored_seqs(f"robot-{r}")) == list(range(want))
+        _payloads_are_their_steps(reopened)
+
+
+def test_a_bad_batch_among_merged_appends_fails_alone(tmp_path: Path) -> None:
+    recs = {r: episodes(r, [6]) for r in range(5)}
+    bad = [dict(s) for s in recs[3]]
+    bad[2]["reward"] = float("nan")
+    late = episodes(4, [6], seq0=100)  # stored first below; then seq 0.. is out of order
+    buf = open_buffer(tmp_path / "b")
+    try:
+        buf.append(late)
+        results = _grouped(buf, [recs[0], recs[1], recs[2], bad, recs[4]])
+        assert isinstance(results[3], StepValidationError) and "reward" in str(results[3])
+        assert isinstance(results[4], StepValidationError) and "out of order" in str(results[4])
+        for r in range(3):
+            assert isinstance(results[r], AppendResult)
+            assert results[r].acked == {f"robot-{r}": 5}
+            assert list(buf.stored_seqs(f"robot-{r}")) == list(range(6))
+        assert buf.stats()["merged_appends"] == 0  # the group failed, staged one at a time
+        assert len(buf.stored_seqs("robot-3")) == 0
+        assert list(buf.stored_seqs("robot-4")) == list(range(100, 106))
+    finally:
+        buf.close()
+
+
+def test_merged_appends_without_room_in_the_rate_limiter_are_staged_alone(
+    tmp_path: Path,
+) -> None:
+    rl = RateLimiter(
+        samples_per_insert=1.0, min_size_to_sample=8, error_buffer=16, max_insert=16, max_sample=16
+    )
+    buf = ReplayBuffer.open(tmp_path / "b", small_schema(), BufferSettings(), rate_limiter=rl)
+    try:
+        buf.append(episodes(9, [16]), timeout=0)
+        assert buf.can_accept(8) and not buf.can_accept(9)
+        # 2 held alone (room left: 6), then 5 + 5 merged do not fit: staged alone, one is
+        # stored and the other refused at once (timeout 0).
+        results = _grouped(buf, [episodes(0, [2]), episodes(1, [5]), episodes(2, [5])], timeout=0)
+        assert isinstance(results[0], AppendResult) and results[0].stored == 2
+        kinds = sorted(type(r).__name__ for r in results[1:])
+        assert kinds == ["AppendResult", "BackpressureError"], results
+        assert buf.stats()["merged_appends"] == 0
+        assert buf.num_steps == 16 + 2 + 5
+    finally:
+        buf.close()
+
+
+def _payloads_are_their_steps(buf: ReplayBuffer) -> None:
+    """Every sampled row's payload is its own step's (the state encodes robot and seq)."""
+    b = buf.sample(64, rng=np.random.default_rng(0))
+    robots = np.array([int(r.split("-")[1]) for r in b["robot_id"]])
+    obs = b["observation.state"][:, 0]
+    seqs = obs.astype(np.int64) - robots * 100_000
+    assert ((seqs >= 0) & (seqs < 100)).all()
+    np.testing.assert_array_equal(b["action"][:, 0], obs)
+    np.testing.assert_array_equal(b["reward"], (seqs % 13).astype(np.float32))

@@ -64,6 +64,8 @@ class Case:
     cloud_ms_per_robot_s: float  # cloud CPU ms per robot per wall s
     mb_per_s: float  # acked MB/s
     cloud_idle_cores: float = 0.0  # before the uplinks started (enrolled robots, no traffic)
+    merged_share: float = 0.0  # uploads the buffer merged with others into one append
+    fsyncs_per_append: float = 0.0  # WAL fdatasyncs per upload (group commit, merging)
 
 
 def parse_robots(text: str) -> list[int]:
@@ -181,14 +183,20 @@ def run_case(kind: str, robots: int, args: argparse.Namespace) -> Case:
             json.loads(p.communicate("", timeout=args.drain + 120)[0].splitlines()[-1])
             for p in procs
         ]
-        cloud.communicate("", timeout=120)
+        buffer_figures = json.loads(cloud.communicate("", timeout=120)[0].splitlines()[-1])
     finally:
         for p in [*procs, cloud]:
             if p.poll() is None:
                 p.kill()
                 p.wait(10)
     case = _case(kind, robots, len(procs), figures, cpu1 - cpu0, t1 - t0)
-    return replace(case, cloud_idle_cores=idle_cores)
+    appends = max(int(buffer_figures["appends"]), 1)  # over the whole run, warm-up included
+    return replace(
+        case,
+        cloud_idle_cores=idle_cores,
+        merged_share=buffer_figures["merged_appends"] / appends,
+        fsyncs_per_append=buffer_figures["fsyncs"] / appends,
+    )
 
 
 def _case(
@@ -268,6 +276,8 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
         "skipped / late s",
         "cloud cores (idle)",
         "cloud CPU ms per robot-s",
+        "uploads merged",
+        "fdatasyncs per upload",
         "MB/s acked",
     ]
     for col in cols:
@@ -285,6 +295,8 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
             f"{c.skipped} / {c.late_s:.2f}",
             f"{c.cloud_cores:.2f} ({c.cloud_idle_cores:.2f})",
             f"{c.cloud_ms_per_robot_s:.2f}",
+            f"{c.merged_share:.0%}",
+            f"{c.fsyncs_per_append:.2f}",
             f"{c.mb_per_s:.1f}",
         )
     con = Console(width=max(160, Console().width))

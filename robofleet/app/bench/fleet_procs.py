@@ -160,10 +160,12 @@ def serve_cloud(kind: str, robots: int) -> None:
         info = {"address": cloud.server.address, "robots": creds, "run": RUN}
         print(json.dumps(info), flush=True)
         sys.stdin.read()
-        rows = len(buf)
+        rows, stats = len(buf), buf.stats()
         cloud.close()
         buf.close()
-    print(json.dumps({"rows": rows}), flush=True)
+    appends = stats["appends"]
+    out = {"rows": rows, "appends": appends, "merged_appends": stats["merged_appends"]}
+    print(json.dumps(out | {"fsyncs": stats["wal_fsyncs"]}), flush=True)
 
 
 def drive(
