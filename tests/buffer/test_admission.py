@@ -271,3 +271,69 @@ def _payloads_are_their_steps(buf: ReplayBuffer) -> None:
     assert ((seqs >= 0) & (seqs < 100)).all()
     np.testing.assert_array_equal(b["action"][:, 0], obs)
     np.testing.assert_array_equal(b["reward"], (seqs % 13).astype(np.float32))
+
+
+def test_an_append_staged_again_after_waiting_for_room_waits_for_a_busy_combiner(
+    tmp_path: Path,
+) -> None:
+    """An append that combined its own group, found no room and waited for it, is staged
+    again behind another combiner's group (before, its own ticket was left marked woken, and
+    it returned unstaged when it queued behind a busy combiner: an AssertionError)."""
+    rl = RateLimiter(
+        samples_per_insert=1.0, min_size_to_sample=8, error_buffer=16, max_insert=16, max_sample=16
+    )
+    buf = ReplayBuffer.open(tmp_path / "b", small_schema(), BufferSettings(), rate_limiter=rl)
+    combiner = buf.writer._combiner
+    real = combiner._stage_group
+    try:
+        buf.append(episodes(9, [24]), timeout=0)
+        assert not buf.can_accept(1)
+        out: dict[str, Any] = {}
+
+        def append(name: str, recs: Any) -> None:
+            try:
+                out[name] = buf.append(recs)
+            except Exception as exc:  # noqa: BLE001 - the test looks at it
+                out[name] = exc
+
+        entered = threading.Event()
+        real_await = rl.await_insert
+
+        def spy(n: int, timeout: float | None = None) -> None:
+            if timeout is None:
+                entered.set()
+            real_await(n, timeout)
+
+        rl.await_insert = spy  # type: ignore[method-assign]
+        waiting = threading.Thread(target=append, args=("waiting", episodes(0, [4])))
+        waiting.start()  # combines its own group, finds no room, waits for it
+        assert entered.wait(10)
+        gate, held_calls = threading.Event(), [0]
+
+        def held(group: list[Any], staged: Any) -> None:
+            held_calls[0] += 1
+            if held_calls[0] == 1:
+                assert gate.wait(10)
+            real(group, staged)
+
+        combiner._stage_group = held  # type: ignore[method-assign]
+        other = threading.Thread(target=append, args=("other", episodes(1, [2])))
+        other.start()
+        while not held_calls[0]:
+            time.sleep(0.001)
+        buf.sample(16, timeout=5)  # room: the waiting append is staged again, queued
+        while not combiner._queue and waiting.is_alive():
+            time.sleep(0.001)
+        time.sleep(0.1)
+        assert "waiting" not in out  # it waits for the busy combiner
+        gate.set()
+        for t in (waiting, other):
+            t.join(timeout=10)
+            assert not t.is_alive()
+        assert isinstance(out["waiting"], AppendResult), out["waiting"]
+        assert out["waiting"].stored == 4
+        assert isinstance(out["other"], AppendResult) and out["other"].stored == 2
+        assert buf.num_steps == 30
+    finally:
+        combiner._stage_group = real  # type: ignore[method-assign]
+        buf.close()
