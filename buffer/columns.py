@@ -145,6 +145,26 @@ def fixed_list_values(arr: pa.FixedSizeListArray) -> np.ndarray:
     return flat
 
 
+def fixed_list_slots(arr: pa.Array) -> np.ndarray | None:
+    """Every list's slots of a fixed-size-list ``arr`` of numbers, ``(len(arr), list_size)``,
+    as a read-only view of the child's buffer (no GIL release; a null list's slots hold
+    whatever the producer left there); None when ``arr`` is not such an array or its child
+    has nulls (then read it with Arrow's own conversion)."""
+    if not pa.types.is_fixed_size_list(arr.type):
+        return None
+    child = arr.values
+    numeric = pa.types.is_integer(child.type) or pa.types.is_floating(child.type)
+    if child.null_count or not numeric:  # booleans are bit-packed: no byte view
+        return None
+    size = arr.type.list_size
+    dtype = np.dtype(child.type.to_pandas_dtype())
+    start = child.offset + arr.offset * size
+    flat = np.frombuffer(
+        child.buffers()[1], dtype=dtype, count=len(arr) * size, offset=start * dtype.itemsize
+    )
+    return flat.reshape(len(arr), size)
+
+
 def all_finite(values: np.ndarray) -> bool:
     """No NaN or Inf in the float array ``values``. A small one (a batch's states and
     actions) is checked in slices below numpy's threshold for releasing the GIL (500

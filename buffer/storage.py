@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from buffer.columns import fixed_list_slots, valid_mask
 from buffer.errors import SegmentGoneError
 from buffer.memory import anon_array, anon_arrays
 from buffer.schema import FINAL_PREFIX, StepSchema
@@ -621,9 +622,16 @@ def _pages(nbytes: int) -> int:
 
 
 def _fixed_to_numpy(col: pa.Array, f: Any, fill: np.ndarray | None = None) -> np.ndarray:
-    values = col.values.slice(col.offset * f.size, len(col) * f.size)
-    arr = values.to_numpy(zero_copy_only=False).reshape((len(col), *f.shape))
+    """A validated payload column as numpy ``(n, *f.shape)``; a null row (an absent policy
+    or operator action) takes ``fill``'s row. A view of the column's buffer where it can be
+    (no GIL release on the append path: ``buffer.columns``)."""
+    slots = fixed_list_slots(col)
+    if slots is None:
+        values = col.values.slice(col.offset * f.size, len(col) * f.size)
+        arr = values.to_numpy(zero_copy_only=False).reshape((len(col), *f.shape))
+    else:
+        arr = slots.reshape((len(col), *f.shape))
     if fill is not None and col.null_count:
-        valid = ~col.is_null().to_numpy(zero_copy_only=False)
+        valid = valid_mask(col)
         arr = np.where(valid.reshape((-1,) + (1,) * len(f.shape)), arr, fill)
     return arr

@@ -13,6 +13,7 @@ from buffer.columns import (
     Strings,
     all_finite,
     binary_lengths,
+    fixed_list_slots,
     fixed_list_values,
     numpy_view,
     valid_mask,
@@ -144,6 +145,19 @@ def test_bitmap_offsets_and_list_values_read_without_kernels_equal_kernels() -> 
     for arr in (lists, holes):
         for s in _slices(arr):
             np.testing.assert_array_equal(fixed_list_values(s), s.flatten().to_numpy())
+            # Every list's slots (a null list's too), as Arrow's child slice has them.
+            slots = fixed_list_slots(s)
+            assert slots is not None and slots.shape == (len(s), 4)
+            child = s.values.slice(s.offset * 4, len(s) * 4).to_numpy(zero_copy_only=False)
+            np.testing.assert_array_equal(slots.reshape(-1), child)
+
+
+def test_list_slots_are_not_viewed_where_no_byte_view_exists() -> None:
+    bools = pa.FixedSizeListArray.from_arrays(pa.array([True, False] * 4), 2)
+    child_nulls = pa.FixedSizeListArray.from_arrays(pa.array([1.0, None, 3.0, 4.0]), 2)
+    assert fixed_list_slots(bools) is None  # bit-packed
+    assert fixed_list_slots(child_nulls) is None  # Arrow's conversion handles these
+    assert fixed_list_slots(pa.array([1.0, 2.0])) is None  # not a list
 
 
 @pytest.mark.parametrize(
