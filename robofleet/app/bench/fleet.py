@@ -299,7 +299,7 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
             f"{c.fsyncs_per_append:.2f}",
             f"{c.mb_per_s:.1f}",
         )
-    con = Console(width=max(160, Console().width))
+    con = Console(width=max(200, Console().width))
     con.print(t)
     for k in args.kinds:
         n = largest_under(cases, k)
