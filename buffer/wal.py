@@ -406,13 +406,18 @@ class WriteAheadLog:
             self._cond.notify_all()
 
     def close(self) -> None:
+        """fdatasync and close the file. After a failed write or fdatasync nothing more
+        counts as synced: a later fdatasync that succeeds does not prove the pages the failed
+        one lost reached the disk (they may have been dropped), so recovery decides."""
         with self._sync_lock, self._lock:
             if self._fd >= 0:
-                os.fdatasync(self._fd)
+                if self._failed is None:
+                    os.fdatasync(self._fd)
                 os.close(self._fd)
                 self._fd = -1
         with self._cond:
-            self._synced = self._written
+            if self._failed is None:
+                self._synced = self._written
             self._cond.notify_all()
 
 

@@ -83,6 +83,7 @@ class _Claim:
     cols: StepColumns  # the small columns of ``new``
     wal: WriteAheadLog  # its stripe
     dup: np.ndarray | None = None  # which records of the validated batch were stored before
+    recoveries: int = 0  # ``Writer.recoveries`` when it was de-duplicated
     limited: int = 0  # inserts counted by the rate limiter and not yet stored
     announced: bool = True  # its WAL stripe still expects its record (``WriteAheadLog.begin``)
     counted: bool = False  # counted among the appends given rows (``Writer._claimed``)
@@ -133,11 +134,10 @@ class _Joint:
         for m in self.members:
             n = m.records.num_rows
             new = n if claim.dup is None else n - int(np.count_nonzero(claim.dup[off : off + n]))
-            codes = cols.robot.codes[off : off + n]
             robots = (
                 [cols.robot.names[0]]
                 if cols.robot.single
-                else [cols.robot.names[c] for c in np.unique(codes)]
+                else [cols.robot.names[c] for c in np.unique(cols.robot.codes[off : off + n])]
             )
             mine = {r: acked[r] for r in robots if r in acked}
             out.append(AppendResult(mine, new, n - new, (first, first + new)))
@@ -161,6 +161,8 @@ class Writer:
         self.wal: StripedWal | None = None
         self.tail: Chunk | None = None
         self.failed: BaseException | None = None  # rows given out can no longer be durable
+        self.recoveries = 0  # recoveries from a failure (rows above the watermark dropped)
+        self._recovered_from: BaseException | None = None  # the last one's failure
         self.ack_latencies: list[float] = []
         self._watermark = 0  # every row below it is durable
         self._durable: dict[int, int] = {}  # synced appends above the watermark: first -> end
@@ -211,6 +213,10 @@ class Writer:
         while True:
             self._combiner.submit(ticket)
             if ticket.error is not None:
+                if ticket.room and self.rate_limiter is not None:
+                    # Admitted ahead, then refused before staging counted it: give it back.
+                    self.rate_limiter.undo_insert(ticket.room)
+                    ticket.room = 0
                 raise ticket.error
             if not ticket.needs_room:
                 break
@@ -260,9 +266,11 @@ class Writer:
             for m, r in zip(others, results, strict=False):
                 m.result = r
         finally:
-            self._release(joint.claim)
-            for m in others:
-                m.wake()
+            try:
+                self._release(joint.claim)
+            finally:
+                for m in others:
+                    m.wake()
         self._note_latency(t0)
         return results[-1]
 
@@ -310,11 +318,13 @@ class Writer:
                 self._release(claim)
                 return False
             self._claim_rows(claim)
-        except Exception:  # noqa: BLE001 - nothing claimed: staged alone, each raises it
+        except BaseException as exc:  # nothing claimed: staged alone, each raises it
             if claim is None:
                 wal.end()
             else:
                 self._release(claim)
+            if not isinstance(exc, Exception):
+                raise
             return False
         joint = _Joint(claim, cols, members)
         for m in members:
@@ -398,9 +408,10 @@ class Writer:
             dup, bad = st.index.classify_seqs(cols.robot, cols.seq)
             if bad >= 0:
                 raise self._out_of_order(cols, bad)
+            recoveries = self.recoveries
         if not dup.any():
-            return _Claim(batch, cols, wal)
-        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), wal, dup)
+            return _Claim(batch, cols, wal, recoveries=recoveries)
+        return _Claim(batch.filter(pa.array(~dup)), cols.take(~dup), wal, dup, recoveries)
 
     def _out_of_order(self, cols: StepColumns, bad: int) -> StepValidationError:
         """The refusal of record ``bad``'s seq: at or below its robot's highest stored seq,
@@ -585,6 +596,17 @@ class Writer:
             return DiskFullError(self.state.directory, failed)
         return OSError(f"write-ahead log failed: {failed}")
 
+    def _dropped_meanwhile(self) -> OSError:
+        """What a pure retry raises when a recovery ran while it waited (locked)."""
+        failed = self._recovered_from
+        if _out_of_space(failed):
+            return DiskFullError(self.state.directory, failed)
+        return OSError(
+            f"{self.state.directory}: write-ahead log failed ({failed}) while this append "
+            "waited for the rows it duplicates; they may have been dropped (never "
+            "acknowledged): retry it"
+        )
+
     def _sealing_refusal(self) -> OSError:
         """What an append raises while the sealer cannot seal the queued tail (locked)."""
         failed = self.sealer.failed
@@ -623,7 +645,8 @@ class Writer:
                 unsynced.clear()
             tail = self.tail
             tail.finals = {r: v for r, v in tail.finals.items() if r < end}
-            self.failed = None
+            self._recovered_from, self.failed = self.failed, None
+            self.recoveries += 1
             st.cond.notify_all()
 
     def _commit(self, claim: _Claim, cols: StepColumns, lsn: int) -> dict[str, int]:
@@ -699,6 +722,11 @@ class Writer:
         st = self.state
         while True:
             with st.lock:
+                if self.recoveries != claim.recoveries:
+                    # The rows it duplicates may be among those the recovery dropped (never
+                    # acknowledged), and later rows may have taken their place: refuse it;
+                    # a retry stores what is missing.
+                    raise self._dropped_meanwhile()
                 if st.visible >= claim.end:
                     return self._acked(cols)
                 if self.failed is not None:
@@ -817,7 +845,8 @@ class Writer:
         assert self.wal is not None
         self.wal.close()
         with st.lock:
-            self._synced_all()  # close synced every record written
+            if self.failed is None:
+                self._synced_all()  # close synced every record written
             while st.visible < st.index.end and self.failed is None:
                 st.cond.wait(0.05)  # appends between fdatasync and publish
             tail, end = self.tail, st.visible

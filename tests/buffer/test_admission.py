@@ -337,3 +337,75 @@ def test_an_append_staged_again_after_waiting_for_room_waits_for_a_busy_combiner
     finally:
         combiner._stage_group = real  # type: ignore[method-assign]
         buf.close()
+
+
+def test_room_admitted_ahead_goes_back_when_the_append_is_refused_before_staging(
+    tmp_path: Path,
+) -> None:
+    """An append that waited for room, got it, then was refused when staged again (here a
+    later batch of its robot was stored first: its seqs are out of order) gives the room back:
+    the rate limiter counts only the stored inserts."""
+    rl = RateLimiter(
+        samples_per_insert=1.0, min_size_to_sample=8, error_buffer=16, max_insert=16, max_sample=16
+    )
+    buf = ReplayBuffer.open(tmp_path / "b", small_schema(), BufferSettings(), rate_limiter=rl)
+    combiner = buf.writer._combiner
+    real = combiner._stage_group
+    try:
+        buf.append(episodes(9, [24]), timeout=0)
+        out: dict[str, Any] = {}
+
+        def append(name: str, recs: Any, timeout: float | None = None) -> None:
+            try:
+                out[name] = buf.append(recs, timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - the test looks at it
+                out[name] = exc
+
+        r0 = episodes(0, [8])
+        entered = threading.Event()
+        real_await = rl.await_insert
+
+        def spy(n: int, timeout: float | None = None) -> None:
+            if timeout is None:
+                entered.set()
+            real_await(n, timeout)
+
+        rl.await_insert = spy  # type: ignore[method-assign]
+        first = threading.Thread(target=append, args=("first", r0[:4]))
+        first.start()  # no room: waits for it
+        assert entered.wait(10)
+        gate, calls = threading.Event(), [0]
+
+        def held(group: list[Any], staged: Any) -> None:
+            calls[0] += 1
+            if calls[0] == 1:
+                assert gate.wait(10)
+            real(group, staged)
+
+        combiner._stage_group = held  # type: ignore[method-assign]
+        other = threading.Thread(target=append, args=("other", episodes(5, [2])))
+        other.start()
+        while not calls[0]:
+            time.sleep(0.001)
+        buf.sample(16, timeout=5)  # room: the first append, admitted ahead, queues
+        while len(combiner._queue) < 1:
+            time.sleep(0.001)
+        later = threading.Thread(target=append, args=("later", r0[4:], 0))
+        later.start()  # its robot's later seqs, queued behind it
+        while len(combiner._queue) < 2:
+            time.sleep(0.001)
+        gate.set()
+        for t in (first, other, later):
+            t.join(timeout=10)
+            assert not t.is_alive()
+        stored = sum(r.stored for r in out.values() if isinstance(r, AppendResult))
+        assert buf.num_steps == 24 + stored
+        assert rl.inserts == buf.num_steps  # before the fix: 4 more (the refused append's)
+        # It combined the next group and staged its own ticket last, after its robot's later
+        # batch (one robot appending from two threads has no order between them).
+        assert isinstance(out["first"], StepValidationError), out["first"]
+        assert "out of order" in str(out["first"])
+        assert out["later"].stored == 4 and out["other"].stored == 2
+    finally:
+        combiner._stage_group = real  # type: ignore[method-assign]
+        buf.close()

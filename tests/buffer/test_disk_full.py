@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import numpy as np
+import pytest
 
 from buffer import DiskFullError, ReplayBuffer
 from buffer.index import RowIndex
@@ -192,3 +193,101 @@ def test_index_truncate_is_as_if_the_rows_were_never_added() -> None:
     assert cut._open == fresh._open  # the episodes left open, with their latest row
     assert cut.publish(0, cut.end) == fresh.publish(0, fresh.end)
     np.testing.assert_array_equal(cut.view("eligible"), fresh.view("eligible"))
+
+
+def test_close_after_a_failed_fdatasync_acknowledges_nothing_behind_it(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """Append Y's fdatasync fails (EIO); append Z (later rows, another stripe) has written its
+    record when the buffer is closed. A later fdatasync proves nothing about the pages the
+    failed one lost, so close must not count Y's stripe as synced, and Z is refused."""
+    import errno
+    import zlib
+
+    from buffer.writer import Writer
+
+    buf = open_buffer(tmp_path / "b", wal_stripes=2)
+    assert buf.writer.wal is not None
+
+    def stripe(r: int) -> int:
+        return zlib.crc32(f"robot-{r}".encode()) % 2
+
+    ry = 0
+    rz = next(r for r in range(1, 50) if stripe(r) != stripe(ry))
+    wal_y = buf.writer.wal.logs[stripe(ry)]
+    real_commit, real_write = Writer._commit, Writer._write
+    y_written, z_at_commit, z_go = threading.Event(), threading.Event(), threading.Event()
+
+    def commit(self: Writer, claim: Any, cols: Any, lsn: int) -> Any:
+        if cols.robot.names[0] == f"robot-{rz}":
+            z_at_commit.set()
+            assert z_go.wait(10)
+        else:
+            assert z_at_commit.wait(10)
+
+            def failing(_lsn: int) -> None:
+                raise OSError(errno.EIO, "injected fdatasync EIO")
+
+            wal_y.sync = failing  # type: ignore[method-assign]
+        return real_commit(self, claim, cols, lsn)
+
+    def write(self: Writer, claim: Any) -> int:
+        lsn = real_write(self, claim)
+        if claim.cols.robot.names[0] == f"robot-{ry}":
+            y_written.set()
+        return lsn
+
+    monkeypatch.setattr(Writer, "_commit", commit)
+    monkeypatch.setattr(Writer, "_write", write)
+    out: dict[str, Any] = {}
+
+    def append(name: str, recs: Any) -> None:
+        try:
+            out[name] = buf.append(recs)
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            out[name] = exc
+
+    ty = threading.Thread(target=append, args=("Y", episodes(ry, [4])))
+    ty.start()
+    assert y_written.wait(10)
+    tz = threading.Thread(target=append, args=("Z", episodes(rz, [4])))
+    tz.start()
+    ty.join(10)
+    assert isinstance(out["Y"], OSError) and out["Y"].errno == errno.EIO
+    closing = threading.Thread(target=buf.close)
+    closing.start()
+    closing.join(10)
+    assert buf.state.visible == 0
+    z_go.set()
+    tz.join(10)
+    assert not tz.is_alive() and not closing.is_alive()
+    assert isinstance(out["Z"], OSError), out["Z"]  # before the fix: acknowledged
+
+
+def test_a_pure_retry_waiting_across_a_recovery_is_refused_not_acknowledged(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """A retry whose records are all in the index waits for them to be durable; if a
+    recovery ran meanwhile (it drops rows above the durable watermark, never acknowledged,
+    and later rows take their place) it is refused, not acknowledged on those later rows."""
+    from buffer.writer import Writer
+
+    recs = episodes(1, [8])
+    buf = open_buffer(tmp_path / "b")
+    try:
+        buf.append(recs)
+        real = Writer._acknowledge
+
+        def after_a_recovery(self: Writer, claim: Any, cols: Any) -> Any:
+            with self.state.lock:  # as ``_recover`` leaves it, between staging and the wait
+                self._recovered_from = OSError(5, "injected EIO")
+                self.recoveries += 1
+            return real(self, claim, cols)
+
+        monkeypatch.setattr(Writer, "_acknowledge", after_a_recovery)
+        with pytest.raises(OSError, match="may have been dropped .*retry it"):
+            buf.append(recs)
+        monkeypatch.setattr(Writer, "_acknowledge", real)
+        assert buf.append(recs).duplicates == 8  # retried: its steps are durable here
+    finally:
+        buf.close()
