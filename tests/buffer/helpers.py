@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -96,3 +98,67 @@ def open_buffer(path: Any, schema: StepSchema | None = None, **settings: Any) ->
     defaults: dict[str, Any] = {"segment_target_bytes": 4096, "memory_budget_bytes": 1 << 24}
     defaults.update(settings)
     return ReplayBuffer.open(path, schema or small_schema(), BufferSettings(**defaults))
+
+
+class Appends:
+    """Appends to ``buf`` in threads of their own; ``out[name]`` is each one's result, or
+    what it raised."""
+
+    def __init__(self, buf: ReplayBuffer) -> None:
+        self.buf = buf
+        self.out: dict[str, Any] = {}
+
+    def start(self, name: str, records: Any, timeout: float | None = None) -> threading.Thread:
+        def run() -> None:
+            try:
+                self.out[name] = self.buf.append(records, timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - the test looks at it
+                self.out[name] = exc
+
+        t = threading.Thread(target=run)
+        t.start()
+        return t
+
+
+class HeldCombiner:
+    """Holds the first group staged after :meth:`hold` until :meth:`release`, so appends
+    made meanwhile queue behind it (``buffer.admission``). A context manager that puts the
+    combiner's stage back."""
+
+    def __init__(self, buf: ReplayBuffer) -> None:
+        self.combiner = buf.writer._combiner
+        self._real = self.combiner._stage_group
+        self._gate = threading.Event()
+        self.calls = 0
+
+    def __enter__(self) -> HeldCombiner:
+        def held(group: list[Any], staged: Any) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                assert self._gate.wait(10)
+            self._real(group, staged)
+
+        self.combiner._stage_group = held  # type: ignore[method-assign]
+        return self
+
+    def wait_held(self) -> None:
+        """Until a group is held."""
+        _until(lambda: self.calls > 0)
+
+    def wait_queued(self, n: int) -> None:
+        """Until ``n`` appends are queued behind the held group."""
+        _until(lambda: len(self.combiner._queue) >= n)
+
+    def release(self) -> None:
+        self._gate.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self._gate.set()
+        self.combiner._stage_group = self._real  # type: ignore[method-assign]
+
+
+def _until(cond: Any, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)

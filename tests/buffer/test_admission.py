@@ -18,7 +18,7 @@ from buffer import (
     StepValidationError,
 )
 from buffer.admission import Combiner, Ticket, one_at_a_time
-from tests.buffer.helpers import episodes, open_buffer, small_schema
+from tests.buffer.helpers import Appends, HeldCombiner, episodes, open_buffer, small_schema
 
 
 class _Job(Ticket):
@@ -147,41 +147,42 @@ def _grouped(buf: ReplayBuffer, batches: list[Any], timeout: float | None = None
     """Append ``batches`` (one thread each) so that all but the first wait for the combiner
     together: the first one's staging is held until the others are queued behind it.
     Returns each append's result, or what it raised."""
-    combiner = buf.writer._combiner
-    real = combiner._stage_group
-    gate = threading.Event()
-    calls = [0]
+    appends = Appends(buf)
+    with HeldCombiner(buf) as held:
+        threads = [appends.start("0", batches[0], timeout)]
+        held.wait_held()
+        threads += [appends.start(str(i), b, timeout) for i, b in enumerate(batches) if i]
+        held.wait_queued(len(batches) - 1)
+        held.release()
+        for t in threads:
+            t.join(timeout=30)
+        assert not any(t.is_alive() for t in threads)
+    return [appends.out[str(i)] for i in range(len(batches))]
 
-    def held(group: list[Any], staged: Any) -> None:
-        calls[0] += 1
-        if calls[0] == 1:
-            assert gate.wait(10)
-        real(group, staged)
 
-    combiner._stage_group = held  # type: ignore[method-assign]
-    out: list[Any] = [None] * len(batches)
+def _limited(tmp_path: Path) -> tuple[ReplayBuffer, RateLimiter]:
+    """A buffer whose rate limiter has no room left (24 steps in, none sampled)."""
+    rl = RateLimiter(
+        samples_per_insert=1.0, min_size_to_sample=8, error_buffer=16, max_insert=16, max_sample=16
+    )
+    buf = ReplayBuffer.open(tmp_path / "b", small_schema(), BufferSettings(), rate_limiter=rl)
+    buf.append(episodes(9, [24]), timeout=0)
+    assert not buf.can_accept(1)
+    return buf, rl
 
-    def run(i: int) -> None:
-        try:
-            out[i] = buf.append(batches[i], timeout=timeout)
-        except Exception as exc:  # noqa: BLE001 - the test looks at it
-            out[i] = exc
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(batches))]
-    threads[0].start()
-    while calls[0] == 0:
-        time.sleep(0.001)
-    for t in threads[1:]:
-        t.start()
-    deadline = time.monotonic() + 10
-    while len(combiner._queue) < len(batches) - 1 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    gate.set()
-    for t in threads:
-        t.join(timeout=30)
-    assert not any(t.is_alive() for t in threads)
-    combiner._stage_group = real  # type: ignore[method-assign]
-    return out
+def _waits_for_room(rl: RateLimiter) -> threading.Event:
+    """An event set once an append starts waiting for room (an insert with no timeout)."""
+    entered = threading.Event()
+    real = rl.await_insert
+
+    def spy(n: int, timeout: float | None = None) -> None:
+        if timeout is None:
+            entered.set()
+        real(n, timeout)
+
+    rl.await_insert = spy  # type: ignore[method-assign]
+    return entered
 
 
 def test_small_appends_waiting_together_are_stored_as_one_and_each_gets_its_result(
@@ -279,63 +280,29 @@ def test_an_append_staged_again_after_waiting_for_room_waits_for_a_busy_combiner
     """An append that combined its own group, found no room and waited for it, is staged
     again behind another combiner's group (before, its own ticket was left marked woken, and
     it returned unstaged when it queued behind a busy combiner: an AssertionError)."""
-    rl = RateLimiter(
-        samples_per_insert=1.0, min_size_to_sample=8, error_buffer=16, max_insert=16, max_sample=16
-    )
-    buf = ReplayBuffer.open(tmp_path / "b", small_schema(), BufferSettings(), rate_limiter=rl)
-    combiner = buf.writer._combiner
-    real = combiner._stage_group
+    buf, rl = _limited(tmp_path)
+    appends = Appends(buf)
+    out = appends.out
     try:
-        buf.append(episodes(9, [24]), timeout=0)
-        assert not buf.can_accept(1)
-        out: dict[str, Any] = {}
-
-        def append(name: str, recs: Any) -> None:
-            try:
-                out[name] = buf.append(recs)
-            except Exception as exc:  # noqa: BLE001 - the test looks at it
-                out[name] = exc
-
-        entered = threading.Event()
-        real_await = rl.await_insert
-
-        def spy(n: int, timeout: float | None = None) -> None:
-            if timeout is None:
-                entered.set()
-            real_await(n, timeout)
-
-        rl.await_insert = spy  # type: ignore[method-assign]
-        waiting = threading.Thread(target=append, args=("waiting", episodes(0, [4])))
-        waiting.start()  # combines its own group, finds no room, waits for it
+        entered = _waits_for_room(rl)
+        waiting = appends.start("waiting", episodes(0, [4]))  # combines alone, waits for room
         assert entered.wait(10)
-        gate, held_calls = threading.Event(), [0]
-
-        def held(group: list[Any], staged: Any) -> None:
-            held_calls[0] += 1
-            if held_calls[0] == 1:
-                assert gate.wait(10)
-            real(group, staged)
-
-        combiner._stage_group = held  # type: ignore[method-assign]
-        other = threading.Thread(target=append, args=("other", episodes(1, [2])))
-        other.start()
-        while not held_calls[0]:
-            time.sleep(0.001)
-        buf.sample(16, timeout=5)  # room: the waiting append is staged again, queued
-        while not combiner._queue and waiting.is_alive():
-            time.sleep(0.001)
-        time.sleep(0.1)
-        assert "waiting" not in out  # it waits for the busy combiner
-        gate.set()
-        for t in (waiting, other):
-            t.join(timeout=10)
-            assert not t.is_alive()
+        with HeldCombiner(buf) as held:
+            other = appends.start("other", episodes(1, [2]))
+            held.wait_held()
+            buf.sample(16, timeout=5)  # room: the waiting append is staged again, queued
+            held.wait_queued(1)
+            time.sleep(0.1)
+            assert "waiting" not in out  # it waits for the busy combiner
+            held.release()
+            for t in (waiting, other):
+                t.join(timeout=10)
+                assert not t.is_alive()
         assert isinstance(out["waiting"], AppendResult), out["waiting"]
         assert out["waiting"].stored == 4
         assert isinstance(out["other"], AppendResult) and out["other"].stored == 2
         assert buf.num_steps == 30
     finally:
-        combiner._stage_group = real  # type: ignore[method-assign]
         buf.close()
 
 
@@ -345,59 +312,25 @@ def test_room_admitted_ahead_goes_back_when_the_append_is_refused_before_staging
     """An append that waited for room, got it, then was refused when staged again (here a
     later batch of its robot was stored first: its seqs are out of order) gives the room back:
     the rate limiter counts only the stored inserts."""
-    rl = RateLimiter(
-        samples_per_insert=1.0, min_size_to_sample=8, error_buffer=16, max_insert=16, max_sample=16
-    )
-    buf = ReplayBuffer.open(tmp_path / "b", small_schema(), BufferSettings(), rate_limiter=rl)
-    combiner = buf.writer._combiner
-    real = combiner._stage_group
+    buf, rl = _limited(tmp_path)
+    appends = Appends(buf)
     try:
-        buf.append(episodes(9, [24]), timeout=0)
-        out: dict[str, Any] = {}
-
-        def append(name: str, recs: Any, timeout: float | None = None) -> None:
-            try:
-                out[name] = buf.append(recs, timeout=timeout)
-            except Exception as exc:  # noqa: BLE001 - the test looks at it
-                out[name] = exc
-
         r0 = episodes(0, [8])
-        entered = threading.Event()
-        real_await = rl.await_insert
-
-        def spy(n: int, timeout: float | None = None) -> None:
-            if timeout is None:
-                entered.set()
-            real_await(n, timeout)
-
-        rl.await_insert = spy  # type: ignore[method-assign]
-        first = threading.Thread(target=append, args=("first", r0[:4]))
-        first.start()  # no room: waits for it
+        entered = _waits_for_room(rl)
+        first = appends.start("first", r0[:4])  # no room: waits for it
         assert entered.wait(10)
-        gate, calls = threading.Event(), [0]
-
-        def held(group: list[Any], staged: Any) -> None:
-            calls[0] += 1
-            if calls[0] == 1:
-                assert gate.wait(10)
-            real(group, staged)
-
-        combiner._stage_group = held  # type: ignore[method-assign]
-        other = threading.Thread(target=append, args=("other", episodes(5, [2])))
-        other.start()
-        while not calls[0]:
-            time.sleep(0.001)
-        buf.sample(16, timeout=5)  # room: the first append, admitted ahead, queues
-        while len(combiner._queue) < 1:
-            time.sleep(0.001)
-        later = threading.Thread(target=append, args=("later", r0[4:], 0))
-        later.start()  # its robot's later seqs, queued behind it
-        while len(combiner._queue) < 2:
-            time.sleep(0.001)
-        gate.set()
-        for t in (first, other, later):
-            t.join(timeout=10)
-            assert not t.is_alive()
+        with HeldCombiner(buf) as held:
+            other = appends.start("other", episodes(5, [2]))
+            held.wait_held()
+            buf.sample(16, timeout=5)  # room: the first append, admitted ahead, queues
+            held.wait_queued(1)
+            later = appends.start("later", r0[4:], 0)  # its robot's later seqs, behind it
+            held.wait_queued(2)
+            held.release()
+            for t in (first, other, later):
+                t.join(timeout=10)
+                assert not t.is_alive()
+        out = appends.out
         stored = sum(r.stored for r in out.values() if isinstance(r, AppendResult))
         assert buf.num_steps == 24 + stored
         assert rl.inserts == buf.num_steps  # before the fix: 4 more (the refused append's)
@@ -407,5 +340,4 @@ def test_room_admitted_ahead_goes_back_when_the_append_is_refused_before_staging
         assert "out of order" in str(out["first"])
         assert out["later"].stored == 4 and out["other"].stored == 2
     finally:
-        combiner._stage_group = real  # type: ignore[method-assign]
         buf.close()

@@ -14,7 +14,7 @@ import pytest
 from buffer import DiskFullError, ReplayBuffer
 from buffer.index import RowIndex
 from buffer.wal import WriteAheadLog, scan_wal
-from tests.buffer.helpers import episodes, open_buffer, small_schema
+from tests.buffer.helpers import Appends, episodes, open_buffer, small_schema
 from tests.fakes.disk import Disk
 
 
@@ -239,19 +239,11 @@ def test_close_after_a_failed_fdatasync_acknowledges_nothing_behind_it(
 
     monkeypatch.setattr(Writer, "_commit", commit)
     monkeypatch.setattr(Writer, "_write", write)
-    out: dict[str, Any] = {}
-
-    def append(name: str, recs: Any) -> None:
-        try:
-            out[name] = buf.append(recs)
-        except Exception as exc:  # noqa: BLE001 - the test looks at it
-            out[name] = exc
-
-    ty = threading.Thread(target=append, args=("Y", episodes(ry, [4])))
-    ty.start()
+    appends = Appends(buf)
+    out = appends.out
+    ty = appends.start("Y", episodes(ry, [4]))
     assert y_written.wait(10)
-    tz = threading.Thread(target=append, args=("Z", episodes(rz, [4])))
-    tz.start()
+    tz = appends.start("Z", episodes(rz, [4]))
     ty.join(10)
     assert isinstance(out["Y"], OSError) and out["Y"].errno == errno.EIO
     closing = threading.Thread(target=buf.close)
