@@ -131,18 +131,12 @@ def fixed_list_values(arr: pa.FixedSizeListArray) -> np.ndarray:
     """The values of a fixed-size-list ``arr`` of numbers, flat ``(valid lists * list_size,)``,
     as ``arr.flatten()`` has them (a null list's slots left out), read from the child's buffer
     (no GIL release; a read-only view when no list is null)."""
-    child = arr.values
-    if child.null_count:
+    slots = fixed_list_slots(arr)
+    if slots is None:
         return arr.flatten().to_numpy(zero_copy_only=False)
-    size = arr.type.list_size
-    start = child.offset + arr.offset * size
-    dtype = np.dtype(child.type.to_pandas_dtype())
-    flat = np.frombuffer(
-        child.buffers()[1], dtype=dtype, count=len(arr) * size, offset=start * dtype.itemsize
-    )
     if arr.null_count:  # a null list's slots hold whatever the producer left there
-        return flat.reshape(len(arr), size)[valid_mask(arr)].reshape(-1)
-    return flat
+        return slots[valid_mask(arr)].reshape(-1)
+    return slots.reshape(-1)
 
 
 def fixed_list_slots(arr: pa.Array) -> np.ndarray | None:

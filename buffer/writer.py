@@ -309,7 +309,7 @@ class Writer:
             return False
         if st.closed or self.failed is not None or self.wal is None:
             return False  # staged alone, each raises (or recovers) as it should
-        wal = self.wal.logs[zlib.crc32(cols.robot.names[0].encode()) % len(self.wal.logs)]
+        wal = self._stripe(cols)
         wal.begin()
         claim: _Claim | None = None
         try:
@@ -363,8 +363,7 @@ class Writer:
             raise BufferClosedError(f"{st.directory}: buffer closed")
         if self.failed is not None:
             self._recover()
-        assert self.wal is not None
-        wal = self.wal.logs[zlib.crc32(cols.robot.names[0].encode()) % len(self.wal.logs)]
+        wal = self._stripe(cols)
         wal.begin()
         claim: _Claim | None = None
         try:
@@ -382,6 +381,13 @@ class Writer:
             raise
         ticket.claim, ticket.cols, ticket.needs_room = claim, cols, 0
         self.appends += 1
+
+    def _stripe(self, cols: StepColumns) -> WriteAheadLog:
+        """The WAL stripe of a batch, by its first robot (spreads robots over the stripes;
+        recovery merges them by row id, so a merged batch of several robots may go to any)."""
+        assert self.wal is not None
+        logs = self.wal.logs
+        return logs[zlib.crc32(cols.robot.names[0].encode()) % len(logs)]
 
     def _release(self, claim: _Claim) -> None:
         """What an append holds when it returns or fails: its stripe's announcement, its
