@@ -705,10 +705,10 @@ class Writer:
         if not unsynced:
             return
         synced = wal.synced
-        if any(u.lsn <= synced for u in unsynced):
-            for u in unsynced:
-                if u.lsn <= synced:
-                    self._durable[u.first] = u.end
+        covered = [u for u in unsynced if u.lsn <= synced]
+        if covered:
+            for u in covered:
+                self._durable[u.first] = u.end
             unsynced[:] = [u for u in unsynced if u.lsn > synced]
             self._advance_watermark()
         if unsynced and not wal.syncing:

@@ -163,9 +163,9 @@ def serve_cloud(kind: str, robots: int) -> None:
         rows, stats = len(buf), buf.stats()
         cloud.close()
         buf.close()
-    appends = stats["appends"]
-    out = {"rows": rows, "appends": appends, "merged_appends": stats["merged_appends"]}
-    print(json.dumps(out | {"fsyncs": stats["wal_fsyncs"]}), flush=True)
+    out = {"rows": rows, "fsyncs": stats["wal_fsyncs"]}
+    out |= {k: stats[k] for k in ("appends", "merged_appends")}
+    print(json.dumps(out), flush=True)
 
 
 def drive(
