@@ -38,7 +38,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -143,12 +143,17 @@ class _Plan:
             are the ``action`` column: "same as the executed action").
         present_actions: an optional action is sent (its nulls are filled per row).
         finite_checks: the float payload columns sent (checked for NaN and Inf).
+        stored: the incoming schema is the stored one, metadata included (the batch is
+            stored as it is, once its non-nullable columns are checked).
+        required: positions of the stored schema's non-nullable fields.
     """
 
     fields: list[tuple[pa.Field, int, bool]]
     absent_actions: list[int]
     present_actions: bool
     finite_checks: list[str]
+    stored: bool = False
+    required: list[int] = dataclasses.field(default_factory=list)
     _nulls: dict[tuple[int, int], pa.Array] = dataclasses.field(default_factory=dict)
 
     def nulls(self, pos: int, n: int) -> pa.Array:
@@ -367,28 +372,39 @@ class StepSchema:
                 batch = self.arrow_schema.empty_table().to_batches(max_chunksize=1)[0]
         plan = self._plan(batch.schema)
         n = batch.num_rows
-        cols: list[pa.Array] = []
-        for pos, (field, i, conform) in enumerate(plan.fields):
-            if i < 0:  # absent: a final observation (nulls) or an optional action (below)
-                cols.append(plan.nulls(pos, n))
-                continue
-            col = batch.column(i)
-            if conform:
-                col = self._conform(batch, field, col)
-            if not field.nullable and col.null_count:
-                row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-                raise self._row_err(batch, row, field.name, "is null")
-            cols.append(col)
-        for pos in plan.absent_actions:  # "same as action": the action column itself
-            cols[pos] = cols[self._action_pos]
-        out = pa.RecordBatch.from_arrays(cols, schema=self.arrow_schema)
-        columns = StepColumns.of(out, self._positions)
+        given = batch.columns  # one call: each ``batch.column(i)`` costs as much as a check
+        if plan.stored:  # the stored schema as it is (what robots send): nothing to build
+            for pos in plan.required:
+                if given[pos].null_count:
+                    self._null_err(batch, given[pos], pos)
+            out, cols = batch, given
+        else:
+            cols = []
+            for pos, (field, i, conform) in enumerate(plan.fields):
+                if i < 0:  # absent: a final observation (nulls) or an optional action (below)
+                    cols.append(plan.nulls(pos, n))
+                    continue
+                col = given[i]
+                if conform:
+                    col = self._conform(batch, field, col)
+                if not field.nullable and col.null_count:
+                    self._null_err(batch, col, pos)
+                cols.append(col)
+            for pos in plan.absent_actions:  # "same as action": the action column itself
+                cols[pos] = cols[self._action_pos]
+            out = pa.RecordBatch.from_arrays(cols, schema=self.arrow_schema)
+        columns = StepColumns.of(out, self._positions, cols)
         if n == 0:
             return out, columns
-        self._check_values(out, columns, plan.finite_checks)
+        self._check_values(out, columns, plan.finite_checks, cols)
         if plan.present_actions:
             out = self._fill_optional_actions(out)
         return out, columns
+
+    def _null_err(self, batch: pa.RecordBatch, col: pa.Array, pos: int) -> NoReturn:
+        """Raise the error for a null in stored field ``pos`` (not nullable)."""
+        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise self._row_err(batch, row, self.arrow_schema.field(pos).name, "is null")
 
     def _plan(self, schema: pa.Schema) -> _Plan:
         """How to build the stored columns from a batch of ``schema`` (see :class:`_Plan`),
@@ -423,6 +439,8 @@ class StepSchema:
             finite_checks=[
                 k for k, f in self.payload.items() if f.dtype.kind == "f" and k in names
             ],
+            stored=schema.equals(self.arrow_schema, check_metadata=True),
+            required=[pos for pos, f in enumerate(self.arrow_schema) if not f.nullable],
         )
         self._plans = [(schema, plan), *self._plans[:7]]  # a handful of encodings at most
         return plan
@@ -505,12 +523,14 @@ class StepSchema:
                 f"field {field.name!r}: expected {want}, got {got}", field=field.name
             ) from None
 
-    def _check_values(self, b: pa.RecordBatch, c: StepColumns, floats: list[str]) -> None:
-        """Every value check of a batch with the right columns, in the order their errors are
-        reported: indices, ids, scalars, payload floats (the columns ``floats``), final
-        observations, record size, seq order."""
+    def _check_values(
+        self, b: pa.RecordBatch, c: StepColumns, floats: list[str], cols: list[pa.Array]
+    ) -> None:
+        """Every value check of a batch with the right columns (``cols``: its columns), in the
+        order their errors are reported: indices, ids, scalars, payload floats (the columns
+        ``floats``), final observations, record size, seq order."""
         str_lens = self._check_scalars(b, c)
-        self._check_payload_finite(b, floats)
+        self._check_payload_finite(b, floats, cols)
         sizes = self.fixed_row_bytes + str_lens + self._check_finals(b, c)
         row_bytes = np.broadcast_to(np.asarray(sizes, dtype=np.int64), (b.num_rows,))
         big = np.flatnonzero(row_bytes > self.max_record_bytes)
@@ -543,10 +563,15 @@ class StepSchema:
             return sum(len(x.names[0].encode()) for x in (c.robot, c.run, c.task))
         return c.robot.byte_lengths() + c.run.byte_lengths() + c.task.byte_lengths()
 
-    def _check_payload_finite(self, b: pa.RecordBatch, names: list[str]) -> None:
-        """No NaN or Inf in the float payload columns ``names``."""
+    def _check_payload_finite(
+        self, b: pa.RecordBatch, names: list[str], cols: list[pa.Array]
+    ) -> None:
+        """No NaN or Inf in the float payload columns ``names`` (``cols``: the columns of
+        ``b``)."""
         for name in names:
-            col = b.column(self._positions[name])
+            col = cols[self._positions[name]]
+            if col.null_count == len(col):  # an optional action not sent: no values
+                continue
             vals = fixed_list_values(col)
             if all_finite(vals):  # the usual case
                 continue

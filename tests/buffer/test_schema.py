@@ -149,6 +149,41 @@ def test_unknown_and_wrong_type_columns_in_record_batch(tmp_path) -> None:
         assert err.value.field == "observation.state"
 
 
+def _with_column(batch: pa.RecordBatch, name: str, col: pa.Array) -> pa.RecordBatch:
+    """``batch`` with column ``name`` replaced, its schema (metadata and flags) kept."""
+    cols = batch.columns
+    cols[batch.schema.get_field_index(name)] = col
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+
+
+def test_a_batch_in_the_stored_schema_is_checked_like_any_other(tmp_path) -> None:
+    # What robots send (the edge agent validates with the run's schema) is stored as it
+    # is once checked: the same errors, with the record and field, nothing stored.
+    s = small_schema()
+    sent = s.validate(s.batch_from_records(episodes(0, [5])))
+    assert sent.schema.equals(s.arrow_schema, check_metadata=True)
+    assert s._plan(sent.schema).stored  # the path under test
+    reward = pa.array([0.0, 0.0, None, 0.0, 0.0], pa.float32())
+    policy = pa.FixedSizeListArray.from_arrays(
+        pa.array([0, 0, 0, 0, np.nan, 0, 0, 0, 0, 0], pa.float32()),
+        2,
+        mask=pa.array([True, True, False, True, True]),
+    )
+    with open_buffer(tmp_path / "b", s) as buf:
+        with pytest.raises(StepValidationError, match="is null") as err:
+            buf.append(_with_column(sent, "reward", reward))
+        assert err.value.field == "reward" and err.value.record == 2
+        with pytest.raises(StepValidationError, match="NaN") as err:
+            buf.append(_with_column(sent, "action.policy", policy))
+        assert err.value.field == "action.policy" and err.value.record == 2
+        assert buf.num_steps == 0
+        assert buf.append(sent).stored == 5
+        # Optional actions sent as nulls are the executed action, as in any other batch.
+        out = buf.read_transitions(np.arange(5))
+        np.testing.assert_array_equal(out["action.policy"], out["action"])
+        np.testing.assert_array_equal(out["action.operator"], out["action"])
+
+
 def test_seq_must_increase_within_batch_and_across(tmp_path) -> None:
     recs = episodes(0, [6])
     swapped = recs[:2] + [recs[3], recs[2]] + recs[4:]
