@@ -124,7 +124,10 @@ def serve(directory: str, socket_path: str) -> int:
                     reply: dict[str, object] = {"acked": res.acked}
                 except Exception as exc:  # noqa: BLE001 - reported to the writer
                     reply = {"error": f"{type(exc).__name__}: {exc}"}
-                conn.send_bytes(json.dumps(reply).encode())
+                try:
+                    conn.send_bytes(json.dumps(reply).encode())
+                except OSError:  # the writer is gone (killed at the end of the bench)
+                    return
 
     while True:
         conn = listener.accept()
