@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from buffer.ack_phases import PHASES
 from buffer.bench_data import payload_bytes
 from buffer.config import BufferSettings
 from buffer.replay_buffer import ReplayBuffer
@@ -51,11 +52,13 @@ def bench_ingest(
     mb = payload_bytes(per_writer) / 1e6
     lat: list[float] = []
     fsyncs_per_batch: list[float] = []
+    phases: list[dict[str, float]] = []
 
     def ours(k: int) -> tuple[float, float]:
-        wall, cpu, mine, fsyncs = _ours_round(schema, per_writer, root / f"ingest-{k}", n)
+        wall, cpu, mine, stats = _ours_round(schema, per_writer, root / f"ingest-{k}", n)
         lat.extend(mine)
-        fsyncs_per_batch.append(fsyncs)
+        fsyncs_per_batch.append(stats["wal_fsyncs"] / max(len(mine), 1))
+        phases.append({p: float(stats[f"ack_{p}_ms"]) for p in PHASES})
         return wall, cpu
 
     ours_t: list[tuple[float, float]] = []
@@ -82,6 +85,8 @@ def bench_ingest(
         "ack_p50_ms": float(np.percentile(lat, 50) * 1e3),
         "ack_p99_ms": float(np.percentile(lat, 99) * 1e3),
         "fsyncs_per_batch": float(np.median(fsyncs_per_batch)),
+        # where an append's latency went (``buffer.ack_phases``), median over the rounds
+        **{f"ack_{p}_ms": float(np.median([ph[p] for ph in phases])) for p in PHASES},
     }
 
 
@@ -106,9 +111,9 @@ def _raw_round(per_writer: list[list[pa.RecordBatch]], base_dir: Path) -> tuple[
 
 def _ours_round(
     schema: StepSchema, per_writer: list[list[pa.RecordBatch]], directory: Path, n: int
-) -> tuple[float, float, list[float], float]:
+) -> tuple[float, float, list[float], dict[str, float | int]]:
     """``ReplayBuffer.append`` from one thread per writer: (wall s, CPU s, ack latencies s,
-    fdatasyncs per appended batch).
+    the buffer's ``stats()`` after the appends).
 
     Raises:
         RuntimeError: the buffer stored other than ``n`` records.
@@ -131,12 +136,12 @@ def _ours_round(
     cpu = time.process_time() - c0
     buf.flush()
     stored = buf.num_steps
-    fsyncs = buf.stats()["wal_fsyncs"] / max(len(mine_all), 1)
+    stats = buf.stats()
     buf.close()
     shutil.rmtree(directory)
     if stored != n:
         raise RuntimeError(f"ingest stored {stored} of {n} records")
-    return wall, cpu, mine_all, fsyncs
+    return wall, cpu, mine_all, stats
 
 
 def fill(buf: ReplayBuffer, per_writer: list[list[pa.RecordBatch]]) -> None:

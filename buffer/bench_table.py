@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from buffer.ack_phases import PHASES
+
 
 def print_table(r: dict[str, float], result: dict[str, Any]) -> None:
     from rich.console import Console
@@ -57,7 +59,14 @@ def _ingest_rows(r: dict[str, float], result: dict[str, Any]) -> list[tuple[str,
             "",
         ),
         ("fdatasyncs per appended batch", f"{r['fsyncs_per_batch']:.2f}", "1.00", "", ""),
+        _phase_row("  ack latency by phase", r, ""),
     ]
+
+
+def _phase_row(label: str, r: dict[str, float], prefix: str) -> tuple[str, ...]:
+    """Mean ms per append in each phase (``buffer.ack_phases``)."""
+    ms = " / ".join(f"{r[f'{prefix}ack_{p}_ms']:.1f}" for p in PHASES)
+    return (f"{label} (ms): {' / '.join(PHASES)}", ms, "", "", "")
 
 
 def _sample_rows(r: dict[str, float], result: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -113,6 +122,7 @@ def _camera_rows(r: dict[str, float], result: dict[str, Any]) -> list[tuple[str,
             "",
             "",
         ),
+        _phase_row("  camera ack latency by phase", r, "camera_"),
         (
             "camera steps: hot sample, batch 256 (ms) vs numpy gather of the same frames",
             f"{r['camera_hot_sample_ms']:.1f}",

@@ -626,7 +626,9 @@ class ReplayBuffer:
         records), ``merged_appends`` (of them, stored as part of a merged one: small appends
         waiting together are validated, logged and synced as one, ``buffer.writer``),
         ``ack_latency_p50_s``,
-        ``ack_latency_p99_s``, ``recovery_seconds``, ``discarded_episodes`` (marked, of either
+        ``ack_latency_p99_s``, ``ack_staging_ms`` / ``ack_writing_ms`` / ``ack_durable_ms`` /
+        ``ack_visible_ms`` (mean milliseconds per append that stored records, by phase since
+        opening: ``buffer.ack_phases``), ``recovery_seconds``, ``discarded_episodes`` (marked, of either
         kind), ``rerecorded_episodes`` (those marked ``rerecord``), ``discarded_steps`` (their
         stored rows), ``interrupted_episodes`` (closed as truncated, ``buffer.index``) and
         ``successful_episodes`` (marked ``success``)."""
@@ -655,6 +657,7 @@ class ReplayBuffer:
                 "merged_appends": self.writer.merged_appends,
                 "ack_latency_p50_s": float(np.percentile(lat, 50)) if lat.size else 0.0,
                 "ack_latency_p99_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
+                **{f"ack_{k}_ms": v for k, v in self.writer.ack_phases.mean_ms().items()},
                 "recovery_seconds": self.recovery_seconds,
                 "discarded_episodes": len(kinds),
                 "rerecorded_episodes": kinds.count("rerecord"),

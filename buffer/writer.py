@@ -30,6 +30,7 @@ from typing import Any, TypeGuard
 import numpy as np
 import pyarrow as pa
 
+from buffer.ack_phases import AckPhases
 from buffer.admission import Combiner, Ticket, one_at_a_time
 from buffer.columns import StepColumns
 from buffer.encoding import ipc_pieces
@@ -164,6 +165,7 @@ class Writer:
         self.recoveries = 0  # recoveries from a failure (rows above the watermark dropped)
         self._recovered_from: BaseException | None = None  # the last one's failure
         self.ack_latencies: list[float] = []
+        self.ack_phases = AckPhases()  # where the latency of appends that wrote went
         self._watermark = 0  # every row below it is durable
         self._durable: dict[int, int] = {}  # synced appends above the watermark: first -> end
         self._unwritten = 0  # appends given rows whose WAL record is not written yet
@@ -230,7 +232,7 @@ class Writer:
         claim, cols = ticket.claim, ticket.cols
         assert claim is not None and cols is not None
         try:
-            acked = self._store(claim, cols)
+            acked = self._store(claim, cols, t0)
             n_new = claim.new.num_rows
             n_dup = int(cols.n - n_new)
             self._note_latency(t0)
@@ -238,10 +240,15 @@ class Writer:
         finally:
             self._release(claim)
 
-    def _store(self, claim: _Claim, cols: StepColumns) -> dict[str, int]:
-        """Write a staged claim, wait for its fdatasync and visibility; its ``acked``."""
+    def _store(self, claim: _Claim, cols: StepColumns, t0: float) -> dict[str, int]:
+        """Write a staged claim, wait for its fdatasync and visibility; its ``acked``.
+        ``t0``: when its append was called (for :attr:`ack_phases`)."""
         if claim.new.num_rows:
-            acked = self._commit(claim, cols, self._write(claim))
+            staged = time.perf_counter()
+            lsn = self._write(claim)
+            written = time.perf_counter()
+            acked, durable = self._commit(claim, cols, lsn)
+            self.ack_phases.add(t0, staged, written, durable, time.perf_counter())
         else:
             acked = self._acknowledge(claim, cols)
         claim.limited = 0  # stored: the rate limiter keeps counting these inserts
@@ -257,7 +264,7 @@ class Writer:
         its result (or with the error, which this member raises too)."""
         others = joint.members[:-1]
         try:
-            results = joint.results(self._store(joint.claim, joint.cols))
+            results = joint.results(self._store(joint.claim, joint.cols, t0))
         except BaseException as exc:
             for m in others:
                 m.error = exc
@@ -655,10 +662,11 @@ class Writer:
             self.recoveries += 1
             st.cond.notify_all()
 
-    def _commit(self, claim: _Claim, cols: StepColumns, lsn: int) -> dict[str, int]:
+    def _commit(self, claim: _Claim, cols: StepColumns, lsn: int) -> tuple[dict[str, int], float]:
         """Wait until this append's rows (written to its stripe up to ``lsn``) are durable
         and every row before them is too (recovery keeps the contiguous prefix of the
-        stripes), then acknowledge.
+        stripes), then acknowledge: ``(acked, when an fdatasync covered its rows)``
+        (``time.perf_counter``).
 
         Group commit with one wake-up per append: the thread that runs a stripe's fdatasync
         (the leader, :meth:`WriteAheadLog.sync`) publishes every record its sync covered
@@ -677,6 +685,7 @@ class Writer:
         with st.lock:
             self._visibility.add(claim.end, me.woken)
             if wal.synced >= lsn:  # a sync that started after this write covered it
+                me.durable_at = time.perf_counter()
                 self._durable[claim.first] = claim.end
                 self._advance_watermark()
                 lead = False
@@ -693,7 +702,7 @@ class Writer:
             with st.lock:
                 me.woken.clear()
                 if st.visible >= claim.end:
-                    return self._acked(cols)
+                    return self._acked(cols), me.durable_at
                 if self.failed is not None:
                     raise self._refusal()
                 lead, me.lead = me.lead, False
@@ -707,7 +716,9 @@ class Writer:
         synced = wal.synced
         covered = [u for u in unsynced if u.lsn <= synced]
         if covered:
+            now = time.perf_counter()
             for u in covered:
+                u.durable_at = now
                 self._durable[u.first] = u.end
             unsynced[:] = [u for u in unsynced if u.lsn > synced]
             self._advance_watermark()
@@ -879,11 +890,12 @@ class Writer:
 class _Unsynced:
     """An append written to its stripe up to ``lsn`` and not yet known durable."""
 
-    __slots__ = ("lsn", "first", "end", "woken", "lead")
+    __slots__ = ("lsn", "first", "end", "woken", "lead", "durable_at")
 
     def __init__(self, lsn: int, first: int, end: int, woken: threading.Event) -> None:
         self.lsn, self.first, self.end, self.woken = lsn, first, end, woken
         self.lead = False  # set with ``woken``: this append runs the stripe's next sync
+        self.durable_at = 0.0  # perf_counter when a sync covered it (``ack_phases``)
 
 
 class _Wakeups:

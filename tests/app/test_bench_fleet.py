@@ -81,3 +81,6 @@ def test_a_small_fleet_is_served_and_every_batch_acked() -> None:
     case = F.run_case("state", 2, args)
     assert 10 <= case.acked <= 12 and case.unacked == 0  # 2 robots x 2 batches/s x 3 s
     assert case.p99_ms < 10_000 and case.cloud_cores > 0
+    # the buffer's share of the ack latency, by phase: the fdatasync always takes some
+    assert set(case.append_phases_ms) == {"staging", "writing", "durable", "visible"}
+    assert case.append_phases_ms["durable"] > 0

@@ -196,6 +196,7 @@ def test_small_appends_waiting_together_are_stored_as_one_and_each_gets_its_resu
         results = _grouped(buf, [recs[r][:6] for r in range(8)])
         assert buf.stats()["merged_appends"] == 7  # all but the first, held alone
         assert buf.stats()["wal_fsyncs"] - fsyncs <= 2  # the first's, the merged one's
+        assert buf.writer.ack_phases.count == 2  # a merged append is timed once
         for r, res in enumerate(results):
             assert isinstance(res, AppendResult), res
             assert res.acked == {f"robot-{r}": 5}

@@ -24,10 +24,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from buffer.ack_phases import PHASES
 
 P99_LIMIT_MS = 100.0
 IDLE_S = 2.0  # the cloud process's CPU is read this long before the uplinks start
@@ -66,6 +68,9 @@ class Case:
     cloud_idle_cores: float = 0.0  # before the uplinks started (enrolled robots, no traffic)
     merged_share: float = 0.0  # uploads the buffer merged with others into one append
     fsyncs_per_append: float = 0.0  # WAL fdatasyncs per upload (group commit, merging)
+    # mean ms of the buffer's append by phase (``buffer.ack_phases``): what of the ack
+    # latency the buffer took, the rest being the transport and the queue before it
+    append_phases_ms: dict[str, float] = field(default_factory=dict)
 
 
 def parse_robots(text: str) -> list[int]:
@@ -196,6 +201,7 @@ def run_case(kind: str, robots: int, args: argparse.Namespace) -> Case:
         cloud_idle_cores=idle_cores,
         merged_share=buffer_figures["merged_appends"] / appends,
         fsyncs_per_append=buffer_figures["fsyncs"] / appends,
+        append_phases_ms={k: float(buffer_figures[k]) for k in PHASES},
     )
 
 
@@ -278,6 +284,7 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
         "cloud CPU ms per robot-s",
         "uploads merged",
         "fdatasyncs per upload",
+        "buffer append ms: stage / write / sync / visible",
         "MB/s acked",
     ]
     for col in cols:
@@ -297,6 +304,7 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
             f"{c.cloud_ms_per_robot_s:.2f}",
             f"{c.merged_share:.0%}",
             f"{c.fsyncs_per_append:.2f}",
+            " / ".join(f"{c.append_phases_ms.get(k, 0.0):.1f}" for k in PHASES),
             f"{c.mb_per_s:.1f}",
         )
     con = Console(width=max(200, Console().width))

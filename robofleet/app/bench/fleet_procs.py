@@ -149,6 +149,7 @@ def serve_cloud(kind: str, robots: int) -> None:
 
     logging.disable(logging.WARNING)
     from buffer import BufferSettings, ReplayBuffer
+    from buffer.ack_phases import PHASES
     from comms.bench_common import RUN, start_cloud
     from comms.buffer_sink import BufferSink
 
@@ -165,6 +166,7 @@ def serve_cloud(kind: str, robots: int) -> None:
         buf.close()
     out = {"rows": rows, "fsyncs": stats["wal_fsyncs"]}
     out |= {k: stats[k] for k in ("appends", "merged_appends")}
+    out |= {k: stats[f"ack_{k}_ms"] for k in PHASES}  # the buffer's append, by phase
     print(json.dumps(out), flush=True)
 
 
