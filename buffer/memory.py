@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import math
 import mmap
 from typing import Any
@@ -25,6 +26,7 @@ _PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.madvise.restype = ctypes.c_int
+_madvise_populates = True  # until the kernel says EINVAL
 
 
 def anon_array(shape: tuple[int, ...], dtype: np.dtype[Any], populate: bool = False) -> np.ndarray:
@@ -53,15 +55,23 @@ def populate_pages(arr: np.ndarray) -> None:
     thread waits for it, and page faults queue behind that waiting writer: appends stalled
     15-40 ms whenever the sealer made a spare tail (``robofleet bench buffer``: a round of
     ingest took 0.34-0.38 s with MAP_POPULATE, 0.30-0.33 s populated in 1 MiB chunks, which
-    hold the lock ~0.3 ms each). Kernels without MADV_POPULATE_WRITE (before 5.14) get the
-    pages touched instead, a write per page.
+    hold the lock ~0.3 ms each). Kernels without MADV_POPULATE_WRITE (before 5.14: EINVAL)
+    get the pages touched instead, a write per page. Any other failure (ENOMEM) stops it:
+    populating is only ahead of time, the pages fault in when written, as MAP_POPULATE would
+    have left them.
     """
+    global _madvise_populates
     flat = arr.reshape(-1).view(np.uint8)
     addr, size = flat.ctypes.data, flat.size
     for off in range(0, size, POPULATE_CHUNK_BYTES):
         n = min(POPULATE_CHUNK_BYTES, size - off)
-        if _libc.madvise(addr + off, n, _MADV_POPULATE_WRITE) != 0:
-            flat[off : off + n : _PAGE] = 0  # EINVAL: an older kernel; touch each page
+        if _madvise_populates:
+            if _libc.madvise(addr + off, n, _MADV_POPULATE_WRITE) == 0:
+                continue
+            if ctypes.get_errno() != errno.EINVAL:
+                return
+            _madvise_populates = False
+        flat[off : off + n : _PAGE] = 0
 
 
 def anon_arrays(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 from types import SimpleNamespace
 
@@ -39,15 +40,36 @@ def test_a_populated_array_is_resident_before_any_write() -> None:
     assert not arr.any()  # still zero-filled
 
 
-def test_without_madvise_populate_every_page_is_touched(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kernel_without_madvise_populate_gets_every_page_touched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls = []
 
     def refuse(addr: int, n: int, advice: int) -> int:
         calls.append(n)
-        return -1  # EINVAL: a kernel before 5.14
+        ctypes.set_errno(errno.EINVAL)  # a kernel before 5.14
+        return -1
 
     monkeypatch.setattr(memory, "_libc", SimpleNamespace(madvise=refuse))
+    monkeypatch.setattr(memory, "_madvise_populates", True)
     arr = memory.anon_array((SIZE,), np.dtype(np.uint8), populate=True)
-    assert calls == [memory.POPULATE_CHUNK_BYTES] * 3 + [SIZE - 3 * memory.POPULATE_CHUNK_BYTES]
+    assert calls == [memory.POPULATE_CHUNK_BYTES]  # asked once, then known unsupported
     assert _resident_bytes(arr) >= SIZE
     assert not arr.any()
+    again = memory.anon_array((SIZE,), np.dtype(np.uint8), populate=True)
+    assert len(calls) == 1 and _resident_bytes(again) >= SIZE
+
+
+def test_populating_stops_without_error_when_memory_is_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_memory(addr: int, n: int, advice: int) -> int:
+        ctypes.set_errno(errno.ENOMEM)
+        return -1
+
+    monkeypatch.setattr(memory, "_libc", SimpleNamespace(madvise=no_memory))
+    monkeypatch.setattr(memory, "_madvise_populates", True)
+    arr = memory.anon_array((SIZE,), np.dtype(np.uint8), populate=True)
+    assert _resident_bytes(arr) == 0  # nothing touched: the pages fault in when written
+    arr[:] = 3
+    assert int(arr.sum()) == 3 * SIZE
