@@ -1,6 +1,7 @@
 """Sampling from the buffer against baselines of the same rows (``robofleet bench buffer``).
 
-* hot: batch-256 uniform ``sample`` (with next observations and flags) vs a numpy
+* hot: batch-256 uniform ``sample`` (with next observations and flags), once sampling has
+  made the prefetch thread promote every segment into RAM (:func:`warm_up`), vs a numpy
   fancy-index gather of the same columns (and ``idx + 1`` for next observations) from
   contiguous arrays, and vs ``lerobot.rl.buffer.ReplayBuffer.sample`` (CPU, no augmentation).
 * cold: the same from a buffer twice the size of its memory budget.
@@ -102,10 +103,11 @@ def bench_sampling(
 ) -> dict[str, float]:
     """Hot batch-256 sampling against the numpy gather (and LeRobot's buffer: ``lerobot``)."""
     n = sum(b.num_rows for bs in per_writer for b in bs)
-    buf = ReplayBuffer.open(root / "hot", schema, HOT)
+    buf = ReplayBuffer.open(root / "hot", schema, HOT.model_copy(update={"prefetch": True}))
     fill(buf, per_writer)
     rng = np.random.default_rng(0)
     sampler = UniformSampler()
+    warm_up(buf, lambda: buf.sample(BATCH, sampler, rng=rng))
     arrays, scalars = contiguous_columns(schema, per_writer)
     t_ours, t_gather = time_pair(
         lambda: buf.sample(BATCH, sampler, rng=rng),
@@ -119,6 +121,22 @@ def bench_sampling(
     if lerobot:
         out["lerobot_sample_ms"] = bench_lerobot(arrays, scalars, min(n, 6000), seconds) * 1e3
     return out
+
+
+def warm_up(buf: ReplayBuffer, sample: Callable[[], Any], timeout_s: float = 120.0) -> None:
+    """Sample until the prefetch thread has promoted every sealed chunk into RAM: segments of
+    camera-sized rows are cold when sealed (``buffer.tail_reads``) and turn hot as sampling
+    heats them, so "hot" is the state a learner reaches after sampling a while.
+
+    Raises:
+        RuntimeError: chunks were still cold after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while any(not c.hot for c in buf.storage.chunks if c.sealed):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"chunks still cold after {timeout_s:.0f} s of sampling")
+        sample()
+        time.sleep(0.01)
 
 
 def bench_lerobot(

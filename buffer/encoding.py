@@ -53,9 +53,10 @@ class _Encoder:
         self.sink.pieces.clear()
 
     def encode(self, batch: pa.RecordBatch) -> list[Piece]:
+        """The message's pieces as the stream writer handed them (not yet coalesced)."""
         self.writer.write_batch(batch)
         pieces, self.sink.pieces = self.sink.pieces, []
-        return _coalesced(pieces)
+        return pieces
 
 
 def _coalesced(pieces: list[Piece]) -> list[Piece]:
@@ -88,16 +89,55 @@ def ipc_pieces(batch: pa.RecordBatch) -> list[Piece]:
         are views of the batch's buffers, so they are valid while the batch (or the pieces)
         are alive. Thread-safe (one writer per thread and schema).
     """
+    return _coalesced(_encoder(batch.schema).encode(batch))
+
+
+def ipc_message(
+    batch: pa.RecordBatch, names: Sequence[str]
+) -> tuple[list[Piece], list[int] | None]:
+    """:func:`ipc_pieces` of ``batch``, and where in the message each fixed-size-list column
+    of ``names`` has its row 0 values (byte offsets from the message's start; row ``i``'s
+    values follow at ``i`` times the row's width), so the rows can be read back from the
+    written message (``buffer.tail_reads``) without parsing it.
+
+    The offsets come from the body pieces: the stream writer hands each column's values
+    buffer over as a zero-copy view, so the piece holding the column's row 0 address is
+    that buffer. None when one is not found (the writer copied it); the caller then parses
+    the message it wrote.
+    """
+    raw = _encoder(batch.schema).encode(batch)
+    spans: list[tuple[int, int, int]] = []  # (address, size, offset in the message)
+    pos = 0
+    for p in raw:
+        size = p.size if isinstance(p, pa.Buffer) else memoryview(p).nbytes
+        if isinstance(p, pa.Buffer):
+            spans.append((p.address, size, pos))
+        pos += size
+    offsets: list[int] = []
+    for name in names:
+        col = batch.column(name)
+        values = col.values
+        width = values.type.byte_width
+        at = values.buffers()[1].address + (values.offset + col.offset * col.type.list_size) * width
+        need = len(col) * col.type.list_size * width
+        found = next((o + at - a for a, n, o in spans if a <= at and at + need <= a + n), None)
+        if found is None:
+            return _coalesced(raw), None
+        offsets.append(found)
+    return _coalesced(raw), offsets
+
+
+def _encoder(schema: pa.Schema) -> _Encoder:
+    """This thread's stream writer for ``schema``."""
     # Found by ``Schema.equals`` (a pointer walk), not by hashing the schema (11 us a call).
     encoders: list[_Encoder] | None = getattr(_local, "encoders", None)
     if encoders is None:
         encoders = _local.encoders = []
-    schema = batch.schema
     enc = next((e for e in encoders if e.schema is schema or e.schema.equals(schema)), None)
     if enc is None:
         enc = _Encoder(schema)
         encoders[:] = [enc, *encoders[:7]]  # a buffer has one schema; a few at most
-    return enc.encode(batch)
+    return enc
 
 
 def pieces_size(pieces: Sequence[Piece]) -> int:

@@ -75,17 +75,17 @@ def populate_pages(arr: np.ndarray) -> None:
 
 
 def anon_arrays(
-    specs: dict[str, tuple[tuple[int, ...], np.dtype[Any]]],
+    specs: dict[str, tuple[tuple[int, ...], np.dtype[Any]]], populate: bool = False
 ) -> dict[str, np.ndarray]:
     """Zero-filled arrays ``{name: (shape, dtype)}`` carved from ONE anonymous mmap (64-byte
     aligned views): one mapping instead of one per column, so a cold chunk's small columns
-    cost one VMA and round up to one page, not one each."""
+    cost one VMA and round up to one page, not one each. ``populate``: as :func:`anon_array`."""
     offsets = {}
     total = 0
     for k, (shape, dtype) in specs.items():
         offsets[k] = total
         total += (math.prod(shape) * dtype.itemsize + 63) // 64 * 64
-    block = anon_array((max(total, 1),), np.dtype(np.uint8))
+    block = anon_array((max(total, 1),), np.dtype(np.uint8), populate)
     out = {}
     for k, (shape, dtype) in specs.items():
         nbytes = math.prod(shape) * dtype.itemsize

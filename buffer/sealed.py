@@ -208,16 +208,20 @@ class WalSegment:
         """The record holding each local row."""
         return np.searchsorted(self._table[:, 0], rows, side="right") - 1
 
-    def read_rows(self, name: str, rows: np.ndarray, out: np.ndarray) -> None:
-        """Copy local ``rows`` of column ``name`` into ``out`` with pread."""
-        flat = out.reshape(len(rows), -1).view(np.uint8)
+    def read_rows(
+        self, name: str, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None
+    ) -> None:
+        """Copy local ``rows`` of column ``name`` into ``out`` with pread (row ``i`` into
+        ``out[at[i]]``, or ``out[i]`` when ``at`` is None)."""
+        flat = out.reshape(len(out), -1).view(np.uint8)
         nbytes = flat.shape[1]
         t = self._table
         rec = self._rec(rows)
         pos = t[rec, self._layout.column[name]] + (rows - t[rec, 0]) * nbytes
         files = t[rec, 1].tolist()
+        dest = range(len(rows)) if at is None else at.tolist()
         with self._files(files) as fds:
-            for i, (p, fi) in enumerate(zip(pos.tolist(), files, strict=True)):
+            for i, p, fi in zip(dest, pos.tolist(), files, strict=True):
                 if os.preadv(fds[fi], [flat[i]], p) != nbytes:
                     raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
 
@@ -290,7 +294,7 @@ class _Layout:
 
     def offsets(self, batch: pa.RecordBatch, base: int) -> list[int]:
         """The offsets of one record's batch mapped at ``base``, in table order."""
-        fixed = [_values_offset(batch.column(k), base) for k in self.fixed]
+        fixed = [values_offset(batch.column(k), base) for k in self.fixed]
         binary = [_binary_offsets(batch.column(k), base) for k in self.binary]
         return fixed + [o for o, _ in binary] + [d for _, d in binary]
 
@@ -334,7 +338,7 @@ def _records(
         pos = start + length
 
 
-def _values_offset(col: pa.FixedSizeListArray, base: int) -> int:
+def values_offset(col: pa.FixedSizeListArray, base: int) -> int:
     """File offset of row 0's values of a fixed-size-list column mapped at ``base``."""
     values = col.values
     buf = values.buffers()[1]

@@ -61,7 +61,8 @@ class Sealer:
         """The spare tail's arrays, or None; they count as the tail from now on (locked)."""
         spare, self.spare = self.spare, None
         if spare is not None:
-            self.state.storage.spare_bytes -= len(spare["action"]) * self.state.storage.row_bytes
+            storage = self.state.storage
+            storage.spare_bytes -= len(spare["action"]) * storage.tail_row_bytes
             self.wake.notify_all()  # make the next one
         return spare
 
@@ -141,12 +142,12 @@ class Sealer:
         made in the budget first, so the peak stays inside the budget; ``spare_bytes`` counts
         it from now until an append takes it as its tail."""
         st = self.state
-        nbytes = st.rows_per_segment * st.storage.row_bytes
+        nbytes = st.rows_per_segment * st.storage.tail_row_bytes
         with st.lock:
             st.storage.spare_bytes += nbytes
             st.storage.enforce_budget()
         try:
-            spare = st.storage.allocate(st.rows_per_segment)
+            spare = st.storage.allocate(st.rows_per_segment, small=bool(st.storage.large))
         except BaseException:
             with st.lock:
                 st.storage.spare_bytes -= nbytes  # counted again by the retry
@@ -162,13 +163,11 @@ class Sealer:
         seg = WalSegment(paths, chunk.first_row, chunk.n, st.schema.arrow_schema)
         seg.release_pages()
         with st.lock:
-            chunk.sealed = True
-            chunk.path = seg.path
-            chunk.mapped = seg
-            chunk.finals = {}  # read from the segment from now on (a new dict: see finals_for)
+            st.storage.seal(chunk, seg)
             self.retention.add(chunk.first_row, chunk.n, seg)
             self.queue.pop(0)
-            chunk.heat = max([c.heat for c in st.storage.chunks] + [1.0])
+            if chunk.hot:  # newest data in RAM: the last to evict
+                chunk.heat = max([c.heat for c in st.storage.chunks] + [1.0])
             st.storage.enforce_budget()
             self.retention.apply(st.storage)
             st.cond.notify_all()

@@ -148,18 +148,22 @@ class MappedSegment:
             self._offsets[name] = off
         return off
 
-    def read_rows(self, name: str, rows: np.ndarray, out: np.ndarray) -> None:
-        """Copy rows of a fixed-size-list column into ``out`` with pread, not through the map.
+    def read_rows(
+        self, name: str, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None
+    ) -> None:
+        """Copy rows of a fixed-size-list column into ``out`` with pread, not through the map
+        (row ``i`` into ``out[at[i]]``, or ``out[i]`` when ``at`` is None).
 
         Touching the mapping would fault whole page-cache folios into this process (hundreds
         of KiB per row on kernels with large folios), which the memory budget cannot afford;
         pread copies exactly the row.
         """
         base = self.column_offset(name)
-        flat = out.reshape(len(rows), -1).view(np.uint8)
+        flat = out.reshape(len(out), -1).view(np.uint8)
         nbytes = flat.shape[1]
+        dest = range(len(rows)) if at is None else at.tolist()
         with DESCRIPTORS.open(self._key, str(self.path)) as fd:
-            for i, r in enumerate(rows.tolist()):
+            for i, r in zip(dest, rows.tolist(), strict=True):
                 got = os.preadv(fd, [flat[i]], base + r * nbytes)
                 if got != nbytes:
                     raise CorruptDataError(f"{self.path}: short read of {name} row {r}")

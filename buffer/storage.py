@@ -1,8 +1,12 @@
 """Payload storage in tiers: the open tail, hot chunks in RAM, cold chunks memory-mapped.
 
 A *chunk* holds the payload columns (``observation.*``, ``action``, ``action.policy``,
-``action.operator``) of a contiguous row range. The open *tail* receives new rows; when it
-is sealed into a segment file it stays in RAM as a *hot* chunk. When the hot tier exceeds its
+``action.operator``) of a contiguous row range. The open *tail* receives new rows. A tail of
+a writable buffer keeps only its small columns in RAM and reads its large ones (camera
+frames) from its WAL files (``buffer.tail_reads``: a copy into fresh memory cost a quarter
+of the durable append); sealed, it is a *cold* chunk, promoted into RAM once sampling makes
+it hot. A tail whose schema has no large column holds every column and, sealed, stays in
+RAM as a *hot* chunk. When the hot tier exceeds its
 byte budget the least-heated hot chunk turns *cold*: its segment is memory-mapped (Arrow reads
 the schema, footer and column offsets from the map), its small columns (under a page per row:
 states, actions) are copied into RAM, and its large columns (camera frames) are read row by
@@ -39,6 +43,7 @@ from buffer.memory import anon_array, anon_arrays
 from buffer.schema import FINAL_PREFIX, StepSchema
 from buffer.sealed import WalSegment
 from buffer.segments import MappedSegment
+from buffer.tail_reads import WalTailReader
 
 Segment = MappedSegment | WalSegment
 
@@ -100,9 +105,10 @@ class Chunk:
 
 class ColdArrays(dict[str, np.ndarray]):
     """The arrays of a cold chunk: its small columns while the budget has room for them
-    (empty once dropped); ``seg`` reads every other column with pread (see gather)."""
+    (empty once dropped); ``seg`` reads every other column with pread (see gather). An open
+    tail's large columns are read the same way, from its WAL files."""
 
-    def __init__(self, seg: Segment) -> None:
+    def __init__(self, seg: Segment | WalTailReader) -> None:
         super().__init__()
         self.seg = seg
 
@@ -146,6 +152,10 @@ class TieredStorage:
         self._payload_positions = [(k, index(k), f) for k, f in self.specs.items()]
         self.row_bytes = sum(f.nbytes for f in self.specs.values())
         self.small_row_bytes = sum(f.nbytes for f in self.specs.values() if f.nbytes < _PAGE)
+        # Columns of a page or more per row: a writer's tail reads them from its WAL files.
+        self.large = [k for k, f in self.specs.items() if f.nbytes >= _PAGE]
+        # What a writer's tail keeps in RAM per row (its small columns when it has large ones)
+        self.tail_row_bytes = self.small_row_bytes if self.large else self.row_bytes
         self.budget = budget_bytes
         self.hot_limit = int(budget_bytes * hot_fraction)
         self.lock = lock
@@ -168,26 +178,59 @@ class TieredStorage:
         self.file_rss_base = _rss_file() or 0
 
     # -- construction -------------------------------------------------------------------
-    def allocate(self, capacity: int, populate: bool = True) -> dict[str, np.ndarray]:
-        """Payload arrays for a tail of ``capacity`` rows (pre-faulted by default)."""
+    def allocate(
+        self, capacity: int, populate: bool = True, small: bool = False
+    ) -> dict[str, np.ndarray]:
+        """Payload arrays for a tail of ``capacity`` rows (pre-faulted by default); only the
+        small columns with ``small`` (a writer's tail: see :meth:`new_tail`)."""
+        if small:
+            names = [k for k in self.specs if k not in self.large]
+            specs = {k: ((capacity, *self.specs[k].shape), self.specs[k].dtype) for k in names}
+            return anon_arrays(specs, populate)  # one mapping: a drop_small frees it all
         return {
             k: anon_array((capacity, *f.shape), f.dtype, populate) for k, f in self.specs.items()
         }
 
     def new_tail(
-        self, first_row: int, capacity: int, arrays: dict[str, np.ndarray] | None = None
+        self,
+        first_row: int,
+        capacity: int,
+        arrays: dict[str, np.ndarray] | None = None,
+        reader: WalTailReader | None = None,
     ) -> Chunk:
-        if arrays is None:
+        """The open tail from ``first_row``: every column in ``arrays`` (new ones when None),
+        or with ``reader`` (a writer's tail when the schema has large columns) only the small
+        ones (:meth:`allocate` with ``small``), the large ones read from the WAL."""
+        if reader is not None:
+            cold = ColdArrays(reader)
+            cold.update(arrays if arrays is not None else self.allocate(capacity, small=True))
+            arrays = cold
+        elif arrays is None:
             arrays = self.allocate(capacity)
         chunk = Chunk(
             first_row,
             capacity,
             arrays,
-            row_bytes=self.row_bytes,
+            row_bytes=self.tail_row_bytes if reader is not None else self.row_bytes,
             small_row_bytes=self.small_row_bytes,
         )
         self._add_chunk(chunk)
         return chunk
+
+    def seal(self, chunk: Chunk, seg: Segment) -> None:
+        """A full tail's segment is written (locked): a tail that read its large columns from
+        its WAL turns cold, keeping its small columns and its heat (its rows are read from
+        the segment now; the prefetch thread promotes it when sampling makes it hot)."""
+        chunk.sealed = True
+        chunk.path = seg.path
+        chunk.mapped = seg
+        chunk.finals = {}  # read from the segment from now on (a new dict: see finals_for)
+        if isinstance(chunk.arrays, ColdArrays):
+            cold = ColdArrays(seg)
+            cold.update({k: v[: chunk.n] for k, v in chunk.arrays.items()})
+            chunk.arrays = cold
+            chunk.hot = False
+            chunk.row_bytes = self.row_bytes
 
     def _cold_arrays(
         self, seg: Segment, hot: dict[str, np.ndarray] | None, small: bool = True
@@ -252,6 +295,8 @@ class TieredStorage:
         action = None
         arrays = tail.arrays
         for name, pos, f in self._payload_positions:
+            if name not in arrays:
+                continue  # a large column of a writer's tail: read from its WAL
             col = batch.column(pos)
             dst = arrays[name][offset : offset + n]
             if col.null_count:
@@ -489,7 +534,8 @@ class TieredStorage:
                 raise IndexError(f"rows outside chunk [{chunk.first_row}, +{chunk.capacity})")
             mapped = arrs.seg if isinstance(arrs, ColdArrays) else None
             self._copy_rows(arrs, mapped, local, sel, names, out)
-            hot = arrs is not None and chunk.hot and chunk.arrays is arrs
+            # An open tail's large columns come from its WAL (tail_reads): not from RAM.
+            hot = chunk.hot and chunk.arrays is arrs and (mapped is None or not big)
             if count:
                 chunk.heat += len(local)
                 if hot:
@@ -507,7 +553,7 @@ class TieredStorage:
     def _copy_rows(
         self,
         arrs: dict[str, np.ndarray],
-        mapped: Segment | None,
+        mapped: Segment | WalTailReader | None,
         local: np.ndarray,
         sel: np.ndarray | None,
         names: list[str],
@@ -519,14 +565,7 @@ class TieredStorage:
         contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
         for k in names:
             if mapped is not None and k not in arrs:
-                if sel is None:
-                    mapped.read_rows(k, local, out[k])
-                elif contiguous:
-                    mapped.read_rows(k, local, out[k][sel[0] : sel[-1] + 1])
-                else:
-                    tmp = np.empty((len(local), *self.specs[k].shape), self.specs[k].dtype)
-                    mapped.read_rows(k, local, tmp)
-                    out[k][sel] = tmp
+                mapped.read_rows(k, local, out[k], at=sel)
             elif sel is None:
                 np.take(arrs[k], local, axis=0, out=out[k], mode="clip")
             elif contiguous:

@@ -275,6 +275,13 @@ class WriteAheadLog:
         ``payload``: the record's bytes, or pieces to write as their concatenation (the
         zero-copy IPC message of ``buffer.encoding.ipc_pieces``).
         """
+        return self.write_record(first_row, payload)[0]
+
+    def write_record(
+        self, first_row: int, payload: bytes | memoryview | Sequence[Piece]
+    ) -> tuple[int, int]:
+        """:meth:`write`, also returning where the payload starts in the current file:
+        ``(position for sync, file offset of the payload)``."""
         pieces: Sequence[Piece] = [payload] if isinstance(payload, bytes | memoryview) else payload
         header = pieces_header(first_row, pieces)
         iov = [header, *pieces]
@@ -289,9 +296,10 @@ class WriteAheadLog:
             except OSError as exc:
                 self._cut_back(exc)
                 raise
+            start = self._size + len(header)
             self._size += total
             self._written += total
-            return self._written
+            return self._written, start
 
     def _failed_earlier(self) -> OSError:
         """The refusal of a write or sync after a failure (with that failure's errno)."""

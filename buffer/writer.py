@@ -33,7 +33,7 @@ import pyarrow as pa
 from buffer.ack_phases import AckPhases
 from buffer.admission import Combiner, Ticket, one_at_a_time
 from buffer.columns import StepColumns
-from buffer.encoding import ipc_pieces
+from buffer.encoding import ipc_message, ipc_pieces, pieces_size
 from buffer.errors import (
     BackpressureError,
     BufferClosedError,
@@ -44,7 +44,8 @@ from buffer.errors import (
 from buffer.rate_limiter import RateLimiter
 from buffer.sealer import Sealer
 from buffer.state import TableState
-from buffer.storage import Chunk
+from buffer.storage import Chunk, ColdArrays
+from buffer.tail_reads import WalTailReader
 from buffer.wal import StripedWal, WriteAheadLog
 from robofleet.durable import fsync_dir
 
@@ -185,7 +186,16 @@ class Writer:
         )
         self._watermark = st.visible
         self._unsynced = [[] for _ in self.wal.logs]
-        self.tail = st.storage.new_tail(st.visible, st.rows_per_segment)
+        self.tail = st.storage.new_tail(
+            st.visible, st.rows_per_segment, reader=self._tail_reader(st.visible)
+        )
+
+    def _tail_reader(self, first_row: int) -> WalTailReader | None:
+        """The reader of a new tail's large columns from the current WAL files (None when the
+        schema has none: the tail then holds every column)."""
+        assert self.wal is not None
+        large = self.state.storage.large
+        return WalTailReader(self.wal.paths, first_row, large) if large else None
 
     def can_accept(self, n: int = 1) -> bool:
         """Whether an append of ``n`` records would proceed now (for uplink backpressure)."""
@@ -561,12 +571,26 @@ class Writer:
         for these writes. Returns the WAL position to sync to."""
         st = self.state
         assert claim.tail is not None
+        arrays = claim.tail.arrays
+        reader = arrays.seg if isinstance(arrays, ColdArrays) else None  # see tail_reads
+        assert reader is None or isinstance(reader, WalTailReader)
         try:
             try:
-                lsn = claim.wal.write(claim.first, ipc_pieces(claim.new))
+                if reader is None:
+                    lsn = claim.wal.write(claim.first, ipc_pieces(claim.new))
+                else:
+                    pieces, offsets = ipc_message(claim.new, reader.names)
+                    lsn, start = claim.wal.write_record(claim.first, pieces)
             finally:
                 claim.announced = False
                 claim.wal.end()
+            if reader is not None:
+                stripe, n = claim.wal.stripe, claim.new.num_rows
+                if offsets is None:  # the encoder copied a column: parse what was written
+                    size = pieces_size(pieces)
+                    reader.add_parsed(claim.first, stripe, start, size, st.schema.arrow_schema)
+                else:
+                    reader.add(claim.first, stripe, n, [start + o for o in offsets])
             st.storage.write_rows(claim.tail, claim.new, claim.first - claim.tail.first_row)
         except BaseException as exc:
             with st.lock:  # failed before unwritten drops: no rotation passes these rows
@@ -658,6 +682,15 @@ class Writer:
                 unsynced.clear()
             tail = self.tail
             tail.finals = {r: v for r, v in tail.finals.items() if r < end}
+            if isinstance(tail.arrays, ColdArrays):
+                # The reset may have rewritten a stripe (records moved): read them anew.
+                schema = st.schema.arrow_schema
+                reader = WalTailReader.scan(
+                    self.wal.paths, tail.first_row, st.storage.large, schema, end
+                )
+                arrays = ColdArrays(reader)
+                arrays.update(tail.arrays)
+                tail.arrays = arrays
             self._recovered_from, self.failed = self.failed, None
             self.recoveries += 1
             st.cond.notify_all()
@@ -846,11 +879,11 @@ class Writer:
         if spare is None:
             # No pre-faulted spare (the sealer may be allocating one; that stays counted):
             # make room for a fresh tail first, so the peak stays inside the budget.
-            extra = cap * st.storage.row_bytes
+            extra = cap * st.storage.tail_row_bytes
             st.storage.spare_bytes += extra
             st.storage.enforce_budget()
             st.storage.spare_bytes -= extra
-        return st.storage.new_tail(st.index.end, cap, spare)
+        return st.storage.new_tail(st.index.end, cap, spare, self._tail_reader(st.index.end))
 
     def close(self) -> None:
         """Close the WAL and seal the open tail as the last segment (threads stopped first).

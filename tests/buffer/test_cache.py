@@ -150,14 +150,18 @@ def test_memory_outside_the_budget_grows_by_the_row_index_alone() -> None:
 
 def test_small_columns_of_cold_chunks_leave_ram_when_they_alone_overflow(tmp_path) -> None:
     # 48x48 frames (over a page: read from the segment when cold); the small columns (state,
-    # actions: 28 B/row) of 2,000 rows would hold 56 KB, over this whole budget's hot tier.
+    # actions: 28 B/row) of 5,200 rows would hold 146 KB, over this budget's 139 KB hot tier.
     img = (48, 48, 3)
     schema = small_schema(image=img)
     budget = 40 * schema.fixed_row_bytes
     with open_buffer(
-        tmp_path / "b", schema, memory_budget_bytes=budget, segment_target_bytes=4 * 6912
+        tmp_path / "b",
+        schema,
+        memory_budget_bytes=budget,
+        hot_fraction=0.5,
+        segment_target_bytes=4 * 6912,
     ) as buf:
-        for e in range(100):
+        for e in range(260):
             buf.append(episodes(0, [20], seq0=20 * e, ep0=e, image=img))
         buf.flush()
         st = buf.storage

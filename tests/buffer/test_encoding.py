@@ -18,7 +18,7 @@ from buffer.columns import (
     numpy_view,
     valid_mask,
 )
-from buffer.encoding import ipc_pieces, pieces_size
+from buffer.encoding import ipc_message, ipc_pieces, pieces_size
 from buffer.wal import pieces_header, record_header
 from tests.buffer.helpers import episodes, small_schema, step
 
@@ -44,6 +44,22 @@ def test_pieces_are_exactly_the_serialized_message(which: int) -> None:
     assert pieces_size(pieces) == batch.serialize().size
     # The WAL header over the pieces is the one over the joined bytes (same checksum).
     assert pieces_header(12, pieces) == record_header(12, batch.serialize().to_pybytes())
+
+
+@pytest.mark.parametrize("which", range(4))
+def test_message_offsets_locate_each_rows_values(which: int) -> None:
+    """``ipc_message`` says where a column's row 0 values sit in the message; row ``i`` is
+    ``i`` widths further (what the open tail reads back from its WAL), for a whole batch,
+    a slice, a filtered copy and a batch of a few rows (small pieces, joined)."""
+    batch = _batches()[which]
+    names = ["observation.images.front", "observation.state", "action"]
+    pieces, offsets = ipc_message(batch, names)
+    assert offsets is not None
+    msg = np.frombuffer(b"".join(bytes(p) for p in pieces), dtype=np.uint8)
+    assert msg.tobytes() == batch.serialize().to_pybytes()
+    for name, off in zip(names, offsets, strict=True):
+        want = fixed_list_values(batch.column(name))
+        np.testing.assert_array_equal(msg[off : off + want.nbytes].view(want.dtype), want)
 
 
 def test_large_buffers_are_views_not_copies() -> None:

@@ -1,0 +1,137 @@
+"""The open tail reads its large columns (camera frames) back from its WAL files
+(``buffer.tail_reads``): the right frames from every stripe, before and after a seal, when
+the encoder's offsets are missing, and after a failed write made the WAL cut back."""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import buffer.writer as writer_mod
+from buffer import DiskFullError, ReplayBuffer
+from buffer.wal import WriteAheadLog
+from tests.buffer.helpers import episodes, open_buffer, small_schema
+
+IMG = (48, 48, 3)  # 6,912 B a frame: over a page, so a writer's tail does not copy it
+FRAME = "observation.images.front"
+
+
+def _check_frames(buf: ReplayBuffer, rows: np.ndarray) -> None:
+    """Every pixel of each row's frame, and of its next frame, is what its step wrote."""
+    b = buf.read_transitions(rows)
+    seqs = buf.index.view("seq")[rows]
+    want = (seqs % 251).astype(np.uint8)[:, None, None, None]
+    assert (b[FRAME] == want).all(), "a frame came back other than written"
+    done = b["terminated"] | b["truncated"]
+    nxt = np.where(done, 255, (seqs + 1) % 251).astype(np.uint8)[:, None, None, None]
+    assert (b["next." + FRAME] == nxt).all(), "a next frame came back other than written"
+    np.testing.assert_array_equal(b["observation.state"][:, 0] % 100_000, seqs)
+
+
+def _fill(buf: ReplayBuffer, robots: int, episodes_each: int) -> None:
+    """Robots append 10-step batches from threads of their own (they land in every stripe)."""
+
+    def robot(r: int) -> None:
+        recs = episodes(r, [10] * episodes_each, image=IMG)
+        for i in range(0, len(recs), 10):
+            buf.append(recs[i : i + 10])
+
+    threads = [threading.Thread(target=robot, args=(r,)) for r in range(robots)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_the_open_tail_holds_only_small_columns_and_reads_frames_from_its_wal(tmp_path) -> None:
+    schema = small_schema(image=IMG)
+    with open_buffer(tmp_path / "b", schema, segment_target_bytes=1 << 26, wal_stripes=4) as buf:
+        _fill(buf, robots=4, episodes_each=6)
+        st = buf.storage
+        (tail,) = st.chunks  # everything is still in the open tail
+        assert not tail.sealed and tail.n == 240
+        assert FRAME not in tail.arrays and "observation.state" in tail.arrays
+        assert tail.resident_bytes == tail.capacity * st.small_row_bytes
+        assert st.hot_bytes() <= 2 * tail.capacity * st.small_row_bytes  # tail + spare
+        _check_frames(buf, np.arange(240, dtype=np.int64))
+        b = buf.sample(64, rng=np.random.default_rng(0))
+        assert (b[FRAME] == b[FRAME][:, :1, :1, :1]).all()
+
+
+def test_a_sealed_tail_is_cold_until_sampling_promotes_it(tmp_path) -> None:
+    schema = small_schema(image=IMG)
+    seg = 40 * schema.fixed_row_bytes
+    with open_buffer(
+        tmp_path / "b", schema, segment_target_bytes=seg, prefetch_interval_s=0.01
+    ) as buf:
+        _fill(buf, robots=2, episodes_each=6)
+        buf.flush()
+        st = buf.storage
+        sealed = [c for c in st.chunks if c.sealed]
+        assert len(sealed) >= 2
+        assert all(not c.hot and "observation.state" in c.arrays for c in sealed)
+        _check_frames(buf, np.arange(buf.num_steps, dtype=np.int64))  # read from segments
+        deadline = time.monotonic() + 30
+        while not all(c.hot for c in sealed):
+            assert time.monotonic() < deadline, "sampled segments were never promoted"
+            buf.sample(64)
+            time.sleep(0.01)
+        assert st.promotions >= len(sealed)
+        _check_frames(buf, np.arange(buf.num_steps, dtype=np.int64))  # now from RAM
+
+
+def test_frames_read_right_when_the_encoder_gives_no_offsets(tmp_path, monkeypatch) -> None:
+    real = writer_mod.ipc_message
+
+    def no_offsets(batch: Any, names: Any) -> Any:
+        return real(batch, names)[0], None  # as if the encoder had copied a column
+
+    monkeypatch.setattr(writer_mod, "ipc_message", no_offsets)
+    with open_buffer(tmp_path / "b", small_schema(image=IMG), segment_target_bytes=1 << 26) as buf:
+        _fill(buf, robots=3, episodes_each=3)
+        assert not buf.storage.chunks[-1].sealed
+        _check_frames(buf, np.arange(buf.num_steps, dtype=np.int64))
+
+
+def test_frames_read_right_after_a_failed_write_cut_the_wal_back(tmp_path, monkeypatch) -> None:
+    real = WriteAheadLog.write_record
+    calls = [0]
+
+    def failing(self: WriteAheadLog, first_row: int, payload: Any) -> tuple[int, int]:
+        calls[0] += 1
+        if calls[0] == 4:  # after some rows: this append is refused, the WAL cut back
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return real(self, first_row, payload)
+
+    monkeypatch.setattr(WriteAheadLog, "write_record", failing)
+    recs = episodes(1, [10] * 8, image=IMG)
+    with open_buffer(tmp_path / "b", small_schema(image=IMG), segment_target_bytes=1 << 26) as buf:
+        i = 0
+        refused = 0
+        while i < len(recs):
+            try:
+                buf.append(recs[i : i + 10])
+                i += 10
+            except DiskFullError:
+                refused += 1
+        assert refused == 1 and buf.num_steps == len(recs)
+        assert buf.writer.recoveries == 1
+        _check_frames(buf, np.arange(buf.num_steps, dtype=np.int64))
+    with open_buffer(tmp_path / "b", small_schema(image=IMG)) as again:
+        _check_frames(again, np.arange(again.num_steps, dtype=np.int64))
+
+
+@pytest.mark.parametrize("robots", [1, 3])
+def test_reopened_buffer_reads_the_same_frames(tmp_path, robots: int) -> None:
+    schema = small_schema(image=IMG)
+    with open_buffer(tmp_path / "b", schema, segment_target_bytes=1 << 26) as buf:
+        _fill(buf, robots=robots, episodes_each=4)
+        n = buf.num_steps
+    with open_buffer(tmp_path / "b", schema) as again:
+        assert again.num_steps == n
+        _check_frames(again, np.arange(n, dtype=np.int64))
