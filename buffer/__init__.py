@@ -89,7 +89,10 @@ is still dropped as before.
 
 Memory: payload (hot chunks, the open tail and its pre-faulted spare, the small columns of
 cold chunks while they fit) stays inside ``memory_budget_bytes``; cold rows are read from
-their segment files with ``pread``, final observations of sealed rows too. Outside the budget
+their segment files with ``pread``, final observations of sealed rows too. The open tail
+holds only its small columns: its camera frames are read back from its WAL files
+(``tail_reads``), and a sealed tail is cold until sampling makes the prefetch thread
+promote it. Outside the budget
 only the row index grows with the data: 85 bytes per stored row (``buffer.index``), plus a
 few KB per sealed segment (its record table, file names). Measured in a fresh process by
 ``python -m buffer.bench_memory`` (a row of ``robofleet bench buffer``): with a 16 MiB
@@ -113,6 +116,7 @@ Where things are (``ReplayBuffer`` owns the parts, Reverb's table shape)::
     writer         durable appends: validation, WAL, group commit, watermark, acks
     admission      the appends' flat combiner: one thread stages the waiting appends
     sealer         full tails -> sealed segments (a rename), the pre-faulted spare tail
+    tail_reads     the open tail's camera frames, read back from its WAL files (pread)
     retention      the remover: segment catalogue, oldest segments deleted past the limit
     recovery       open: finish seals, map segments, replay the WAL's contiguous prefix
     reading        transitions, sequences, the one merge of sampled parts (and across shards)
