@@ -138,6 +138,16 @@ def binary_lengths(arr: pa.Array, valid: np.ndarray | None = None) -> np.ndarray
     return np.where(valid_mask(arr) if valid is None else valid, lens, 0)
 
 
+def values_address(col: pa.FixedSizeListArray) -> int:
+    """Memory address of row 0's values of a fixed-size-list column of fixed-width values
+    (its child's data buffer, past the child's and the column's offsets)."""
+    values = col.values
+    width = values.type.byte_width
+    return (
+        int(values.buffers()[1].address) + (values.offset + col.offset * col.type.list_size) * width
+    )
+
+
 def fixed_list_values(arr: pa.FixedSizeListArray) -> np.ndarray:
     """The values of a fixed-size-list ``arr`` of numbers, flat ``(valid lists * list_size,)``,
     as ``arr.flatten()`` has them (a null list's slots left out), read from the child's buffer

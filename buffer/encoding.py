@@ -20,6 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from buffer.columns import values_address
+
 type Piece = bytes | memoryview | pa.Buffer
 _SMALL = 64 * 1024  # pieces below this are joined (copied); larger ones are written in place
 
@@ -116,10 +118,8 @@ def ipc_message(
     offsets: list[int] = []
     for name in names:
         col = batch.column(name)
-        values = col.values
-        width = values.type.byte_width
-        at = values.buffers()[1].address + (values.offset + col.offset * col.type.list_size) * width
-        need = len(col) * col.type.list_size * width
+        at = values_address(col)
+        need = len(col) * col.type.list_size * col.values.type.byte_width
         found = next((o + at - a for a, n, o in spans if a <= at and at + need <= a + n), None)
         if found is None:
             return _coalesced(raw), None

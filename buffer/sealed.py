@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from buffer.columns import values_address
 from buffer.descriptors import DESCRIPTORS, new_key
 from buffer.errors import CorruptDataError
 from buffer.wal import FILE_HEADER_BYTES, REC_HEADER, REC_MAGIC, check_marker
@@ -340,10 +341,7 @@ def _records(
 
 def values_offset(col: pa.FixedSizeListArray, base: int) -> int:
     """File offset of row 0's values of a fixed-size-list column mapped at ``base``."""
-    values = col.values
-    buf = values.buffers()[1]
-    width = values.type.byte_width
-    return int(buf.address - base) + (values.offset + col.offset * col.type.list_size) * width
+    return values_address(col) - base
 
 
 def _binary_offsets(col: pa.LargeBinaryArray, base: int) -> tuple[int, int]:
