@@ -161,28 +161,43 @@ def encode(tensors: Mapping[str, Any]) -> memoryview:
     blob = byte_buffer(total)
     blob[: len(head)] = head
     out = np.frombuffer(blob, dtype=np.uint8)
-    pieces = [
-        (offsets[name] + start, src[start : start + _COPY_PIECE])
-        for name, (arr, _dt) in arrays.items()
-        for src in (arr.reshape(-1).view(np.uint8),)
-        for start in range(0, src.size, _COPY_PIECE)
-    ]
-
-    def put(piece: tuple[int, np.ndarray]) -> None:
-        off, src = piece
-        out[off : off + src.size] = src
-
+    srcs = [(offsets[k], a.reshape(-1).view(np.uint8)) for k, (a, _dt) in arrays.items()]
     if total < _PARALLEL_COPY_FROM:
-        for piece in pieces:
-            put(piece)
-    else:  # numpy releases the GIL while copying: two threads copy twice as fast on two cores
-        list(_COPY_POOL.map(put, pieces))
+        _put(out, srcs)
+    else:
+        # numpy releases the GIL while copying: two threads copy faster on two cores. One
+        # hand-off of half the bytes, not one per tensor: a future per 4 MiB piece cost ~10%
+        # of a 40 MB copy.
+        first, second = _halves(srcs, (total - len(head)) // 2)
+        rest = _COPY_POOL.submit(_put, out, second)
+        _put(out, first)
+        rest.result()
     return blob
 
 
-_COPY_PIECE = 4 << 20
 _PARALLEL_COPY_FROM = 8 << 20
 _COPY_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="tensor-copy")
+_Pieces = list[tuple[int, np.ndarray]]  # (offset in the blob, uint8 source bytes)
+
+
+def _put(out: np.ndarray, pieces: _Pieces) -> None:
+    for off, src in pieces:
+        out[off : off + src.size] = src
+
+
+def _halves(pieces: _Pieces, half: int) -> tuple[_Pieces, _Pieces]:
+    """``pieces`` cut into the first ``half`` bytes and the rest (a tensor may be split)."""
+    first: _Pieces = []
+    second: _Pieces = []
+    left = half
+    for off, src in pieces:
+        take = min(src.size, left)
+        if take:
+            first.append((off, src[:take]))
+        if take < src.size:
+            second.append((off + take, src[take:]))
+        left -= take
+    return first, second
 
 
 def decode(blob: bytes | bytearray | memoryview) -> dict[str, tuple[str, np.ndarray]]:

@@ -14,6 +14,7 @@ import grpc.aio
 import numpy as np
 import pytest
 import safetensors.numpy
+import safetensors.torch
 import torch
 
 from comms import tensors as T
@@ -54,6 +55,26 @@ def test_full_payload_is_a_safetensors_file_and_chunks_are_at_most_1mib() -> Non
         np.testing.assert_array_equal(loaded[k], state[k])
     assert enc.num_chunks == 3
     assert all(len(enc.chunk(i)) <= 1024 * 1024 for i in range(enc.num_chunks))
+
+
+def test_a_large_blob_copied_by_two_threads_is_a_safetensors_file_byte_for_byte() -> None:
+    # Over 8 MiB the copy is cut in two halves of the bytes, the cut inside a tensor here;
+    # every tensor, the cut one and empty ones too, must land whole and in place.
+    rng = np.random.default_rng(3)
+    state = {
+        "a": rng.standard_normal(1_500_001).astype(np.float32),
+        "empty": np.zeros((0, 4), np.float32),
+        "b": rng.integers(0, 255, 3_000_003, dtype=np.uint8),
+        "c": rng.standard_normal((700, 1001)).astype(np.float64),
+        "d": torch.randn(999, 3).to(torch.bfloat16),
+    }
+    blob = bytes(T.encode(state))
+    assert len(blob) > 8 << 20
+    loaded = safetensors.torch.load(blob)
+    assert loaded.keys() == state.keys()
+    for k in ("a", "empty", "b", "c"):
+        np.testing.assert_array_equal(loaded[k].numpy(), state[k])
+    assert loaded["d"].dtype == torch.bfloat16 and torch.equal(loaded["d"], state["d"])
 
 
 def test_delta_sends_sparse_elements_or_whole_tensors_by_size() -> None:
