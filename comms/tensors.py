@@ -9,6 +9,7 @@ the model.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import threading
 import weakref
@@ -92,8 +93,16 @@ def layout(entries: Mapping[str, tuple[str, tuple[int, ...]]]) -> tuple[bytes, d
 
 
 POOL_MIN_BYTES = 1 << 20  # smaller buffers come straight from numpy
-POOL_MAX_BYTES = 512 * 1024**2  # free buffers kept, all sizes together
-POOL_PER_SIZE = 2  # free buffers kept of one size
+POOL_MEMORY_FRACTION = 0.25  # free buffers kept, all sizes together: this share of the RAM
+POOL_PER_SIZE = 2  # free + in-use buffers of one size kept at least (a robot: applied + next)
+
+
+def _physical_memory() -> int:
+    """Bytes of RAM of this machine (4 GiB when the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 4 << 30
 
 
 class _BufferPool:
@@ -102,16 +111,37 @@ class _BufferPool:
     A robot receives, and a distributor publishes, version after version of one size; a
     buffer over glibc's mmap threshold (32 MiB at most) is returned to the kernel when freed
     and the next one is faulted in and zeroed page by page again, which on this machine cost
-    more than the copy that fills it (perf: ``clear_page_erms`` 25-40% of a push). A handed
-    out buffer is an ndarray view of a pooled one; when the view and everything made from it
-    (memoryviews, arrays, tensors) are gone, the pooled buffer is kept again, so a buffer is
-    never reused while anything can still read it.
+    more than the copy that fills it (perf: ``clear_page_erms`` 25-40% of a push), and on a VM
+    whose balloon reports free pages to its host (virtio-balloon free page reporting) memory
+    free for ~2 s costs ~2 ms per MiB to touch again, 40x a reused page.
+
+    Kept per size: up to the most buffers of that size ever in use at once (at least
+    ``POOL_PER_SIZE``), so a process's working set (a robot: the applied version and the one
+    arriving; a cloud: each run's snapshots; several receivers in one process: each one's)
+    stays mapped, and nothing past it. A size handed out only once so far (a received
+    delta's) is not kept: sizes that do not recur would only hold memory. All sizes together
+    are capped at ``max_bytes`` (``POOL_MEMORY_FRACTION`` of the RAM by default: a
+    3B-parameter BF16 policy is 6 GB a version). A handed out buffer is an ndarray view of a
+    pooled one; when the view and everything made from it (memoryviews, arrays, tensors) are
+    gone, the pooled buffer is kept again, so a buffer is never reused while anything can
+    still read it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = (
+            int(_physical_memory() * POOL_MEMORY_FRACTION) if max_bytes is None else max_bytes
+        )
         self._lock = threading.Lock()
         self._free: dict[int, list[np.ndarray]] = {}
+        self._in_use: dict[int, int] = {}
+        self._peak: dict[int, int] = {}  # most buffers of a size in use at once
+        self._takes: dict[int, int] = {}  # buffers of a size handed out so far
         self._bytes = 0
+
+    @property
+    def free_bytes(self) -> int:
+        """Bytes held in free buffers."""
+        return self._bytes
 
     def take(self, nbytes: int) -> memoryview:
         with self._lock:
@@ -119,6 +149,9 @@ class _BufferPool:
             raw = free.pop() if free else None
             if raw is not None:
                 self._bytes -= nbytes
+            used = self._in_use[nbytes] = self._in_use.get(nbytes, 0) + 1
+            self._takes[nbytes] = self._takes.get(nbytes, 0) + 1
+            self._peak[nbytes] = max(self._peak.get(nbytes, 0), used)
         if raw is None:
             raw = np.empty(nbytes, dtype=np.uint8)
         view = raw[:]
@@ -128,12 +161,25 @@ class _BufferPool:
     def _keep(self, raw: np.ndarray) -> None:
         n = raw.nbytes
         with self._lock:
+            self._in_use[n] -= 1
+            if self._takes[n] < 2:  # a size seen once (a delta's) is not kept
+                if len(self._takes) > _POOL_SIZES_COUNTED:
+                    self._forget_idle_sizes()
+                return
             free = self._free.setdefault(n, [])
-            if len(free) < POOL_PER_SIZE and self._bytes + n <= POOL_MAX_BYTES:
+            working_set = max(POOL_PER_SIZE, self._peak[n])
+            if len(free) + self._in_use[n] < working_set and self._bytes + n <= self.max_bytes:
                 free.append(raw)
                 self._bytes += n
 
+    def _forget_idle_sizes(self) -> None:
+        """Drop the counts of sizes nothing holds (bounded memory over a long run's deltas)."""
+        for n in [n for n, used in self._in_use.items() if not used and not self._free.get(n)]:
+            for d in (self._in_use, self._peak, self._takes, self._free):
+                d.pop(n, None)
 
+
+_POOL_SIZES_COUNTED = 1024  # distinct sizes whose counts are kept before idle ones are dropped
 _POOL = _BufferPool()
 
 

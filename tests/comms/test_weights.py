@@ -61,7 +61,7 @@ def test_a_large_blob_copied_by_two_threads_is_a_safetensors_file_byte_for_byte(
     # Over 8 MiB the copy is cut in two halves of the bytes, the cut inside a tensor here;
     # every tensor, the cut one and empty ones too, must land whole and in place.
     rng = np.random.default_rng(3)
-    state = {
+    state: dict[str, Any] = {
         "a": rng.standard_normal(1_500_001).astype(np.float32),
         "empty": np.zeros((0, 4), np.float32),
         "b": rng.integers(0, 255, 3_000_003, dtype=np.uint8),
@@ -469,6 +469,49 @@ def test_a_weight_buffer_is_reused_only_once_nothing_reads_it() -> None:
     gc.collect()
     assert address(T.byte_buffer(size)) == where  # recycled once nothing reads it
     assert len(T.byte_buffer(100)) == 100  # small ones are not pooled
+
+
+def test_the_pool_keeps_a_sizes_working_set_and_nothing_of_sizes_seen_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+
+    def address(buf: memoryview) -> int:
+        return int(np.frombuffer(buf, np.uint8).ctypes.data)
+
+    size = T.POOL_MIN_BYTES + 5
+    pool = T._BufferPool(max_bytes=8 * size)
+    held = [pool.take(size) for _ in range(5)]  # five receivers of one process at once
+    where = {address(b) for b in held}
+    del held
+    gc.collect()
+    assert pool.free_bytes == 5 * size  # the working set stays mapped, past POOL_PER_SIZE
+    again = [pool.take(size) for _ in range(6)]
+    assert {address(b) for b in again[:5]} == where and pool.free_bytes == 0
+    del again
+    gc.collect()
+    assert pool.free_bytes == 6 * size  # the peak is now six
+    once = pool.take(3 * size)  # a size handed out once (a delta's) is not kept
+    del once
+    gc.collect()
+    assert pool.free_bytes == 6 * size
+    twice = [pool.take(3 * size) for _ in range(2)]  # recurs, but past the cap of 8 sizes
+    del twice
+    gc.collect()
+    assert pool.free_bytes == 6 * size
+    roomy = T._BufferPool(max_bytes=8 * size)
+    twice = [roomy.take(3 * size) for _ in range(2)]
+    del twice
+    gc.collect()
+    assert roomy.free_bytes == 6 * size  # the same two buffers kept where they fit
+    # A long run's deltas (a new size each) leave no counts behind past a bound.
+    monkeypatch.setattr(T, "_POOL_SIZES_COUNTED", 4)
+    for k in range(20):
+        b = roomy.take(size + 100 + k)
+        del b
+        gc.collect()
+    assert len(roomy._takes) <= 5 and roomy._takes[3 * size] == 2
+    assert roomy.free_bytes == 6 * size
 
 
 def test_each_chunk_is_handed_on_once_its_digest_checked_and_a_bad_one_never() -> None:
