@@ -60,7 +60,7 @@ lint: venv
 	"$(VENV)/bin/lint-imports"
 
 typecheck: venv
-	"$(VENV)/bin/mypy" robofleet buffer comms hal edge_agent cloud_learner dashboard deploy
+	"$(VENV)/bin/mypy" foundation buffer comms hal lab_data cloud_learner edge_agent runs dashboard robofleet deploy
 
 # What the suite needs beside the virtualenv, set up here so a newcomer's `make test` is the
 # whole suite: Debian's chromium for the browser tests (tools/ensure-chromium) and a throwaway

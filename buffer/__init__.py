@@ -68,12 +68,10 @@ The whole public API::
 
     # Another process (the learner): buffer.service.BatchServer(buf, tasks, sampler,
     # demonstration_robots=[...]) serves batches over ZeroMQ; buffer.service.RemoteBuffer(
-    # address, sampling={"kind": "symmetric"}) asks it (robofleet.contracts.TransitionSource:
+    # address, sampling={"kind": "symmetric"}) asks it (foundation.contracts.TransitionSource:
     # numpy columns, task_index, is_demonstration, success).
 
-    # LeRobot interchange: export_lerobot(buf, root, repo_id, fps) / import_lerobot(root, dir)
-    # (buffer.lerobot_import lists every column carried or refused). Imported datasets live
-    # in a DatasetCatalog(<data_dir>/datasets): create(name, fill) / names / buffer_dir / info.
+    # A lab's datasets (LeRobotDataset v3, ROS 2 bags) come in and go out through lab_data.
 
     buf.stats()   # size_transitions, bytes_on_disk, bytes_in_cache, cache_hit_rate,
                   # prefetch_lag_s, ack_latency_p50_s/p99_s, discarded_episodes, ...
@@ -122,14 +120,12 @@ Where things are (``ReplayBuffer`` owns the parts, Reverb's table shape)::
     reading        transitions, sequences, the one merge of sampled parts (and across shards)
     lookups        per-robot durable seqs;  prefetch: the cold -> hot promotion thread
     marks          episode marks (discard, rerecord; outcomes success, failure)
-    lerobot_io     LeRobotDataset export (and import: lerobot_import);  catalog: datasets
     view           what samplers see (SamplingView, Source);  samplers: which rows
     rate_limiter   samples per insert;  service: BatchServer / RemoteBuffer
     schema, wal, sealed, segments, storage, index, format: the step schema and the files
 """
 
 from buffer import samplers
-from buffer.catalog import DatasetCatalog, DatasetExists, UnknownDataset
 from buffer.config import BufferSettings
 from buffer.errors import (
     BackpressureError,
@@ -144,7 +140,6 @@ from buffer.errors import (
     UnsupportedFormatError,
 )
 from buffer.format import FORMAT_VERSION
-from buffer.lerobot_io import export_lerobot, import_lerobot
 from buffer.rate_limiter import RateLimiter
 from buffer.replay_buffer import AppendResult, OfflineView, ReplayBuffer
 from buffer.samplers import (
@@ -165,8 +160,6 @@ __all__ = [
     "BufferSettings",
     "CacheAwareSampler",
     "CorruptDataError",
-    "DatasetCatalog",
-    "DatasetExists",
     "DiskFullError",
     "FORMAT_VERSION",
     "FeatureSpec",
@@ -185,9 +178,6 @@ __all__ = [
     "StepSchema",
     "StepValidationError",
     "UniformSampler",
-    "UnknownDataset",
     "UnsupportedFormatError",
-    "export_lerobot",
-    "import_lerobot",
     "samplers",
 ]

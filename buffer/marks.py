@@ -27,7 +27,7 @@ from pathlib import Path
 
 from buffer.index import EpisodeKey
 from buffer.state import TableState
-from robofleet.durable import append_line, fsync_dir
+from foundation.durable import append_line, fsync_dir
 
 MARKS_FILE = "episode_marks.jsonl"
 EXCLUDING = ("discard", "rerecord")

@@ -26,7 +26,7 @@ from buffer.segments import MappedSegment, list_segments
 from buffer.state import TableState
 from buffer.storage import Segment
 from buffer.wal import SPARE_GLOB, WalRecord, keep_only, list_wals, scan_wal
-from robofleet.durable import fsync_dir
+from foundation.durable import fsync_dir
 
 # The index columns a sealed segment's rows are indexed from (no payload is read).
 INDEX_COLUMNS = [*NUMERIC, *STRINGS]

@@ -63,7 +63,7 @@ from buffer.state import TableState
 from buffer.storage import TieredStorage
 from buffer.view import SamplingView, Source, Table
 from buffer.writer import AppendResult, Writer
-from robofleet.durable import atomic_write_text
+from foundation.durable import atomic_write_text
 
 __all__ = ["AppendResult", "OfflineView", "ReplayBuffer"]
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from buffer.storage import Segment, TieredStorage
-from robofleet.durable import fsync_dir
+from foundation.durable import fsync_dir
 
 
 class Retention:

@@ -37,7 +37,7 @@ from buffer.columns import values_address
 from buffer.descriptors import DESCRIPTORS, new_key
 from buffer.errors import CorruptDataError
 from buffer.wal import FILE_HEADER_BYTES, REC_HEADER, REC_MAGIC, check_marker
-from robofleet.durable import fsync_dir
+from foundation.durable import fsync_dir
 
 SEALED_GLOB = "seg-*-*-*.wal"
 

@@ -23,7 +23,7 @@ import pyarrow.ipc as ipc
 from buffer.descriptors import DESCRIPTORS, new_key
 from buffer.errors import CorruptDataError, UnsupportedFormatError
 from buffer.format import FORMAT_VERSION, SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
-from robofleet.durable import fsync_file, replace_durably
+from foundation.durable import fsync_file, replace_durably
 
 SEGMENT_GLOB = "seg-*.arrow"
 

@@ -4,7 +4,7 @@ process, over ZeroMQ (Reverb keeps its server next to its table the same way).
 The replay buffer is opened for writing by exactly one process (the cloud, where uploads land).
 The learner runs in its own supervised process so it can crash and restart without touching
 acknowledged data; it asks the buffer's :class:`BatchServer` for batches through a
-:class:`RemoteBuffer`, which implements ``robofleet.contracts.TransitionSource`` (numpy
+:class:`RemoteBuffer`, which implements ``foundation.contracts.TransitionSource`` (numpy
 columns; the learner converts them to tensors, ``cloud_learner.sources``).
 
 Wire (REQ/REP on loopback): the request is one JSON frame
@@ -342,7 +342,7 @@ class RemoteNothingToSample(RuntimeError):
 
 class RemoteBuffer:
     """A :class:`BatchServer`'s buffer, seen from another process: a
-    ``robofleet.contracts.TransitionSource``.
+    ``foundation.contracts.TransitionSource``.
 
     Args:
         address: the server's ``tcp://`` address.
@@ -480,7 +480,7 @@ class RemoteBuffer:
 
 class ShardedRemoteBuffer:
     """The batch servers of a run's buffer shards (``buffer.shards``: one per shard process,
-    on any node), seen from the learner as one ``robofleet.contracts.TransitionSource``.
+    on any node), seen from the learner as one ``foundation.contracts.TransitionSource``.
 
     A batch of B draws its rows per shard from a multinomial weighted by the shards' sizes
     (each at most 1 s old), so every transition is equally likely whichever shard holds it;

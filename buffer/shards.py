@@ -49,7 +49,7 @@ from buffer.reading import sample_across_shards
 from buffer.replay_buffer import SCHEMA_FILE, SHARDS_FILE, AppendResult, ReplayBuffer
 from buffer.samplers import Sampler
 from buffer.schema import StepSchema
-from robofleet.durable import atomic_write_text
+from foundation.durable import atomic_write_text
 
 
 def shard_of(robot_id: str | int, shards: int) -> int:

@@ -48,7 +48,7 @@ import xxhash
 from buffer.encoding import Piece, pieces_size
 from buffer.errors import UnsupportedFormatError
 from buffer.format import SUPPORTED_FORMAT_VERSIONS, WAL_MARKER_PREFIX, wal_marker
-from robofleet.durable import atomic_write_bytes, fsync_dir
+from foundation.durable import atomic_write_bytes, fsync_dir
 
 FILE_MAGIC = wal_marker()
 # Version 1 WALs have the same record layout; only sealing differs (see buffer.format).
@@ -169,7 +169,7 @@ def keep_only(path: Path, recs: list[WalRecord], kept: set[int]) -> None:
     ``recs`` are the file's complete records in file order (:func:`scan_wal`). Appends write
     their records outside the buffer lock, so a file's records need not be in row order: a
     dropped record may sit before a kept one. Then the file is rewritten
-    (``robofleet.durable.atomic_write_bytes``, which needs the file's size in free space);
+    (``foundation.durable.atomic_write_bytes``, which needs the file's size in free space);
     otherwise it is cut after the last kept record (after its header when none is kept:
     needs no space) and fdatasynced.
 

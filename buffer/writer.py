@@ -47,7 +47,7 @@ from buffer.state import TableState
 from buffer.storage import Chunk, ColdArrays
 from buffer.tail_reads import WalTailReader
 from buffer.wal import StripedWal, WriteAheadLog
-from robofleet.durable import fsync_dir
+from foundation.durable import fsync_dir
 
 
 @dataclass(frozen=True)

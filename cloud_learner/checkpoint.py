@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cloud_learner.policies.base import describe_mismatch
-from robofleet.durable import fsync_dir, fsync_tree
+from foundation.durable import fsync_dir, fsync_tree
 
 CHECKPOINT_FORMAT = 1
 

@@ -4,7 +4,7 @@ The learner loop, in full (``cloud_learner.loop.Learner`` runs exactly this)::
 
     source = BufferSource(replay_buffer)          # BatchSource: the buffer behind a thin adapter
     algorithm = HGDAgger(policy, config)          # Algorithm: owns the policy and its optimizer
-    publisher = WeightDirectory(run_dir / "weights")  # robofleet.contracts.WeightPublisher
+    publisher = WeightDirectory(run_dir / "weights")  # foundation.contracts.WeightPublisher
     checkpoints = CheckpointManager(run_dir)      # resume-or-refuse, atomic, keep last K
 
     state = checkpoints.restore(algorithm, source) or fresh   # counters, RNG, sampler state
@@ -44,7 +44,7 @@ key                            shape              dtype      meaning
 
 Weights are always a flat ``dict[str, torch.Tensor]`` (never pickled) so that comms can ship
 them as raw tensors with a manifest and checksums. The learner publishes them through a
-:class:`robofleet.contracts.WeightPublisher` (``comms.weight_file.WeightDirectory`` in a run,
+:class:`foundation.contracts.WeightPublisher` (``comms.weight_file.WeightDirectory`` in a run,
 ``cloud_learner.publisher.InMemoryWeightPublisher`` in tests).
 """
 

@@ -29,8 +29,8 @@ from cloud_learner.checkpoint import (
 from cloud_learner.config import LearnerSettings
 from cloud_learner.core import Algorithm, BatchSource, Metrics
 from cloud_learner.metrics import MetricsWriter
-from robofleet.contracts import WeightPublisher
-from robofleet.durable import append_line
+from foundation.contracts import WeightPublisher
+from foundation.durable import append_line
 
 log = logging.getLogger("robofleet.learner")
 

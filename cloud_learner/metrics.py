@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-from robofleet.durable import atomic_write_text
+from foundation.durable import atomic_write_text
 
 
 class MetricsWriter:

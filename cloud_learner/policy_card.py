@@ -205,7 +205,7 @@ def with_card(weights: Mapping[str, torch.Tensor], card: PolicyCard) -> dict[str
 
 
 class CardPublisher:
-    """A :class:`robofleet.contracts.WeightPublisher` that adds the card to every version.
+    """A :class:`foundation.contracts.WeightPublisher` that adds the card to every version.
 
     Forwards ``latest_version`` (and any other attribute) to the wrapped publisher.
     """

@@ -56,8 +56,8 @@ from cloud_learner.run_plan import RunPlan
 from cloud_learner.sources import TransitionBatchSource
 from cloud_learner.warm_start import fit_state_normalization
 from comms.weight_file import WeightDirectory
-from robofleet.durable import atomic_write_text
-from robofleet.runspec import RunParams, parse_run_spec
+from foundation.durable import atomic_write_text
+from foundation.runspec import RunParams, parse_run_spec
 
 EXIT_REFUSED = 4
 REFUSAL = "learner.refused"  # in the run dir: why the last start was refused
@@ -406,8 +406,8 @@ def metadata_hook(database_url: str, run_id: str) -> Hook:
     """
     from sqlalchemy import select
 
-    from robofleet.store.models import Checkpoint, PolicyVersion
-    from robofleet.store.store import MetadataStore
+    from foundation.store.models import Checkpoint, PolicyVersion
+    from foundation.store.store import MetadataStore
 
     store = MetadataStore(database_url)
 

@@ -1,4 +1,4 @@
-"""A :class:`robofleet.contracts.WeightPublisher` for tests: versions kept in memory.
+"""A :class:`foundation.contracts.WeightPublisher` for tests: versions kept in memory.
 
 A run's learner publishes through ``comms.weight_file.WeightDirectory`` (files the cloud
 process hands to comms' distributor); anything with ``latest_version() -> int`` and

@@ -1,5 +1,5 @@
 """What a run spec means for the learner: its hyper-parameters split between the knobs every
-run has (:class:`robofleet.runspec.RunParams`) and the algorithm's own (its builder's
+run has (:class:`foundation.runspec.RunParams`) and the algorithm's own (its builder's
 ``options``), the learner settings they make, and how the learner's batches are drawn.
 
 ``spec.hyperparameters`` is one flat mapping, e.g. ``{"lr": 1e-3, "control_hz": 20,
@@ -16,7 +16,7 @@ from typing import Any
 
 from cloud_learner.algorithms import BUILDERS, AlgorithmBuilder
 from cloud_learner.config import LearnerSettings
-from robofleet.runspec import (
+from foundation.runspec import (
     PRETRAINED_ONLY_KINDS,
     RunParams,
     RunSpec,

@@ -3,7 +3,7 @@
 * :class:`BufferSource` wraps the replay buffer (``buffer.ReplayBuffer``): it forwards
   ``sample(batch_size, sampler=...)``, the rate limiter and sampler state, and converts the
   numpy batch with :func:`cloud_learner.batch.to_torch_batch`.
-* :class:`TransitionBatchSource` wraps any ``robofleet.contracts.TransitionSource`` (e.g.
+* :class:`TransitionBatchSource` wraps any ``foundation.contracts.TransitionSource`` (e.g.
   ``buffer.service.RemoteBuffer``, the run's buffer in the cloud process): numpy rows become
   torch batches on the learner's device, rewards scaled on the learner's side.
 * :class:`InMemorySource` holds numpy columns in memory (tests, offline pre-training).
@@ -20,14 +20,14 @@ import torch
 from buffer.rate_limiter import RateLimiter
 from cloud_learner.batch import BatchError, to_torch_batch
 from cloud_learner.core import Batch
-from robofleet.contracts import TransitionSource
+from foundation.contracts import TransitionSource
 
 
 class TransitionBatchSource:
     """A :class:`~cloud_learner.core.BatchSource` over any ``TransitionSource``.
 
     Args:
-        source: where rows come from (``robofleet.contracts.TransitionSource``).
+        source: where rows come from (``foundation.contracts.TransitionSource``).
         device: where ``sample`` puts the batch's tensors (the learner's device).
         reward_scale: multiplies ``reward`` of every batch (e.g. 0.1 maps Meta-World's
             0..10 dense reward into 0..1 for SAC).

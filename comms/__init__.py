@@ -43,7 +43,7 @@ Every seam in one place (wire schema: ``comms/proto/robofleet.proto``)::
     action_chunk, policy_version = client.act(run_id, observation, task)   # remote inference
 
     # site
-    from comms.relay import SiteRelay             # ``robofleet relay`` (robofleet.app.commands.relay)
+    from comms.relay import SiteRelay             # ``robofleet relay`` (robofleet.commands.relay)
 
 Step batches need ``robot_id`` (the robot's id, int or its decimal string) and ``seq``
 columns; the sink (``comms.sink.StepSink``) acknowledges the highest durable ``seq``.

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from robofleet.store.store import MetadataStore
+from foundation.store.store import MetadataStore
 
 AUTH_HEADER = "authorization"
 BEARER = "Bearer "

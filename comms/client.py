@@ -25,7 +25,7 @@ from comms.marks import MARK_KINDS, EpisodeMark
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.act import tensor_from_proto, tensor_to_proto
-from robofleet.retry import Backoff
+from foundation.retry import Backoff
 
 log = logging.getLogger(__name__)
 

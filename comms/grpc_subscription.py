@@ -34,7 +34,7 @@ from comms.dataplane import CHUNK_HEADER, WEIGHT
 from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.weight_codec import WeightFormatError, chunk_check
-from robofleet.retry import Backoff
+from foundation.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 import grpc
 
 from comms.proto import robofleet_pb2 as pb
-from robofleet.retry import Backoff
+from foundation.retry import Backoff
 
 if TYPE_CHECKING:
     from comms.client import EdgeClient

@@ -34,7 +34,7 @@ from comms.client import FATAL_CODES, EdgeClient
 from comms.dataplane import BATCH, BATCH_HEADER
 from comms.proto import robofleet_pb2 as pb
 from comms.sink import NO_SEQ
-from robofleet.retry import Backoff
+from foundation.retry import Backoff
 
 log = logging.getLogger(__name__)
 

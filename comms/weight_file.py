@@ -14,7 +14,7 @@ The directory (a run's ``weights/``; the format this module owns)::
 A learner restarted after a crash reads its newest version back from ``latest.json``
 (:func:`latest_version`), so it never reuses a version number; the newest files are kept.
 
-Learner (a ``robofleet.contracts.WeightPublisher``)::
+Learner (a ``foundation.contracts.WeightPublisher``)::
 
     WeightDirectory(run_dir / "weights", keep=5).publish(version, policy.state_dict())
 
@@ -40,7 +40,7 @@ import numpy as np
 from comms import tensors as T
 from comms.distributor import WeightDistributor
 from comms.priority import lower_this_thread
-from robofleet.durable import atomic_write_json, fsync_file, replace_durably
+from foundation.durable import atomic_write_json, fsync_file, replace_durably
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def _pointer(directory: Path) -> tuple[int, str] | None:
 
 
 class WeightDirectory:
-    """The learner's :class:`robofleet.contracts.WeightPublisher`: each version becomes a file
+    """The learner's :class:`foundation.contracts.WeightPublisher`: each version becomes a file
     of ``directory`` (see the module docstring), the last ``keep`` of them are kept.
 
     Args:

@@ -29,7 +29,7 @@ from comms.proto import robofleet_pb2 as pb
 from comms.receiver import VersionAssembler, WeightReceiver
 from comms.relay import FANOUT_KEY_HEADER, TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
 from comms.weight_codec import FULL_BASE, WeightFormatError
-from robofleet.retry import Backoff
+from foundation.retry import Backoff
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from dashboard.security import DUMMY_HASH, hash_password, new_token, verify_password
-from robofleet.store.accounts import ApiToken, Role, TokenKind, User
-from robofleet.store.models import utcnow
-from robofleet.store.store import MetadataStore, hash_secret
+from foundation.store.accounts import ApiToken, Role, TokenKind, User
+from foundation.store.models import utcnow
+from foundation.store.store import MetadataStore, hash_secret
 
 BOOTSTRAP_USERNAME = "admin"
 MIN_PASSWORD_LENGTH = 10

@@ -1,6 +1,6 @@
 """The FastAPI application: REST API under ``/api``, pages, static assets, ``/metrics``.
 
-Build it with :func:`create_app`; ``robofleet dashboard`` (``robofleet.app.commands.dashboard``) serves it.
+Build it with :func:`create_app`; ``robofleet dashboard`` (``robofleet.commands.dashboard``) serves it.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from dashboard.config import AppSettings
 from dashboard.deps import SESSION_COOKIE, require_viewer
 from dashboard.login_throttle import LoginThrottle
 from dashboard.prometheus import make_registry
-from robofleet import __version__
-from robofleet.contracts import RobotControl, RunManager
-from robofleet.store.accounts import Role, TokenKind
-from robofleet.store.store import MetadataStore
+from foundation import __version__
+from foundation.contracts import RobotControl, RunManager
+from foundation.store.accounts import Role, TokenKind
+from foundation.store.store import MetadataStore
 
 HERE = Path(__file__).parent
 # Everything is served from here; the policy forbids any other origin (no CDN, no inline code).
@@ -61,7 +61,7 @@ def create_app(
             requests for a cloud in another process to act on).
         robot_control: comms' ``CloudServer`` when the dashboard runs in the cloud process:
             an e-stop or clear is pushed to the robot at once. Without it (or when the robot
-            is not connected) the cloud's e-stop sync (``robofleet.app.orchestration.estop``)
+            is not connected) the cloud's e-stop sync (``runs.estop``)
             delivers it from the store within a second.
     """
     app = FastAPI(

@@ -72,7 +72,7 @@ class DashboardSettings(BaseModel):
 
 
 class AppSettings(Protocol):
-    """What the app reads of robofleet's settings (``robofleet.app.settings.Settings``)."""
+    """What the app reads of robofleet's settings (``robofleet.settings.Settings``)."""
 
     @property
     def data_dir(self) -> Path: ...

@@ -16,8 +16,8 @@ from fastapi import Depends, HTTPException, Request
 from dashboard import accounts
 from dashboard.accounts import Principal
 from dashboard.security import csrf_token, same
-from robofleet.store.accounts import Role, TokenKind
-from robofleet.store.store import MetadataStore
+from foundation.store.accounts import Role, TokenKind
+from foundation.store.store import MetadataStore
 
 SESSION_COOKIE = "robofleet_session"
 CSRF_COOKIE = "robofleet_csrf"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from dashboard.schemas import ActivityState, CameraOut, RobotActivity, RobotSpecSummary
-from robofleet.store.models import Robot, RobotStatus
+from foundation.store.models import Robot, RobotStatus
 
 # Heartbeat states of a robot computer acting in the run its heartbeat names
 # (edge_agent.host while the run's agent starts, then the agent's own).

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
 from comms.enrollment import KEY_PATTERN
-from robofleet.store.accounts import Role
-from robofleet.store.models import RobotStatus, RunState
+from foundation.store.accounts import Role
+from foundation.store.models import RobotStatus, RunState
 
 
 class Message(BaseModel):

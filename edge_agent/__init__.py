@@ -17,7 +17,7 @@ Start with :mod:`edge_agent.core` (every seam and the step, in one file). Then:
   comms' ``Uploader`` streams it; :mod:`edge_agent.journal` keeps each step durable before
   its batch is cut.
 * :mod:`edge_agent.credential` - the robot's enrolled credential file (mode 0600).
-* :mod:`edge_agent.build` - one builder for ``robofleet edge`` (:mod:`robofleet.app.commands.edge`) and the
+* :mod:`edge_agent.build` - one builder for ``robofleet edge`` (:mod:`robofleet.commands.edge`) and the
   Ray actor (:mod:`edge_agent.ray_actor`).
 * :mod:`edge_agent.latency_report` - control-loop p50/p99 of N agents on one machine.
 """

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from robofleet.durable import append_line
+from foundation.durable import append_line
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``credential.json`` holds ``{"robot_id": int, "credential": str}`` with mode 0600 (only the
 robot's user may read the secret). It is written once, after enrollment, atomically and
-durably (:func:`robofleet.durable.atomic_write_json`): after a crash the file is either absent
+durably (:func:`foundation.durable.atomic_write_json`): after a crash the file is either absent
 or whole, never torn (the one-time token is spent by then).
 """
 
@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from robofleet.durable import atomic_write_json
+from foundation.durable import atomic_write_json
 
 FILE_NAME = "credential.json"
 

@@ -1,7 +1,7 @@
 """The robot's episode numbering, log and marks, kept in its spool directory across restarts.
 
 ``agent_state.json`` holds ``{"next_episode_index": int}`` (written atomically and durably,
-:func:`robofleet.durable.atomic_write_bytes`), so a restarted agent never reuses an
+:func:`foundation.durable.atomic_write_bytes`), so a restarted agent never reuses an
 ``episode_index`` the cloud may already hold. ``episodes.jsonl`` gets one line per recorded
 episode: ``{"episode_index", "task", "steps", "label", "kind"}`` (``kind``: ``demonstration``
 for an operator's demonstration, else ``episode``); a restarted agent reads it to count the
@@ -22,7 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from comms.marks import EpisodeMark
-from robofleet.durable import append_line, atomic_write_bytes, atomic_write_text
+from foundation.durable import append_line, atomic_write_bytes, atomic_write_text
 
 
 class EpisodeLog:

@@ -13,7 +13,7 @@ The counts travel in the heartbeat statistics (cumulative, per task)::
     eval/<task>/episodes, eval/<task>/successes, eval/version   (last evaluated version)
     autonomous/<task>/episodes, autonomous/<task>/successes
 
-so the cloud (``robofleet.app.orchestration.robot_evals``) turns their increments into the
+so the cloud (``runs.robot_evals``) turns their increments into the
 run's success curve without a simulator.
 """
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from robofleet.durable import fsync_dir
+from foundation.durable import fsync_dir
 
 FILE_NAME = "open.journal"
 _FRAME = struct.Struct("<II")  # payload bytes, crc32 of the payload

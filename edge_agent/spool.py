@@ -36,7 +36,7 @@ from typing import Literal
 import pyarrow as pa
 
 from comms.uploader import SpoolEntry as WireEntry
-from robofleet.durable import append_line, atomic_write_bytes, atomic_write_json
+from foundation.durable import append_line, atomic_write_bytes, atomic_write_json
 
 FullPolicy = Literal["drop_oldest", "drop_newest"]
 _STATE = "state.json"

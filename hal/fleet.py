@@ -1,6 +1,6 @@
 """The fleet in the metadata store: robots reported by node probes, heartbeats, offline marking.
 
-Status rules (``robofleet.store.models.RobotStatus``), each change an audit event
+Status rules (``foundation.store.models.RobotStatus``), each change an audit event
 ``robot.status`` with ``{"from", "to", "reason"}``:
 
 - a heartbeat from an e-stopped robot -> ``estopped``; from a faulty one -> ``unhealthy``;
@@ -20,9 +20,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from foundation.store.models import Lease, Robot, RobotStatus, utcnow
+from foundation.store.store import MetadataStore
 from hal.spec import validate_name
-from robofleet.store.models import Lease, Robot, RobotStatus, utcnow
-from robofleet.store.store import MetadataStore
 
 _LIVE = {RobotStatus.IDLE, RobotStatus.LEASED, RobotStatus.UNHEALTHY, RobotStatus.ESTOPPED}
 

@@ -1,8 +1,6 @@
-"""robofleet: fleet-scale online post-training for robot policies."""
+"""The roof: the ``robofleet`` command, settings composition, process wiring (the cloud, the
+simulated fleet) and the benchmarks that wire several components. Nothing imports it."""
 
-from importlib.metadata import PackageNotFoundError, version
+from foundation import __version__
 
-try:
-    __version__ = version("robofleet")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
+__all__ = ["__version__"]

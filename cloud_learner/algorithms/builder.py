@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from robofleet.runspec import DEFAULT_POLICY_KIND, RunParams, RunSpec
+from foundation.runspec import DEFAULT_POLICY_KIND, RunParams, RunSpec
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class AlgorithmBuilder(ABC):
         learner_name: the learner settings', checkpoints' and policy cards' name
             (``hg_dagger``).
         display_name: for people (``HG-DAgger``).
-        options: a dataclass of :func:`robofleet.runspec.knob` fields, the hyper-parameters
+        options: a dataclass of :func:`foundation.runspec.knob` fields, the hyper-parameters
             this algorithm alone owns in ``spec.hyperparameters``.
         terminate_on_success: robots end an episode (``terminated``) when the task is solved;
             otherwise episodes run their full length (truncation is not termination).

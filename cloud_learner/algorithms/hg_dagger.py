@@ -32,7 +32,7 @@ from cloud_learner.policies.base import TorchPolicy, load_weights_strict
 from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter
 
 if TYPE_CHECKING:
-    from robofleet.runspec import RunParams, RunSpec
+    from foundation.runspec import RunParams, RunSpec
 
 
 @dataclass

@@ -44,10 +44,10 @@ from cloud_learner.policies.base import (
     load_weights_strict,
 )
 from cloud_learner.policies.mlp import MLPPolicy
-from robofleet.runspec import knob
+from foundation.runspec import knob
 
 if TYPE_CHECKING:
-    from robofleet.runspec import RunParams, RunSpec
+    from foundation.runspec import RunParams, RunSpec
 
 
 @dataclass

@@ -61,10 +61,10 @@ from cloud_learner.algorithms.builder import AlgorithmBuilder
 from cloud_learner.core import Batch, Metrics, Weights
 from cloud_learner.policies.base import TorchPolicy, load_weights_strict
 from cloud_learner.policies.gaussian import GaussianPolicy, tanh_gaussian_log_prob
-from robofleet.runspec import knob
+from foundation.runspec import knob
 
 if TYPE_CHECKING:
-    from robofleet.runspec import RunParams, RunSpec
+    from foundation.runspec import RunParams, RunSpec
 
 
 @dataclass

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from dashboard.api.common import PAGED, BeforeId, Limit, page_rows
 from dashboard.deps import Viewer
 from dashboard.schemas import EventOut
-from robofleet.store.models import Event
+from foundation.store.models import Event
 
 router = APIRouter(tags=["audit"])
 

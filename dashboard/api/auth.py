@@ -31,8 +31,8 @@ from dashboard.schemas import (
     UserUpdate,
 )
 from dashboard.security import csrf_token, hash_password
-from robofleet.store.accounts import ApiToken, Role, TokenKind, User
-from robofleet.store.models import utcnow
+from foundation.store.accounts import ApiToken, Role, TokenKind, User
+from foundation.store.models import utcnow
 
 router = APIRouter(tags=["auth"])
 

@@ -23,7 +23,7 @@ from dashboard.api.common import (
 )
 from dashboard.deps import Operator, Viewer, store_of
 from dashboard.schemas import CheckpointOut, PolicyVersionOut
-from robofleet.store.models import Checkpoint, PolicyVersion
+from foundation.store.models import Checkpoint, PolicyVersion
 
 router = APIRouter(tags=["policies"])
 RunFilter = Annotated[str | None, Query(max_length=64, description="only this run's")]

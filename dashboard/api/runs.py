@@ -23,12 +23,12 @@ from dashboard.api.common import (
 )
 from dashboard.deps import Operator, Viewer, store_of
 from dashboard.schemas import MetricPoint, RunCreated, RunDetail, RunOut
-from robofleet.contracts import RunManager
-from robofleet.runspec import RunSpec, RunSpecError
-from robofleet.store.metrics import metrics_after
-from robofleet.store.models import Lease, Robot, Run, RunState
-from robofleet.store.runs import RunNotFound, RunStateError
-from robofleet.store.store import MetadataStore
+from foundation.contracts import RunManager
+from foundation.runspec import RunSpec, RunSpecError
+from foundation.store.metrics import metrics_after
+from foundation.store.models import Lease, Robot, Run, RunState
+from foundation.store.runs import RunNotFound, RunStateError
+from foundation.store.store import MetadataStore
 
 router = APIRouter(tags=["runs"])
 
@@ -65,7 +65,7 @@ def list_runs(
     status_code=201,
     summary="Launch a run from a spec (422 names each invalid field)",
     description=(
-        "The body is a run spec (`robofleet.runspec.RunSpec`, the same document as "
+        "The body is a run spec (`foundation.runspec.RunSpec`, the same document as "
         "`robofleet run launch SPEC`). Errors name each field by its path in `loc`, both the "
         "spec's own checks and the run manager's (unknown task or hyper-parameter, too few "
         "robots); nothing is created."

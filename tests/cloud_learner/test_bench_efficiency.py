@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robofleet.app.bench.efficiency import _sync_schedule, _system_schedule
-from robofleet.app.sim.hgdagger import LabelledSteps, MultiTaskConfig, run_multitask
+from robofleet.bench.efficiency import _sync_schedule, _system_schedule
+from robofleet.sim.hgdagger import LabelledSteps, MultiTaskConfig, run_multitask
 
 TASKS = ["reach-v3", "button-press-topdown-v3"]
 # Every evaluation episode must succeed: with a handful of evaluation episodes a lower target
@@ -69,7 +69,7 @@ def test_bench_runs_all_three_and_ratios_follow_raw_numbers(tmp_path: Path) -> N
         [
             sys.executable,
             "-m",
-            "robofleet.app.cli",
+            "robofleet.cli",
             "bench",
             "efficiency",
             "--json",
@@ -158,7 +158,7 @@ def test_scaling_reports_medians_of_interleaved_runs(
 ) -> None:
     """--scaling --repeats: runs interleave by count; a count's time is the median of its runs
     with an unreached run as infinitely slow; efficiency = (T1 / TN) / N."""
-    import robofleet.app.bench.efficiency as be
+    import robofleet.bench.efficiency as be
 
     times = {1: [200.0, 240.0, None], 8: [30.0, None, None]}
     order: list[int] = []

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from robofleet.app.sim.hgdagger import MultiTaskConfig, run_multitask
+from robofleet.sim.hgdagger import MultiTaskConfig, run_multitask
 
 
 @pytest.mark.slow

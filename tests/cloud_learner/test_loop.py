@@ -20,7 +20,7 @@ from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec
 from cloud_learner.publisher import InMemoryWeightPublisher
 from cloud_learner.sources import InMemorySource
 from comms.weight_file import WeightDirectory, weight_file_name
-from robofleet.contracts import WeightPublisher
+from foundation.contracts import WeightPublisher
 from tests.cloud_learner.helpers import columns
 
 

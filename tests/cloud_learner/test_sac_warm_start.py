@@ -15,7 +15,7 @@ from cloud_learner.algorithms.sac_rlpd import SACRLPD, SACConfig, gaussian_bc_lo
 from cloud_learner.policies import PolicySpec
 from cloud_learner.policies.gaussian import GaussianPolicy
 from cloud_learner.warm_start import fit_state_normalization
-from robofleet.runspec import RunParams
+from foundation.runspec import RunParams
 
 D, A, B, HIDDEN = 6, 4, 64, 32
 BC_UPDATES, WARMUP, SAC_UPDATES = 200, 20, 100

@@ -11,7 +11,7 @@ from comms import steps as S
 from comms.auth import credential_metadata
 from comms.client import EdgeClient, enroll, make_channel
 from comms.proto import robofleet_pb2 as pb
-from robofleet.store.models import Robot, RobotStatus
+from foundation.store.models import Robot, RobotStatus
 from tests.comms.helpers import rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
 

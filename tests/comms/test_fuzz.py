@@ -24,7 +24,7 @@ from google.protobuf.message_factory import GetMessageClass
 from comms.auth import credential_metadata
 from comms.proto import robofleet_pb2 as pb
 from comms.uploader import MemorySpool, Uploader
-from robofleet.store.models import Robot
+from foundation.store.models import Robot
 from tests.comms.helpers import rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
 

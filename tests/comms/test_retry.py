@@ -1,4 +1,4 @@
-"""robofleet.retry.Backoff, the one backoff of comms' clients and the supervisor."""
+"""foundation.retry.Backoff, the one backoff of comms' clients and the supervisor."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from robofleet.retry import Backoff
+from foundation.retry import Backoff
 
 
 def test_equal_jitter_keeps_half_of_each_doubling_bound() -> None:

@@ -23,7 +23,7 @@ from comms.weight_file import (
     read_weights,
     weight_file_name,
 )
-from robofleet.contracts import WeightPublisher
+from foundation.contracts import WeightPublisher
 
 
 def _state(seed: int) -> dict[str, torch.Tensor]:

@@ -21,10 +21,10 @@ from dashboard.app import create_app
 from dashboard.config import DashboardSettings
 from dashboard.deps import CSRF_HEADER
 from dashboard.serve import uvicorn_config
-from robofleet.app.orchestration.manager import QueuedRunManager
-from robofleet.app.settings import Settings
-from robofleet.store.accounts import Role
-from robofleet.store.store import MetadataStore, upgrade
+from foundation.store.accounts import Role
+from foundation.store.store import MetadataStore, upgrade
+from robofleet.settings import Settings
+from runs.manager import QueuedRunManager
 from tests.fakes.settings import fast_settings
 
 PASSWORD = "correct horse battery"

@@ -19,10 +19,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
-import robofleet.store.store  # noqa: F401  (registers every table on Base.metadata)
+import foundation.store.store  # noqa: F401  (registers every table on Base.metadata)
 from dashboard.app import CSP
-from robofleet.store.models import Base
-from robofleet.store.store import alembic_config, current_revision, make_engine, upgrade
+from foundation.store.models import Base
+from foundation.store.store import alembic_config, current_revision, make_engine, upgrade
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,7 +88,7 @@ def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> Non
 
     def start() -> tuple[subprocess.Popen[str], list[str]]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "robofleet.app.cli", "dashboard"],
+            [sys.executable, "-m", "robofleet.cli", "dashboard"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,

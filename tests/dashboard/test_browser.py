@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import select
 
 from comms.enrollment import edge_command
-from robofleet.store.metrics import insert_metrics
-from robofleet.store.models import (
+from foundation.store.metrics import insert_metrics
+from foundation.store.models import (
     Event,
     PolicyVersion,
     Robot,

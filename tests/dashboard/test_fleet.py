@@ -8,9 +8,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from comms.enrollment import edge_command
-from robofleet.store.accounts import Role
-from robofleet.store.models import Event, Robot, RobotStatus, Run, utcnow
-from robofleet.store.store import MetadataStore
+from foundation.store.accounts import Role
+from foundation.store.models import Event, Robot, RobotStatus, Run, utcnow
+from foundation.store.store import MetadataStore
 from tests.dashboard.helpers import add_robot
 
 Client = Callable[[Role], TestClient]
@@ -229,7 +229,7 @@ def test_rerecord_and_discard_reach_the_robot_running_an_episode(
     settings, store: MetadataStore
 ) -> None:
     from dashboard.app import create_app
-    from robofleet.app.orchestration.manager import QueuedRunManager
+    from runs.manager import QueuedRunManager
     from tests.dashboard.conftest import login
 
     rid, other = add_robot(store, "r1"), add_robot(store, "r2")

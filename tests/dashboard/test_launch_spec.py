@@ -1,4 +1,4 @@
-"""One run spec: the launch form and ``POST /api/runs`` speak ``robofleet.runspec.RunSpec``, and
+"""One run spec: the launch form and ``POST /api/runs`` speak ``foundation.runspec.RunSpec``, and
 the run manager's own refusals come back as 422s naming the form's fields."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pydantic import BaseModel
 from cloud_learner.algorithms import BUILDERS
 from cloud_learner.run_plan import RunPlan
 from dashboard.app import create_app
-from robofleet.app.orchestration.manager import RunManager
-from robofleet.app.orchestration.run import CloudContext
-from robofleet.app.settings import Settings
-from robofleet.runspec import RunParams, RunSpec, knob_names
-from robofleet.store.accounts import Role
-from robofleet.store.models import Event, Run
-from robofleet.store.store import MetadataStore
+from foundation.runspec import RunParams, RunSpec, knob_names
+from foundation.store.accounts import Role
+from foundation.store.models import Event, Run
+from foundation.store.store import MetadataStore
+from robofleet.settings import Settings
+from runs.manager import RunManager
+from runs.run import CloudContext
 from tests.dashboard.conftest import login
 from tests.dashboard.helpers import VALID_SPEC, add_robot, count
 
@@ -133,6 +133,6 @@ def test_form_defaults_make_a_spec_the_run_manager_accepts(
     assert spec.policy.kind == ("gaussian" if algorithm == "sac" else "mlp")
     assert RunPlan.from_spec(spec).params.lr == 0.001
     add_robot(store, "sim-00")
-    from robofleet.app.orchestration.manager import validate_launch
+    from runs.manager import validate_launch
 
     validate_launch(store, spec)  # raises on any refusal

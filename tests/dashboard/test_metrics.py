@@ -9,10 +9,10 @@ from collections.abc import Callable
 import httpx
 from fastapi.testclient import TestClient
 
-from robofleet.store.accounts import Role
-from robofleet.store.metrics import insert_metrics
-from robofleet.store.models import Robot, Run, RunState, utcnow
-from robofleet.store.store import MetadataStore
+from foundation.store.accounts import Role
+from foundation.store.metrics import insert_metrics
+from foundation.store.models import Robot, Run, RunState, utcnow
+from foundation.store.store import MetadataStore
 from tests.dashboard.conftest import PASSWORD, LiveServer
 from tests.dashboard.helpers import add_robot
 

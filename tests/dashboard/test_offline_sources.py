@@ -14,15 +14,15 @@ import torch
 from fastapi.testclient import TestClient
 
 from buffer import ReplayBuffer, StepSchema
-from buffer.catalog import DatasetCatalog
 from comms.weight_file import WeightDirectory
-from robofleet.app.orchestration.starting import PromotionError, promote_from_disk
-from robofleet.app.settings import Settings
-from robofleet.runspec import parse_run_spec
-from robofleet.store.accounts import Role
-from robofleet.store.models import PolicyVersion
-from robofleet.store.runs import record_run
-from robofleet.store.store import MetadataStore
+from foundation.runspec import parse_run_spec
+from foundation.store.accounts import Role
+from foundation.store.models import PolicyVersion
+from foundation.store.runs import record_run
+from foundation.store.store import MetadataStore
+from lab_data.catalog import DatasetCatalog
+from robofleet.settings import Settings
+from runs.starting import PromotionError, promote_from_disk
 
 SCHEMA = StepSchema.from_features(
     {"observation.state": {"dtype": "float32", "shape": (2,)}},

@@ -10,10 +10,10 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from robofleet.app.settings import Settings
-from robofleet.store.accounts import Role
-from robofleet.store.models import Checkpoint, Event, PolicyVersion, Run
-from robofleet.store.store import MetadataStore
+from foundation.store.accounts import Role
+from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
+from foundation.store.store import MetadataStore
+from robofleet.settings import Settings
 
 Client = Callable[[Role], TestClient]
 

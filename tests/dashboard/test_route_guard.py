@@ -13,9 +13,9 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 
 from dashboard.deps import CSRF_HEADER
-from robofleet.store.accounts import Role
-from robofleet.store.models import Event
-from robofleet.store.store import MetadataStore
+from foundation.store.accounts import Role
+from foundation.store.models import Event
+from foundation.store.store import MetadataStore
 from tests.dashboard.conftest import login
 from tests.dashboard.helpers import count
 

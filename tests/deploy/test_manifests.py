@@ -16,7 +16,7 @@ import yaml
 import robofleet
 from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
-from robofleet.app.settings import Settings
+from robofleet.settings import Settings
 
 from ._paths import COMPOSE, DEPLOY, K8S, REPO
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from robofleet.store.store import MetadataStore
+from foundation.store.store import MetadataStore
 from tests.fakes.cloud import RUN, migrated_store
 
 

@@ -145,7 +145,7 @@ def test_robofleet_edge_drives_a_gymnasium_robot_without_metaworld(tmp_path):
     ],
 )  # fmt: skip
 def test_robofleet_edge_names_a_bad_driver_set_up(tmp_path, capsys, args, message):
-    from robofleet.app.commands.edge import main
+    from robofleet.commands.edge import main
 
     assert main([*args, "--spool-dir", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from comms.buffer_sink import BufferSink
 from edge_agent.build import AgentOptions, build_agent
 from edge_agent.control import CloudControl
-from robofleet.store.models import Event, Robot, RobotStatus
+from foundation.store.models import Event, Robot, RobotStatus
 from tests.edge_agent.helpers import BiasPolicy, make_agent, spooled_rows
 from tests.fakes.cloud import RUN, Cloud, metaworld_schema
 from tests.fakes.procs import wait_until

@@ -6,7 +6,7 @@ import numpy as np
 
 from edge_agent.build import AgentOptions, build_agent
 from hal.drivers.metaworld import MetaWorldDriver
-from robofleet.app.commands.edge import build_parser, options_from_args
+from robofleet.commands.edge import build_parser, options_from_args
 from tests.fakes.settings import fast_edge
 
 

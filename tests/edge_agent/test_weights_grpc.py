@@ -14,7 +14,7 @@ import torch
 
 from comms.sink import MemorySink
 from edge_agent.build import AgentOptions, build_agent
-from robofleet.store.models import Robot
+from foundation.store.models import Robot
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.settings import fast_comms, fast_edge
 

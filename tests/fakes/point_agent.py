@@ -25,7 +25,7 @@ from tests.fakes.robot import PointRobot
 
 if TYPE_CHECKING:
     from buffer.replay_buffer import ReplayBuffer
-    from robofleet.store.store import MetadataStore
+    from foundation.store.store import MetadataStore
 
 KIND = "counting-point"
 

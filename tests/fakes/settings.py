@@ -30,7 +30,7 @@ from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
 from edge_agent.config import EdgeSettings
 from hal.config import HalSettings
-from robofleet.app.settings import Settings
+from robofleet.settings import Settings
 
 COMMS: dict[str, Any] = {
     "grpc_port": 0,

@@ -10,7 +10,7 @@ import pytest
 import tests.fakes.lerobot  # noqa: F401  (registers the fake_follower LeRobot type)
 from hal.config import RobotDeclaration
 from hal.discovery import probe
-from robofleet.app.commands.hal import main as hal_main
+from robofleet.commands.hal import main as hal_main
 from tests.fakes.ros2_robot import Ros2Robot
 from tests.fakes.settings import fast_hal
 

@@ -20,14 +20,14 @@ import pytest
 from sqlalchemy import select
 
 from edge_agent.host import run_spool
-from robofleet.app.orchestration.accounting import acked_total
-from robofleet.store.models import Robot, RobotStatus, RunState
-from robofleet.store.store import MetadataStore
+from foundation.store.models import Robot, RobotStatus, RunState
+from foundation.store.store import MetadataStore
+from runs.accounting import acked_total
 from tests.fakes.cloud import ROBOFLEET, RobofleetCloud, cli, store_for
 from tests.fakes.procs import Child, descendants
 from tests.fakes.settings import cloud_env
 from tests.netns import TwoHosts, netns_available, two_hosts
-from tests.orchestration.helpers import (
+from tests.runs.helpers import (
     active_lease_robots,
     progress,
     run_state,

@@ -18,10 +18,10 @@ import pytest
 import ray
 from sqlalchemy import select
 
+from foundation.store.models import Robot, RobotStatus, Run, utcnow
+from foundation.store.store import MetadataStore, upgrade
 from hal.fleet import RobotReport, heartbeat, mark_offline, report_robots, set_status
 from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest, SchedulingError
-from robofleet.store.models import Robot, RobotStatus, Run, utcnow
-from robofleet.store.store import MetadataStore, upgrade
 
 ROBOTS = [f"sawyer-{i}" for i in range(4)]
 TYPE = "metaworld-sawyer"

@@ -1,0 +1,138 @@
+"""The seams between robofleet's packages, in one short file; read this first.
+
+Each package owns one part of the data path and talks to its neighbours through these small
+interfaces (Acme's ``core.py`` is the model), so a reader sees every seam in one place and an
+implementation can be swapped without touching its callers::
+
+    robot --hal driver--> edge_agent --steps (comms)--> buffer --TransitionSource--> learner
+      ^                                                                                |
+      +--------- edge_agent applies weights <--comms distributes-- WeightPublisher <---+
+
+    dashboard --RunManager--> the cloud's run orchestration (runs)
+    dashboard --RobotControl--> comms' server: an e-stop pushed to a connected robot now
+
+Where the implementations live:
+
+=====================  ==================================================================
+contract               implementations
+=====================  ==================================================================
+RunManager             ``runs.manager.RunManager`` (a live cloud),
+                       ``...manager.QueuedRunManager`` (requests for a cloud to act on)
+RobotControl           ``comms.server.CloudServer``
+TransitionSource       ``buffer.service.RemoteBuffer`` (the run's buffer, another process)
+WeightPublisher        ``comms.weight_file.WeightDirectory`` (learner process -> cloud),
+                       ``cloud_learner.publisher.InMemoryWeightPublisher`` (tests)
+=====================  ==================================================================
+
+The robot side has its own seams next to the code that runs them: the driver contract
+(``hal.driver.RobotDriver``, shaped like LeRobot's ``Robot``) and the edge agent's parts
+(``edge_agent.core``). The learner's (``Policy``, ``Algorithm``, ``BatchSource``) are in
+``cloud_learner.core``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from foundation.runspec import RunSpec
+
+
+@runtime_checkable
+class RunManager(Protocol):
+    """What the dashboard needs from run orchestration. ``actor`` goes into audit events.
+
+    Every method raises ``foundation.store.runs.RunNotFound`` for an unknown id and
+    ``foundation.store.runs.RunStateError`` when the run's state forbids the action; on error
+    nothing has changed.
+    """
+
+    def launch(self, spec: RunSpec, *, actor: str) -> str:
+        """Validate ``spec`` against the fleet, record the run and start it; returns its id.
+
+        Raises:
+            foundation.runspec.RunSpecError: the spec is valid on its own but the fleet cannot
+                run it (unknown task, knob, too few robots), by dotted field path.
+        """
+        ...
+
+    def stop(self, run_id: str, *, actor: str) -> None:
+        """Stop the run and release its robots; it can be resumed from its last checkpoint."""
+        ...
+
+    def pause(self, run_id: str, *, actor: str) -> None:
+        """Hold the robots' control loops without releasing leases (spools drain; the
+        learner may go on training); ``resume`` continues on the same robots."""
+        ...
+
+    def resume(self, run_id: str, *, actor: str) -> None:
+        """Continue a paused, stopped or crashed run from its last checkpoint."""
+        ...
+
+    def checkpoint_now(self, run_id: str, *, actor: str) -> None:
+        """Ask the learner to write a checkpoint at its next update boundary."""
+        ...
+
+    def offline_sources(self) -> list[dict[str, Any]]:
+        """What a launch can mount as offline data (``buffer.offline_data``): the data
+        catalog's datasets and the runs that have a buffer, each ``{"name", "kind":
+        "dataset" | "run", ...}`` with what is known cheaply (rows, episodes, tasks)."""
+        ...
+
+
+@runtime_checkable
+class RobotControl(Protocol):
+    """Pushes a command on a connected robot's Control stream."""
+
+    def push_control(self, robot_id: int, kind: str, run_id: str = "", reason: str = "") -> bool:
+        """Queue ``kind`` (``estop``, ``clear_estop``, ``pause``, ``resume``,
+        ``lease_changed``, ``rerecord``, ``discard``: the last two end the robot's running
+        episode and mark it never to be trained on) for the robot; False when it is not
+        connected (the cloud's e-stop sync then delivers an e-stop from the metadata store).
+
+        Raises:
+            ValueError: an unknown ``kind``.
+        """
+        ...
+
+
+@runtime_checkable
+class TransitionSource(Protocol):
+    """Where a learner's transitions come from: a run's replay buffer, possibly remote.
+
+    ``sample`` returns exactly ``batch_size`` rows as numpy columns with LeRobot keys
+    (``observation.state`` (B, D) float32, ``action`` (B, A) float32, ``reward`` (B,)
+    float32, ``is_intervention`` (B,) bool, ... see ``buffer.service``). Counts are rows:
+    ``num_transitions`` everything the buffer holds, ``online_transitions`` the rows robots
+    inserted (offline data excluded; samples-per-insert counts these). ``sampler_state`` is
+    a JSON-able dict a checkpoint stores and hands back to ``load_sampler_state``.
+    """
+
+    def num_transitions(self) -> int: ...
+
+    def online_transitions(self) -> int: ...
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]: ...
+
+    def sampler_state(self) -> dict[str, Any]: ...
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class WeightPublisher(Protocol):
+    """Ships a new policy version to the fleet. ``version`` strictly increases per run.
+
+    ``weights`` is a flat name -> tensor mapping (torch tensors or numpy arrays), never
+    pickled: comms ships it as raw tensors with a manifest and checksums. ``latest_version``
+    is the newest version published (0 before any), so a restarted learner never reuses one.
+
+    Raises (``publish``): ValueError when ``version`` is not above ``latest_version()``.
+    """
+
+    def latest_version(self) -> int: ...
+
+    def publish(self, version: int, weights: Mapping[str, Any]) -> None: ...

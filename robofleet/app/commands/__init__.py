@@ -1,1 +1,0 @@
-"""One module per ``robofleet`` subcommand, each with ``main(argv) -> int`` (see ``robofleet.app.cli``)."""

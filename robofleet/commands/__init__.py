@@ -1,0 +1,1 @@
+"""One module per ``robofleet`` subcommand, each with ``main(argv) -> int`` (see ``robofleet.cli``)."""

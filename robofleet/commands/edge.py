@@ -1,0 +1,192 @@
+"""``robofleet edge``: run one robot's edge agent (no Ray needed).
+
+Example (a robot computer: enrolls, goes idle, the cloud assigns it to runs)::
+
+    robofleet edge --config edge.yaml --server cloud:50051 --token T --robot sawyer-1 \\
+        --operator scripted
+    robofleet edge --server cloud:50051 --robot arm-1 --operator gamepad \\
+        --driver lerobot --driver-option type=so101_follower \\
+        --driver-option 'config={"port": "/dev/ttyACM0"}'
+
+Without ``--run`` the robot computer waits for the cloud to assign it (``edge_agent.host``):
+the run's tasks, episode length, control rate and weight rules come with the assignment, and
+after a run it goes idle for the next one. ``--run ID`` instead streams to one fixed run (or,
+without ``--server``, records offline into the spool) with ``--task``/``--max-steps`` from the
+command line.
+
+``--driver`` picks the robot's ``hal`` driver (Meta-World by default; gymnasium, lerobot and
+ros2 need only the ``edge`` extra, plus ``ros`` for ros2).
+
+The first start enrolls with ``--token`` and keeps the credential in the spool directory
+(mode 0600); later starts reuse it. ``--report`` prints the control-loop statistics as one JSON
+object on the last stdout line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from hal.drivers import DRIVER_KINDS
+
+if TYPE_CHECKING:
+    from edge_agent.build import AgentOptions
+
+# The operator devices a robot computer can run with (edge_agent.operators.make_operator).
+OPERATORS = ("none", "scripted", "keyboard", "gamepad")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="robofleet edge", description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=None, help="YAML settings file (edge:, comms: sections)")
+    p.add_argument("--server", default=None, help="cloud gRPC host:port (omit to run offline)")
+    p.add_argument("--token", default=None, help="one-time enrollment token (first start only)")
+    p.add_argument("--robot", default="edge-robot", help="robot name")
+    p.add_argument(
+        "--task",
+        action="append",
+        default=None,
+        help="task name (repeat for several); Meta-World tasks for the metaworld driver",
+    )
+    p.add_argument(
+        "--run",
+        default=None,
+        help="stream to this one run (default: wait for the cloud to assign runs)",
+    )
+    p.add_argument("--operator", default="scripted", choices=OPERATORS)
+    p.add_argument("--episodes", type=int, default=None, help="stop after N episodes")
+    p.add_argument("--max-steps", type=int, default=500, help="episode length")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="episode seed of the first episode (then +1 each); differ per robot for other goals",
+    )
+    p.add_argument(
+        "--driver",
+        default="metaworld",
+        choices=sorted(DRIVER_KINDS),
+        help="the robot's hal driver (default: a simulated Meta-World Sawyer)",
+    )
+    p.add_argument(
+        "--driver-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a driver option, VALUE as JSON if it parses (e.g. env_id=Pendulum-v1, "
+        'type=so101_follower, config=\'{"port": "/dev/ttyACM0"}\', joints=\'["j1","j2"]\')',
+    )
+    p.add_argument("--spool-dir", type=Path, default=None, help="overrides edge.spool_dir/<robot>")
+    p.add_argument("--report", action="store_true", help="print loop statistics as JSON at exit")
+    return p
+
+
+def driver_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as driver options; a VALUE that parses as JSON is taken as
+    JSON (numbers, lists, objects), any other as a string.
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty key, named.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--driver-option {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def options_from_args(args: argparse.Namespace) -> AgentOptions:
+    """The agent options a parsed ``robofleet edge`` command line asks for."""
+    from edge_agent.build import AgentOptions
+
+    # A robot computer takes its tasks from each run; a fixed run needs one for Meta-World.
+    fixed = args.run is not None or args.server is None
+    default_tasks = ["reach-v3"] if args.driver == "metaworld" and fixed else []
+    return AgentOptions(
+        robot_name=args.robot,
+        tasks=args.task or default_tasks,
+        driver=args.driver,
+        driver_options=driver_options(args.driver_option),
+        run_id=args.run or "offline",
+        server=args.server,
+        token=args.token,
+        operator=args.operator,
+        max_episode_steps=args.max_steps,
+        spool_dir=args.spool_dir,
+        seed=args.seed,
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    from robofleet.settings import load_settings
+
+    args = build_parser().parse_args(list(argv))
+    settings = load_settings(args.config)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
+    try:
+        opts = options_from_args(args)
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
+    if args.run is None and args.server is not None:
+        return _serve(settings, opts, args)
+    from edge_agent.build import build_agent
+
+    try:
+        built = build_agent(settings.edge, settings.comms, opts)
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
+
+    def _stop(_sig: int, _frame: FrameType | None) -> None:
+        built.agent.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        built.agent.run(episodes=args.episodes)
+        if args.server:  # give the cloud a moment to take what is spooled; the rest waits
+            built.agent.uplink.wait_acked(10.0)
+        report = built.agent.report()
+    finally:
+        built.close()
+    if args.report:
+        print(json.dumps(report))
+    return 0
+
+
+def _serve(settings: Any, opts: AgentOptions, args: argparse.Namespace) -> int:
+    """A robot computer: idle until the cloud assigns it (``edge_agent.host``)."""
+    from edge_agent.host import RobotComputer
+
+    try:
+        computer = RobotComputer(settings.edge, settings.comms, opts)
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
+
+    def _stop(_sig: int, _frame: FrameType | None) -> None:
+        computer.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        report = computer.run()
+    except ValueError as exc:
+        print(f"robofleet edge: {exc}", file=sys.stderr)
+        return 2
+    if args.report:
+        print(json.dumps(report))
+    return 0

@@ -1,0 +1,196 @@
+"""The learning side of a run in the cloud process: the run's buffer (every acknowledged step,
+the robots' demonstrations among them, and the offline data mounted into it), the buffer's
+service to the learner, the supervised learner process (``python -m cloud_learner.process``)
+and the feed of its weight versions to comms' distributor.
+
+The learner is supervised for crashes and hangs: alive, but no batch taken and no update for
+``orchestration.learner_hang_s`` (longer until the run's first version: start-up and the BC
+warm start). Progress is the batch server's request count (a learner waiting for data at its
+samples-per-insert rate still polls it) and the learner's reported step. A learner that refuses
+the run (``cloud_learner.process.EXIT_REFUSED``: a checkpoint the spec no longer fits, a GPU
+the node lacks) is not restarted: :meth:`RunLearning.poll` raises :class:`LearnerRefused`
+with its refusal.
+
+Versions already in the run's ``weights/`` when the learner starts (the last attempt's) are not
+handed to comms again: the first version handed on is one this learner published, after it
+passed its start checks, so robots and the evaluator never run a policy of a refused start.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cloud_learner.process import EXIT_REFUSED, read_refusal
+from comms.weight_file import WeightFileFeed, latest_version
+from foundation.runspec import RunParams, RunSpec
+from hal.compat import RunFeatures
+from runs.offline import mount_sources
+from runs.starting import initial_weights_path, promote
+from runs.supervisor import ChildRefused, ProcessSupervisor
+
+DEMO_ROBOT = "demo"  # robot_id of the cloud-side scripted demonstrations of older runs
+
+
+class LearnerRefused(RuntimeError):
+    """The run's learner refused to start it; ``str``: its refusal (the run ends with it)."""
+
+
+class RunLearning:
+    """Buffer, batch server, learner process and weight feed of one run.
+
+    Args:
+        ctx: the cloud's shared services (``runs.run.CloudContext``).
+        run_id / run_dir / spec / params: the run.
+        features: the features its robots share (the buffer's schema).
+        on_event: records an event of the run (``kind, **data``).
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        run_id: str,
+        run_dir: Path,
+        spec: RunSpec,
+        params: RunParams,
+        features: RunFeatures,
+        on_event: Callable[..., None],
+    ) -> None:
+        from buffer import InterventionSampler
+        from buffer.service import BatchServer, MixConfig
+        from comms.buffer_sink import BufferSink
+
+        self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir
+        self.on_event = on_event
+        self.buffer = self._open_buffer(spec, features)
+        try:
+            # Offline data first: a source that is gone or does not fit ends the start here.
+            self.offline_sources = mount_sources(
+                self.buffer, spec, run_dir, Path(ctx.settings.data_dir)
+            )
+            for entry in self.offline_sources:
+                on_event("run.offline_mounted", **entry)
+            # Demonstrations come from the robots' operators (edge_agent); rows of a run's
+            # cloud-side scripted demonstrations (robot "demo", runs before that) still count.
+            self.demo_rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
+            mix = spec.buffer
+            self.batch_server = BatchServer(
+                self.buffer,
+                spec.tasks,
+                InterventionSampler(),
+                offline_rows=self.demo_rows,
+                demonstration_robots=[DEMO_ROBOT],
+                mix=MixConfig(
+                    mix.online_fraction,
+                    mix.mix == "adaptive",
+                    mix.adaptive.min_online,
+                    mix.adaptive.max_online,
+                ),
+            )
+        except BaseException:
+            self.buffer.close()  # its directory lock must not outlive a failed start
+            raise
+        ctx.sinks[run_id] = BufferSink(self.buffer)
+        init = initial_weights_path(spec, Path(ctx.settings.data_dir), ctx.store)
+        self.learner = ProcessSupervisor(
+            "learner",
+            [
+                *(ctx.python, "-m", "cloud_learner.process"),
+                *("--run-dir", str(run_dir), "--run-id", run_id),
+                *("--batches", self.batch_server.address),
+                *("--database-url", ctx.settings.database_url),
+                *(("--init-weights", str(init)) if init is not None else ()),
+            ],
+            run_dir / "learner.log",
+            ctx.learner_restarts,
+            on_event=lambda kind, data: on_event(kind, **data),
+            final_exit_codes=[EXIT_REFUSED],
+        )
+        weights = run_dir / "weights"
+        self._weights = WeightFileFeed(
+            ctx.server.distributor(run_id), weights, after_version=latest_version(weights)
+        )
+        self.version = 0  # the newest version handed to comms
+        self.latest_bytes = b""  # its safetensors file
+        try:
+            self.learner.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_buffer(self, spec: RunSpec, features: RunFeatures) -> Any:
+        from buffer import ReplayBuffer, StepSchema
+
+        schema = StepSchema.from_features(features.observation_features, features.action_features)
+        config = self.ctx.settings.buffer
+        if spec.buffer.memory_budget_bytes is not None:  # the run's own hot-tier budget
+            config = config.model_copy(
+                update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
+            )
+        return ReplayBuffer.open(self.run_dir / "buffer", schema, config)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """The learner's latest statistics, as the batch server last heard them."""
+        return self.batch_server.learner_stats
+
+    @property
+    def online_shares(self) -> dict[str, float]:
+        """Each task's online share of the batches (offline data mounted; adaptive: SOP's
+        per-task share, fixed: ``buffer.online_fraction``); empty without offline data."""
+        if not self.buffer.offline:
+            return {}
+        server = self.batch_server
+        fixed = server.mix.online_fraction
+        return {t: float(server.mix_shares.get(t, fixed)) for t in server.tasks}
+
+    def poll(self, hang_s: float, warmup_hang_s: float) -> None:
+        """Supervise the learner (restart a crashed or hung one).
+
+        Raises:
+            CrashLoop: it crashed too often; the run ends as crashed.
+            LearnerRefused: it refused the run; the run ends as crashed, with the refusal.
+        """
+        self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
+        self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
+        try:
+            self.learner.poll()
+        except ChildRefused as exc:
+            reason = read_refusal(self.run_dir) or str(exc)
+            self.on_event("learner.refused", reason=reason)
+            raise LearnerRefused(f"learner refused: {reason}") from None
+
+    @property
+    def serves_an_earlier_version(self) -> bool:
+        """comms serves robots a version of an earlier attempt of the run (this cloud's
+        distributor kept it) and none of this learner's is out yet."""
+        return self.version == 0 and self._weights.distributor.last_version > 0
+
+    def checkpoint(self) -> None:
+        """Ask the learner for a checkpoint at its next update boundary."""
+        self.learner.signal(signal.SIGUSR1)
+
+    def publish_new_weights(self) -> bool:
+        """Hand a newer version of the learner's weight directory to comms' distributor as it
+        is (no decode and re-snapshot; a distributor kept across restarts that is ahead
+        already is left as it is); True when there was one."""
+        got = self._weights.poll()
+        if got is None:
+            return False
+        self.version, blob = got
+        self.latest_bytes = bytes(blob)  # the distributor owns ``blob``
+        return True
+
+    def promote_latest(self) -> None:
+        """The run's newest version becomes its promoted one (what ``policy.init_from_run``
+        of a later run starts from)."""
+        if self.version and self.latest_bytes:
+            promote(self.ctx.store, self.run_id, self.run_dir, self.version, self.latest_bytes)
+
+    def close(self) -> None:
+        """The learner has stopped: let go of the batch server, the upload sink, the buffer."""
+        self.batch_server.close()
+        self.ctx.sinks.pop(self.run_id, None)
+        self.buffer.close()

@@ -1,0 +1,157 @@
+"""The end-of-run report: ``report.json`` plus PNG plots in the run directory.
+
+Plots: success rate (mean over tasks and per task, from evaluation episodes) and the operator's
+intervention rate, each against wall time (minutes) and against robot-hours. ``acked_lost`` and
+each robot's counts (``robots``) come from :mod:`~runs.accounting`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from comms.weight_file import latest_version
+from foundation.runspec import RunSpec
+from runs.accounting import RobotAccount
+from runs.offline import read_provenance
+from runs.starting import promoted_version
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def write_report(
+    run_dir: Path,
+    run_id: str,
+    spec: RunSpec,
+    *,
+    learner_restarts: int,
+    accounts: Mapping[str, RobotAccount],
+    elapsed_s: float,
+    setup_s: float | None = None,
+) -> dict[str, Any]:
+    """Write ``report.json`` and the plots; returns the report's summary keys.
+
+    ``env_steps`` are the robots' transitions in the run's buffer, ``offline_steps`` its
+    demonstration (offline) rows, apart. ``elapsed_s`` is the run's clock (from the moment the robots are up and the first policy
+    version is out); ``setup_s`` the learner's start-up and BC warm start and the edge agents'
+    start-up before it (None when unknown, e.g. a resumed run); ``accounts`` each robot's
+    acknowledged, lost and buffered steps (``accounting.robot_accounts``).
+    """
+    evals = _read_jsonl(run_dir / "evals.jsonl")
+    progress = _read_jsonl(run_dir / "progress.jsonl")
+    versions = latest_version(run_dir / "weights")
+    last = progress[-1] if progress else {}
+    summary: dict[str, Any] = {
+        "initial_success": evals[0]["success_mean"] if evals else None,
+        "final_success": evals[-1]["success_mean"] if evals else None,
+        "minutes": round(elapsed_s / 60, 3),
+        "env_steps": int(last.get("env_steps", 0)),
+        "offline_steps": int(last.get("offline_steps", 0)),
+        "interventions": int(last.get("interventions", 0)),
+        "discarded_episodes": int(last.get("discarded_episodes", 0)),
+        "versions_published": int(versions),
+        "acked_lost": sum(a.lost for a in accounts.values()),
+        "learner_restarts": learner_restarts,
+    }
+    plots = _plots(run_dir, evals, progress, spec)
+    report = {
+        "run_id": run_id,
+        **summary,
+        "robot_hours": last.get("robot_hours", 0.0),
+        "setup_s": setup_s,
+        "initial_success_per_task": evals[0]["success"] if evals else {},
+        "final_success_per_task": evals[-1]["success"] if evals else {},
+        "robots": {key: dataclasses.asdict(a) for key, a in accounts.items()},
+        "evaluations": evals,
+        "plots": plots,
+        "spec": spec.model_dump(mode="json"),
+        # Where the run's data and weights came from, and the mix it trained on.
+        "offline_data": read_provenance(run_dir),
+        "online_share_per_task": last.get("online_share", {}),
+        "online_share_over_time": [
+            {"wall_s": p["wall_s"], "env_steps": p["env_steps"], **p["online_share"]}
+            for p in progress
+            if p.get("online_share")
+        ],
+        "started_from": _started_from(spec),
+        "promoted_version": promoted_version(run_dir),
+    }
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    return {**summary, "report": str(run_dir / "report.json"), "plots": plots}
+
+
+def _started_from(spec: RunSpec) -> dict[str, str] | None:
+    """The starting weights the spec named (None: from scratch)."""
+    p = spec.policy
+    if p.init_from_run is not None:
+        return {"run": p.init_from_run}
+    if p.init_checkpoint is not None:
+        return {"checkpoint": p.init_checkpoint}
+    return None
+
+
+def _plots(
+    run_dir: Path, evals: list[dict[str, Any]], progress: list[dict[str, Any]], spec: RunSpec
+) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    for xkey, xlabel, scale, name in (
+        ("wall_s", "wall time (min)", 1 / 60, "vs_wall_time"),
+        ("robot_hours", "robot-hours", 1.0, "vs_robot_hours"),
+    ):
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        if evals:
+            xs = [e[xkey] * scale for e in evals]
+            ax1.plot(xs, [e["success_mean"] for e in evals], "k-o", lw=2, label="mean")
+            for task in spec.tasks:
+                ax1.plot(
+                    xs, [e["success"].get(task, 0.0) for e in evals], "--", alpha=0.6, label=task
+                )
+        ax1.set_xlabel(xlabel)
+        ax1.set_ylabel("success rate (policy alone)")
+        ax1.set_ylim(-0.05, 1.05)
+        ax1.legend(fontsize=7)
+        ax1.grid(alpha=0.3)
+        xs2, rates = _smoothed_rate(progress, xkey)
+        if xs2:
+            ax2.plot([x * scale for x in xs2], rates, "r-")
+        ax2.set_xlabel(xlabel)
+        ax2.set_ylabel("intervention rate (share of steps, 30 s window)")
+        ax2.set_ylim(-0.05, 1.05)
+        ax2.grid(alpha=0.3)
+        fig.suptitle(f"{spec.name or 'run'}: {spec.algorithm} on {len(spec.tasks)} tasks")
+        fig.tight_layout()
+        path = run_dir / f"report_{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out.append(str(path))
+    return out
+
+
+def _smoothed_rate(
+    progress: list[dict[str, Any]], xkey: str, window_s: float = 30.0
+) -> tuple[list[float], list[float]]:
+    """Interventions / env steps over the trailing ``window_s`` of wall time, from the
+    cumulative counts (points before the robots' first step are left out)."""
+    xs: list[float] = []
+    rates: list[float] = []
+    j = 0
+    for i, p in enumerate(progress):
+        while progress[j]["wall_s"] < p["wall_s"] - window_s:
+            j += 1
+        steps = p["env_steps"] - progress[j]["env_steps"]
+        if steps > 0 and i > j:
+            xs.append(p[xkey])
+            rates.append((p["interventions"] - progress[j]["interventions"]) / steps)
+    return xs, rates

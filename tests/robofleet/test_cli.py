@@ -1,0 +1,93 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from foundation import __version__
+from robofleet.cli import BENCHMARKS, COMMANDS, main
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("ROBOFLEET_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "robofleet.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_version(tmp_path: Path) -> None:
+    r = run_cli("--version", cwd=tmp_path)
+    assert r.returncode == 0
+    assert r.stdout.strip() == f"robofleet {__version__}"
+
+
+def test_help_lists_every_subcommand(tmp_path: Path) -> None:
+    r = run_cli("--help", cwd=tmp_path)
+    assert r.returncode == 0
+    for name in [*COMMANDS, "config", "db", "bench"]:
+        assert name in r.stdout
+
+
+def test_config_show_masks_secrets(tmp_path: Path) -> None:
+    r = run_cli("config", "show", "--json", cwd=tmp_path, env={"ROBOFLEET_SECRET_KEY": "topsecret"})
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["secret_key"] == "***"
+    assert "topsecret" not in r.stdout
+    assert data["comms"]["bind_host"] == "127.0.0.1"
+
+
+def test_bad_setting_exits_2_without_traceback(tmp_path: Path) -> None:
+    r = run_cli("config", "show", cwd=tmp_path, env={"ROBOFLEET_HAL__OFFLINE_AFTER_S": "-1"})
+    assert r.returncode == 2
+    assert "hal.offline_after_s" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_db_upgrade_creates_sqlite_store(tmp_path: Path) -> None:
+    r = run_cli("db", "upgrade", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "(empty) -> 0004" in r.stdout
+    assert (tmp_path / "robofleet-data" / "robofleet.db").exists()
+    again = run_cli("db", "current", cwd=tmp_path)
+    assert again.stdout.strip() == "0004"
+
+
+def test_missing_dependency_of_a_subcommand_is_raised(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pkg = tmp_path / "fakepkg_rf"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "broken.py").write_text("import definitely_missing_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMMANDS, "demo", ("fakepkg_rf.broken", "x"))
+    with pytest.raises(ModuleNotFoundError, match="definitely_missing_dependency_xyz"):
+        main(["demo"])
+
+
+def test_component_options_pass_through(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    pkg = tmp_path / "fakepkg_pass"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "entry.py").write_text(
+        "import json\nSEEN = []\ndef main(argv):\n    SEEN.append(list(argv))\n    return 7\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMMANDS, "dashboard", ("fakepkg_pass.entry", "x"))
+    monkeypatch.setitem(BENCHMARKS, "buffer", "fakepkg_pass.entry")
+    import fakepkg_pass.entry as entry  # type: ignore[import-not-found]
+
+    assert main(["--config", "c.yaml", "dashboard", "--port", "0"]) == 7
+    assert main(["bench", "buffer", "--quick", "--json"]) == 7
+    assert entry.SEEN == [["--config", "c.yaml", "--port", "0"], ["--quick", "--json"]]

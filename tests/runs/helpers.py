@@ -1,0 +1,117 @@
+"""What the orchestration system tests read of a run, from the metadata store and its run
+directory, and the run spec they launch (the cloud itself is tests.fakes.cloud.RobofleetCloud)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from sqlalchemy import select
+
+from buffer import ReplayBuffer
+from foundation.store.models import Event, Lease, Run, RunState
+from foundation.store.store import MetadataStore
+from tests.fakes import procs
+from tests.fakes.cloud import cli
+from tests.fakes.settings import FAST_RUN
+
+
+def wait_until(
+    cond: Callable[[], object], timeout_s: float, what: str | Callable[[], str] = ""
+) -> None:
+    """:func:`tests.fakes.procs.wait_until`, polling every 0.5 s: the store and files it reads
+    are the busy cloud's."""
+    procs.wait_until(cond, timeout_s, what, poll_s=0.5)
+
+
+def spec_file(
+    path: Path, name: str, count: int, tags: dict[str, str] | None = None, **extra: Any
+) -> Path:
+    """Write a run spec of ``count`` simulated Sawyers that learns in seconds (``FAST_RUN``)."""
+    spec = {
+        "version": 1,
+        "name": name,
+        "algorithm": "hg-dagger",
+        "tasks": ["reach-v3"],
+        "hyperparameters": FAST_RUN,
+        "policy": {"hidden_sizes": [64, 64]},
+        "robots": {
+            "robot_type": "metaworld-sawyer",
+            "tags": tags or {"simulated": "true"},
+            "count": count,
+        },
+        "demonstrations": {"episodes_per_task": 1},
+        "learner": {"num_cpus": 0.5},
+        "publish": {"every_updates": 20},
+        "evaluation": {"on": "simulator", "every_seconds": 15, "episodes_per_task": 2},
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def run_spools(data_dir: Path, run_id: str) -> list[Path]:
+    """The spools of run ``run_id`` on the simulated robot computers of the cloud in
+    ``data_dir`` (``<data_dir>/robots/<robot>/runs/<run_id>``, ``edge_agent.host``)."""
+    return sorted(data_dir.glob(f"robots/*/runs/{run_id}"))
+
+
+def launch(data_dir: Path, spec: Path) -> str:
+    """``robofleet run launch SPEC`` beside the cloud on ``data_dir``; the new run's id."""
+    out = cli(data_dir, "run", "launch", str(spec), "--json")
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
+
+
+def run_state(store: MetadataStore, run_id: str) -> RunState:
+    run = store.get_run(run_id)
+    assert run is not None
+    return run.state
+
+
+def events(store: MetadataStore, run_id: str, kind: str) -> list[dict[str, Any]]:
+    with store.session() as s:
+        rows = s.scalars(
+            select(Event).where(Event.run_id == run_id, Event.kind == kind).order_by(Event.id)
+        )
+        return [dict(e.data) for e in rows]
+
+
+def active_lease_robots(store: MetadataStore, run_id: str) -> set[int]:
+    with store.session() as s:
+        return set(
+            s.scalars(
+                select(Lease.robot_id).where(Lease.run_id == run_id, Lease.released_at.is_(None))
+            )
+        )
+
+
+def run_dir(store: MetadataStore, run_id: str) -> Path:
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        return Path(run.run_dir)
+
+
+def progress(store: MetadataStore, run_id: str) -> dict[str, Any]:
+    path = run_dir(store, run_id) / "progress.jsonl"
+    if not path.exists():
+        return {}
+    lines = [x for x in path.read_text().splitlines() if x.strip()]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def robot_step_versions(directory: Path) -> np.ndarray:
+    """The policy version of each robot step in a run's buffer (not the demonstrations'), read
+    from the run directory ``directory`` of a run that is not running."""
+    buf = ReplayBuffer.open(directory / "buffer", read_only=True)
+    try:
+        steps = buf.read_transitions(buf.select(), count=False)
+    finally:
+        buf.close()
+    robot = np.array([str(r) != "demo" for r in steps["robot_id"]], dtype=bool)
+    return np.asarray(steps["policy_version"][robot])

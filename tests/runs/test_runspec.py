@@ -1,0 +1,84 @@
+from pathlib import Path
+
+import pytest
+
+from foundation.runspec import RunSpecError, load_run_spec, parse_run_spec
+
+GOOD = {
+    "algorithm": "hg-dagger",
+    "tasks": ["reach-v3", "push-v3"],
+    "robots": {"robot_type": "metaworld-sawyer", "count": 4, "min_count": 2},
+    "stop": {"minutes": 10, "target_success": 0.9},
+}
+
+
+def test_valid_spec_round_trips() -> None:
+    spec = parse_run_spec(GOOD)
+    assert spec.version == 1
+    assert spec.robots.minimum == 2
+    assert parse_run_spec(spec.model_dump()) == spec
+
+
+def test_every_bad_field_is_named() -> None:
+    bad = {
+        "algorithm": "ppo",
+        "tasks": [],
+        "robots": {"robot_type": "x", "count": 2, "min_count": 3},
+        "buffer": {"online_fraction": 1.5},
+        "stop": {"minutes": -1},
+        "colour": "red",
+    }
+    with pytest.raises(RunSpecError) as err:
+        parse_run_spec(bad)
+    errors = err.value.errors
+    assert set(errors) == {
+        "algorithm",
+        "tasks",
+        "robots",
+        "buffer.online_fraction",
+        "stop.minutes",
+        "colour",
+    }
+    assert "min_count (3) exceeds count (2)" in errors["robots"]
+    assert errors["colour"] == "unknown field"
+    assert "'hg-dagger'" in errors["algorithm"]
+
+
+def test_robot_demand_needs_type_or_tags() -> None:
+    with pytest.raises(RunSpecError, match="give robot_type or tags"):
+        parse_run_spec({**GOOD, "robots": {"count": 1}})
+
+
+def test_repeated_task_refused() -> None:
+    with pytest.raises(RunSpecError, match="must not repeat"):
+        parse_run_spec({**GOOD, "tasks": ["reach-v3", "reach-v3"]})
+
+
+def test_load_from_yaml(tmp_path: Path) -> None:
+    p = tmp_path / "spec.yaml"
+    p.write_text("algorithm: sac\ntasks: [reach-v3]\nrobots: {tags: {site: lab1}, count: 1}\n")
+    assert load_run_spec(p).algorithm == "sac"
+    with pytest.raises(RunSpecError, match="not found"):
+        load_run_spec(tmp_path / "missing.yaml")
+    p.write_text("- just\n- a list\n")
+    with pytest.raises(RunSpecError, match="must be a mapping"):
+        load_run_spec(p)
+
+
+def test_policy_kind_defaults_to_the_algorithms_own() -> None:
+    assert parse_run_spec(GOOD).policy.kind == "mlp"
+    sac = parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"hidden_sizes": [64, 64]}})
+    assert sac.policy.kind == "gaussian" and sac.policy.hidden_sizes == [64, 64]
+    assert parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"kind": ""}}).policy.kind == (
+        "gaussian"
+    )
+    named = parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"kind": "mlp"}})
+    assert named.policy.kind == "mlp"  # what the spec names stays (the run manager judges it)
+    assert parse_run_spec(sac.model_dump()) == sac  # round-trips
+
+
+def test_bad_task_names_are_named() -> None:
+    with pytest.raises(RunSpecError) as err:
+        parse_run_spec({**GOOD, "tasks": ["reach-v3", "bad task!", "reach-v3"]})
+    msg = err.value.errors["tasks"]
+    assert "'bad task!'" in msg and "listed twice" in msg and "reach-v3" in msg
