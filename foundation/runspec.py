@@ -163,7 +163,12 @@ class OfflineSource(_Strict):
     """
 
     source: str = Field(min_length=1, description="Dataset name, run id, or a path.")
-    format: Literal["auto", "robofleet", "lerobot", "ros2"] = "auto"
+    format: str = Field(
+        default="auto",
+        pattern=r"^[a-z0-9][a-z0-9_-]*$",
+        description="auto (detected), or a registered dataset format (lab_data.importers): "
+        "robofleet, lerobot, ros2 or a plugin's; checked at launch.",
+    )
     tasks: list[str] | None = Field(default=None, description="Keep rows of these tasks only.")
     task: str | None = Field(
         default=None,

@@ -179,3 +179,20 @@ def summarize(directory: Path) -> dict[str, Any]:
         "discarded_episodes": sum(s["discarded_episodes"].values()),
         "bytes_on_disk": size,
     }
+
+
+def describe(buffer_dir: Path) -> dict[str, Any]:
+    """:func:`summarize` plus ``intervention_share`` (of rows, 0..1) and ``success_share``
+    (successful / all episodes, 0..1; None with no outcomes).
+
+    Raises:
+        ValueError: not a buffer directory.
+    """
+    if not (Path(buffer_dir) / "schema.json").is_file():
+        raise ValueError(f"{buffer_dir}: not a robofleet buffer directory (no schema.json)")
+    info = summarize(Path(buffer_dir))
+    rows, eps = info["rows"], info["episodes"]
+    judged = info["successful_episodes"] + info["failed_episodes"]
+    info["intervention_share"] = info["intervention_rows"] / rows if rows else 0.0
+    info["success_share"] = info["successful_episodes"] / eps if eps and judged else None
+    return info

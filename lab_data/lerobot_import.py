@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,8 @@ import pyarrow as pa
 
 from buffer.config import BufferSettings
 from buffer.schema import FeatureSpec, StepSchema
+from lab_data.importers import Progress
 
-Progress = Callable[[int, int], None]
 VIDEO_BACKEND = "pyav"
 
 # LeRobot's own bookkeeping columns, each carried into its robofleet column.
@@ -375,3 +375,67 @@ def episode_outcomes(table: pa.Table, success_column: str | None) -> dict[int, s
         ok = reward[i] > 0 and (done is None or bool(done[i]))
         out[int(ep[i])] = "success" if ok else "failure"
     return out
+
+
+class LeRobotImporter:
+    """LeRobotDataset v3 (``meta/info.json``): every column carried or refused by name."""
+
+    format = "lerobot"
+    recognised_by = "meta/info.json (LeRobotDataset v3)"
+    options: tuple[str, ...] = ("ignore_columns", "repo_id", "run_id", "chunk")
+    keeps_robot_ids = False
+
+    def detect(self, path: Path) -> bool:
+        return (path / "meta" / "info.json").is_file()
+
+    def schema(
+        self, path: Path, options: Mapping[str, Any], task: str | None
+    ) -> tuple[StepSchema, list[str]]:
+        """Observation and ``action`` features from ``meta/info.json``, tasks from
+        ``meta/tasks.parquet`` (or ``tasks.jsonl``).
+
+        Raises:
+            ValueError: no ``action`` feature.
+        """
+        info = json.loads((path / "meta" / "info.json").read_text())
+        feats = {
+            k: {"dtype": v["dtype"], "shape": tuple(v["shape"]), "names": v.get("names")}
+            for k, v in dict(info.get("features", {})).items()
+            if k.startswith("observation.") or k == "action"
+        }
+        if "action" not in feats:
+            raise ValueError(f"{path}: a LeRobot dataset without an 'action' feature")
+        action = {"action": feats.pop("action")}
+        schema = StepSchema.from_features(feats, action, require_final_observation=False)
+        return schema, _dataset_tasks(path / "meta")
+
+    def import_into(
+        self,
+        source: Path,
+        dest: Path,
+        *,
+        robot_id: str | None,
+        task: str | None,
+        progress: Progress | None,
+        options: dict[str, Any],
+    ) -> Path:
+        return import_lerobot(
+            source, dest, robot_id=robot_id or "lerobot", task=task, progress=progress, **options
+        )
+
+
+def _dataset_tasks(meta: Path) -> list[str]:
+    """The task strings of a dataset's ``meta`` directory (v3 parquet or v2 jsonl)."""
+    jsonl = meta / "tasks.jsonl"
+    parquet = meta / "tasks.parquet"
+    if parquet.is_file():
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(parquet)
+        for col in ("task", "__index_level_0__"):
+            if col in table.column_names:
+                return [str(t) for t in table.column(col).to_pylist()]
+        return []
+    if jsonl.is_file():
+        return [json.loads(line)["task"] for line in jsonl.read_text().splitlines() if line]
+    return []

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from buffer.schema import StepSchema
-from lab_data.lerobot_import import VIDEO_BACKEND, Progress, import_lerobot
+from lab_data.importers import Progress
+from lab_data.lerobot_import import VIDEO_BACKEND, import_lerobot
 
 if TYPE_CHECKING:
     from buffer.replay_buffer import ReplayBuffer

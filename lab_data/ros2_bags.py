@@ -14,12 +14,14 @@ the bag's first frame), ``frame_index``, ``episode_index``, ``index``, ``task``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+
+from lab_data.importers import Progress
 
 if TYPE_CHECKING:
     from buffer.config import BufferSettings
@@ -224,3 +226,87 @@ def import_bag_into_buffer(
     finally:
         if own:
             buf.close()
+
+
+def _is_bag(path: Path) -> bool:
+    if path.is_file():
+        return path.suffix in (".mcap", ".db3")
+    return (path / "metadata.yaml").is_file() or any(
+        p.suffix in (".mcap", ".db3") for p in path.iterdir()
+    )
+
+
+def bags_at(path: Path) -> list[Path]:
+    """The bags at ``path``: itself, or its sub-directories that are bags (name order)."""
+    if _is_bag(path):
+        return [path]
+    if not path.is_dir():
+        return []
+    return sorted(p for p in path.iterdir() if p.is_dir() and _is_bag(p))
+
+
+class Ros2BagImporter:
+    """rosbag2 recordings (a bag directory, a ``*.mcap`` / ``*.db3`` file, or a directory of
+    bags): one bag is one episode, in name order."""
+
+    format = "ros2"
+    recognised_by = "metadata.yaml, *.mcap or *.db3 (ROS 2 bag)"
+    options: tuple[str, ...] = ("joints", "state_topic", "command_topic", "run_id")
+    keeps_robot_ids = False
+
+    def detect(self, path: Path) -> bool:
+        return bool(bags_at(path))
+
+    def schema(
+        self, path: Path, options: Mapping[str, Any], task: str | None
+    ) -> tuple[StepSchema, list[str]]:
+        """:func:`bag_schema` of ``options["joints"]`` (a bag names its joints only in its
+        messages).
+
+        Raises:
+            ValueError: ``options.joints`` is not a non-empty list.
+        """
+        joints = options.get("joints")
+        if not isinstance(joints, list) or not joints:
+            raise ValueError("a ROS 2 bag needs options.joints: the joint names of its state")
+        return bag_schema(joints), [task or ""]
+
+    def import_into(
+        self,
+        source: Path,
+        dest: Path,
+        *,
+        robot_id: str | None,
+        task: str | None,
+        progress: Progress | None,
+        options: dict[str, Any],
+    ) -> Path:
+        """Every bag at ``source`` into ``dest`` under one robot id, episodes in name order
+        (``joints`` default: those of the first bag's first state message).
+
+        Raises:
+            ValueError: no bag at ``source``; :class:`BagImportError` (see :func:`import_bag`).
+        """
+        from buffer.replay_buffer import ReplayBuffer
+
+        bags = bags_at(source)
+        if not bags:
+            raise ValueError(f"{source}: no ROS 2 bag (metadata.yaml, *.mcap or *.db3)")
+        state_topic = options.get("state_topic") or "/joint_states"
+        joints = list(options.get("joints") or joint_names(bags[0], state_topic))
+        with ReplayBuffer.open(dest, bag_schema(joints)) as buf:
+            for i, bag in enumerate(bags):
+                import_bag_into_buffer(
+                    bag,
+                    buf,
+                    joints,
+                    robot_id=robot_id or "ros2-bag",
+                    run_id=options.get("run_id") or f"rosbag:{source.name}",
+                    task=task or "",
+                    episode_index=i,
+                    state_topic=state_topic,
+                    command_topic=options.get("command_topic", "/joint_commands"),
+                )
+                if progress is not None:
+                    progress(i + 1, len(bags))
+        return dest

@@ -30,10 +30,11 @@ from typing import Any
 
 from foundation.durable import atomic_write_text
 from foundation.runspec import OfflineSource, RunSpec
-from lab_data.formats import detect_format
+from lab_data.importers import detect_format, importer
 
 PROVENANCE = "offline.json"
 OFFLINE_ROBOT = "offline"  # robot_id of imported rows that carry none of their own
+MOUNTED_IN_PLACE = "robofleet"  # buffers are mounted read-only where they are, never copied
 
 
 class OfflineDataError(ValueError):
@@ -71,13 +72,15 @@ def locate(source: OfflineSource, data_dir: Path) -> Located:
     """
     from lab_data.catalog import DatasetCatalog
 
+    if source.format != "auto":
+        importer(source.format)  # an unknown format is refused whatever the source is
     name = source.source
     catalog = DatasetCatalog(data_dir / "datasets")
     if "/" not in name and name in catalog.names():
-        return Located("dataset", "robofleet", catalog.buffer_dir(name))
+        return Located("dataset", MOUNTED_IN_PLACE, catalog.buffer_dir(name))
     run = data_dir / "runs" / name / "buffer"
     if "/" not in name and (run / "schema.json").is_file():
-        return Located("run", "robofleet", run)
+        return Located("run", MOUNTED_IN_PLACE, run)
     path = Path(name).expanduser()
     if not path.exists():
         raise ValueError(
@@ -85,7 +88,7 @@ def locate(source: OfflineSource, data_dir: Path) -> Located:
             f"and no path that exists"
         )
     found = detect_format(path)
-    if source.format != "auto" and found != source.format:
+    if source.format != "auto" and found != importer(source.format).format:
         raise ValueError(f"{path} is a {found} source, not {source.format}")
     return Located("path", found, path)
 
@@ -94,56 +97,14 @@ def locate(source: OfflineSource, data_dir: Path) -> Located:
 
 
 def source_schema(located: Located, source: OfflineSource) -> tuple[Any, list[str]]:
-    """(step schema, tasks) of a located source without importing it (``buffer.StepSchema``
-    of its observations and ``action``; tasks empty when unknown before an import).
+    """(step schema, tasks) of a located source without importing it (its importer's
+    ``schema``: ``buffer.StepSchema`` of its observations and ``action``; tasks empty when
+    unknown before an import).
 
     Raises:
         ValueError: the source's metadata cannot be read or lacks what is needed (named).
     """
-    from buffer.schema import StepSchema
-
-    if located.format == "robofleet":
-        return StepSchema.from_json((located.path / "schema.json").read_text()), []
-    if located.format == "lerobot":
-        feats, tasks = _lerobot_features(located.path)
-        if "action" not in feats:
-            raise ValueError(f"{located.path}: a LeRobot dataset without an 'action' feature")
-        action = {"action": feats.pop("action")}
-        return StepSchema.from_features(feats, action, require_final_observation=False), tasks
-    joints = source.options.get("joints")
-    if not isinstance(joints, list) or not joints:
-        raise ValueError("a ROS 2 bag needs options.joints: the joint names of its state")
-    from lab_data.ros2_bags import bag_schema
-
-    return bag_schema(joints), [source.task or ""]
-
-
-def _lerobot_features(root: Path) -> tuple[dict[str, Any], list[str]]:
-    info = json.loads((root / "meta" / "info.json").read_text())
-    feats = {
-        k: {"dtype": v["dtype"], "shape": tuple(v["shape"]), "names": v.get("names")}
-        for k, v in dict(info.get("features", {})).items()
-        if k.startswith("observation.") or k == "action"
-    }
-    tasks: list[str] = []
-    for name in ("tasks.parquet", "tasks.jsonl"):
-        path = root / "meta" / name
-        if path.is_file():
-            tasks = _lerobot_tasks(path)
-            break
-    return feats, tasks
-
-
-def _lerobot_tasks(path: Path) -> list[str]:
-    if path.suffix == ".jsonl":
-        return [json.loads(line)["task"] for line in path.read_text().splitlines() if line]
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path)
-    for col in ("task", "__index_level_0__"):
-        if col in table.column_names:
-            return [str(t) for t in table.column(col).to_pylist()]
-    return []
+    return importer(located.format).schema(located.path, source.options, source.task)
 
 
 def check_sources(
@@ -212,7 +173,7 @@ def mount_sources(
             located = locate(source, data_dir)
             directory = (
                 located.path
-                if located.format == "robofleet"
+                if located.format == MOUNTED_IN_PLACE
                 else _imported(located, source, run_dir / "offline" / str(k))
             )
             view = buffer.mount(
@@ -254,7 +215,7 @@ def _filters(source: OfflineSource) -> dict[str, Any]:
 def _imported(located: Located, source: OfflineSource, store: Path) -> Path:
     """The buffer directory of ``located`` imported into ``store`` (once: an import that
     completed is reused)."""
-    from lab_data.formats import import_data
+    from lab_data.importers import import_data
 
     done = store / "buffer"
     if (done / "schema.json").is_file() and (store / "source.json").is_file():
@@ -267,7 +228,7 @@ def _imported(located: Located, source: OfflineSource, store: Path) -> Path:
         located.path,
         tmp / "buffer",
         format=located.format,
-        robot_id=OFFLINE_ROBOT if located.format == "ros2" else None,
+        robot_id=None if importer(located.format).keeps_robot_ids else OFFLINE_ROBOT,
         task=source.task,
         **options,
     )
@@ -287,7 +248,7 @@ def _provenance(
         "format": located.format,
         "path": str(located.path),
         "mounted": str(directory),
-        "copied": located.format != "robofleet",
+        "copied": located.format != MOUNTED_IN_PLACE,
         "filters": {k: v for k, v in _filters(source).items() if v not in (None, False)},
         "task": source.task,
         "rows": len(view),

@@ -1,7 +1,7 @@
 """``robofleet data import | export | ls | inspect | rm``: datasets a lab has, as offline data.
 
 ``import SOURCE --into NAME`` reads a LeRobotDataset v3 directory, a robofleet buffer or ROS 2
-bag(s) (``lab_data.formats``) into the catalog (``<data_dir>/datasets``,
+bag(s) (``lab_data.importers``) into the catalog (``<data_dir>/datasets``,
 ``lab_data.catalog``), where a run's ``buffer.offline_data`` mounts it. ``export RUN|NAME
 --format lerobot --out DIR`` writes a run's buffer (``<data_dir>/runs/<id>/buffer``) or a
 dataset as a LeRobotDataset v3. ``ls`` lists datasets and runs whose buffers can be mounted;
@@ -30,7 +30,18 @@ def build_parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import", help="import a dataset or bag(s) into the catalog")
     imp.add_argument("source", help="LeRobotDataset v3 directory, robofleet buffer, ROS 2 bag(s)")
     imp.add_argument("--into", required=True, metavar="NAME", help="the catalog dataset's name")
-    imp.add_argument("--format", choices=("lerobot", "robofleet", "ros2"), default=None)
+    imp.add_argument(
+        "--format",
+        default=None,
+        help="a registered format (lerobot, robofleet, ros2, or a plugin's); detected when unset",
+    )
+    imp.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an importer option (VALUE read as JSON when it parses, else as text)",
+    )
     imp.add_argument("--robot-id", default=None, help="the steps' robot_id")
     imp.add_argument("--task", default=None, help="the steps' task name (replaces LeRobot's)")
     imp.add_argument(
@@ -145,11 +156,11 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, in
 
 
 def _import(args: argparse.Namespace, data_dir: Path) -> int:
-    from lab_data.formats import detect_format, import_data
+    from lab_data.importers import detect_format, import_data, importer
 
     source = Path(args.source)
-    fmt = args.format or detect_format(source)
-    options: dict[str, Any] = {}
+    fmt = importer(args.format).format if args.format else detect_format(source)
+    options: dict[str, Any] = dict(_option(o) for o in args.option)
     if args.ignore_column:
         options["ignore_columns"] = list(args.ignore_column)
     if args.joints:
@@ -238,8 +249,23 @@ def estimate_fps(buf: Any) -> int:
     return max(1, round(1.0 / float(np.median(dt)))) if dt.size else 10
 
 
+def _option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--option``: VALUE as JSON when it parses, else as text.
+
+    Raises:
+        ValueError: no ``=`` or an empty key.
+    """
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--option {text!r}: expected KEY=VALUE")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
 def _ls(args: argparse.Namespace, data_dir: Path) -> int:
-    from lab_data.formats import describe
+    from lab_data.catalog import describe
 
     cat = catalog(data_dir)
     rows = [{"kind": "dataset", "name": n, **_brief(cat.info(n))} for n in cat.names()]
@@ -272,7 +298,7 @@ def _brief(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def _inspect(args: argparse.Namespace, data_dir: Path) -> int:
-    from lab_data.formats import describe
+    from lab_data.catalog import describe
 
     kind, path = resolve(data_dir, args.ref)
     info = {"kind": kind, "buffer": str(path), **describe(path)}

@@ -1,4 +1,4 @@
-"""lab_data.formats: format detection, a buffer copied into place, describe."""
+"""lab_data.importers: format detection, the registry, a buffer copied into place, describe."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lab_data.formats import describe, detect_format, import_data
+from lab_data.catalog import describe
+from lab_data.importers import detect_format, formats, import_data, importer, register
 from tests.buffer.helpers import episodes, open_buffer, small_schema
 
 
@@ -51,3 +52,45 @@ def test_a_buffer_is_copied_and_described(tmp_path: Path) -> None:
         import_data(tmp_path / "src", tmp_path / "d2", joints=["a"])
     with pytest.raises(ValueError, match="not a robofleet buffer"):
         describe(tmp_path)
+
+
+class _CsvImporter:
+    """A lab's own format, registered beside the built-in ones."""
+
+    format = "csv-steps"
+    recognised_by = "steps.csv"
+    options: tuple[str, ...] = ("delimiter",)
+    keeps_robot_ids = False
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+
+    def detect(self, path: Path) -> bool:
+        return (path / "steps.csv").is_file()
+
+    def schema(self, path, options, task):  # type: ignore[no-untyped-def]
+        return small_schema(), [task or "reach"]
+
+    def import_into(self, source, dest, *, robot_id, task, progress, options):  # type: ignore[no-untyped-def]
+        self.calls.append({"robot_id": robot_id, "task": task, **options})
+        with open_buffer(dest, small_schema()) as buf:
+            buf.append(episodes(0, [3]))
+        return dest
+
+
+def test_a_registered_importer_is_detected_and_called_with_its_options(tmp_path: Path) -> None:
+    imp = _CsvImporter()
+    register(imp)
+    assert importer("csv-steps") is imp and formats()[-1] == "csv-steps"
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "steps.csv").write_text("a,b\n")
+    assert detect_format(tmp_path / "rec") == "csv-steps"
+    dest = import_data(tmp_path / "rec", tmp_path / "out", task="reach", delimiter=";")
+    assert imp.calls == [{"robot_id": None, "task": "reach", "delimiter": ";"}]
+    assert describe(dest)["rows"] == 3
+    with pytest.raises(ValueError, match=r"options \['joints'\] do not apply to csv-steps"):
+        import_data(tmp_path / "rec", tmp_path / "o2", joints=["a"])
+    with pytest.raises(ValueError, match="already"):
+        register(_CsvImporter())
+    with pytest.raises(ValueError, match="unknown format 'nope'.*lerobot, robofleet, ros2"):
+        importer("nope")
