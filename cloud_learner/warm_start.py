@@ -1,7 +1,7 @@
 """The weak initial policy of a run: state normalisation, then behaviour cloning on
 demonstrations with each algorithm's own ``bc_update``.
 
-Every algorithm starts from a policy cloned from a handful of demonstrations (issue 11's weak
+Every algorithm starts from a policy cloned from a handful of demonstrations (a weak
 start), then learns online:
 
 * HG-DAgger: its update *is* behaviour cloning (MSE on the operator's actions).

@@ -15,7 +15,7 @@ delete batches from the spool.
 
 ``robot_id`` travels as the schema's type, or as int64 when ``robot_id_on_wire="int64"``:
 comms identifies a robot by its integer metadata id while the buffer schema declares a string,
-so the cloud side converts; see the report of issue 6.
+so the cloud side converts.
 """
 
 from __future__ import annotations

@@ -1,36 +1,8 @@
 """Import a local LeRobotDataset v3 directory into a buffer directory (offline data).
 
-Every column of the dataset is either carried into a robofleet column, or refused by name:
-
-=========================================  ====================================================
-LeRobot column                             robofleet
-=========================================  ====================================================
-``observation.*``, ``action``              the step's observations and action (images and
-                                           videos as uint8 HWC; CHW features turned HWC)
-``index``                                  ``seq`` (the dataset's global frame index)
-``episode_index``, ``frame_index``,        the same columns (``timestamp``: seconds since the
-``timestamp``                              episode's start, as LeRobot writes it)
-``task_index`` (+ ``meta/tasks``)          ``task`` (the task string; ``task=`` replaces it)
-``next.reward``                            ``reward``
-``next.done``, ``next.truncated``          ``terminated`` / ``truncated`` (a last frame with no
-                                           done flag ends ``truncated``: the recording stopped)
-``is_intervention``,                       ``is_intervention`` (> 0.5 for float flags, as
-``complementary_info.is_intervention``     LeRobot's HIL-SERL recorder writes them)
-``policy_version``                         ``policy_version``
-``next.success``,                          the episode's outcome mark (``success`` when any of
-``complementary_info.success``             its frames says so, else ``failure``)
-=========================================  ====================================================
-
-Without a success column, an episode's outcome follows HIL-SERL's sparse-reward convention
-when the dataset has ``next.reward``: its final frame is done with ``next.reward > 0`` means
-``success``, else ``failure`` (``buffer.marks``; ``ReplayBuffer.select(success_only=True)``).
-Any other column (e.g. ``complementary_info.discrete_penalty``) raises a ``ValueError`` that
-names it, unless listed in ``ignore_columns``; depth videos are refused the same way.
-
-Frames are read from the dataset's Arrow table in chunks that never cross an episode (no
-per-row dicts): PNG frames are decoded with Pillow (bit-exact uint8), videos with LeRobot's
-``decode_video_frames`` on the ``pyav`` backend, chosen explicitly (so LeRobot never tries
-torchcodec). Nothing is downloaded: a directory without ``meta/info.json`` is refused.
+Every column is carried into a robofleet column or refused by name (``ignore_columns`` leaves
+one out); the mapping, the success convention and how frames are decoded are in
+``docs/lab_data.md``. Nothing is downloaded: a directory without ``meta/info.json`` is refused.
 """
 
 from __future__ import annotations
