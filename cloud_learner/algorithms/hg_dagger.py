@@ -20,27 +20,25 @@ Loss, per batch with per-row BC loss l_i (the policy's own: MSE or flow matching
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from cloud_learner.algorithms.builder import AlgorithmBuilder
-from cloud_learner.core import Batch, Metrics, Weights
-from cloud_learner.policies.base import TorchPolicy, load_weights_strict
+from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
+from cloud_learner.core import Batch, Metrics
+from cloud_learner.policies.base import TorchPolicy
 from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter
-
-if TYPE_CHECKING:
-    from foundation.runspec import RunParams, RunSpec
+from foundation.runspec import RunParams, RunSpec
 
 
 @dataclass
 class HGDAggerConfig:
-    """Hyper-parameters; JSON-able."""
+    """Hyper-parameters (JSON-able); the three weights are the module docstring's w_i."""
 
     lr: float = 1e-3
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # AdamW's
     intervention_weight: float = 1.0
     demonstration_weight: float = 1.0
     novice_weight: float = 0.0
@@ -57,7 +55,7 @@ def hg_dagger_weights(batch: Batch, cfg: HGDAggerConfig) -> torch.Tensor:
     return torch.where(demo, torch.full_like(w, cfg.demonstration_weight), w)
 
 
-class HGDAgger:
+class HGDAgger(AlgorithmBase):
     """Behaviour cloning on aggregated operator labels (see module docstring)."""
 
     name = "hg_dagger"
@@ -91,34 +89,14 @@ class HGDAgger:
     def update(self, batch: Batch) -> Metrics:
         self.policy.train()
         loss, metrics = self.loss(batch)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.config.grad_clip_norm)
-        self.optimizer.step()
+        params = self.policy.parameters()
+        grad = clipped_step(self.optimizer, loss, params, self.config.grad_clip_norm)
         self.updates += 1
         metrics["grad_norm"] = float(grad)
         return metrics
 
-    def bc_update(self, batch: Batch) -> Metrics:
-        """One behaviour-cloning step on demonstrations (the run's warm start): this
-        algorithm's own update, since every demonstration step is an operator's label."""
-        return self.update(batch)
-
-    def get_weights(self) -> Weights:
-        return self.policy.get_weights()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-            "config": asdict(self.config),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        load_weights_strict(self.policy, state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = int(state["updates"])
+    def parts(self) -> dict[str, torch.nn.Module | torch.optim.Optimizer]:
+        return {"policy": self.policy, "optimizer": self.optimizer}
 
 
 class HGDAggerBuilder(AlgorithmBuilder):

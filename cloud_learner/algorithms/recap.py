@@ -29,25 +29,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from cloud_learner.algorithms.builder import AlgorithmBuilder
-from cloud_learner.core import Batch, Metrics, Weights
+from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
+from cloud_learner.core import Batch, Metrics
 from cloud_learner.policies.base import (
     INDICATOR_NEGATIVE,
     INDICATOR_NULL,
     INDICATOR_POSITIVE,
     TorchPolicy,
-    load_weights_strict,
 )
 from cloud_learner.policies.mlp import MLPPolicy
-from foundation.runspec import knob
-
-if TYPE_CHECKING:
-    from foundation.runspec import RunParams, RunSpec
+from foundation.runspec import RunParams, RunSpec, knob
 
 
 @dataclass
@@ -105,7 +102,7 @@ def improvement_indicator(
     return torch.where(positive, INDICATOR_POSITIVE, INDICATOR_NEGATIVE).long()
 
 
-class RECAP:
+class RECAP(AlgorithmBase):
     """Advantage-conditioned policy learning (see module docstring)."""
 
     name = "recap"
@@ -156,10 +153,7 @@ class RECAP:
             target = nstep_return(rewards, done, bootstrap, cfg.gamma)
         value = self._v(self.value, batch, "observation.state")
         value_loss = ((value - target) ** 2).mean()
-        self.value_optimizer.zero_grad(set_to_none=True)
-        value_loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.value.parameters(), cfg.grad_clip_norm)
-        self.value_optimizer.step()
+        clipped_step(self.value_optimizer, value_loss, self.value.parameters(), cfg.grad_clip_norm)
         with torch.no_grad():
             for p, pt in zip(self.value.parameters(), self.value_target.parameters(), strict=True):
                 pt.lerp_(p, cfg.target_tau)
@@ -172,10 +166,7 @@ class RECAP:
             conditioned = torch.where(drop, INDICATOR_NULL, indicator)
         self.policy.train()
         policy_loss = self.policy.bc_loss(batch, conditioned).mean()
-        self.optimizer.zero_grad(set_to_none=True)
-        policy_loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip_norm)
-        self.optimizer.step()
+        clipped_step(self.optimizer, policy_loss, self.policy.parameters(), cfg.grad_clip_norm)
         self.updates += 1
         return {
             "loss": float(policy_loss.detach()),
@@ -184,36 +175,24 @@ class RECAP:
             "positive_fraction": float((indicator == INDICATOR_POSITIVE).float().mean()),
         }
 
-    def bc_update(self, batch: Batch) -> Metrics:
-        """One behaviour-cloning step on demonstrations (the run's warm start): this
-        algorithm's own update, since every demonstration step is an operator's label."""
-        return self.update(batch)
-
-    def get_weights(self) -> Weights:
-        return self.policy.get_weights()
-
-    def state_dict(self) -> dict[str, Any]:
+    def parts(self) -> dict[str, torch.nn.Module | torch.optim.Optimizer]:
         return {
-            "policy": self.policy.state_dict(),
-            "value": self.value.state_dict(),
-            "value_target": self.value_target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "value_optimizer": self.value_optimizer.state_dict(),
-            "thresholds": self.thresholds.clone(),
-            "thresholds_seen": self.thresholds_seen.clone(),
-            "updates": self.updates,
-            "config": asdict(self.config),
+            "policy": self.policy,
+            "value": self.value,
+            "value_target": self.value_target,
+            "optimizer": self.optimizer,
+            "value_optimizer": self.value_optimizer,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        load_weights_strict(self.policy, state["policy"])
-        load_weights_strict(self.value, state["value"])
-        load_weights_strict(self.value_target, state["value_target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.value_optimizer.load_state_dict(state["value_optimizer"])
+    def extra_state(self) -> dict[str, Any]:
+        return {
+            "thresholds": self.thresholds.clone(),
+            "thresholds_seen": self.thresholds_seen.clone(),
+        }
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.thresholds = state["thresholds"].clone().to(self.thresholds.device)
         self.thresholds_seen = state["thresholds_seen"].clone().bool()
-        self.updates = int(state["updates"])
 
 
 @dataclass(frozen=True)

@@ -51,32 +51,30 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from cloud_learner.algorithms.builder import AlgorithmBuilder
-from cloud_learner.core import Batch, Metrics, Weights
-from cloud_learner.policies.base import TorchPolicy, load_weights_strict
+from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
+from cloud_learner.core import Batch, Metrics
+from cloud_learner.policies.base import TorchPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy, tanh_gaussian_log_prob
-from foundation.runspec import knob
-
-if TYPE_CHECKING:
-    from foundation.runspec import RunParams, RunSpec
+from foundation.runspec import RunParams, RunSpec, knob
 
 
 @dataclass
 class SACConfig:
-    """Hyper-parameters; JSON-able."""
+    """Hyper-parameters (JSON-able); the remedies' are :class:`SACOptions`'."""
 
-    lr: float = 3e-4
+    lr: float = 3e-4  # actor, critics and temperature alike
     gamma: float = 0.99
-    tau: float = 0.005
-    num_critics: int = 2
-    critic_subset: int = 2
-    hidden: int = 256
+    tau: float = 0.005  # Polyak rate of the target critics
+    num_critics: int = 2  # E
+    critic_subset: int = 2  # critics the TD target takes the minimum over
+    hidden: int = 256  # width of the critics' hidden layers
     init_temperature: float = 0.1
     grad_clip_norm: float = 10.0
     target_entropy: float | None = None  # None: -action_dim
@@ -154,7 +152,7 @@ def actor_loss(q: torch.Tensor, log_prob: torch.Tensor, alpha: float) -> torch.T
     return (alpha * log_prob - q.mean(dim=0)).mean()
 
 
-class SACRLPD:
+class SACRLPD(AlgorithmBase):
     """Soft actor-critic with RLPD's critic ensemble and LayerNorm (see module docstring)."""
 
     name = "sac_rlpd"
@@ -211,10 +209,8 @@ class SACRLPD:
             )
         q = torch.stack([c(batch, batch["action"].float()) for c in self.critics])
         critic_loss = ((q - y[None]) ** 2).mean(dim=1).sum()
-        self.critic_optimizer.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.critics.parameters(), cfg.grad_clip_norm)
-        self.critic_optimizer.step()
+        critics = self.critics.parameters()
+        clipped_step(self.critic_optimizer, critic_loss, critics, cfg.grad_clip_norm)
 
         metrics: Metrics = {
             "critic_loss": float(critic_loss.detach()),
@@ -253,10 +249,7 @@ class SACRLPD:
         out.update(loss=float(loss_pi.detach()), entropy=float(-logp.detach().mean()))
         if not step:
             return out
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        loss_pi.backward()
-        torch.nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.grad_clip_norm)
-        self.actor_optimizer.step()
+        clipped_step(self.actor_optimizer, loss_pi, self.policy.parameters(), cfg.grad_clip_norm)
 
         temp_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
         self.alpha_optimizer.zero_grad(set_to_none=True)
@@ -264,32 +257,22 @@ class SACRLPD:
         self.alpha_optimizer.step()
         return out
 
-    def get_weights(self) -> Weights:
-        return self.policy.get_weights()
-
-    def state_dict(self) -> dict[str, Any]:
+    def parts(self) -> dict[str, torch.nn.Module | torch.optim.Optimizer]:
         return {
-            "policy": self.policy.state_dict(),
-            "critics": self.critics.state_dict(),
-            "critics_target": self.critics_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "alpha_optimizer": self.alpha_optimizer.state_dict(),
-            "updates": self.updates,
-            "config": asdict(self.config),
+            "policy": self.policy,
+            "critics": self.critics,
+            "critics_target": self.critics_target,
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+            "alpha_optimizer": self.alpha_optimizer,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        load_weights_strict(self.policy, state["policy"])
-        load_weights_strict(self.critics, state["critics"])
-        load_weights_strict(self.critics_target, state["critics_target"])
+    def extra_state(self) -> dict[str, Any]:
+        return {"log_alpha": self.log_alpha.detach().clone()}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
         with torch.no_grad():
             self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
-        self.updates = int(state["updates"])
 
     def bc_update(self, batch: Batch) -> Metrics:
         """One behaviour-cloning step of the actor alone (the run's warm start): the
@@ -301,10 +284,9 @@ class SACRLPD:
         policy = self.policy
         policy.train()
         mse, nll = gaussian_bc_loss(policy, batch)
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        (mse + nll).backward()
-        nn.utils.clip_grad_norm_(policy.parameters(), self.config.grad_clip_norm)
-        self.actor_optimizer.step()
+        clipped_step(
+            self.actor_optimizer, mse + nll, policy.parameters(), self.config.grad_clip_norm
+        )
         return {"bc_mse": float(mse.detach()), "bc_nll": float(nll.detach())}
 
 
