@@ -154,6 +154,15 @@ class CheckpointManager:
         found = self.list()
         return found[-1] if found else None
 
+    @staticmethod
+    def policy_version(path: Path) -> int:
+        """The policy version a complete checkpoint was taken at (its ``state.json`` alone).
+
+        Raises:
+            OSError: the checkpoint is gone (removed by newer ones) or unreadable.
+        """
+        return int(json.loads((path / "state.json").read_text())["policy_version"])
+
     def sweep_temp(self) -> None:
         """Remove half-written temp dirs left by a crash."""
         if self.directory.exists():

@@ -19,8 +19,8 @@ most ``updates_per_s`` updates per second and, when the spec sets
 
 Weights go to ``<run-dir>/weights`` (``comms.weight_file.WeightDirectory``); the cloud process
 hands each new version to comms' distributor, so encoding and streaming never slow the updates
-here. Published versions and checkpoints are recorded in the metadata store
-(``--database-url``). Signals: SIGTERM = final checkpoint and exit 0; SIGUSR1 = checkpoint at
+here, and records the versions (from the learner's journal, ``cloud_learner.loop.PUBLISHED``)
+and checkpoints in the metadata store: this process needs no store access. Signals: SIGTERM = final checkpoint and exit 0; SIGUSR1 = checkpoint at
 the next update boundary. The process also stops when its parent (the cloud) is gone.
 Exit codes: 0 stopped, 4 refused (no GPU where one was asked for, a checkpoint the spec no
 longer fits): restarting cannot help, so the refusal is also written, durably, to
@@ -38,7 +38,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from buffer.service import RemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.factory import build_algorithm, model_config
 from cloud_learner.init_weights import card_spec, load_into, read_initial
-from cloud_learner.loop import Hook, Learner
+from cloud_learner.loop import Learner
 from cloud_learner.mix_losses import TaskLossWindow, per_row_bc_loss
 from cloud_learner.policy_card import CardPublisher, card_for
 from cloud_learner.run_plan import RunPlan
@@ -75,9 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock_fd = _lock(args.run_dir)
     (args.run_dir / REFUSAL).unlink(missing_ok=True)
     try:
-        proc = RunLearner.open(
-            args.run_dir, args.run_id, args.batches, args.database_url, args.init_weights
-        )
+        proc = RunLearner.open(args.run_dir, args.batches, args.init_weights)
     except Refused as exc:
         print(f"learner: refused: {exc}", file=sys.stderr)
         try:
@@ -121,9 +119,7 @@ def read_refusal(run_dir: Path) -> str | None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m cloud_learner.process", description=__doc__)
     p.add_argument("--run-dir", required=True, type=Path)
-    p.add_argument("--run-id", required=True)
     p.add_argument("--batches", required=True, help="the run's BatchServer address (tcp://...)")
-    p.add_argument("--database-url", default=None, help="record versions and checkpoints")
     p.add_argument(
         "--init-weights",
         type=Path,
@@ -176,9 +172,7 @@ class RunLearner:
     def open(
         cls,
         run_dir: Path,
-        run_id: str,
         batches: str,
-        database_url: str | None,
         init_weights: Path | None = None,
     ) -> RunLearner:
         """Build everything from the run directory and resume or start fresh (from
@@ -210,7 +204,6 @@ class RunLearner:
             WeightDirectory(run_dir / "weights", keep=5),
             card_for(settings.algorithm, algorithm.policy),
         )
-        hook = metadata_hook(database_url, run_id) if database_url else None
         learner = Learner(
             run_dir,
             algorithm,
@@ -218,7 +211,6 @@ class RunLearner:
             publisher,
             settings,
             model_config(settings),
-            hook=hook,
             spec=plan.model_spec(),
         )
         try:
@@ -396,58 +388,6 @@ def run_features(run_dir: Path) -> tuple[dict[str, dict[str, Any]], int]:
     schema = StepSchema.from_json((run_dir / "buffer" / "schema.json").read_text())
     features = {k: f.to_lerobot() for k, f in schema.observations.items()}
     return features, schema.action.size
-
-
-def metadata_hook(database_url: str, run_id: str) -> Hook:
-    """Records published versions and checkpoints in the metadata store (for the dashboard).
-
-    Idempotent: a version or checkpoint already recorded (announced again by a learner that
-    restarted after a crash between the publish and its record) is left as it is.
-    """
-    from sqlalchemy import select
-
-    from foundation.store.models import Checkpoint, PolicyVersion
-    from foundation.store.store import MetadataStore
-
-    store = MetadataStore(database_url)
-
-    def hook(kind: str, data: Mapping[str, Any]) -> None:
-        with store.session() as s:
-            if kind == "published":
-                version = int(data["version"])
-                if s.scalar(
-                    select(PolicyVersion.id).where(
-                        PolicyVersion.run_id == run_id, PolicyVersion.version == version
-                    )
-                ):
-                    return
-                s.add(
-                    PolicyVersion(
-                        run_id=run_id,
-                        version=version,
-                        learner_step=int(data["learner_step"]),
-                        num_bytes=int(data["num_bytes"]),
-                    )
-                )
-            elif kind == "checkpoint":
-                step = int(data["learner_step"])
-                if s.scalar(
-                    select(Checkpoint.id).where(
-                        Checkpoint.run_id == run_id, Checkpoint.learner_step == step
-                    )
-                ):
-                    return
-                s.add(
-                    Checkpoint(
-                        run_id=run_id,
-                        learner_step=step,
-                        policy_version=int(data["policy_version"]),
-                        path=str(data["path"]),
-                    )
-                )
-            store.record_event(f"learner.{kind}", run_id=run_id, session=s, **dict(data))
-
-    return hook
 
 
 def _lock(run_dir: Path, timeout_s: float = 30.0) -> int:

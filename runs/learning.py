@@ -1,7 +1,8 @@
 """The learning side of a run in the cloud process: the run's buffer (every acknowledged step,
 the robots' demonstrations among them, and the offline data mounted into it), the buffer's
 service to the learner, the supervised learner process (``python -m cloud_learner.process``)
-and the feed of its weight versions to comms' distributor.
+the feed of its weight versions to comms' distributor, and the run's version rows in the
+metadata store (:mod:`runs.versions`, their one writer).
 
 The learner is supervised for crashes and hangs: alive, but no batch taken and no update for
 ``orchestration.learner_hang_s`` (longer until the run's first version: start-up and the BC
@@ -18,6 +19,7 @@ passed its start checks, so robots and the evaluator never run a policy of a ref
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +32,9 @@ from hal.compat import RunFeatures
 from runs.offline import mount_sources
 from runs.starting import initial_weights_path, promote
 from runs.supervisor import ChildRefused, ProcessSupervisor
+from runs.versions import VersionRecorder
 
+log = logging.getLogger(__name__)
 DEMO_ROBOT = "demo"  # robot_id of the cloud-side scripted demonstrations of older runs
 
 
@@ -98,9 +102,8 @@ class RunLearning:
             "learner",
             [
                 *(ctx.python, "-m", "cloud_learner.process"),
-                *("--run-dir", str(run_dir), "--run-id", run_id),
+                *("--run-dir", str(run_dir)),
                 *("--batches", self.batch_server.address),
-                *("--database-url", ctx.settings.database_url),
                 *(("--init-weights", str(init)) if init is not None else ()),
             ],
             run_dir / "learner.log",
@@ -112,6 +115,7 @@ class RunLearning:
         self._weights = WeightFileFeed(
             ctx.server.distributor(run_id), weights, after_version=latest_version(weights)
         )
+        self.versions = VersionRecorder(ctx.store, run_id, run_dir)
         self.version = 0  # the newest version handed to comms
         self.latest_bytes = b""  # its safetensors file
         try:
@@ -175,7 +179,9 @@ class RunLearning:
     def publish_new_weights(self) -> bool:
         """Hand a newer version of the learner's weight directory to comms' distributor as it
         is (no decode and re-snapshot; a distributor kept across restarts that is ahead
-        already is left as it is); True when there was one."""
+        already is left as it is); True when there was one. The learner's versions and
+        checkpoints are recorded in the metadata store first."""
+        self.versions.poll()
         got = self._weights.poll()
         if got is None:
             return False
@@ -190,7 +196,12 @@ class RunLearning:
             promote(self.ctx.store, self.run_id, self.run_dir, self.version, self.latest_bytes)
 
     def close(self) -> None:
-        """The learner has stopped: let go of the batch server, the upload sink, the buffer."""
+        """The learner has stopped: record its last versions and checkpoints, let go of the
+        batch server, the upload sink, the buffer."""
+        try:
+            self.versions.poll()
+        except Exception:  # the rows are recorded again by the next start of the run
+            log.exception("recording the learner's last versions")
         self.batch_server.close()
         self.ctx.sinks.pop(self.run_id, None)
         self.buffer.close()

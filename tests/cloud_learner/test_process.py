@@ -1,7 +1,7 @@
 """The learner process of a run (``python -m cloud_learner.process``), as the run driver starts
 it: against the run's buffer service in another process. SIGKILL it mid-training and start it
-again: parameters, metric steps and weight versions continue; versions and checkpoints are in
-the metadata store. Also: the device a spec's ``learner.num_gpus`` asks for, and the refusal
+again: parameters, metric steps and weight versions continue; the run side records versions
+and checkpoints in the metadata store (``runs.versions``). Also: the device a spec's ``learner.num_gpus`` asks for, and the refusal
 (exit 4) of a checkpoint the spec no longer fits. Pacing (samples per insert) is
 ``buffer.RateLimiter``'s: tests/buffer/test_rate_limiter.py."""
 
@@ -31,6 +31,7 @@ from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device, read
 from comms.weight_file import WeightDirectory
 from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
 from foundation.store.store import MetadataStore, upgrade
+from runs.versions import VersionRecorder
 from tests.cloud_learner.helpers import ACTION, STATE, rows
 
 TASKS = ["reach-v3"]
@@ -76,8 +77,8 @@ class Run_:
             sys.executable,
             "-m",
             "cloud_learner.process",
-            *("--run-dir", str(self.dir), "--run-id", "run-1"),
-            *("--batches", self.server.address, "--database-url", self.db),
+            *("--run-dir", str(self.dir)),
+            *("--batches", self.server.address),
             *extra,
         ]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -156,7 +157,10 @@ def test_sigkill_mid_training_then_resume(run: Run_) -> None:
     acc.Reload()
     assert [e.step for e in acc.Scalars("learner/loss")] == steps
     assert manager.load().learner_step == target
-    # Every published version and checkpoint is in the metadata store, for the dashboard.
+    # The run side records every published version and checkpoint in the metadata store, for
+    # the dashboard (the learner has no store access); again after a restart, once each.
+    VersionRecorder(run.store, "run-1", run.dir).poll()
+    VersionRecorder(run.store, "run-1", run.dir).poll()
     with run.store.session() as s:
         versions = sorted(s.scalars(select(PolicyVersion.version)))
         ckpts = list(s.scalars(select(Checkpoint.learner_step)))
@@ -226,7 +230,7 @@ def test_online_updates_wait_for_min_size_robot_transitions_not_demonstrations(
     server = BatchServer(
         buffer, TASKS, InterventionSampler(), offline_rows=200, demonstration_robots=["demo"]
     )
-    proc = RunLearner.open(run_dir, "run-1", server.address, None)
+    proc = RunLearner.open(run_dir, server.address, None)
     bc_updates = proc.params.bc_updates
     stop = threading.Event()
     worker = threading.Thread(target=proc.run, args=(stop.is_set, lambda: False), daemon=True)
