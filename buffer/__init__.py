@@ -67,8 +67,8 @@ The whole public API::
     state = sampler.state_dict()  # into the learner checkpoint; sampler.load_state_dict(state)
 
     # Another process (the learner): buffer.service.BatchServer(buf, tasks, sampler,
-    # demonstration_robots=[...]) serves batches over ZeroMQ; buffer.service.RemoteBuffer(
-    # address, sampling={"kind": "symmetric"}) asks it (foundation.contracts.TransitionSource:
+    # demonstration_robots=[...]) serves batches drawn with that sampler over ZeroMQ;
+    # buffer.service.RemoteBuffer(address) asks it (foundation.contracts.TransitionSource:
     # numpy columns, task_index, is_demonstration, success).
 
     # A lab's datasets (LeRobotDataset v3, ROS 2 bags) come in and go out through lab_data.

@@ -15,24 +15,9 @@ in the buffer) and ``online`` (rows from robots, i.e. without the offline/demons
 the run mounted: the learner's update-to-data ratio counts these); a ``sample`` reply for an
 empty buffer carries ``empty: true`` and no batch. A ``sample`` or ``size`` request may carry
 the learner's latest statistics (``stats``), which the run driver shows and stores as metrics;
-a ``sample`` request may name the ``sampling`` its algorithm needs (absent: the server's own
-sampler):
-
-* ``{"kind": "intervention"}``: the server's sampler (HG-DAgger: operator-labelled steps);
-* ``{"kind": "uniform"}``: every step alike (RECAP);
-* ``{"kind": "symmetric", "online_fraction": 0.5}``: RLPD's symmetric sampling (Ball et al.
-  2023) with HIL-SERL's prior data: ``1 - online_fraction`` of each batch from operator steps
-  (demonstrations and takeovers, ``is_intervention``), the rest from autonomous steps
-  (:class:`buffer.samplers.MixSampler` with ``prior="interventions"``).
-
-With offline data mounted into the buffer (``ReplayBuffer.mount``) each kind mixes it in, the
-online share of each batch being the server's :class:`MixConfig` (fixed, or SOP's adaptive
-per-task share): ``intervention`` takes the window's operator steps against the mounted
-rows; ``uniform`` the whole window against them; ``symmetric`` the autonomous steps against
-the operator steps and the mounted rows together. Every mounted row is a demonstration
-(``is_demonstration``, ``is_offline``).
-
-A request's ``sampling`` may also carry ``images`` (camera keys to include, with
+the server draws every batch with the sampler its run gave it (the algorithm's builder chose
+it: ``cloud_learner.algorithms``); requests carry no sampling choice. A ``sample`` request's
+``layout`` says what each row carries: ``images`` (camera keys to include, with
 ``next_images`` for their successors) and ``chunk`` (T > 1: each row comes with the action
 chunk that starts at it, ``action_chunk`` (B, T, A) float32 and ``action_chunk_is_pad``
 (B, T) bool; ``ReplayBuffer.sample_chunks``).
@@ -41,7 +26,8 @@ Adaptive mix (SOP, Pan et al. 2026): the learner reports each task's recent trai
 online and on offline rows in its ``stats`` (``loss_online/<task>``, ``loss_offline/<task>``,
 means over a sliding window); the server sets that task's online share to
 ``clip(L_on / (L_on + L_off), min_online, max_online)``: a task whose online data the policy
-fits worse than its offline data gets more online rows. ``mix_shares`` holds the shares.
+fits worse than its offline data gets more online rows. ``mix_shares`` holds the shares (the
+mapping the run's mixing sampler was built with reads them).
 
 Batch keys (B = batch size, D / A the state / action sizes): ``observation.state`` (B, D)
 float32, ``next.observation.state`` (B, D) float32, ``action`` (B, A) float32, ``task_index``
@@ -75,7 +61,7 @@ from safetensors.numpy import save as st_save
 from buffer.errors import NothingToSample
 from buffer.reading import sample_across_shards
 from buffer.replay_buffer import ReplayBuffer
-from buffer.samplers import MixSampler, Sampler
+from buffer.samplers import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +76,6 @@ KEYS = (
     "episode_index",
     "frame_index",
 )
-SAMPLING_KINDS = ("intervention", "uniform", "symmetric")
 # ``policy_version`` of a demonstration episode's steps (edge_agent.core.DEMONSTRATION: an
 # operator drove the robot, no policy was consulted).
 DEMONSTRATION = 0
@@ -126,13 +111,15 @@ class BatchServer:
     Args:
         buffer: the run's open buffer (or one shard of it: ``buffer.shards``).
         tasks: the run's task list (``task_index`` = position).
-        sampler: a ``buffer`` sampler (e.g. ``InterventionSampler()``), None for uniform;
-            used for requests without ``sampling`` or with kind ``intervention``.
+        sampler: the ``buffer`` sampler of every batch (e.g. ``InterventionSampler()``), None
+            for uniform.
         offline_rows: rows of the buffer that are not robots' online steps (demonstrations,
             mounted data); ``online`` in replies is ``len(buffer) - offline_rows``.
         demonstration_robots: ``robot_id`` s whose steps are demonstrations (the batch's
             ``is_demonstration``, and their episodes' ends count as successes).
         mix: the online share when offline data is mounted (fixed or adaptive).
+        mix_shares: the per-task online shares it keeps up to date under an adaptive mix
+            (the mapping ``sampler`` was built with); a new one when None.
         host: the interface to listen on: loopback for a learner on this machine; a shard on
             another node (``buffer.shard_actor``) listens where its learner can reach it.
 
@@ -149,17 +136,17 @@ class BatchServer:
         demonstration_robots: Iterable[str] = (),
         mix: MixConfig | None = None,
         host: str = "127.0.0.1",
+        mix_shares: dict[str, float] | None = None,
     ) -> None:
         self.buffer = buffer
         self.offline_rows = offline_rows
         self.mix = mix or MixConfig()
-        # Per-task online shares (adaptive); every mixing sampler reads this one mapping.
-        self.mix_shares: dict[str, float] = {}
+        # Per-task online shares (adaptive); the sampler reads this one mapping.
+        self.mix_shares: dict[str, float] = {} if mix_shares is None else mix_shares
         self.requests = 0
         self.tasks = {t: i for i, t in enumerate(tasks)}
         self.demonstration_robots = frozenset(str(r) for r in demonstration_robots)
         self.sampler = sampler
-        self._samplers: dict[tuple[str, float], Sampler | None] = {}
         self.learner_stats: dict[str, float] = {}
         self.samples = 0
         self._ctx: zmq.Context[Any] = zmq.Context.instance()
@@ -195,38 +182,6 @@ class BatchServer:
                 frames.append(payload)
             self._sock.send_multipart(frames)
 
-    def sampler_for(self, sampling: Mapping[str, Any] | None) -> Sampler | None:
-        """The buffer sampler a request's ``sampling`` names (see the module docstring).
-
-        Raises:
-            ValueError: an unknown kind or a bad ``online_fraction``, named.
-        """
-        kind = (sampling or {}).get("kind", "intervention")
-        if kind not in SAMPLING_KINDS:
-            raise ValueError(f"sampling kind {kind!r} is unknown (known: {SAMPLING_KINDS})")
-        offline = bool(self.buffer.offline)
-        if not offline and kind == "intervention":
-            return self.sampler
-        if not offline and kind == "uniform":
-            return None
-        fraction = float((sampling or {}).get("online_fraction", self.mix.online_fraction))
-        key = (str(kind), fraction)
-        if key not in self._samplers:
-            shares: float | Mapping[str, float] = (
-                self.mix_shares if self.mix.adaptive and offline else fraction
-            )
-            if kind == "intervention":
-                mixed = MixSampler(
-                    shares, prior="offline", online="interventions", default=fraction
-                )
-            elif kind == "uniform":
-                mixed = MixSampler(shares, prior="offline", default=fraction)
-            else:
-                prior = "both" if offline else "interventions"
-                mixed = MixSampler(shares, prior=prior, default=fraction)
-            self._samplers[key] = mixed
-        return self._samplers[key]
-
     def _note_losses(self, stats: Mapping[str, float]) -> None:
         """SOP's adaptive shares from the learner's per-task window losses."""
         if not (self.mix.adaptive and self.buffer.offline):
@@ -248,7 +203,7 @@ class BatchServer:
             return self._sizes(), None
         if op == "demonstrations":
             return {"episodes": self.demonstration_episodes(), **self._sizes()}, None
-        sampler = self.sampler_for(req.get("sampling"))
+        sampler = self.sampler
         if op == "sampler_state":
             get = getattr(sampler, "state_dict", None)
             return {"state": dict(get()) if callable(get) else {}}, None
@@ -261,7 +216,7 @@ class BatchServer:
             n = int(req["batch_size"])
             if self._sizes()["size"] == 0:
                 return {"empty": True, **self._sizes()}, None
-            how = req.get("sampling") or {}
+            how = req.get("layout") or {}
             chunk = int(how.get("chunk", 1))
             if chunk > 1:
                 arrays = self.buffer.sample_chunks(n, chunk, sampler=sampler, timeout=1.0)
@@ -347,8 +302,8 @@ class RemoteBuffer:
     Args:
         address: the server's ``tcp://`` address.
         timeout_s: longest wait for one reply.
-        sampling: the server-side sampling to ask for (module docstring); None = the
-            server's own sampler.
+        layout: what each row carries (``images``, ``next_images``, ``chunk``: module
+            docstring); None = the state columns alone.
 
     ``stats`` (name -> float) travels with the next ``sample`` or ``size`` request.
 
@@ -360,10 +315,10 @@ class RemoteBuffer:
         self,
         address: str,
         timeout_s: float = 30.0,
-        sampling: Mapping[str, Any] | None = None,
+        layout: Mapping[str, Any] | None = None,
     ) -> None:
         self.address = address
-        self.sampling = dict(sampling) if sampling else None
+        self.layout = dict(layout) if layout else None
         self.timeout_ms = int(timeout_s * 1000)
         self.stats: dict[str, float] = {}
         self._size = 0
@@ -446,7 +401,7 @@ class RemoteBuffer:
             "op": "sample",
             "batch_size": batch_size,
             "stats": self.stats,
-            "sampling": self.sampling,
+            "layout": self.layout,
         }
         try:
             self._sock.send(json.dumps(req).encode())
@@ -462,17 +417,11 @@ class RemoteBuffer:
 
     def sampler_state(self) -> dict[str, Any]:
         """``{"sampler": the server sampler's state_dict}`` (for the learner's checkpoint)."""
-        header, _ = self._call({"op": "sampler_state", "sampling": self.sampling})
+        header, _ = self._call({"op": "sampler_state"})
         return {"sampler": header["state"]}
 
     def load_sampler_state(self, state: Mapping[str, Any]) -> None:
-        self._call(
-            {
-                "op": "load_sampler_state",
-                "state": state.get("sampler") or {},
-                "sampling": self.sampling,
-            }
-        )
+        self._call({"op": "load_sampler_state", "state": state.get("sampler") or {}})
 
     def close(self) -> None:
         self._sock.close(0)
@@ -489,7 +438,7 @@ class ShardedRemoteBuffer:
 
     Args:
         addresses: the shards' ``tcp://`` batch server addresses, shard ``k`` at ``k``.
-        timeout_s / sampling: as :class:`RemoteBuffer`, for every shard.
+        timeout_s / layout: as :class:`RemoteBuffer`, for every shard.
         seed: of the draw of rows per shard.
 
     ``stats`` travel to every shard. Raises as :class:`RemoteBuffer`.
@@ -499,12 +448,12 @@ class ShardedRemoteBuffer:
         self,
         addresses: Sequence[str],
         timeout_s: float = 30.0,
-        sampling: Mapping[str, Any] | None = None,
+        layout: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
         if not addresses:
             raise ValueError("a sharded buffer needs at least one shard address")
-        self.shards = [RemoteBuffer(a, timeout_s, sampling) for a in addresses]
+        self.shards = [RemoteBuffer(a, timeout_s, layout) for a in addresses]
         self.stats: dict[str, float] = {}
         self._rng = np.random.default_rng(seed)
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from buffer.config import BufferSettings
 from buffer.replay_buffer import ReplayBuffer
-from buffer.samplers import InterventionSampler
+from buffer.samplers import Sampler
 from buffer.schema import StepSchema
 from buffer.service import BatchServer
 from buffer.shards import shard_count, shard_dir
@@ -39,6 +39,7 @@ class BufferShard:
         tasks: the run's tasks (the batch server's ``task_index``).
         demonstration_robots: robots whose steps are demonstrations.
         host: where the batch server listens (``127.0.0.1`` on one machine).
+        sampler: the batch server's sampler (the run's algorithm's; None: uniform).
     """
 
     def __init__(
@@ -51,6 +52,7 @@ class BufferShard:
         tasks: Sequence[str],
         demonstration_robots: Iterable[str] = (),
         host: str = "127.0.0.1",
+        sampler: Sampler | None = None,
     ) -> None:
         shard_count(root, shards)
         self.buffer = ReplayBuffer.open(
@@ -59,7 +61,7 @@ class BufferShard:
         self.server = BatchServer(
             self.buffer,
             tasks,
-            InterventionSampler(),
+            sampler,
             demonstration_robots=demonstration_robots,
             host=host,
         )
@@ -100,11 +102,13 @@ def start_shards(
     demonstration_robots: Iterable[str] = (),
     host: str = "127.0.0.1",
     actor_options: dict[str, Any] | None = None,
+    sampler: Sampler | None = None,
 ) -> list[Any]:
     """One Ray actor per shard (``ray.init`` done by the caller); returns their handles,
     shard ``k`` at ``k``. ``actor_options`` go to ``.options()``: e.g. a node's custom
     resource (``{"resources": {"buffer-node-1": 1}}``) or a scheduling strategy to place each
-    shard where its directory is. Each shard gets an equal part of the memory budget.
+    shard where its directory is. Each shard gets an equal part of the memory budget and its
+    own copy of ``sampler`` (the run's algorithm's; None: uniform).
 
     Raises:
         ValueError: ``shards`` differs from the count recorded under ``root``.
@@ -117,6 +121,8 @@ def start_shards(
     remote = ray.remote(BufferShard).options(**{"num_cpus": 0, **(actor_options or {})})
     demos = list(demonstration_robots)
     return [
-        remote.remote(str(root), k, shards, schema.to_json(), fields, list(tasks), demos, host)
+        remote.remote(
+            str(root), k, shards, schema.to_json(), fields, list(tasks), demos, host, sampler
+        )
         for k in range(shards)
     ]

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from buffer import RateLimiter, StepSchema
+from buffer import StepSchema
 from buffer.service import RemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.factory import build_algorithm, model_config
@@ -152,9 +152,9 @@ class RunLearner:
         self.source = source  # the learner's batches: the run's buffer service behind ``remote``
         self.remote = remote
         self.resumed = resumed
-        spi = plan.spec.buffer.samples_per_insert
-        # Robots run in real time and are never blocked: the learner waits for data.
-        self.limiter = RateLimiter.sampling_side(spi) if spi is not None else None
+        # The algorithm's rate limiter, applied here where the sample counts are (the warm
+        # start's excluded, restored with each checkpoint): robots are never blocked.
+        self.limiter = plan.rate_limiter()
         self._window: list[float] = []
         self._last: dict[str, float] = {"loss": float("nan")}
         # The warm start clones the demonstrations and offline data; without any, no BC.
@@ -183,21 +183,20 @@ class RunLearner:
                 checkpoint or starting weights that do not fit (each tensor and spec key
                 named).
         """
-        spec = parse_run_spec(json.loads((run_dir / "spec.json").read_text()))
-        plan = RunPlan.from_spec(spec)
+        plan = RunPlan.from_spec(parse_run_spec(json.loads((run_dir / "spec.json").read_text())))
+        spec = plan.spec
         try:
             settings = plan.learner_settings(*run_features(run_dir))
             device = learner_device(spec.learner.num_gpus)
             algorithm = build_algorithm(settings, device)
         except (RuntimeError, ValueError) as exc:  # no GPU; a policy that cannot be built
             raise Refused(str(exc)) from None
-        sampling = plan.batch_sampling(
+        layout = plan.batch_layout(
             images=list(settings.policy.image_keys),
             chunk=int(getattr(algorithm.policy, "chunk_size", settings.policy.chunk_size)),
         )
-        reward_scale = float(sampling.pop("reward_scale"))
-        remote = RemoteBuffer(batches, sampling=sampling)
-        source = TransitionBatchSource(remote, device=device, reward_scale=reward_scale)
+        remote = RemoteBuffer(batches, layout=layout)
+        source = TransitionBatchSource(remote, device=device, reward_scale=plan.reward_scale)
         # Every version carries its policy card, so robots and the evaluator build the right
         # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
         publisher = CardPublisher(

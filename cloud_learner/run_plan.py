@@ -1,6 +1,9 @@
-"""What a run spec means for the learner: its hyper-parameters split between the knobs every
-run has (:class:`foundation.runspec.RunParams`) and the algorithm's own (its builder's
-``options``), the learner settings they make, and how the learner's batches are drawn.
+"""What a run spec means for the learner: its algorithm and policy kind checked against this
+learner's registry (:data:`cloud_learner.algorithms.BUILDERS`; the floor's run spec keeps
+plain names), its hyper-parameters split between the knobs every run has
+(:class:`foundation.runspec.RunParams`) and the algorithm's own (its builder's ``options``),
+the learner settings they make, and the run's replay wiring (its builder's sampler and rate
+limiter).
 
 ``spec.hyperparameters`` is one flat mapping, e.g. ``{"lr": 1e-3, "control_hz": 20,
 "gamma": 0.95}``; a key is refused by name when it is unknown, mistyped, out of range or
@@ -14,22 +17,84 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buffer.rate_limiter import RateLimiter
+from buffer.samplers import Sampler
 from cloud_learner.algorithms import BUILDERS, AlgorithmBuilder
 from cloud_learner.config import LearnerSettings
 from foundation.runspec import (
-    PRETRAINED_ONLY_KINDS,
     RunParams,
     RunSpec,
     RunSpecError,
     knob_names,
     parse_knobs,
+    parse_run_spec,
 )
 
-# The buffer service's sampling kind -> the learner settings' sampler of the same rows.
-_SAMPLERS = {"intervention": "intervention", "uniform": "uniform", "symmetric": "mix"}
+# The run spec's policy kinds this learner builds (``cloud_learner.policies``).
+POLICY_KINDS = (
+    "mlp",
+    "cnn",
+    "gaussian",
+    "flow-chunk",
+    "lerobot-act",
+    "lerobot-diffusion",
+    "lerobot-smolvla",
+    "lerobot-pi0",
+)
+# LeRobot policies whose configs load a pretrained VLM: a run builds them only from a local
+# checkpoint directory (``policy.init_checkpoint``), never a hub download.
+PRETRAINED_ONLY_KINDS = ("lerobot-smolvla", "lerobot-pi0")
 # The run spec's policy kinds -> the learner settings' (cnn is the MLP with a camera encoder).
 _LEARNER_KINDS = {"mlp": "mlp", "cnn": "mlp", "gaussian": "gaussian", "flow-chunk": "flow"}
 IMAGE_PREFIX = "observation.images."
+
+
+def name_errors(algorithm: Any, policy_kind: Any) -> dict[str, str]:
+    """An algorithm or policy kind this learner does not have, named by field with the known
+    ones (empty: both known; an empty kind is the algorithm's own)."""
+    errors: dict[str, str] = {}
+    if algorithm not in BUILDERS:
+        *rest, last = (repr(n) for n in BUILDERS)
+        errors["algorithm"] = f"Input should be {', '.join(rest)} or {last}"
+    if policy_kind and policy_kind not in POLICY_KINDS:
+        errors["policy.kind"] = (
+            f"unknown policy kind {policy_kind!r} (known: {', '.join(POLICY_KINDS)})"
+        )
+    return errors
+
+
+def resolve(spec: RunSpec) -> RunSpec:
+    """``spec`` with its policy kind filled in (its algorithm's own when it names none).
+
+    Raises:
+        RunSpecError: an unknown algorithm or policy kind (:func:`name_errors`).
+    """
+    errors = name_errors(spec.algorithm, spec.policy.kind)
+    if errors:
+        raise RunSpecError(errors)
+    if spec.policy.kind:
+        return spec
+    policy = spec.policy.model_copy(update={"kind": BUILDERS[spec.algorithm].policy_kind})
+    return spec.model_copy(update={"policy": policy})
+
+
+def parse_spec(data: Any) -> RunSpec:
+    """A run spec document (a mapping) validated by the floor and against this learner's
+    algorithms and policy kinds, every bad field named at once; the policy kind filled in.
+
+    Raises:
+        RunSpecError: naming every invalid field.
+    """
+    try:
+        return resolve(parse_run_spec(data))
+    except RunSpecError as err:
+        errors = dict(err.errors)
+    if isinstance(data, dict):
+        policy = data.get("policy")
+        kind = policy.get("kind") if isinstance(policy, dict) else None
+        for key, msg in name_errors(data.get("algorithm"), kind).items():
+            errors.setdefault(key, msg)
+    raise RunSpecError(errors)
 
 
 def is_lerobot_dir(path: str | None) -> bool:
@@ -59,13 +124,15 @@ class RunPlan:
 
     @classmethod
     def from_spec(cls, spec: RunSpec) -> RunPlan:
-        """Raises RunSpecError naming every unknown, mistyped or foreign hyper-parameter and
-        every policy field the fleet's edge agents cannot run."""
-        builder = BUILDERS.get(spec.algorithm)
-        if builder is None:
-            raise RunSpecError(
-                {"algorithm": f"the run manager drives {sorted(BUILDERS)}; got {spec.algorithm!r}"}
-            )
+        """The plan of ``spec`` (its ``spec``: the policy kind filled in, :func:`resolve`).
+
+        Raises:
+            RunSpecError: an unknown algorithm or policy kind; naming every unknown, mistyped
+                or foreign hyper-parameter and every policy field the fleet's edge agents
+                cannot run.
+        """
+        spec = resolve(spec)
+        builder = BUILDERS[spec.algorithm]
         general, own, errors = _split(spec, builder)
         params, bad = parse_knobs(RunParams, general)
         errors.update(bad)
@@ -124,7 +191,7 @@ class RunPlan:
             RunSpecError: the cameras the spec names do not fit ``observation_features``.
         """
         spec, params = self.spec, self.params
-        sampling = self.builder.sampling(self.options, spec)
+        mixes = self.builder.learner_sampler == "mix"
         state = observation_features.get("observation.state", {}).get("shape", [1])
         cameras = self.cameras(observation_features)
         image_shape = tuple(observation_features[cameras[0]]["shape"][:2]) if cameras else (64, 64)
@@ -153,8 +220,9 @@ class RunPlan:
                 "checkpoint_every_updates": params.checkpoint_every_updates,
                 "log_every_updates": 10,
                 "tasks": list(spec.tasks),
-                "sampler": _SAMPLERS[sampling["kind"]],
-                "online_fraction": sampling.get("online_fraction", 0.5),
+                "sampler": self.builder.learner_sampler,
+                # Only the mix sampler reads it; the others keep the settings' default.
+                "online_fraction": spec.buffer.online_fraction if mixes else 0.5,
                 "torch_threads": 1,
             }
         )
@@ -190,19 +258,30 @@ class RunPlan:
             "hyperparameters": dict(spec.hyperparameters),
         }
 
-    def batch_sampling(self, images: list[str] | None = None, chunk: int = 1) -> dict[str, Any]:
-        """How the learner asks the run's buffer service for batches, with the reward scale
-        it applies to them: ``{"kind": ..., "images": [...], "chunk": T, "next_images":
-        bool, "reward_scale": ...}`` (``buffer.service``): the cameras the policy sees, the
-        action chunk it trains on (T > 1: ``action_chunk``) and whether the algorithm needs
-        the next observation's frames (SAC's critics)."""
+    def batch_layout(self, images: list[str] | None = None, chunk: int = 1) -> dict[str, Any]:
+        """What each row of the learner's batches carries (``buffer.service``'s request
+        ``layout``): ``{"images": [...], "chunk": T, "next_images": bool}``: the cameras the
+        policy sees, the action chunk it trains on (T > 1: ``action_chunk``) and whether the
+        algorithm needs the next observation's frames (SAC's critics)."""
         return {
-            **self.builder.sampling(self.options, self.spec),
             "images": list(images or []),
             "chunk": chunk,
             "next_images": self.builder.needs_next_observation and bool(images),
-            "reward_scale": self.builder.reward_scale(self.options),
         }
+
+    @property
+    def reward_scale(self) -> float:
+        """Multiplies every batch's ``reward`` on the learner's side (the algorithm's)."""
+        return self.builder.reward_scale(self.options)
+
+    def sampler(self, offline: bool, shares: Mapping[str, float]) -> Sampler | None:
+        """The sampler of the run's batch service (the builder's; see
+        :meth:`cloud_learner.algorithms.AlgorithmBuilder.sampler`)."""
+        return self.builder.sampler(self.options, self.spec, offline, shares)
+
+    def rate_limiter(self) -> RateLimiter | None:
+        """The run's samples-per-insert rate limiter (the builder's), sampling side only."""
+        return self.builder.rate_limiter(self.options, self.spec)
 
     @property
     def terminate_on_success(self) -> bool:
@@ -267,4 +346,4 @@ def _policy_errors(spec: RunSpec, builder: AlgorithmBuilder) -> dict[str, str]:
     return errors
 
 
-__all__ = ["RunPlan"]
+__all__ = ["POLICY_KINDS", "RunPlan", "parse_spec", "resolve"]

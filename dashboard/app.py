@@ -90,6 +90,17 @@ def create_app(
 
     for module in (auth, fleet, runs, policies, audit):
         app.include_router(module.router, prefix="/api")
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document plus the run spec's schemas (the launch route's body)."""
+        schema = generate()
+        schema.setdefault("components", {}).setdefault("schemas", {}).update(
+            runs.run_spec_schemas()
+        )
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     bodies.install(app)  # before security_headers, which then wraps its 422s too
 
     @app.middleware("http")

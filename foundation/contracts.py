@@ -50,6 +50,15 @@ class RunManager(Protocol):
     nothing has changed.
     """
 
+    def parse_spec(self, data: Any) -> RunSpec:
+        """A launch request's run spec (a JSON document) checked by the floor and against
+        the algorithms and policy kinds the cloud's learner has, its policy kind filled in.
+
+        Raises:
+            foundation.runspec.RunSpecError: every invalid field at once, by dotted path.
+        """
+        ...
+
     def launch(self, spec: RunSpec, *, actor: str) -> str:
         """Validate ``spec`` against the fleet, record the run and start it; returns its id.
 

@@ -2,7 +2,9 @@
 
 A run spec is a versioned, typed document (YAML file or JSON through the API). Validation
 names every bad field at once (:class:`RunSpecError`), so a launch form can show each error
-next to its field. Example::
+next to its field. The algorithm and the policy kind are plain names here: the learner's
+registry (``cloud_learner.run_plan.parse_spec`` on the launch path) knows which exist and
+fills in an algorithm's own policy kind. Example::
 
     version: 1
     name: reach-and-push
@@ -25,9 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 SPEC_VERSION: Literal[1] = 1
 
-Algorithm = Literal["hg-dagger", "recap", "sac"]
-# The policy each algorithm trains when the spec names none (SAC's actor is a tanh-Gaussian).
-DEFAULT_POLICY_KIND: dict[str, str] = {"hg-dagger": "mlp", "recap": "mlp", "sac": "gaussian"}
 TASK_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -65,19 +64,6 @@ class LearnerResources(_Strict):
     num_gpus: float = Field(default=0.0, ge=0)
 
 
-POLICY_KINDS = (
-    "mlp",
-    "cnn",
-    "gaussian",
-    "flow-chunk",
-    "lerobot-act",
-    "lerobot-diffusion",
-    "lerobot-smolvla",
-    "lerobot-pi0",
-)
-# LeRobot policies whose configs load a pretrained VLM: a run builds them only from a local
-# checkpoint directory (``policy.init_checkpoint``), never a hub download.
-PRETRAINED_ONLY_KINDS = ("lerobot-smolvla", "lerobot-pi0")
 ConfigValue = float | int | str | bool | list[int] | list[float] | list[str]
 
 
@@ -93,11 +79,11 @@ class PolicyConfig(_Strict):
     """
 
     kind: str = Field(
-        default="mlp",
+        default="",
         description=(
             "mlp | cnn | gaussian | flow-chunk | lerobot-act | lerobot-diffusion | "
-            "lerobot-smolvla | lerobot-pi0; in a run spec that leaves it out, the "
-            "algorithm's own (DEFAULT_POLICY_KIND)."
+            "lerobot-smolvla | lerobot-pi0; empty or left out: the algorithm's own "
+            "(filled in at launch)."
         ),
     )
     hidden_sizes: list[int] = Field(
@@ -137,13 +123,6 @@ class PolicyConfig(_Strict):
     def _positive(cls, v: list[int]) -> list[int]:
         if not v or any(h <= 0 for h in v):
             raise ValueError("hidden sizes must be a non-empty list of positive integers")
-        return v
-
-    @field_validator("kind")
-    @classmethod
-    def _known_kind(cls, v: str) -> str:
-        if v and v not in POLICY_KINDS:
-            raise ValueError(f"unknown policy kind {v!r} (known: {', '.join(POLICY_KINDS)})")
         return v
 
     @model_validator(mode="after")
@@ -309,7 +288,11 @@ class RunSpec(_Strict):
 
     version: Literal[1] = SPEC_VERSION
     name: str = Field(default="", max_length=256)
-    algorithm: Algorithm
+    algorithm: str = Field(
+        min_length=1,
+        description="hg-dagger | recap | sac: an algorithm of the cloud's learner (checked at "
+        "launch against its registry).",
+    )
     hyperparameters: dict[str, float | int | str | bool] = Field(default_factory=dict)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     tasks: list[str] = Field(min_length=1, description="Meta-World or other task names.")
@@ -320,17 +303,6 @@ class RunSpec(_Strict):
     publish: PublishSpec = Field(default_factory=PublishSpec)
     evaluation: EvalSpec = Field(default_factory=EvalSpec)
     stop: StopSpec = Field(default_factory=StopSpec)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _policy_kind_for_algorithm(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or data.get("algorithm") not in DEFAULT_POLICY_KIND:
-            return data
-        policy = data.get("policy", {})
-        if isinstance(policy, dict) and policy.get("kind") in (None, ""):
-            kind = DEFAULT_POLICY_KIND[data["algorithm"]]
-            return {**data, "policy": {**policy, "kind": kind}}
-        return data
 
     @field_validator("tasks")
     @classmethod
@@ -386,8 +358,9 @@ def parse_run_spec(data: Any) -> RunSpec:
         raise RunSpecError(field_errors(err)) from None
 
 
-def load_run_spec(path: Path | str) -> RunSpec:
-    """Read and validate a YAML or JSON run spec file.
+def load_run_spec(path: Path | str, parse: Callable[[Any], RunSpec] = parse_run_spec) -> RunSpec:
+    """Read a YAML or JSON run spec file and validate it with ``parse`` (the launch path's
+    parser also checks the names only the learner knows).
 
     Raises:
         RunSpecError: the file is missing, unparsable, or invalid.
@@ -399,7 +372,7 @@ def load_run_spec(path: Path | str) -> RunSpec:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise RunSpecError({"(file)": f"not valid YAML: {exc}"}) from None
-    return parse_run_spec(data)
+    return parse(data)
 
 
 # -- hyper-parameters ------------------------------------------------------------------------

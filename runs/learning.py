@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from cloud_learner.process import EXIT_REFUSED, read_refusal
+from cloud_learner.run_plan import RunPlan
 from comms.weight_file import WeightFileFeed, latest_version
-from foundation.runspec import RunParams, RunSpec
+from foundation.runspec import RunSpec
 from hal.compat import RunFeatures
 from runs.offline import mount_sources
 from runs.starting import initial_weights_path, promote
@@ -45,9 +46,14 @@ class LearnerRefused(RuntimeError):
 class RunLearning:
     """Buffer, batch server, learner process and weight feed of one run.
 
+    The batch server draws with the sampler the run's algorithm builder gives it (asked once
+    here, when the buffer and its offline data are known); the builder's rate limiter paces
+    the learner (``cloud_learner.process``).
+
     Args:
         ctx: the cloud's shared services (``runs.run.CloudContext``).
-        run_id / run_dir / spec / params: the run.
+        run_id / run_dir: the run.
+        plan: its spec resolved (``cloud_learner.run_plan.RunPlan``: the algorithm's builder).
         features: the features its robots share (the buffer's schema).
         on_event: records an event of the run (``kind, **data``).
     """
@@ -57,17 +63,16 @@ class RunLearning:
         ctx: Any,
         run_id: str,
         run_dir: Path,
-        spec: RunSpec,
-        params: RunParams,
+        plan: RunPlan,
         features: RunFeatures,
         on_event: Callable[..., None],
     ) -> None:
-        from buffer import InterventionSampler
         from buffer.service import BatchServer, MixConfig
         from comms.buffer_sink import BufferSink
 
         self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir
         self.on_event = on_event
+        spec = plan.spec
         self.buffer = self._open_buffer(spec, features)
         try:
             # Offline data first: a source that is gone or does not fit ends the start here.
@@ -80,10 +85,11 @@ class RunLearning:
             # cloud-side scripted demonstrations (robot "demo", runs before that) still count.
             self.demo_rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
             mix = spec.buffer
+            shares: dict[str, float] = {}  # SOP's adaptive per-task shares, the server's
             self.batch_server = BatchServer(
                 self.buffer,
                 spec.tasks,
-                InterventionSampler(),
+                plan.sampler(offline=bool(self.buffer.offline), shares=shares),
                 offline_rows=self.demo_rows,
                 demonstration_robots=[DEMO_ROBOT],
                 mix=MixConfig(
@@ -92,6 +98,7 @@ class RunLearning:
                     mix.adaptive.min_online,
                     mix.adaptive.max_online,
                 ),
+                mix_shares=shares,
             )
         except BaseException:
             self.buffer.close()  # its directory lock must not outlive a failed start

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from cloud_learner.run_plan import RunPlan
+from cloud_learner.run_plan import RunPlan, parse_spec
 from foundation.runspec import RunSpec, RunSpecError, parse_run_spec
 from foundation.store.models import Robot, RobotStatus, Run, RunState
 from foundation.store.runs import (
@@ -43,11 +43,13 @@ from runs.starting import check_start
 log = logging.getLogger(__name__)
 
 
-def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None = None) -> None:
-    """Refuse a spec the fleet cannot serve; nothing is written (and nothing leased).
+def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None = None) -> RunSpec:
+    """Refuse a spec the fleet cannot serve; nothing is written (and nothing leased). Returns
+    the spec as the run records it: its policy kind filled in (the algorithm's own).
 
     Raises:
-        RunSpecError: an unsupported knob; fewer robots in the fleet (of any status but
+        RunSpecError: an algorithm or policy kind the learner does not have (the known ones
+            named, ``cloud_learner.run_plan``); an unsupported knob; fewer robots in the fleet (of any status but
             retired) than the spec's minimum; matching robots whose enrolled specs one policy
             cannot take (the feature named, ``hal.compat``); a policy that cannot see what the
             robots offer (cameras named); a robot without an operator for an algorithm that
@@ -98,6 +100,8 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
             )
     if errors:
         raise RunSpecError(errors)
+    assert plan is not None
+    return plan.spec
 
 
 def _shared_features(robots: list[Robot]) -> dict[str, Any] | None:
@@ -196,8 +200,7 @@ def submit_run(store: MetadataStore, spec: RunSpec, runs_dir: Path, *, actor: st
     Raises:
         RunSpecError: :func:`validate_launch` refused the spec; nothing was recorded.
     """
-    validate_launch(store, spec, runs_dir.parent)
-    return record_run(store, spec, runs_dir, actor=actor)
+    return record_run(store, validate_launch(store, spec, runs_dir.parent), runs_dir, actor=actor)
 
 
 class QueuedRunManager:
@@ -210,6 +213,9 @@ class QueuedRunManager:
     def __init__(self, store: MetadataStore, data_dir: Path) -> None:
         self.store = store
         self.data_dir = data_dir
+
+    def parse_spec(self, data: Any) -> RunSpec:
+        return parse_spec(data)
 
     def launch(self, spec: RunSpec, *, actor: str) -> str:
         return submit_run(self.store, spec, self.data_dir / "runs", actor=actor)
@@ -259,6 +265,9 @@ class RunManager:
         self._lock = threading.RLock()
 
     # -- foundation.contracts.RunManager ----------------------------------------------------
+
+    def parse_spec(self, data: Any) -> RunSpec:
+        return parse_spec(data)
 
     def launch(self, spec: RunSpec, *, actor: str) -> str:
         run_id = submit_run(self.store, spec, self.runs_dir, actor=actor)

@@ -95,9 +95,9 @@ class RunDriver:
     ) -> None:
         self.ctx = ctx
         self.run_id = run_id
-        self.spec = spec
         self.run_dir = run_dir
         self.plan = RunPlan.from_spec(spec)
+        self.spec = self.plan.spec  # its policy kind filled in
         self.params = self.plan.params
         self.on_end = on_end
         self.orchestration = ctx.settings.orchestration
@@ -221,7 +221,7 @@ class RunDriver:
             self._carry_on()
         self._lease(patient=resumed)
         self.learning = RunLearning(
-            self.ctx, self.run_id, self.run_dir, self.spec, self.params, self.features, self._event
+            self.ctx, self.run_id, self.run_dir, self.plan, self.features, self._event
         )
         self.figures.offline_rows = self.learning.demo_rows
         self.evaluations = self._evaluations()

@@ -1,7 +1,7 @@
 """What a run needs to know of an algorithm, owned by the algorithm (Acme's builders are the
-model): its own hyper-parameters, the learner config it makes of them, how its batches are
-drawn from the run's buffer and how robots end its episodes. (Its warm start is the
-algorithm's own ``bc_update``.)
+model): its own hyper-parameters, the learner config it makes of them, its replay wiring (the
+sampler the run's batch service draws with, the samples-per-insert rate limiter) and how
+robots end its episodes. (Its warm start is the algorithm's own ``bc_update``.)
 
 Each algorithm module ends with its builder; :data:`cloud_learner.algorithms.BUILDERS` lists
 them by the run spec's algorithm name. ``cloud_learner.run_settings`` turns a run spec into
@@ -11,10 +11,13 @@ learner settings through them.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from foundation.runspec import DEFAULT_POLICY_KIND, RunParams, RunSpec
+from buffer.rate_limiter import RateLimiter
+from buffer.samplers import Sampler
+from foundation.runspec import RunParams, RunSpec
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,10 @@ class AlgorithmBuilder(ABC):
         needs_operator: it learns from human interventions (HG-DAgger): every robot of its
             runs must have an operator (keyboard, gamepad, the scripted expert).
         policy_kinds: the run spec's ``policy.kind`` values it trains.
+        default_policy_kind: the one a run spec that names none trains.
         needs_next_observation: its update reads ``next.observation.*`` (a critic's target).
+        learner_sampler: the learner settings' ``sampler`` that draws the rows
+            :meth:`sampler` draws (``cloud_learner.config.LearnerSettings``).
     """
 
     name: ClassVar[str]
@@ -49,12 +55,14 @@ class AlgorithmBuilder(ABC):
     indicator: ClassVar[bool] = False  # its policy is conditioned on an improvement indicator
     needs_operator: ClassVar[bool] = False
     policy_kinds: ClassVar[tuple[str, ...]] = ("mlp", "cnn")
+    default_policy_kind: ClassVar[str] = "mlp"
     needs_next_observation: ClassVar[bool] = False
+    learner_sampler: ClassVar[str] = "uniform"
 
     @property
     def policy_kind(self) -> str:
         """The policy class it trains (``cloud_learner.policies``), as the run spec defaults it."""
-        return DEFAULT_POLICY_KIND[self.name]
+        return self.default_policy_kind
 
     @abstractmethod
     def build(self, policy: Any, config: dict[str, Any]) -> Any:
@@ -70,10 +78,31 @@ class AlgorithmBuilder(ABC):
         a checkpoint resumes only under the same ones)."""
 
     @abstractmethod
-    def sampling(self, options: Any, spec: RunSpec) -> dict[str, Any]:
-        """How the learner asks the run's buffer service for batches (``buffer.service``):
-        ``{"kind": "intervention" | "uniform" | "symmetric", ...}``."""
+    def sampler(
+        self, options: Any, spec: RunSpec, offline: bool, shares: Mapping[str, float]
+    ) -> Sampler | None:
+        """The sampler the run's batch service draws this algorithm's batches with (None:
+        every eligible row alike), asked once when the run builds its buffer's service.
+
+        Args:
+            offline: offline data is mounted into the run's buffer.
+            shares: the per-task online shares the service keeps up to date (SOP's adaptive
+                mix, ``buffer.mix: adaptive``); fixed runs use ``buffer.online_fraction``.
+        """
+
+    def rate_limiter(self, options: Any, spec: RunSpec) -> RateLimiter | None:
+        """The sampling side of Reverb's samples-per-insert rule at ``buffer.samples_per_insert``
+        (None: unlimited). Robots are never blocked: the learner waits for data."""
+        spi = spec.buffer.samples_per_insert
+        return RateLimiter.sampling_side(spi) if spi is not None else None
 
     def reward_scale(self, options: Any) -> float:
         """Multiplies every batch's ``reward`` (1: the robots' reward as stored)."""
         return 1.0
+
+
+def online_share(spec: RunSpec, offline: bool, shares: Mapping[str, float]) -> Any:
+    """A mixing sampler's online share: the live per-task ``shares`` under SOP's adaptive mix
+    with offline data mounted, else ``buffer.online_fraction`` for every task."""
+    adaptive = offline and spec.buffer.mix == "adaptive"
+    return shares if adaptive else spec.buffer.online_fraction

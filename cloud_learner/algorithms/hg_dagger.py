@@ -20,12 +20,14 @@ Loss, per batch with per-row BC loss l_i (the policy's own: MSE or flow matching
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from cloud_learner.algorithms.builder import AlgorithmBuilder
+from buffer.samplers import InterventionSampler, MixSampler, Sampler
+from cloud_learner.algorithms.builder import AlgorithmBuilder, online_share
 from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
 from cloud_learner.core import Batch, Metrics
 from cloud_learner.policies.base import TorchPolicy
@@ -107,6 +109,7 @@ class HGDAggerBuilder(AlgorithmBuilder):
     learner_name = "hg_dagger"
     display_name = "HG-DAgger"
     needs_operator = True
+    learner_sampler = "intervention"
     # Behaviour cloning trains any policy with a BC loss, LeRobot's included.
     policy_kinds = (
         "mlp",
@@ -124,5 +127,13 @@ class HGDAggerBuilder(AlgorithmBuilder):
     def algorithm_config(self, options: Any, run: RunParams, spec: RunSpec) -> dict[str, Any]:
         return {"lr": run.lr}
 
-    def sampling(self, options: Any, spec: RunSpec) -> dict[str, Any]:
-        return {"kind": "intervention"}
+    def sampler(
+        self, options: Any, spec: RunSpec, offline: bool, shares: Mapping[str, float]
+    ) -> Sampler | None:
+        """Operator-labelled steps; with offline data mounted, those against the mounted
+        rows at the run's online share."""
+        if not offline:
+            return InterventionSampler()
+        share = online_share(spec, offline, shares)
+        fraction = spec.buffer.online_fraction
+        return MixSampler(share, prior="offline", online="interventions", default=fraction)

@@ -34,7 +34,8 @@ from typing import Any
 
 import torch
 
-from cloud_learner.algorithms.builder import AlgorithmBuilder
+from buffer.samplers import MixSampler, Sampler
+from cloud_learner.algorithms.builder import AlgorithmBuilder, online_share
 from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
 from cloud_learner.core import Batch, Metrics
 from cloud_learner.policies.base import (
@@ -242,5 +243,12 @@ class RECAPBuilder(AlgorithmBuilder):
             "return_scale": 1.0 / (2.0 * horizon),
         }
 
-    def sampling(self, options: Any, spec: RunSpec) -> dict[str, Any]:
-        return {"kind": "uniform"}
+    def sampler(
+        self, options: Any, spec: RunSpec, offline: bool, shares: Mapping[str, float]
+    ) -> Sampler | None:
+        """Every step alike; with offline data mounted, the window against the mounted rows
+        at the run's online share."""
+        if not offline:
+            return None
+        share = online_share(spec, offline, shares)
+        return MixSampler(share, prior="offline", default=spec.buffer.online_fraction)

@@ -57,7 +57,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from cloud_learner.algorithms.builder import AlgorithmBuilder
+from buffer.samplers import MixSampler, Sampler
+from cloud_learner.algorithms.builder import AlgorithmBuilder, online_share
 from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
 from cloud_learner.core import Batch, Metrics
 from cloud_learner.policies.base import TorchPolicy
@@ -337,7 +338,9 @@ class SACBuilder(AlgorithmBuilder):
     display_name = "SAC/RLPD"
     options = SACOptions
     policy_kinds = ("gaussian",)  # cameras: policy.cameras
+    default_policy_kind = "gaussian"
     needs_next_observation = True
+    learner_sampler = "mix"
 
     def build(self, policy: Any, config: dict[str, Any]) -> SACRLPD:
         if not isinstance(policy, GaussianPolicy):
@@ -356,8 +359,14 @@ class SACBuilder(AlgorithmBuilder):
             "bc_weight": options.bc_weight,
         }
 
-    def sampling(self, options: Any, spec: RunSpec) -> dict[str, Any]:
-        return {"kind": "symmetric", "online_fraction": spec.buffer.online_fraction}
+    def sampler(
+        self, options: Any, spec: RunSpec, offline: bool, shares: Mapping[str, float]
+    ) -> Sampler | None:
+        """RLPD's symmetric sampling with HIL-SERL's prior data: autonomous steps against the
+        operator steps (and the mounted rows, when offline data is mounted)."""
+        prior = "both" if offline else "interventions"
+        share = online_share(spec, offline, shares)
+        return MixSampler(share, prior=prior, default=spec.buffer.online_fraction)
 
     def reward_scale(self, options: Any) -> float:
         assert isinstance(options, SACOptions)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic.json_schema import models_json_schema
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
@@ -59,6 +60,16 @@ def list_runs(
     return all_rows(request, q.limit(500))
 
 
+def run_spec_schemas() -> dict[str, Any]:
+    """The JSON schemas of ``RunSpec`` and the models it holds, for the API's components
+    (``POST /api/runs`` reads its body itself: :func:`launch_run`)."""
+    _, top = models_json_schema(
+        [(RunSpec, "validation")], ref_template="#/components/schemas/{model}"
+    )
+    schemas: dict[str, Any] = top["$defs"]
+    return schemas
+
+
 @router.post(
     "/runs",
     response_model=RunCreated,
@@ -67,17 +78,46 @@ def list_runs(
     description=(
         "The body is a run spec (`foundation.runspec.RunSpec`, the same document as "
         "`robofleet run launch SPEC`). Errors name each field by its path in `loc`, both the "
-        "spec's own checks and the run manager's (unknown task or hyper-parameter, too few "
-        "robots); nothing is created."
+        "spec's own checks and the run manager's (unknown algorithm, policy kind, task or "
+        "hyper-parameter, too few robots); nothing is created."
     ),
-    responses=AUTH_ERRORS,
+    responses={
+        **AUTH_ERRORS,
+        422: {
+            "description": "invalid fields, each named by its path in `loc`",
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}
+            },
+        },
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RunSpec"}}},
+        }
+    },
 )
-def launch_run(spec: RunSpec, principal: Operator, request: Request) -> RunCreated:
+async def launch_run(principal: Operator, request: Request) -> RunCreated:
+    # The body is read here, not by FastAPI: the algorithm and policy kind are checked by the
+    # run manager's parser (the learner's registry) together with the spec's own fields.
+    try:
+        data = await request.json()
+    except ValueError:
+        raise field_error([("(spec)", "the body must be a JSON run spec")]) from None
+    return await run_in_threadpool(_launch, data, principal, request)
+
+
+def _launch(data: Any, principal: Principal, request: Request) -> RunCreated:
     store = store_of(request)
+    manager = manager_of(request)
+    try:
+        spec = manager.parse_spec(data)
+    except RunSpecError as err:
+        raise field_error(list(err.errors.items())) from None
     if spec.policy.init_from_run is not None and store.get_run(spec.policy.init_from_run) is None:
         raise field_error([("policy.init_from_run", f"no run {spec.policy.init_from_run!r}")])
     try:
-        run_id = manager_of(request).launch(spec, actor=principal.actor)
+        run_id = manager.launch(spec, actor=principal.actor)
     except RunSpecError as err:
         raise field_error(list(err.errors.items())) from None
     return RunCreated(id=run_id, state=_get_run(store, run_id).state)

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
+    from cloud_learner.run_plan import parse_spec
     from foundation.runspec import RunSpecError, load_run_spec
     from foundation.store.models import Run
     from foundation.store.runs import RunNotFound, RunStateError
@@ -59,7 +60,7 @@ def main(argv: Sequence[str] = ()) -> int:
     try:
         if args.action == "launch":
             try:
-                run_id = manager.launch(load_run_spec(args.spec), actor="cli")
+                run_id = manager.launch(load_run_spec(args.spec, parse_spec), actor="cli")
             except RunSpecError as exc:
                 print(f"robofleet run launch: {exc}", file=sys.stderr)
                 return 2

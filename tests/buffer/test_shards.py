@@ -200,7 +200,7 @@ def test_shards_as_ray_actors(tmp_path: Path, ray_local: None) -> None:
         sizes = ray.get([a.size.remote() for a in actors])
         assert sum(sizes) == 6 * 10
         addresses = ray.get([a.address.remote() for a in actors])
-        remote = ShardedRemoteBuffer(addresses, sampling={"kind": "uniform"}, seed=0)
+        remote = ShardedRemoteBuffer(addresses, seed=0)
         try:
             batch = remote.sample(50)
             assert len(batch["shard"]) == 50 and set(batch["shard"].tolist()) <= {0, 1}

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from cloud_learner.algorithms import BUILDERS
-from cloud_learner.run_plan import RunPlan
+from cloud_learner.run_plan import RunPlan, parse_spec
 from dashboard.app import create_app
 from foundation.runspec import RunParams, RunSpec, knob_names
 from foundation.store.accounts import Role
@@ -128,7 +128,7 @@ def test_form_defaults_make_a_spec_the_run_manager_accepts(
             value = [int(x) for x in value.split(",")]
         target[leaf] = value
     body["robots"]["robot_type"] = "metaworld-sawyer"
-    spec = RunSpec.model_validate(body)
+    spec = parse_spec(body)  # what the launch route does with it
     assert spec.policy.hidden_sizes == [256, 256]
     assert spec.policy.kind == ("gaussian" if algorithm == "sac" else "mlp")
     assert RunPlan.from_spec(spec).params.lr == 0.001

@@ -115,3 +115,25 @@ def robot_step_versions(directory: Path) -> np.ndarray:
         buf.close()
     robot = np.array([str(r) != "demo" for r in steps["robot_id"]], dtype=bool)
     return np.asarray(steps["policy_version"][robot])
+
+
+def algorithm_sampler(
+    algorithm: str,
+    *,
+    offline: bool = False,
+    shares: dict[str, float] | None = None,
+    **buffer: Any,
+) -> Any:
+    """The sampler a run of ``algorithm`` gives its batch service (its builder's), for a run
+    spec with these ``buffer`` fields; ``shares``: the service's adaptive per-task shares."""
+    from cloud_learner.run_plan import RunPlan, parse_spec
+
+    spec = parse_spec(
+        {
+            "algorithm": algorithm,
+            "tasks": ["reach-v3", "push-v3"],
+            "robots": {"robot_type": "metaworld-sawyer"},
+            "buffer": buffer,
+        }
+    )
+    return RunPlan.from_spec(spec).sampler(offline, {} if shares is None else shares)

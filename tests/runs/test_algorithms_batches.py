@@ -17,6 +17,7 @@ from buffer.service import BatchServer, RemoteBuffer
 from cloud_learner.sources import TransitionBatchSource
 from foundation.contracts import TransitionSource
 from hal.drivers.metaworld import MetaWorldDriver
+from tests.runs.helpers import algorithm_sampler
 
 TASKS = ["reach-v3", "push-v3"]
 
@@ -74,16 +75,23 @@ def buffer(tmp_path: Path) -> Iterator[ReplayBuffer]:
 
 @pytest.fixture
 def server(buffer: ReplayBuffer) -> Iterator[BatchServer]:
-    srv = BatchServer(buffer, TASKS, InterventionSampler(), demonstration_robots=["demo"])
+    """HG-DAgger's batch server."""
+    srv = algorithm_server(buffer, "hg-dagger")
     yield srv
     srv.close()
+
+
+def algorithm_server(buffer: ReplayBuffer, algorithm: str, **spec_buffer: Any) -> BatchServer:
+    """The batch server a run of ``algorithm`` builds: its builder's sampler."""
+    sampler = algorithm_sampler(algorithm, **spec_buffer)
+    return BatchServer(buffer, TASKS, sampler, demonstration_robots=["demo"])
 
 
 def source(server: BatchServer, **kwargs: Any) -> RemoteBuffer:
     return RemoteBuffer(server.address, timeout_s=10, **kwargs)
 
 
-def test_default_request_keeps_the_servers_sampler(server: BatchServer) -> None:
+def test_hg_dagger_draws_operator_labels_only(server: BatchServer) -> None:
     src = source(server)
     try:
         batch = src.sample(64)
@@ -94,9 +102,10 @@ def test_default_request_keeps_the_servers_sampler(server: BatchServer) -> None:
 
 @pytest.mark.parametrize(("fraction", "autonomous"), [(0.5, 32), (0.25, 16), (1.0, 64)])
 def test_symmetric_sampling_takes_exact_halves(
-    server: BatchServer, fraction: float, autonomous: int
+    buffer: ReplayBuffer, fraction: float, autonomous: int
 ) -> None:
-    src = source(server, sampling={"kind": "symmetric", "online_fraction": fraction})
+    server = algorithm_server(buffer, "sac", online_fraction=fraction)
+    src = source(server)
     try:
         for _ in range(3):
             batch = src.sample(64)
@@ -104,6 +113,7 @@ def test_symmetric_sampling_takes_exact_halves(
             assert int(batch["is_intervention"].sum()) == 64 - autonomous
     finally:
         src.close()
+        server.close()
 
 
 def test_symmetric_sampling_without_autonomous_steps_draws_only_operator_steps(
@@ -116,8 +126,8 @@ def test_symmetric_sampling_without_autonomous_steps_draws_only_operator_steps(
     for seq, rec in enumerate(records):
         rec["seq"] = seq
     buf.append(schema.batch_from_records(records))
-    srv = BatchServer(buf, TASKS)
-    src = source(srv, sampling={"kind": "symmetric", "online_fraction": 0.5})
+    srv = algorithm_server(buf, "sac", online_fraction=0.5)
+    src = source(srv)
     try:
         assert src.sample(32)["is_intervention"].all()
     finally:
@@ -127,13 +137,15 @@ def test_symmetric_sampling_without_autonomous_steps_draws_only_operator_steps(
 
 
 def test_uniform_batches_carry_success_demonstration_flags_and_next_states(
-    server: BatchServer,
+    buffer: ReplayBuffer,
 ) -> None:
-    src = source(server, sampling={"kind": "uniform"})
+    server = algorithm_server(buffer, "recap")  # every step alike
+    src = source(server)
     try:
         b = src.sample(1024)  # 60 rows: every one is drawn (miss chance ~1e-7)
     finally:
         src.close()
+        server.close()
     assert not b["is_intervention"].all()
     assert b["task_index"].tolist().count(1) > 0  # push-v3 rows map to index 1
     key = set(zip(b["episode_index"].tolist(), b["frame_index"].tolist(), strict=True))
@@ -154,8 +166,9 @@ def test_uniform_batches_carry_success_demonstration_flags_and_next_states(
     )
 
 
-def test_reward_scale_is_applied_on_the_learner_side(server: BatchServer) -> None:
-    remote = source(server, sampling={"kind": "uniform"})
+def test_reward_scale_is_applied_on_the_learner_side(buffer: ReplayBuffer) -> None:
+    server = algorithm_server(buffer, "recap")
+    remote = source(server)
     assert isinstance(remote, TransitionSource)
     src = TransitionBatchSource(remote, reward_scale=0.1)
     try:
@@ -163,6 +176,7 @@ def test_reward_scale_is_applied_on_the_learner_side(server: BatchServer) -> Non
         t = src.sample(128)
     finally:
         remote.close()
+        server.close()
     np.testing.assert_allclose(b["reward"], 0.1 * b["frame_index"].astype(np.float32), rtol=1e-6)
     torch.testing.assert_close(t["reward"], 0.1 * t["frame_index"].float())
     assert src.num_transitions() == 60 and src.online_transitions() == 60
@@ -171,7 +185,7 @@ def test_reward_scale_is_applied_on_the_learner_side(server: BatchServer) -> Non
 def test_without_demonstration_robots_nothing_is_a_demonstration(buffer: ReplayBuffer) -> None:
     """The server knows the run's demonstration convention only from its arguments."""
     srv = BatchServer(buffer, TASKS)
-    src = source(srv, sampling={"kind": "uniform"})
+    src = source(srv)
     try:
         b = src.sample(1024)
     finally:
@@ -181,21 +195,23 @@ def test_without_demonstration_robots_nothing_is_a_demonstration(buffer: ReplayB
     np.testing.assert_array_equal(b["success"], b["terminated"])  # demo ends truncated
 
 
-def test_an_unknown_sampling_kind_is_refused_by_name_and_the_server_keeps_serving(
-    server: BatchServer,
+def test_a_camera_the_buffer_lacks_is_refused_by_name_and_the_server_keeps_serving(
+    buffer: ReplayBuffer,
 ) -> None:
-    bad = source(server, sampling={"kind": "bogus"})
+    server = algorithm_server(buffer, "sac", online_fraction=0.5)
+    bad = source(server, layout={"images": ["observation.images.bogus"]})
     try:
         with pytest.raises(RuntimeError, match="bogus"):
             bad.sample(8)
     finally:
         bad.close()
-    good = source(server, sampling={"kind": "symmetric", "online_fraction": 0.5})
+    good = source(server)
     try:
         assert len(good.sample(8)["action"]) == 8
         assert good.sampler_state() == {"sampler": {}}
     finally:
         good.close()
+        server.close()
 
 
 def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) -> None:

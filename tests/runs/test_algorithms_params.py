@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from buffer.samplers import InterventionSampler, MixSampler
 from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger
 from cloud_learner.factory import build_algorithm
 from cloud_learner.policies.gaussian import GaussianPolicy
@@ -97,8 +98,10 @@ def test_recap_settings_build_an_indicator_policy_and_sparse_returns_fit_the_hor
     # -1 per step and a failure penalty of one horizon, scaled into [-1, 0].
     assert algorithm.config.failure_penalty == 80.0
     assert algorithm.config.return_scale == pytest.approx(1 / 160)
-    no_frames = {"images": [], "chunk": 1, "next_images": False}
-    assert plan.batch_sampling() == {"kind": "uniform", "reward_scale": 1.0, **no_frames}
+    assert plan.batch_layout() == {"images": [], "chunk": 1, "next_images": False}
+    assert plan.reward_scale == 1.0
+    assert plan.sampler(offline=False, shares={}) is None  # every step alike
+    assert plan.rate_limiter() is None  # no buffer.samples_per_insert
     assert plan.terminate_on_success
 
 
@@ -111,16 +114,14 @@ def test_sac_settings_build_a_gaussian_actor_with_rlpd_sampling() -> None:
     algorithm = build_algorithm(settings, torch.device("cpu"))
     assert isinstance(algorithm, SACRLPD) and isinstance(algorithm.policy, GaussianPolicy)
     assert algorithm.config.gamma == 0.95 and algorithm.config.hidden == 32
-    assert plan.batch_sampling() == {
-        "kind": "symmetric",
-        "online_fraction": 0.4,
-        "reward_scale": 0.2,
-        "images": [],
-        "chunk": 1,
-        "next_images": False,
-    }
+    assert plan.batch_layout() == {"images": [], "chunk": 1, "next_images": False}
+    assert plan.reward_scale == 0.2
+    sampler = plan.sampler(offline=False, shares={})  # RLPD's symmetric halves
+    assert isinstance(sampler, MixSampler) and sampler.prior == "interventions"
+    assert sampler.online_fraction == 0.4
+    assert plan.sampler(offline=True, shares={}).prior == "both"
     # SAC's critics read the successor's frames of a camera policy.
-    cams = plan.batch_sampling(images=["observation.images.top"])
+    cams = plan.batch_layout(images=["observation.images.top"])
     assert cams["images"] == ["observation.images.top"] and cams["next_images"] is True
     assert not plan.terminate_on_success
 
@@ -184,7 +185,14 @@ def test_hg_dagger_settings_are_unchanged_so_its_checkpoints_still_resume() -> N
     assert settings.algorithm_config == {"lr": 0.002}
     assert settings.policy.kind == "mlp" and settings.sampler == "intervention"
     assert isinstance(build_algorithm(settings, torch.device("cpu")), HGDAgger)
-    assert plan.batch_sampling()["kind"] == "intervention"
+    assert isinstance(plan.sampler(offline=False, shares={}), InterventionSampler)
+    shares = {"reach-v3": 0.7}
+    adaptive = spec_for("hg-dagger", buffer={"mix": "adaptive"})
+    mixed = RunPlan.from_spec(adaptive).sampler(offline=True, shares=shares)
+    assert isinstance(mixed, MixSampler) and mixed.online_fraction is shares  # the live shares
+    limited = RunPlan.from_spec(spec_for("hg-dagger", buffer={"samples_per_insert": 64}))
+    limiter = limited.rate_limiter()
+    assert limiter is not None and limiter.samples_per_insert == 64 and not limiter.block_inserts
     assert not plan.terminate_on_success
 
 

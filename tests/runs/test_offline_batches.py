@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from buffer import InterventionSampler, ReplayBuffer, StepSchema
+from buffer import ReplayBuffer, StepSchema
 from buffer.service import BatchServer, MixConfig, RemoteBuffer
 from cloud_learner.mix_losses import TaskLossWindow, per_row_bc_loss
 from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.sources import TransitionBatchSource
+from tests.runs.helpers import algorithm_sampler
 
 TASKS = ["reach-v3", "push-v3"]
 CAM = "observation.images.corner"
@@ -89,15 +90,27 @@ def buffers(tmp_path: Path) -> Iterator[ReplayBuffer]:
     run.close()
 
 
-def serve(buf: ReplayBuffer, **kwargs: Any) -> BatchServer:
-    return BatchServer(buf, TASKS, InterventionSampler(), **kwargs)
+def serve(buf: ReplayBuffer, algorithm: str, mix: MixConfig | None = None) -> BatchServer:
+    """The batch server a run of ``algorithm`` builds: its builder's sampler, which reads the
+    server's adaptive shares."""
+    mix = mix or MixConfig()
+    shares: dict[str, float] = {}
+    sampler = algorithm_sampler(
+        algorithm,
+        offline=bool(buf.offline),
+        shares=shares,
+        online_fraction=mix.online_fraction,
+        mix="adaptive" if mix.adaptive else "fixed",
+        adaptive={"min_online": mix.min_online, "max_online": mix.max_online},
+    )
+    return BatchServer(buf, TASKS, sampler, mix=mix, mix_shares=shares)
 
 
 def test_hg_dagger_batches_mix_labels_with_the_mounted_rows_at_the_share(
     buffers: ReplayBuffer,
 ) -> None:
-    server = serve(buffers, mix=MixConfig(online_fraction=0.25))
-    remote = RemoteBuffer(server.address, timeout_s=10, sampling={"kind": "intervention"})
+    server = serve(buffers, "hg-dagger", MixConfig(online_fraction=0.25))
+    remote = RemoteBuffer(server.address, timeout_s=10)
     try:
         batch = remote.sample(400)
         offline = batch["is_offline"]
@@ -117,9 +130,9 @@ def test_hg_dagger_batches_mix_labels_with_the_mounted_rows_at_the_share(
 def test_frames_arrive_bit_exact_and_chunks_stop_at_the_episode_end(
     buffers: ReplayBuffer,
 ) -> None:
-    server = serve(buffers, mix=MixConfig(online_fraction=0.5))
-    how = {"kind": "uniform", "images": [CAM], "next_images": True, "chunk": 5}
-    remote = RemoteBuffer(server.address, timeout_s=10, sampling=how)
+    server = serve(buffers, "recap", MixConfig(online_fraction=0.5))
+    how = {"images": [CAM], "next_images": True, "chunk": 5}
+    remote = RemoteBuffer(server.address, timeout_s=10, layout=how)
     try:
         batch = remote.sample(256)
     finally:
@@ -146,8 +159,8 @@ def test_adaptive_shares_follow_each_tasks_losses_within_the_range(
     buffers: ReplayBuffer,
 ) -> None:
     mix = MixConfig(online_fraction=0.5, adaptive=True, min_online=0.2, max_online=0.8)
-    server = serve(buffers, mix=mix)
-    remote = RemoteBuffer(server.address, timeout_s=10, sampling={"kind": "uniform"})
+    server = serve(buffers, "recap", mix)
+    remote = RemoteBuffer(server.address, timeout_s=10)
     try:
         # The policy fits reach's online rows worse than its offline ones: more online rows.
         remote.stats = {"loss_online/reach-v3": 3.0, "loss_offline/reach-v3": 1.0}
@@ -165,8 +178,8 @@ def test_adaptive_shares_follow_each_tasks_losses_within_the_range(
 
 
 def test_the_learner_measures_each_tasks_loss_on_each_side(buffers: ReplayBuffer) -> None:
-    server = serve(buffers, mix=MixConfig(online_fraction=0.5))
-    remote = RemoteBuffer(server.address, timeout_s=10, sampling={"kind": "uniform"})
+    server = serve(buffers, "recap", MixConfig(online_fraction=0.5))
+    remote = RemoteBuffer(server.address, timeout_s=10)
     source = TransitionBatchSource(remote)
     policy = MLPPolicy(PolicySpec(3, 2, num_tasks=2, hidden_sizes=[16, 8]))
     window = TaskLossWindow(TASKS, window=3)
@@ -194,8 +207,8 @@ def test_a_task_with_nothing_to_draw_gives_its_share_to_the_others(tmp_path: Pat
     )
     run.mount(tmp_path / "dataset")
     mix = MixConfig(online_fraction=0.5, adaptive=True)
-    server = serve(run, mix=mix)
-    remote = RemoteBuffer(server.address, timeout_s=10, sampling={"kind": "intervention"})
+    server = serve(run, "hg-dagger", mix)
+    remote = RemoteBuffer(server.address, timeout_s=10)
     try:
         batch = remote.sample(64)
         assert len(batch["task_index"]) == 64
@@ -213,8 +226,8 @@ def test_demonstration_episodes_are_counted_and_kept_apart_from_robot_steps(
     for row in demo:
         row["policy_version"] = 0  # an operator drove it (edge_agent.core.DEMONSTRATION)
     run = write(tmp_path / "run", demo + episode("arm-1", 1, 20, "push-v3", interventions=3))
-    server = serve(run)
-    remote = RemoteBuffer(server.address, timeout_s=10, sampling={"kind": "uniform"})
+    server = serve(run, "recap")
+    remote = RemoteBuffer(server.address, timeout_s=10)
     try:
         assert remote.demonstrations() == {"reach-v3": 1}
         assert remote.online_transitions() == 20  # the robot's own steps only

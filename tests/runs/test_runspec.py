@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from cloud_learner.run_plan import parse_spec
 from foundation.runspec import RunSpecError, load_run_spec, parse_run_spec
 
 GOOD = {
@@ -19,7 +20,7 @@ def test_valid_spec_round_trips() -> None:
     assert parse_run_spec(spec.model_dump()) == spec
 
 
-def test_every_bad_field_is_named() -> None:
+def test_every_bad_field_is_named_and_the_algorithm_by_the_learners_registry() -> None:
     bad = {
         "algorithm": "ppo",
         "tasks": [],
@@ -29,7 +30,7 @@ def test_every_bad_field_is_named() -> None:
         "colour": "red",
     }
     with pytest.raises(RunSpecError) as err:
-        parse_run_spec(bad)
+        parse_spec(bad)  # the launch path: the floor's checks and the learner's names at once
     errors = err.value.errors
     assert set(errors) == {
         "algorithm",
@@ -42,6 +43,15 @@ def test_every_bad_field_is_named() -> None:
     assert "min_count (3) exceeds count (2)" in errors["robots"]
     assert errors["colour"] == "unknown field"
     assert "'hg-dagger'" in errors["algorithm"]
+    # The floor keeps plain names; the launch path refuses an unknown one, naming the known.
+    assert parse_run_spec({**GOOD, "algorithm": "ppo"}).algorithm == "ppo"
+    with pytest.raises(RunSpecError) as err:
+        parse_spec({**GOOD, "algorithm": "ppo"})
+    assert err.value.errors == {"algorithm": "Input should be 'hg-dagger', 'recap' or 'sac'"}
+    with pytest.raises(RunSpecError) as err:
+        parse_spec({**GOOD, "policy": {"kind": "transformer"}})
+    assert set(err.value.errors) == {"policy.kind"}
+    assert "unknown policy kind 'transformer' (known: mlp, cnn" in err.value.errors["policy.kind"]
 
 
 def test_robot_demand_needs_type_or_tags() -> None:
@@ -66,15 +76,16 @@ def test_load_from_yaml(tmp_path: Path) -> None:
 
 
 def test_policy_kind_defaults_to_the_algorithms_own() -> None:
-    assert parse_run_spec(GOOD).policy.kind == "mlp"
-    sac = parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"hidden_sizes": [64, 64]}})
+    assert parse_spec(GOOD).policy.kind == "mlp"
+    sac = parse_spec({**GOOD, "algorithm": "sac", "policy": {"hidden_sizes": [64, 64]}})
     assert sac.policy.kind == "gaussian" and sac.policy.hidden_sizes == [64, 64]
-    assert parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"kind": ""}}).policy.kind == (
+    assert parse_spec({**GOOD, "algorithm": "sac", "policy": {"kind": ""}}).policy.kind == (
         "gaussian"
     )
-    named = parse_run_spec({**GOOD, "algorithm": "sac", "policy": {"kind": "mlp"}})
+    named = parse_spec({**GOOD, "algorithm": "sac", "policy": {"kind": "mlp"}})
     assert named.policy.kind == "mlp"  # what the spec names stays (the run manager judges it)
-    assert parse_run_spec(sac.model_dump()) == sac  # round-trips
+    assert parse_spec(sac.model_dump()) == sac  # round-trips
+    assert parse_run_spec(GOOD).policy.kind == ""  # the floor leaves it to the learner
 
 
 def test_bad_task_names_are_named() -> None:
