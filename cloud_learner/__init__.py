@@ -3,7 +3,7 @@
 Start with :mod:`cloud_learner.core` (the learner's seams and its loop in one file). Then:
 
 * ``algorithms/``: :class:`HGDAgger`, :class:`RECAP`, :class:`SACRLPD`, one file each, each
-  ending with its builder (its own hyper-parameters, learner config, sampling, episode rule).
+  ending with its builder (its own hyper-parameters, learner config, replay wiring, episode rule).
 * ``run_plan.py``: a run spec resolved through its algorithm's builder into learner settings.
 * ``process.py``: the learner process of a run (``python -m cloud_learner.process``).
 * ``policies/``: :class:`MLPPolicy` (state MLP; CNN + MLP with cameras),
