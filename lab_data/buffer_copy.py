@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lab_data.importers import Progress
+from lab_data.importers import ImportJob
 
 if TYPE_CHECKING:
     from buffer.schema import StepSchema
@@ -32,29 +32,20 @@ class BufferImporter:
 
         return StepSchema.from_json((path / "schema.json").read_text()), []
 
-    def import_into(
-        self,
-        source: Path,
-        dest: Path,
-        *,
-        robot_id: str | None,
-        task: str | None,
-        progress: Progress | None,
-        options: dict[str, Any],
-    ) -> Path:
+    def import_into(self, job: ImportJob) -> Path:
         """Copy the directory's files (not its ``LOCK``); a torn WAL tail is dropped as on
         any open.
 
         Raises:
             ValueError: a ``task`` was given (a buffer keeps its own tasks).
         """
-        if task is not None:
+        if job.task is not None:
             raise ValueError("a robofleet buffer keeps its own robot ids and tasks")
-        files = [p for p in sorted(source.rglob("*")) if p.is_file() and p.name != "LOCK"]
+        files = [p for p in sorted(job.source.rglob("*")) if p.is_file() and p.name != "LOCK"]
         for i, f in enumerate(files):
-            target = dest / f.relative_to(source)
+            target = job.dest / f.relative_to(job.source)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, target)
-            if progress is not None:
-                progress(i + 1, len(files))
-        return dest
+            if job.progress is not None:
+                job.progress(i + 1, len(files))
+        return job.dest

@@ -10,6 +10,7 @@ only call :func:`detect_format`, :func:`importer` and :func:`import_data`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -19,6 +20,25 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int, int], None]
 ENTRY_POINT_GROUP = "robofleet.dataset_importers"
+
+
+@dataclass(frozen=True)
+class ImportJob:
+    """One import: ``source`` into the new buffer directory ``dest``.
+
+    Attributes:
+        robot_id: the steps' ``robot_id`` (None: the importer's default).
+        task: the task name every step takes (None: the source's own task names).
+        progress: ``progress(done, total)`` in the importer's unit (frames, bags, files).
+        options: the importer's own options, already checked against its ``options``.
+    """
+
+    source: Path
+    dest: Path
+    robot_id: str | None = None
+    task: str | None = None
+    progress: Progress | None = None
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -52,17 +72,8 @@ class DatasetImporter(Protocol):
         """
         ...
 
-    def import_into(
-        self,
-        source: Path,
-        dest: Path,
-        *,
-        robot_id: str | None,
-        task: str | None,
-        progress: Progress | None,
-        options: dict[str, Any],
-    ) -> Path:
-        """Write ``source``'s steps into the new buffer directory ``dest``; returns ``dest``.
+    def import_into(self, job: ImportJob) -> Path:
+        """Write ``job.source``'s steps into the new buffer directory ``job.dest``; returns it.
 
         Raises:
             ValueError: what the format refuses (named); options are already checked.
@@ -175,6 +186,4 @@ def import_data(
         )
     if imp.keeps_robot_ids and robot_id is not None:
         raise ValueError(f"{imp.format} data keeps its own robot ids")
-    return imp.import_into(
-        source, dest, robot_id=robot_id, task=task, progress=progress, options=options
-    )
+    return imp.import_into(ImportJob(source, dest, robot_id, task, progress, dict(options)))

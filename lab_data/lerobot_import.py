@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from buffer.config import BufferSettings
 from buffer.schema import FeatureSpec, StepSchema
-from lab_data.importers import Progress
+from lab_data.importers import ImportJob, Progress
 
 VIDEO_BACKEND = "pyav"
 
@@ -381,18 +381,15 @@ class LeRobotImporter:
         schema = StepSchema.from_features(feats, action, require_final_observation=False)
         return schema, _dataset_tasks(path / "meta")
 
-    def import_into(
-        self,
-        source: Path,
-        dest: Path,
-        *,
-        robot_id: str | None,
-        task: str | None,
-        progress: Progress | None,
-        options: dict[str, Any],
-    ) -> Path:
+    def import_into(self, job: ImportJob) -> Path:
+        robot_id = job.robot_id or "lerobot"
         return import_lerobot(
-            source, dest, robot_id=robot_id or "lerobot", task=task, progress=progress, **options
+            job.source,
+            job.dest,
+            robot_id=robot_id,
+            task=job.task,
+            progress=job.progress,
+            **job.options,
         )
 
 

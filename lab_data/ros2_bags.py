@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from lab_data.importers import Progress
+from lab_data.importers import ImportJob
 
 if TYPE_CHECKING:
     from buffer.config import BufferSettings
@@ -271,17 +271,8 @@ class Ros2BagImporter:
             raise ValueError("a ROS 2 bag needs options.joints: the joint names of its state")
         return bag_schema(joints), [task or ""]
 
-    def import_into(
-        self,
-        source: Path,
-        dest: Path,
-        *,
-        robot_id: str | None,
-        task: str | None,
-        progress: Progress | None,
-        options: dict[str, Any],
-    ) -> Path:
-        """Every bag at ``source`` into ``dest`` under one robot id, episodes in name order
+    def import_into(self, job: ImportJob) -> Path:
+        """Every bag at ``job.source`` into ``job.dest`` under one robot id, in name order
         (``joints`` default: those of the first bag's first state message).
 
         Raises:
@@ -289,24 +280,24 @@ class Ros2BagImporter:
         """
         from buffer.replay_buffer import ReplayBuffer
 
-        bags = bags_at(source)
+        bags, opts = bags_at(job.source), job.options
         if not bags:
-            raise ValueError(f"{source}: no ROS 2 bag (metadata.yaml, *.mcap or *.db3)")
-        state_topic = options.get("state_topic") or "/joint_states"
-        joints = list(options.get("joints") or joint_names(bags[0], state_topic))
-        with ReplayBuffer.open(dest, bag_schema(joints)) as buf:
+            raise ValueError(f"{job.source}: no ROS 2 bag (metadata.yaml, *.mcap or *.db3)")
+        state_topic = opts.get("state_topic") or "/joint_states"
+        joints = list(opts.get("joints") or joint_names(bags[0], state_topic))
+        with ReplayBuffer.open(job.dest, bag_schema(joints)) as buf:
             for i, bag in enumerate(bags):
                 import_bag_into_buffer(
                     bag,
                     buf,
                     joints,
-                    robot_id=robot_id or "ros2-bag",
-                    run_id=options.get("run_id") or f"rosbag:{source.name}",
-                    task=task or "",
+                    robot_id=job.robot_id or "ros2-bag",
+                    run_id=opts.get("run_id") or f"rosbag:{job.source.name}",
+                    task=job.task or "",
                     episode_index=i,
                     state_topic=state_topic,
-                    command_topic=options.get("command_topic", "/joint_commands"),
+                    command_topic=opts.get("command_topic", "/joint_commands"),
                 )
-                if progress is not None:
-                    progress(i + 1, len(bags))
-        return dest
+                if job.progress is not None:
+                    job.progress(i + 1, len(bags))
+        return job.dest

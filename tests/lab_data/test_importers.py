@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lab_data.catalog import describe
-from lab_data.importers import detect_format, formats, import_data, importer, register
+from lab_data.importers import ImportJob, detect_format, formats, import_data, importer, register
 from tests.buffer.helpers import episodes, open_buffer, small_schema
 
 
@@ -71,11 +71,11 @@ class _CsvImporter:
     def schema(self, path, options, task):  # type: ignore[no-untyped-def]
         return small_schema(), [task or "reach"]
 
-    def import_into(self, source, dest, *, robot_id, task, progress, options):  # type: ignore[no-untyped-def]
-        self.calls.append({"robot_id": robot_id, "task": task, **options})
-        with open_buffer(dest, small_schema()) as buf:
+    def import_into(self, job: ImportJob) -> Path:
+        self.calls.append({"robot_id": job.robot_id, "task": job.task, **job.options})
+        with open_buffer(job.dest, small_schema()) as buf:
             buf.append(episodes(0, [3]))
-        return dest
+        return job.dest
 
 
 def test_a_registered_importer_is_detected_and_called_with_its_options(tmp_path: Path) -> None:
