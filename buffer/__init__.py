@@ -66,9 +66,9 @@ The whole public API::
     # (HIL-SERL's demonstrations beside online data); prior="both": those and the mounts.
     state = sampler.state_dict()  # into the learner checkpoint; sampler.load_state_dict(state)
 
-    # Another process (the learner): buffer.service.BatchServer(buf, tasks, sampler,
+    # Another process (the learner): buffer.service.batches.BatchServer(buf, tasks, sampler,
     # demonstration_robots=[...]) serves batches drawn with that sampler over ZeroMQ;
-    # buffer.service.RemoteBuffer(address) asks it (foundation.contracts.TransitionSource:
+    # buffer.service.batches.RemoteBuffer(address) asks it (foundation.contracts.TransitionSource:
     # numpy columns, task_index, is_demonstration, success).
 
     # A lab's datasets (LeRobotDataset v3, ROS 2 bags) come in and go out through lab_data.
@@ -77,8 +77,8 @@ The whole public API::
                   # prefetch_lag_s, ack_latency_p50_s/p99_s, discarded_episodes, ...
     buf.close()
 
-On-disk format: version ``buffer.format.FORMAT_VERSION`` (2). WAL files start with the
-marker ``RFWAL002``; sealed segments are those WAL files renamed (``buffer.sealed``).
+On-disk format: version ``buffer.files.format.FORMAT_VERSION`` (2). WAL files start with the
+marker ``RFWAL002``; sealed segments are those WAL files renamed (``buffer.files.sealed``).
 Version-1 directories are still read (``RFWAL001`` WALs, Arrow segments carrying
 ``robofleet.buffer.format_version`` in their schema metadata). ``open`` refuses a file of another version or with an unknown marker with
 ``UnsupportedFormatError`` naming the file, the version found and the versions supported
@@ -91,9 +91,9 @@ their segment files with ``pread``, final observations of sealed rows too. The o
 holds only its small columns: its camera frames are read back from its WAL files
 (``tail_reads``), and a sealed tail is cold until sampling makes the prefetch thread
 promote it. Outside the budget
-only the row index grows with the data: 85 bytes per stored row (``buffer.index``), plus a
+only the row index grows with the data: 85 bytes per stored row (``buffer.table.index``), plus a
 few KB per sealed segment (its record table, file names). Measured in a fresh process by
-``python -m buffer.bench_memory`` (a row of ``robofleet bench buffer``): with a 16 MiB
+``python -m buffer.bench.memory_probe`` (a row of ``robofleet bench buffer``): with a 16 MiB
 budget and 64x64x3 frames, resident memory stays at or under the budget at 2x, 10x and 20x
 its worth of data.
 
@@ -125,7 +125,6 @@ Where things are (``ReplayBuffer`` owns the parts, Reverb's table shape)::
     schema, wal, sealed, segments, storage, index, format: the step schema and the files
 """
 
-from buffer import samplers
 from buffer.config import BufferSettings
 from buffer.errors import (
     BackpressureError,
@@ -139,10 +138,10 @@ from buffer.errors import (
     StepValidationError,
     UnsupportedFormatError,
 )
-from buffer.format import FORMAT_VERSION
-from buffer.rate_limiter import RateLimiter
-from buffer.replay_buffer import AppendResult, OfflineView, ReplayBuffer
-from buffer.samplers import (
+from buffer.files.format import FORMAT_VERSION
+from buffer.sampling import samplers
+from buffer.sampling.rate_limiter import RateLimiter
+from buffer.sampling.samplers import (
     CacheAwareSampler,
     InterventionSampler,
     MixSampler,
@@ -151,7 +150,8 @@ from buffer.samplers import (
     Sampler,
     UniformSampler,
 )
-from buffer.schema import FeatureSpec, StepSchema
+from buffer.table.replay_buffer import AppendResult, OfflineView, ReplayBuffer
+from buffer.table.schema import FeatureSpec, StepSchema
 
 __all__ = [
     "AppendResult",

@@ -7,7 +7,7 @@ The learner measures, every few updates, the policy's behaviour-cloning loss on 
 its last batch (no gradient), split by task and by side (``is_offline``), and keeps the last
 ``window`` measurements of each (task, side). :meth:`TaskLossWindow.stats` gives their means as
 ``loss_online/<task>`` and ``loss_offline/<task>``; the buffer's batch service turns them into
-shares (``buffer.service.MixConfig.share``).
+shares (``buffer.service.batches.MixConfig.share``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ brought theirs) and trains the weak initial policy on the demonstrations and the
 offline data (each algorithm's ``bc_update``), publishes it as version 1 and checkpoints.
 Then, once the buffer holds the spec's ``buffer.min_size`` robot transitions (the
 demonstrations do not count), it trains online (:class:`cloud_learner.loop.Learner`) on
-batches from the run's buffer service (``buffer.service.BatchServer``, another process), at
+batches from the run's buffer service (``buffer.service.batches.BatchServer``, another process), at
 most ``updates_per_s`` updates per second and, when the spec sets
 ``buffer.samples_per_insert``, no faster than the robots insert data (the sampling side of
 ``buffer.RateLimiter``: robots are never blocked).
@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from buffer import StepSchema
-from buffer.service import RemoteBuffer
+from buffer.service.batches import RemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.factory import build_algorithm, model_config
 from cloud_learner.init_weights import card_spec, load_into, read_initial

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from buffer.rate_limiter import RateLimiter
-from buffer.samplers import Sampler
+from buffer.sampling.rate_limiter import RateLimiter
+from buffer.sampling.samplers import Sampler
 from cloud_learner.algorithms import BUILDERS, AlgorithmBuilder
 from cloud_learner.config import LearnerSettings
 from foundation.runspec import (
@@ -259,7 +259,7 @@ class RunPlan:
         }
 
     def batch_layout(self, images: list[str] | None = None, chunk: int = 1) -> dict[str, Any]:
-        """What each row of the learner's batches carries (``buffer.service``'s request
+        """What each row of the learner's batches carries (``buffer.service.batches``'s request
         ``layout``): ``{"images": [...], "chunk": T, "next_images": bool}``: the cameras the
         policy sees, the action chunk it trains on (T > 1: ``action_chunk``) and whether the
         algorithm needs the next observation's frames (SAC's critics)."""

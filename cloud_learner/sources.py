@@ -4,7 +4,7 @@
   ``sample(batch_size, sampler=...)``, the rate limiter and sampler state, and converts the
   numpy batch with :func:`cloud_learner.batch.to_torch_batch`.
 * :class:`TransitionBatchSource` wraps any ``foundation.contracts.TransitionSource`` (e.g.
-  ``buffer.service.RemoteBuffer``, the run's buffer in the cloud process): numpy rows become
+  ``buffer.service.batches.RemoteBuffer``, the run's buffer in the cloud process): numpy rows become
   torch batches on the learner's device, rewards scaled on the learner's side.
 * :class:`InMemorySource` holds numpy columns in memory (tests, offline pre-training).
 """
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from buffer.rate_limiter import RateLimiter
+from buffer.sampling.rate_limiter import RateLimiter
 from cloud_learner.batch import BatchError, to_torch_batch
 from cloud_learner.core import Batch
 from foundation.contracts import TransitionSource
@@ -37,7 +37,7 @@ class TransitionBatchSource:
     the source's own (stored in checkpoints as is).
 
     Raises (from ``sample``): ``cloud_learner.batch.BatchError`` for a malformed batch, and
-    whatever the source raises (``buffer.service.RemoteBuffer``: ``TimeoutError`` when the
+    whatever the source raises (``buffer.service.batches.RemoteBuffer``: ``TimeoutError`` when the
     cloud is gone).
     """
 

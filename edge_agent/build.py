@@ -170,7 +170,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
             operator for a driver without an expert, or no credential and no token.
         grpc.RpcError: enrollment refused (bad token) or the cloud unreachable at enrollment.
     """
-    from buffer.schema import StepSchema
+    from buffer.table.schema import StepSchema
 
     closers: list[Any] = []
     driver, tasks, experts = _driver(opts)

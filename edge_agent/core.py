@@ -40,7 +40,7 @@ Observation = dict[str, Any]
 DEMONSTRATION = 0
 """``policy_version`` of the steps of a demonstration episode: the operator drove the robot
 and no policy was consulted (versions of a run start at 1; -1 is a safe hold). The cloud counts
-a run's demonstrations by it (``buffer.service``)."""
+a run's demonstrations by it (``buffer.service.batches``)."""
 
 Heartbeat = Callable[[str, int, Mapping[str, float]], object]
 """``(state, applied_version, stats) -> anything``: one report to the cloud (comms'

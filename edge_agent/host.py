@@ -52,7 +52,7 @@ PREWARM_MODULES = (
     "comms.grpc_subscription",
     "comms.receiver",
     "comms.marks",
-    "buffer.schema",
+    "buffer.table.schema",
 )
 
 

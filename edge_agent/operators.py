@@ -13,7 +13,7 @@
   success (0), failure (1), rerecord (2), discard (3); button 5 closes the gripper while held.
 
 A discarded or rerecorded episode is never trained on: its steps stay out of the buffer or
-are marked there (``edge_agent.agent``, ``buffer.marks``). The cloud sends the same two
+are marked there (``edge_agent.agent``, ``buffer.table.marks``). The cloud sends the same two
 commands over the robot's Control stream (``edge_agent.control``).
 
 Keyboard and gamepad are driven by events, so they are tested headless by injecting events

@@ -4,7 +4,7 @@ The control loop only calls :meth:`UplinkWorker.submit` (a queue put; never bloc
 network). The writer thread makes each step durable at once in the open batch's journal
 (:class:`~edge_agent.journal.StepJournal`: one fdatasync for the step, or for the few queued
 together), groups steps into batches (``batch_max_steps`` or ``batch_max_delay_s``),
-validates them against the buffer's :class:`buffer.schema.StepSchema`, stamps each row with
+validates them against the buffer's :class:`buffer.table.schema.StepSchema`, stamps each row with
 the next ``seq`` and makes the batch durable in the :class:`~edge_agent.spool.Spool`. An agent
 killed at any moment thus loses only the steps it had not submitted yet (the row the recorder
 holds for its successor, the step in flight) and one being appended; a restarted uplink

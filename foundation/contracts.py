@@ -19,7 +19,7 @@ contract               implementations
 RunManager             ``runs.manager.RunManager`` (a live cloud),
                        ``...manager.QueuedRunManager`` (requests for a cloud to act on)
 RobotControl           ``comms.server.CloudServer``
-TransitionSource       ``buffer.service.RemoteBuffer`` (the run's buffer, another process)
+TransitionSource       ``buffer.service.batches.RemoteBuffer`` (the run's buffer, another process)
 WeightPublisher        ``comms.weight_file.WeightDirectory`` (learner process -> cloud),
                        ``cloud_learner.publisher.InMemoryWeightPublisher`` (tests)
 =====================  ==================================================================
@@ -114,7 +114,7 @@ class TransitionSource(Protocol):
 
     ``sample`` returns exactly ``batch_size`` rows as numpy columns with LeRobot keys
     (``observation.state`` (B, D) float32, ``action`` (B, A) float32, ``reward`` (B,)
-    float32, ``is_intervention`` (B,) bool, ... see ``buffer.service``). Counts are rows:
+    float32, ``is_intervention`` (B,) bool, ... see ``buffer.service.batches``). Counts are rows:
     ``num_transitions`` everything the buffer holds, ``online_transitions`` the rows robots
     inserted (offline data excluded; samples-per-insert counts these). ``sampler_state`` is
     a JSON-able dict a checkpoint stores and hands back to ``load_sampler_state``.

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from lab_data.importers import ImportJob
 
 if TYPE_CHECKING:
-    from buffer.schema import StepSchema
+    from buffer.table.schema import StepSchema
 
 
 class BufferImporter:
@@ -28,7 +28,7 @@ class BufferImporter:
     def schema(
         self, path: Path, options: Mapping[str, Any], task: str | None
     ) -> tuple[StepSchema, list[str]]:
-        from buffer.schema import StepSchema
+        from buffer.table.schema import StepSchema
 
         return StepSchema.from_json((path / "schema.json").read_text()), []
 

@@ -155,7 +155,7 @@ def summarize(directory: Path) -> dict[str, Any]:
     Raises:
         FileNotFoundError: not a buffer directory.
     """
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
 
     with ReplayBuffer.open(directory, read_only=True) as buf:
         s = buf.index_summary()

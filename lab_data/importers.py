@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from buffer.schema import StepSchema
+    from buffer.table.schema import StepSchema
 
 Progress = Callable[[int, int], None]
 ENTRY_POINT_GROUP = "robofleet.dataset_importers"

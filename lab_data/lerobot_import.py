@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from buffer.config import BufferSettings
-from buffer.schema import FeatureSpec, StepSchema
+from buffer.table.schema import FeatureSpec, StepSchema
 from lab_data.importers import ImportJob, Progress
 
 VIDEO_BACKEND = "pyav"
@@ -86,7 +86,7 @@ def import_lerobot(
         ValueError: ``root`` is no LeRobotDataset v3 directory, has no ``action`` or no
             ``observation.*`` feature, or has a column robofleet cannot carry (named).
     """
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
 
     ds = open_dataset(root, repo_id)
     plan = _plan(ds.meta.features, set(ignore_columns))

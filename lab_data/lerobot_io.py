@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from buffer.schema import StepSchema
+from buffer.table.schema import StepSchema
 from lab_data.importers import Progress
 from lab_data.lerobot_import import VIDEO_BACKEND, import_lerobot
 
 if TYPE_CHECKING:
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
 
 __all__ = ["export_lerobot", "import_lerobot"]
 

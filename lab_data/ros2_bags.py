@@ -25,8 +25,8 @@ from lab_data.importers import ImportJob
 
 if TYPE_CHECKING:
     from buffer.config import BufferSettings
-    from buffer.replay_buffer import AppendResult, ReplayBuffer
-    from buffer.schema import StepSchema
+    from buffer.table.replay_buffer import AppendResult, ReplayBuffer
+    from buffer.table.schema import StepSchema
 
 
 class BagImportError(ValueError):
@@ -138,7 +138,7 @@ def bag_schema(joints: Sequence[str]) -> StepSchema:
     """The buffer step schema of imported bags: ``observation.state`` and ``action`` float32
     of shape ``(len(joints),)`` named by ``joints``; no final observation (a recording ends
     without one), as in ``lab_data.import_lerobot``."""
-    from buffer.schema import StepSchema
+    from buffer.table.schema import StepSchema
 
     feat = {"dtype": "float32", "shape": (len(joints),), "names": list(joints)}
     return StepSchema.from_features(
@@ -182,7 +182,7 @@ def import_bag_into_buffer(
         ValueError: the directory's stored schema differs from :func:`bag_schema`.
         buffer.StepValidationError: the open buffer's schema does not fit these steps.
     """
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
 
     table = import_bag(
         bag,
@@ -278,7 +278,7 @@ class Ros2BagImporter:
         Raises:
             ValueError: no bag at ``source``; :class:`BagImportError` (see :func:`import_bag`).
         """
-        from buffer.replay_buffer import ReplayBuffer
+        from buffer.table.replay_buffer import ReplayBuffer
 
         bags, opts = bags_at(job.source), job.options
         if not bags:

@@ -49,8 +49,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # Benchmarks: name -> module with ``main(argv) -> int``. A component measures itself; a
 # benchmark that wires several components lives in the roof (robofleet.bench).
 BENCHMARKS: dict[str, str] = {
-    "buffer": "buffer.bench",
-    "crash": "buffer.bench_crash",
+    "buffer": "buffer.bench.suite",
+    "crash": "buffer.bench.crash",
     "weights": "comms.bench_weights",
     "transport": "comms.bench_transport",
     "efficiency": "robofleet.bench.efficiency",

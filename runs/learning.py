@@ -67,7 +67,7 @@ class RunLearning:
         features: RunFeatures,
         on_event: Callable[..., None],
     ) -> None:
-        from buffer.service import BatchServer, MixConfig
+        from buffer.service.batches import BatchServer, MixConfig
         from comms.buffer_sink import BufferSink
 
         self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir

@@ -114,7 +114,7 @@ def check_sources(
     features and ``action``, LeRobot feature dicts as the robots share them; None: not known,
     only located): ``{"buffer.offline_data[k]": why}``, each feature that differs named
     (``buffer.StepSchema.differences``); empty when every source fits."""
-    from buffer.schema import StepSchema
+    from buffer.table.schema import StepSchema
 
     run = None
     if features is not None:

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from buffer.rate_limiter import RateLimiter
-from buffer.samplers import Sampler
+from buffer.sampling.rate_limiter import RateLimiter
+from buffer.sampling.samplers import Sampler
 from foundation.runspec import RunParams, RunSpec
 
 

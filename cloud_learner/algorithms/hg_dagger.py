@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from buffer.samplers import InterventionSampler, MixSampler, Sampler
+from buffer.sampling.samplers import InterventionSampler, MixSampler, Sampler
 from cloud_learner.algorithms.builder import AlgorithmBuilder, online_share
 from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
 from cloud_learner.core import Batch, Metrics

@@ -57,7 +57,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from buffer.samplers import MixSampler, Sampler
+from buffer.sampling.samplers import MixSampler, Sampler
 from cloud_learner.algorithms.builder import AlgorithmBuilder, online_share
 from cloud_learner.algorithms.common import AlgorithmBase, clipped_step
 from cloud_learner.core import Batch, Metrics

@@ -117,7 +117,7 @@ def bench_io(
     work: Path, frames: dict[str, np.ndarray], shape: tuple[int, int], rounds: int
 ) -> dict[str, float]:
     """Interleaved rounds of import vs LeRobot reading, export vs LeRobot writing."""
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
     from lab_data.lerobot_io import export_lerobot, import_lerobot
 
     episodes, length = shape
@@ -140,8 +140,8 @@ def bench_io(
 
 def bench_sampling(work: Path, seconds: float) -> dict[str, float]:
     """``sample`` of a mounted imported dataset vs a numpy gather of the same frames."""
-    from buffer.replay_buffer import ReplayBuffer
-    from buffer.samplers import MixSampler
+    from buffer.sampling.samplers import MixSampler
+    from buffer.table.replay_buffer import ReplayBuffer
 
     imported = work / "imported-0"
     rng = np.random.default_rng(1)

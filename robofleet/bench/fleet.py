@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from buffer.ack_phases import PHASES
+from buffer.table.ack_phases import PHASES
 
 P99_LIMIT_MS = 100.0
 IDLE_S = 2.0  # the cloud process's CPU is read this long before the uplinks start
@@ -68,7 +68,7 @@ class Case:
     cloud_idle_cores: float = 0.0  # before the uplinks started (enrolled robots, no traffic)
     merged_share: float = 0.0  # uploads the buffer merged with others into one append
     fsyncs_per_append: float = 0.0  # WAL fdatasyncs per upload (group commit, merging)
-    # mean ms of the buffer's append by phase (``buffer.ack_phases``): what of the ack
+    # mean ms of the buffer's append by phase (``buffer.table.ack_phases``): what of the ack
     # latency the buffer took, the rest being the transport and the queue before it
     append_phases_ms: dict[str, float] = field(default_factory=dict)
 

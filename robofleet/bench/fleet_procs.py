@@ -149,7 +149,7 @@ def serve_cloud(kind: str, robots: int) -> None:
 
     logging.disable(logging.WARNING)
     from buffer import BufferSettings, ReplayBuffer
-    from buffer.ack_phases import PHASES
+    from buffer.table.ack_phases import PHASES
     from comms.bench_common import RUN, start_cloud
     from comms.buffer_sink import BufferSink
 

@@ -198,7 +198,7 @@ def _import(args: argparse.Namespace, data_dir: Path) -> int:
 
 
 def _export(args: argparse.Namespace, data_dir: Path) -> int:
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
     from lab_data.lerobot_io import export_lerobot
 
     _kind, buffer_dir = resolve(data_dir, args.ref)

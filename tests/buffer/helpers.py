@@ -122,7 +122,7 @@ class Appends:
 
 class HeldCombiner:
     """Holds the first group staged after :meth:`hold` until :meth:`release`, so appends
-    made meanwhile queue behind it (``buffer.admission``). A context manager that puts the
+    made meanwhile queue behind it (``buffer.table.combiner``). A context manager that puts the
     combiner's stage back."""
 
     def __init__(self, buf: ReplayBuffer) -> None:

@@ -1,4 +1,4 @@
-"""Where an append's acknowledgement latency goes (``buffer.ack_phases``, ``stats()``)."""
+"""Where an append's acknowledgement latency goes (``buffer.table.ack_phases``, ``stats()``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from buffer.ack_phases import PHASES, AckPhases
+from buffer.table.ack_phases import PHASES, AckPhases
 from tests.buffer.helpers import episodes, open_buffer
 
 

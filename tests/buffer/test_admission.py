@@ -1,4 +1,4 @@
-"""The appends' combiner (``buffer.admission``) and the writer staging through it."""
+"""The appends' combiner (``buffer.table.combiner``) and the writer staging through it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from buffer import (
     ReplayBuffer,
     StepValidationError,
 )
-from buffer.admission import Combiner, Ticket, one_at_a_time
+from buffer.table.combiner import Combiner, Ticket, one_at_a_time
 from tests.buffer.helpers import Appends, HeldCombiner, episodes, open_buffer, small_schema
 
 

@@ -129,7 +129,7 @@ def test_memory_outside_the_budget_grows_by_the_row_index_alone() -> None:
     # observations in RAM, this grew by ~250 B/row and the cache passed its budget.
     budget_mib = 8
     out = subprocess.run(
-        [sys.executable, "-m", "buffer.bench_memory", "--budget-mib", str(budget_mib)]
+        [sys.executable, "-m", "buffer.bench.memory_probe", "--budget-mib", str(budget_mib)]
         + ["--multiples", "10,30", "--episode", "200", "--samples", "20"],
         cwd=ROOT,
         capture_output=True,

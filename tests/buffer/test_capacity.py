@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from buffer import ReplayBuffer, SegmentGoneError, UniformSampler
-from buffer.view import Picks, SamplingView
+from buffer.sampling.view import Picks, SamplingView
 from tests.buffer.helpers import episodes, open_buffer
 
 

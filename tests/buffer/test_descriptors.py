@@ -1,4 +1,4 @@
-"""Segment files' read descriptors stay bounded (``buffer.descriptors``)."""
+"""Segment files' read descriptors stay bounded (``buffer.files.descriptors``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from buffer import descriptors
-from buffer.descriptors import DescriptorCache
+from buffer.files import descriptors
+from buffer.files.descriptors import DescriptorCache
 from tests.buffer.helpers import episodes, open_buffer
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from buffer import DiskFullError, ReplayBuffer
-from buffer.index import RowIndex
-from buffer.wal import WriteAheadLog, scan_wal
+from buffer.files.wal import WriteAheadLog, scan_wal
+from buffer.table.index import RowIndex
 from tests.buffer.helpers import Appends, episodes, open_buffer, small_schema
 from tests.fakes.disk import Disk
 
@@ -204,7 +204,7 @@ def test_close_after_a_failed_fdatasync_acknowledges_nothing_behind_it(
     import errno
     import zlib
 
-    from buffer.writer import Writer
+    from buffer.table.writer import Writer
 
     buf = open_buffer(tmp_path / "b", wal_stripes=2)
     assert buf.writer.wal is not None
@@ -262,7 +262,7 @@ def test_a_pure_retry_waiting_across_a_recovery_is_refused_not_acknowledged(
     """A retry whose records are all in the index waits for them to be durable; if a
     recovery ran meanwhile (it drops rows above the durable watermark, never acknowledged,
     and later rows take their place) it is refused, not acknowledged on those later rows."""
-    from buffer.writer import Writer
+    from buffer.table.writer import Writer
 
     recs = episodes(1, [8])
     buf = open_buffer(tmp_path / "b")

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from buffer import ReplayBuffer
-from buffer.bench_crash import check
-from buffer.sealed import list_sealed
-from buffer.wal import list_wals, scan_wal
+from buffer.bench.crash import check
+from buffer.files.sealed import list_sealed
+from buffer.files.wal import list_wals, scan_wal
 from tests.buffer.helpers import episodes, obs_value, open_buffer
 
 
@@ -191,7 +191,9 @@ def test_second_writer_is_refused_and_schema_mismatch(tmp_path) -> None:
 
 
 def _spawn(args: list[str], **kw) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "buffer.crash_worker", *args], text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "buffer.bench.crash_worker", *args], text=True, **kw
+    )
 
 
 @pytest.mark.slow

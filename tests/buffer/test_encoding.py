@@ -18,8 +18,8 @@ from buffer.columns import (
     numpy_view,
     valid_mask,
 )
-from buffer.encoding import ipc_message, ipc_pieces, pieces_size
-from buffer.wal import pieces_header, record_header
+from buffer.files.encoding import ipc_message, ipc_pieces, pieces_size
+from buffer.files.wal import pieces_header, record_header
 from tests.buffer.helpers import episodes, small_schema, step
 
 

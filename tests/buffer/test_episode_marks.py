@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from buffer import samplers
-from buffer.marks import MARKS_FILE
+from buffer.table.marks import MARKS_FILE
 from tests.buffer.helpers import episodes, obs_value, open_buffer, step
 
 SAMPLERS = (

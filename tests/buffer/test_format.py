@@ -10,10 +10,10 @@ import pyarrow.ipc as ipc
 import pytest
 
 from buffer import FORMAT_VERSION, ReplayBuffer, UnsupportedFormatError
-from buffer.format import SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
-from buffer.sealed import list_sealed
-from buffer.segments import list_segments, write_segment
-from buffer.wal import FILE_MAGIC
+from buffer.files.format import SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
+from buffer.files.sealed import list_sealed
+from buffer.files.segments import list_segments, write_segment
+from buffer.files.wal import FILE_MAGIC
 from tests.buffer.helpers import episodes, open_buffer
 
 

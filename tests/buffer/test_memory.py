@@ -1,4 +1,4 @@
-"""``buffer.memory``: arrays in their own mappings, populated in chunks."""
+"""``buffer.table.memory``: arrays in their own mappings, populated in chunks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from buffer import memory
+from buffer.table import memory
 
 
 def _resident_bytes(arr: np.ndarray) -> int:

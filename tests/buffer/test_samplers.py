@@ -15,8 +15,8 @@ from buffer import (
     RecencySampler,
     UniformSampler,
 )
-from buffer.samplers import SumTree
-from buffer.view import SamplingView
+from buffer.sampling.samplers import SumTree
+from buffer.sampling.view import SamplingView
 from tests.buffer.helpers import episodes, final_value, obs_value, open_buffer, step
 
 

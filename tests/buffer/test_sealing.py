@@ -12,8 +12,8 @@ import pytest
 
 from buffer import ReplayBuffer
 from buffer.errors import CorruptDataError
-from buffer.sealed import list_sealed, sealed_name
-from buffer.wal import list_wals, record_header, scan_wal
+from buffer.files.sealed import list_sealed, sealed_name
+from buffer.files.wal import list_wals, record_header, scan_wal
 from tests.buffer.helpers import episodes, obs_value, open_buffer
 
 
@@ -165,7 +165,7 @@ def test_a_failing_seal_refuses_appends_by_name_then_heals_without_losing_a_row(
     import threading
 
     from buffer import DiskFullError
-    from buffer import sealer as sealer_mod
+    from buffer.table import sealer as sealer_mod
 
     monkeypatch.setattr(sealer_mod, "RETRY_S", 0.05)
     real_seal_files = sealer_mod.seal_files
@@ -212,8 +212,8 @@ def test_a_failing_seal_refuses_appends_by_name_then_heals_without_losing_a_row(
 
 
 def test_sealing_again_after_a_partial_rename_keeps_every_file(tmp_path) -> None:
-    from buffer.sealed import seal_files
-    from buffer.wal import FILE_HEADER_BYTES, wal_name
+    from buffer.files.sealed import seal_files
+    from buffer.files.wal import FILE_HEADER_BYTES, wal_name
 
     paths = [tmp_path / wal_name(0, k) for k in range(3)]
     for p in paths:

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 
 from buffer import BufferSettings, ReplayBuffer
-from buffer.service import BatchServer, ShardedRemoteBuffer
-from buffer.shards import ShardedBuffer, shard_dir, shard_of
+from buffer.service.batches import BatchServer, ShardedRemoteBuffer
+from buffer.service.shards import ShardedBuffer, shard_dir, shard_of
 from tests.buffer.helpers import episodes, obs_value, small_schema
 
 SETTINGS = {"segment_target_bytes": 4096, "memory_budget_bytes": 1 << 24}
@@ -181,7 +181,7 @@ def ray_local() -> Iterator[None]:
 def test_shards_as_ray_actors(tmp_path: Path, ray_local: None) -> None:
     import ray
 
-    from buffer.shard_actor import start_shards
+    from buffer.service.shard_actor import start_shards
 
     schema = small_schema()
     actors = start_shards(tmp_path / "b", 2, schema, BufferSettings(**SETTINGS), ["reach"])
@@ -212,7 +212,7 @@ def test_shards_as_ray_actors(tmp_path: Path, ray_local: None) -> None:
 
 def test_remote_shards_skip_a_shard_whose_sampler_finds_nothing(tmp_path: Path) -> None:
     from buffer import InterventionSampler
-    from buffer.service import RemoteNothingToSample
+    from buffer.service.batches import RemoteNothingToSample
 
     with _open(tmp_path / "b") as buf:
         r0, r1 = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]

@@ -1,5 +1,5 @@
 """The open tail reads its large columns (camera frames) back from its WAL files
-(``buffer.tail_reads``): the right frames from every stripe, before and after a seal, when
+(``buffer.table.tail_reads``): the right frames from every stripe, before and after a seal, when
 the encoder's offsets are missing, and after a failed write made the WAL cut back."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-import buffer.writer as writer_mod
+import buffer.table.writer as writer_mod
 from buffer import DiskFullError, ReplayBuffer
-from buffer.encoding import ipc_message
 from buffer.errors import CorruptDataError
-from buffer.tail_reads import WalTailReader
-from buffer.wal import WriteAheadLog, keep_only, scan_wal
+from buffer.files.encoding import ipc_message
+from buffer.files.wal import WriteAheadLog, keep_only, scan_wal
+from buffer.table.tail_reads import WalTailReader
 from tests.buffer.helpers import episodes, open_buffer, small_schema
 
 IMG = (48, 48, 3)  # 6,912 B a frame: over a page, so a writer's tail does not copy it

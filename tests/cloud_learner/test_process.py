@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from sqlalchemy import select
 
 from buffer import InterventionSampler, ReplayBuffer, StepSchema
-from buffer.service import BatchServer
+from buffer.service.batches import BatchServer
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.metrics import read_metrics
 from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device, read_refusal

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from buffer.schema import StepSchema
+from buffer.table.schema import StepSchema
 from edge_agent.agent import EdgeAgent
 from edge_agent.config import EdgeSettings
 from edge_agent.core import InterventionSource

@@ -106,7 +106,7 @@ def test_the_same_agent_runs_as_a_ray_actor(tmp_path):
 def test_robofleet_edge_drives_a_gymnasium_robot_without_metaworld(tmp_path):
     """A non-Meta-World robot (hal's Gymnasium driver, Pendulum-v1: 3-D state, 1-D action)
     runs offline: every step lands in the spool with the driver's own shapes."""
-    from buffer.schema import StepSchema
+    from buffer.table.schema import StepSchema
     from edge_agent.spool import Spool
     from hal.drivers import make_driver
 

@@ -45,7 +45,7 @@ def push(cloud: Cloud[BufferSink], robot_id: int, kind: str) -> None:
 
 @pytest.mark.slow
 def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any) -> None:
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
 
     _url, store = db
     buf = ReplayBuffer.open(tmp_path / "buffer", metaworld_schema())

@@ -22,7 +22,7 @@ from tests.fakes.settings import fast_comms, fast_edge
 
 @pytest.mark.slow
 def test_spool_drains_after_the_cloud_is_killed_and_restarted_mid_episode(tmp_path, db):
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
 
     url, store = db
     port = free_port()

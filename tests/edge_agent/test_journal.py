@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from buffer.schema import StepSchema
+from buffer.table.schema import StepSchema
 from edge_agent.journal import FILE_NAME, StepJournal
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker

@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from buffer.schema import StepSchema
+from buffer.table.schema import StepSchema
 from comms.client import ControlListener, EdgeClient, enroll, make_channel
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
@@ -234,7 +234,7 @@ class CloudProcess:
 
 def main(argv: list[str]) -> int:
     """Serve as :class:`CloudProcess` describes; prints ``ready``, then serves until killed."""
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
     from comms.buffer_sink import BufferSink
 
     db_url, buffer_dir, port = argv[0], argv[1], int(argv[2])

@@ -3,7 +3,7 @@
 * ``tmpfs``: a real file system of a few MiB mounted for the test (needs root, or the
   CAP_SYS_ADMIN a container may lack: then that variant is skipped, saying why) and filled
   with a ballast file until ``ENOSPC``; :meth:`free` deletes the ballast.
-* ``injected``: the buffer's write-ahead log writes (``buffer.wal``'s ``os.writev`` /
+* ``injected``: the buffer's write-ahead log writes (``buffer.files.wal``'s ``os.writev`` /
   ``os.write``) fail with ``ENOSPC`` while the disk is "full", after writing half of what
   they were given, as a file system does when it runs out mid-write. It runs anywhere.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import buffer.wal
+import buffer.files.wal
 
 
 class TmpfsDisk:
@@ -59,7 +59,7 @@ class TmpfsDisk:
 
 
 class _FullOs:
-    """``os`` as ``buffer.wal`` sees it: writes fail with ENOSPC while ``full``."""
+    """``os`` as ``buffer.files.wal`` sees it: writes fail with ENOSPC while ``full``."""
 
     def __init__(self) -> None:
         self.full = False
@@ -91,7 +91,7 @@ class InjectedDisk:
         self.path = root
         root.mkdir(parents=True)
         self._os = _FullOs()
-        monkeypatch.setattr(buffer.wal, "os", self._os)
+        monkeypatch.setattr(buffer.files.wal, "os", self._os)
 
     def fill(self) -> None:
         self._os.full = True

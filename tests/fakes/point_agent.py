@@ -24,7 +24,7 @@ from tests.fakes.cloud import Cloud
 from tests.fakes.robot import PointRobot
 
 if TYPE_CHECKING:
-    from buffer.replay_buffer import ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
     from foundation.store.store import MetadataStore
 
 KIND = "counting-point"
@@ -55,8 +55,8 @@ DRIVER = "tests.fakes.point_agent:CountingPointRobot"  # its hal.drivers.DRIVER_
 def cloud_on_buffer(store: MetadataStore, directory: Path) -> tuple[ReplayBuffer, Cloud[Any]]:
     """A real replay buffer at ``directory`` for this robot's steps and a cloud in front of
     it (the caller closes both)."""
-    from buffer.replay_buffer import ReplayBuffer
-    from buffer.schema import StepSchema
+    from buffer.table.replay_buffer import ReplayBuffer
+    from buffer.table.schema import StepSchema
     from comms.buffer_sink import BufferSink
 
     probe = PointRobot()

@@ -63,7 +63,7 @@ def test_names_are_checked_and_failed_imports_leave_nothing(tmp_path) -> None:
 
 
 def test_schema_differences_name_each_feature() -> None:
-    from buffer.schema import StepSchema
+    from buffer.table.schema import StepSchema
 
     run = small_schema()
     assert run.differences(small_schema()) == []

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from buffer import InterventionSampler, ReplayBuffer, StepSchema
-from buffer.service import BatchServer, RemoteBuffer
+from buffer.service.batches import BatchServer, RemoteBuffer
 from cloud_learner.sources import TransitionBatchSource
 from foundation.contracts import TransitionSource
 from hal.drivers.metaworld import MetaWorldDriver
@@ -218,7 +218,7 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
     """Appends grow the index under the sampler; every batch still has exact halves."""
     import threading
 
-    from buffer.samplers import MixSampler, SamplingView
+    from buffer.sampling.samplers import MixSampler, SamplingView
 
     stop = threading.Event()
     errors: list[BaseException] = []

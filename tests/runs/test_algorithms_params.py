@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from buffer.samplers import InterventionSampler, MixSampler
+from buffer.sampling.samplers import InterventionSampler, MixSampler
 from cloud_learner.algorithms import RECAP, SACRLPD, HGDAgger
 from cloud_learner.factory import build_algorithm
 from cloud_learner.policies.gaussian import GaussianPolicy

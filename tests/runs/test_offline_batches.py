@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from buffer import ReplayBuffer, StepSchema
-from buffer.service import BatchServer, MixConfig, RemoteBuffer
+from buffer.service.batches import BatchServer, MixConfig, RemoteBuffer
 from cloud_learner.mix_losses import TaskLossWindow, per_row_bc_loss
 from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.sources import TransitionBatchSource

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from buffer.replay_buffer import ReplayBuffer
+from buffer.table.replay_buffer import ReplayBuffer
 from dashboard.accounts import create_api_token, create_user
 from foundation.store.accounts import Role
 from foundation.store.models import Lease, Robot, RunState

@@ -1,0 +1,528 @@
+"""The buffer's service beside its table: batches of one buffer for a learner in another
+process, over ZeroMQ (Reverb keeps its server next to its table the same way).
+
+The replay buffer is opened for writing by exactly one process (the cloud, where uploads land).
+The learner runs in its own supervised process so it can crash and restart without touching
+acknowledged data; it asks the buffer's :class:`BatchServer` for batches through a
+:class:`RemoteBuffer`, which implements ``foundation.contracts.TransitionSource`` (numpy
+columns; the learner converts them to tensors, ``cloud_learner.sources``).
+
+Wire (REQ/REP on loopback): the request is one JSON frame
+``{"op": "sample" | "size" | "sampler_state" | "load_sampler_state", ...}``; the reply is a JSON
+frame and, for ``sample``, a second frame with the batch in the safetensors layout (raw
+tensors plus a JSON header, never pickle). ``sample`` and ``size`` replies carry ``size`` (rows
+in the buffer) and ``online`` (rows from robots, i.e. without the offline/demonstration rows
+the run mounted: the learner's update-to-data ratio counts these); a ``sample`` reply for an
+empty buffer carries ``empty: true`` and no batch. A ``sample`` or ``size`` request may carry
+the learner's latest statistics (``stats``), which the run driver shows and stores as metrics;
+the server draws every batch with the sampler its run gave it (the algorithm's builder chose
+it: ``cloud_learner.algorithms``); requests carry no sampling choice. A ``sample`` request's
+``layout`` says what each row carries: ``images`` (camera keys to include, with
+``next_images`` for their successors) and ``chunk`` (T > 1: each row comes with the action
+chunk that starts at it, ``action_chunk`` (B, T, A) float32 and ``action_chunk_is_pad``
+(B, T) bool; ``ReplayBuffer.sample_chunks``).
+
+Adaptive mix (SOP, Pan et al. 2026): the learner reports each task's recent training loss on
+online and on offline rows in its ``stats`` (``loss_online/<task>``, ``loss_offline/<task>``,
+means over a sliding window); the server sets that task's online share to
+``clip(L_on / (L_on + L_off), min_online, max_online)``: a task whose online data the policy
+fits worse than its offline data gets more online rows. ``mix_shares`` holds the shares (the
+mapping the run's mixing sampler was built with reads them).
+
+Batch keys (B = batch size, D / A the state / action sizes): ``observation.state`` (B, D)
+float32, ``next.observation.state`` (B, D) float32, ``action`` (B, A) float32, ``task_index``
+(B,) int64 (position in the run's task list), ``is_intervention`` (B,) bool, ``reward`` (B,)
+float32, ``terminated`` / ``truncated`` (B,) bool, ``episode_index`` / ``frame_index`` (B,)
+int64, ``is_demonstration`` (B,) bool (a step of a demonstration episode: ``policy_version``
+0, an operator drove it; of one of the server's ``demonstration_robots``; or of mounted
+offline data), ``is_offline`` (B,) bool (a mounted row) and ``success`` (B,) bool: the episode
+ended with the task solved at this step.
+
+The ``demonstrations`` op answers ``{"episodes": {task: completed demonstration episodes}}``
+(what a learner waits for before its warm start). Robots of sparse-return runs end episodes at success (``terminated``); a
+demonstration episode is an expert's and counts as a success where it ends (``truncated``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import zmq
+from safetensors.numpy import load as st_load
+from safetensors.numpy import save as st_save
+
+from buffer.errors import NothingToSample
+from buffer.sampling.samplers import Sampler
+from buffer.table.reading import sample_across_shards
+from buffer.table.replay_buffer import ReplayBuffer
+
+log = logging.getLogger(__name__)
+
+KEYS = (
+    "observation.state",
+    "next.observation.state",
+    "action",
+    "is_intervention",
+    "reward",
+    "terminated",
+    "truncated",
+    "episode_index",
+    "frame_index",
+)
+# ``policy_version`` of a demonstration episode's steps (edge_agent.core.DEMONSTRATION: an
+# operator drove the robot, no policy was consulted).
+DEMONSTRATION = 0
+IMAGE_PREFIX = "observation.images."
+NEXT_PREFIX = "next."
+
+
+@dataclass(frozen=True)
+class MixConfig:
+    """How much of each batch is online when offline data is mounted.
+
+    Attributes:
+        online_fraction: the online share (every task's start under ``adaptive``).
+        adaptive: SOP's per-task share from the learner's reported losses (module docstring).
+        min_online / max_online: the range an adaptive share is clipped to.
+    """
+
+    online_fraction: float = 0.5
+    adaptive: bool = False
+    min_online: float = 0.2
+    max_online: float = 0.8
+
+    def share(self, online_loss: float, offline_loss: float) -> float:
+        """One task's adaptive online share from its window's mean losses."""
+        total = online_loss + offline_loss
+        raw = online_loss / total if total > 0 else self.online_fraction
+        return float(min(max(raw, self.min_online), self.max_online))
+
+
+class BatchServer:
+    """Serves samples of one run's buffer to its learner (a daemon thread in the cloud).
+
+    Args:
+        buffer: the run's open buffer (or one shard of it: ``buffer.service.shards``).
+        tasks: the run's task list (``task_index`` = position).
+        sampler: the ``buffer`` sampler of every batch (e.g. ``InterventionSampler()``), None
+            for uniform.
+        offline_rows: rows of the buffer that are not robots' online steps (demonstrations,
+            mounted data); ``online`` in replies is ``len(buffer) - offline_rows``.
+        demonstration_robots: ``robot_id`` s whose steps are demonstrations (the batch's
+            ``is_demonstration``, and their episodes' ends count as successes).
+        mix: the online share when offline data is mounted (fixed or adaptive).
+        mix_shares: the per-task online shares it keeps up to date under an adaptive mix
+            (the mapping ``sampler`` was built with); a new one when None.
+        host: the interface to listen on: loopback for a learner on this machine; a shard on
+            another node (``buffer.service.shard_actor``) listens where its learner can reach it.
+
+    ``requests`` counts every request answered: the run's hang watchdog reads it, so a learner
+    that waits for data (its update-to-data ratio reached) and polls ``size`` is alive.
+    """
+
+    def __init__(
+        self,
+        buffer: ReplayBuffer,
+        tasks: Sequence[str],
+        sampler: Sampler | None = None,
+        offline_rows: int = 0,
+        demonstration_robots: Iterable[str] = (),
+        mix: MixConfig | None = None,
+        host: str = "127.0.0.1",
+        mix_shares: dict[str, float] | None = None,
+    ) -> None:
+        self.buffer = buffer
+        self.offline_rows = offline_rows
+        self.mix = mix or MixConfig()
+        # Per-task online shares (adaptive); the sampler reads this one mapping.
+        self.mix_shares: dict[str, float] = {} if mix_shares is None else mix_shares
+        self.requests = 0
+        self.tasks = {t: i for i, t in enumerate(tasks)}
+        self.demonstration_robots = frozenset(str(r) for r in demonstration_robots)
+        self.sampler = sampler
+        self.learner_stats: dict[str, float] = {}
+        self.samples = 0
+        self._ctx: zmq.Context[Any] = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.REP)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        port = self._sock.bind_to_random_port(f"tcp://{host}")
+        self.address = f"tcp://{host}:{port}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="batch-server", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close(0)
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(100):
+                continue
+            request = self._sock.recv()
+            self.requests += 1
+            try:
+                header, payload = self._handle(json.loads(request))
+            except Exception as exc:  # the learner gets the reason; the server keeps serving
+                header, payload = {"error": f"{type(exc).__name__}: {exc}"}, None
+                if isinstance(exc, NothingToSample):
+                    header["nothing_to_sample"] = True
+            frames = [json.dumps(header).encode()]
+            if payload is not None:
+                frames.append(payload)
+            self._sock.send_multipart(frames)
+
+    def _note_losses(self, stats: Mapping[str, float]) -> None:
+        """SOP's adaptive shares from the learner's per-task window losses."""
+        if not (self.mix.adaptive and self.buffer.offline):
+            return
+        for key, online in stats.items():
+            if key.startswith("loss_online/"):
+                task = key.removeprefix("loss_online/")
+                offline = stats.get(f"loss_offline/{task}")
+                if offline is not None and task in self.tasks:
+                    self.mix_shares[task] = self.mix.share(float(online), float(offline))
+
+    def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        op = req.get("op")
+        stats = req.get("stats")
+        if op in ("size", "sample") and isinstance(stats, dict):
+            self.learner_stats = {str(k): float(v) for k, v in stats.items()}
+            self._note_losses(self.learner_stats)
+        if op == "size":
+            return self._sizes(), None
+        if op == "demonstrations":
+            return {"episodes": self.demonstration_episodes(), **self._sizes()}, None
+        sampler = self.sampler
+        if op == "sampler_state":
+            get = getattr(sampler, "state_dict", None)
+            return {"state": dict(get()) if callable(get) else {}}, None
+        if op == "load_sampler_state":
+            load = getattr(sampler, "load_state_dict", None)
+            if callable(load) and req.get("state"):
+                load(dict(req["state"]))
+            return {}, None
+        if op == "sample":
+            n = int(req["batch_size"])
+            if self._sizes()["size"] == 0:
+                return {"empty": True, **self._sizes()}, None
+            how = req.get("layout") or {}
+            chunk = int(how.get("chunk", 1))
+            if chunk > 1:
+                arrays = self.buffer.sample_chunks(n, chunk, sampler=sampler, timeout=1.0)
+            else:
+                arrays = self.buffer.sample(n, sampler=sampler, timeout=1.0)
+            images = self._images(how)
+            return self._sizes(), st_save(self._batch(arrays, images))
+        raise ValueError(f"unknown op {op!r}")
+
+    def _images(self, how: Mapping[str, Any]) -> list[str]:
+        """The frame keys a request asks for (named when the buffer has no such camera)."""
+        cams = [str(k) for k in how.get("images") or []]
+        unknown = [k for k in cams if k not in self.buffer.schema.observations]
+        if unknown:
+            raise ValueError(f"the buffer has no camera {unknown}")
+        return cams + ([NEXT_PREFIX + k for k in cams] if how.get("next_images") else [])
+
+    def _sizes(self) -> dict[str, int]:
+        """``size``: rows to sample (the window and the mounted views); ``online``: the
+        robots' own rows (the window without its demonstrations: ``offline_rows`` and the
+        steps of demonstration episodes, ``policy_version`` 0)."""
+        window = len(self.buffer)
+        mounted = sum(len(v) for v in self.buffer.offline)
+        demos = self._demonstration_rows()
+        online = max(0, window - self.offline_rows - int(demos.sum()))
+        return {"size": window + mounted, "online": online}
+
+    def _demonstration_rows(self) -> np.ndarray:
+        """Mask over the window's index positions: eligible steps of demonstration episodes
+        (an operator drove them, no policy: ``policy_version`` == 0)."""
+        lo, hi = self.buffer.window()
+        idx = self.buffer.index
+        a, b = lo - idx.base, hi - idx.base
+        mask: np.ndarray = (idx.cols["policy_version"][a:b] == DEMONSTRATION) & idx.cols[
+            "eligible"
+        ][a:b]
+        return mask
+
+    def demonstration_episodes(self) -> dict[str, int]:
+        """Completed demonstration episodes in the window, per task (their done steps)."""
+        lo, hi = self.buffer.window()
+        idx = self.buffer.index
+        a, b = lo - idx.base, hi - idx.base
+        done = self._demonstration_rows() & (
+            idx.cols["terminated"][a:b] | idx.cols["truncated"][a:b]
+        )
+        codes, counts = np.unique(idx.cols["task"][a:b][done], return_counts=True)
+        return {idx.tasks.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
+
+    def _batch(
+        self, arrays: Mapping[str, np.ndarray], images: Sequence[str] = ()
+    ) -> dict[str, np.ndarray]:
+        keys = (*KEYS, *images, "action_chunk", "action_chunk_is_pad")
+        out = {k: np.ascontiguousarray(arrays[k]) for k in keys if k in arrays}
+        unknown = sorted({str(t) for t in arrays["task"]} - set(self.tasks))
+        if unknown:
+            raise ValueError(f"sampled tasks {unknown} are not in the run's tasks")
+        out["task_index"] = np.array([self.tasks[str(t)] for t in arrays["task"]], np.int64)
+        offline = np.asarray(arrays["source"]) != 0
+        demo = (
+            offline
+            | (np.asarray(arrays["policy_version"]) == DEMONSTRATION)
+            | np.array([str(r) in self.demonstration_robots for r in arrays["robot_id"]], bool)
+        )
+        out["is_demonstration"] = demo
+        out["is_offline"] = offline
+        out["success"] = np.asarray(arrays["terminated"], bool) | (
+            demo & np.asarray(arrays["truncated"], bool)
+        )
+        self.samples += len(out["task_index"])
+        return out
+
+
+class RemoteNothingToSample(RuntimeError):
+    """The server's sampler found no transition to draw (``buffer.errors.NothingToSample``
+    there); a ``RuntimeError`` like every server-side refusal."""
+
+
+class RemoteBuffer:
+    """A :class:`BatchServer`'s buffer, seen from another process: a
+    ``foundation.contracts.TransitionSource``.
+
+    Args:
+        address: the server's ``tcp://`` address.
+        timeout_s: longest wait for one reply.
+        layout: what each row carries (``images``, ``next_images``, ``chunk``: module
+            docstring); None = the state columns alone.
+
+    ``stats`` (name -> float) travels with the next ``sample`` or ``size`` request.
+
+    Raises (from every request): ``RuntimeError`` with the server's reason, or
+    ``TimeoutError`` when the server does not answer within ``timeout_s`` (the cloud is gone).
+    """
+
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 30.0,
+        layout: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.address = address
+        self.layout = dict(layout) if layout else None
+        self.timeout_ms = int(timeout_s * 1000)
+        self.stats: dict[str, float] = {}
+        self._size = 0
+        self._online = 0
+        self._size_at = float("-inf")
+        self._ctx: zmq.Context[Any] = zmq.Context.instance()
+        self._sock = self._connect()
+
+    def _connect(self) -> zmq.Socket[bytes]:
+        sock = self._ctx.socket(zmq.REQ)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVTIMEO, self.timeout_ms)
+        sock.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+        sock.connect(self.address)
+        return sock
+
+    def _call(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+        try:
+            self._sock.send(json.dumps(req).encode())
+        except zmq.Again:
+            self._reconnect()
+            raise TimeoutError(f"batch server {self.address} did not answer") from None
+        return self._receive()
+
+    def _receive(self) -> tuple[dict[str, Any], bytes | None]:
+        try:
+            frames = self._sock.recv_multipart()
+        except zmq.Again:
+            self._reconnect()
+            raise TimeoutError(f"batch server {self.address} did not answer") from None
+        header = json.loads(frames[0])
+        if header.get("nothing_to_sample"):
+            raise RemoteNothingToSample(f"batch server: {header['error']}")
+        if "error" in header:
+            raise RuntimeError(f"batch server: {header['error']}")
+        return header, (frames[1] if len(frames) > 1 else None)
+
+    def demonstrations(self) -> dict[str, int]:
+        """Completed demonstration episodes per task in the run's buffer (now)."""
+        header, _ = self._call({"op": "demonstrations", "stats": self.stats})
+        self._note_sizes(header)
+        return {str(k): int(v) for k, v in dict(header.get("episodes", {})).items()}
+
+    def _reconnect(self) -> None:
+        self._sock.close(0)
+        self._sock = self._connect()  # a REQ socket that missed a reply is unusable
+
+    def num_transitions(self) -> int:
+        """Transitions in the buffer's window, at most 1 s old (every sample refreshes it)."""
+        if time.monotonic() - self._size_at > 1.0:
+            header, _ = self._call({"op": "size", "stats": self.stats})
+            self._note_sizes(header)
+        return self._size
+
+    def online_transitions(self) -> int:
+        """Rows from robots (the buffer without its offline rows), at most 1 s old; asking
+        also hands the server the learner's latest ``stats``."""
+        self.num_transitions()
+        return self._online
+
+    def _note_sizes(self, header: Mapping[str, Any]) -> None:
+        self._size = int(header.get("size", 0))
+        self._online = int(header.get("online", self._size))
+        self._size_at = time.monotonic()
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` rows with the keys of the module docstring; waits (polling every
+        0.1 s) while the buffer is empty."""
+        while True:
+            self.ask_sample(batch_size)
+            batch = self.take_sample()
+            if batch is not None:
+                return batch
+            time.sleep(0.1)
+
+    def ask_sample(self, batch_size: int) -> None:
+        """Send a ``sample`` request; :meth:`take_sample` receives its reply (so a caller can
+        have several servers draw at once: ``ShardedRemoteBuffer``)."""
+        req = {
+            "op": "sample",
+            "batch_size": batch_size,
+            "stats": self.stats,
+            "layout": self.layout,
+        }
+        try:
+            self._sock.send(json.dumps(req).encode())
+        except zmq.Again:
+            self._reconnect()
+            raise TimeoutError(f"batch server {self.address} did not take the request") from None
+
+    def take_sample(self) -> dict[str, np.ndarray] | None:
+        """The reply to :meth:`ask_sample`: the batch, or None when the buffer was empty."""
+        header, payload = self._receive()
+        self._note_sizes(header)
+        return dict(st_load(payload)) if payload is not None else None
+
+    def sampler_state(self) -> dict[str, Any]:
+        """``{"sampler": the server sampler's state_dict}`` (for the learner's checkpoint)."""
+        header, _ = self._call({"op": "sampler_state"})
+        return {"sampler": header["state"]}
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        self._call({"op": "load_sampler_state", "state": state.get("sampler") or {}})
+
+    def close(self) -> None:
+        self._sock.close(0)
+
+
+class ShardedRemoteBuffer:
+    """The batch servers of a run's buffer shards (``buffer.service.shards``: one per shard process,
+    on any node), seen from the learner as one ``foundation.contracts.TransitionSource``.
+
+    A batch of B draws its rows per shard from a multinomial weighted by the shards' sizes
+    (each at most 1 s old), so every transition is equally likely whichever shard holds it;
+    the shards draw at once (every request is sent before any reply is read) and the parts
+    are concatenated. A shard that turns out empty hands its share to the others.
+
+    Args:
+        addresses: the shards' ``tcp://`` batch server addresses, shard ``k`` at ``k``.
+        timeout_s / layout: as :class:`RemoteBuffer`, for every shard.
+        seed: of the draw of rows per shard.
+
+    ``stats`` travel to every shard. Raises as :class:`RemoteBuffer`.
+    """
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        timeout_s: float = 30.0,
+        layout: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not addresses:
+            raise ValueError("a sharded buffer needs at least one shard address")
+        self.shards = [RemoteBuffer(a, timeout_s, layout) for a in addresses]
+        self.stats: dict[str, float] = {}
+        self._rng = np.random.default_rng(seed)
+
+    def _sizes(self) -> np.ndarray:
+        for r in self.shards:
+            r.stats = self.stats
+        return np.array([r.num_transitions() for r in self.shards], dtype=np.float64)
+
+    def num_transitions(self) -> int:
+        return int(self._sizes().sum())
+
+    def online_transitions(self) -> int:
+        self._sizes()
+        return sum(r.online_transitions() for r in self.shards)
+
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """``batch_size`` rows (the keys of :class:`RemoteBuffer`, plus ``shard`` int16);
+        waits (polling every 0.1 s) while every shard is empty."""
+        return sample_across_shards(batch_size, self._sizes, self._rng, self._draw, _wait_for_rows)
+
+    def _draw(self, counts: np.ndarray) -> list[tuple[int, dict[str, np.ndarray] | None]]:
+        """Ask every shard with a count for its rows, then take the replies (None from a
+        shard whose sampler finds nothing: its share is drawn again from the others). On a
+        failure the shards still owing a reply get fresh sockets (a REQ socket that missed
+        one is unusable)."""
+        asked = np.flatnonzero(counts).tolist()
+        sent: list[int] = []
+        out: list[tuple[int, dict[str, np.ndarray] | None]] = []
+        try:
+            for k in asked:
+                self.shards[k].ask_sample(int(counts[k]))
+                sent.append(k)
+            while sent:
+                try:
+                    part: dict[str, np.ndarray] | None = self.shards[sent[0]].take_sample()
+                except RemoteNothingToSample:
+                    part = None
+                out.append((sent.pop(0), part))
+        except BaseException:
+            for k in sent:
+                self.shards[k]._reconnect()  # noqa: SLF001 - same module's client
+            raise
+        return out
+
+    def demonstrations(self) -> dict[str, int]:
+        """Completed demonstration episodes per task, over every shard."""
+        out: dict[str, int] = {}
+        for r in self.shards:
+            r.stats = self.stats
+            for task, n in r.demonstrations().items():
+                out[task] = out.get(task, 0) + n
+        return out
+
+    def sampler_state(self) -> dict[str, Any]:
+        """``{"shards": [each shard's sampler state]}`` (for the learner's checkpoint)."""
+        return {"shards": [r.sampler_state() for r in self.shards]}
+
+    def load_sampler_state(self, state: Mapping[str, Any]) -> None:
+        for r, s in zip(self.shards, state.get("shards") or [], strict=False):
+            r.load_sampler_state(s)
+
+    def close(self) -> None:
+        for r in self.shards:
+            r.close()
+
+
+def _wait_for_rows(barren: bool) -> None:
+    """While no shard can be drawn from: refuse when a shard's sampler found nothing, else
+    (every shard empty) wait for rows."""
+    if barren:
+        raise RemoteNothingToSample("nothing to sample in any shard")
+    time.sleep(0.1)

@@ -1,0 +1,77 @@
+"""The remover (Reverb's word for the part that takes items out of a table): the catalogue of
+sealed segments and the deletion of the oldest ones once they pass ``retention_max_bytes``.
+
+Retention deletes whole segments, oldest first, never the newest; their rows leave the
+storage (and so the sampling window) before their files are unlinked, and the directory is
+fsynced after the unlinks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from buffer.table.storage import Segment, TieredStorage
+from foundation.durable import fsync_dir
+
+
+class Retention:
+    """Sealed segments of one directory, oldest first, with their files.
+
+    Args:
+        directory: the buffer directory.
+        max_bytes: ``BufferSettings.retention_max_bytes`` (0: keep everything).
+        read_only: a mounted directory is never changed.
+
+    Not thread-safe on its own: call every method with the buffer's lock held.
+    """
+
+    def __init__(self, directory: Path, max_bytes: int, read_only: bool) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.read_only = read_only
+        self.segments: list[tuple[int, int, Path]] = []  # (first row, rows, path)
+        # first row -> every file of that segment, as strings (a Path object costs hundreds
+        # of bytes, and a directory holds thousands of segments)
+        self._files: dict[int, tuple[str, ...]] = {}
+
+    def add(self, first_row: int, num_rows: int, segment: Segment) -> None:
+        """Record a segment sealed (or found on open) at ``first_row``."""
+        self.segments.append((first_row, num_rows, segment.path))
+        self._files[first_row] = tuple(str(p) for p in segment.paths)
+
+    def summary(self) -> list[tuple[int, int, str]]:
+        """``(first row, rows, path)`` of every segment, for ``RowIndex.summary``."""
+        return [(f, n, str(p)) for f, n, p in self.segments]
+
+    def apply(self, storage: TieredStorage) -> None:
+        """Delete the oldest segments (never the last) while the sealed bytes on disk exceed
+        ``max_bytes``: their chunks leave ``storage``, then their files are unlinked."""
+        limit = self.max_bytes
+        if not limit or self.read_only:
+            return
+        sizes = [
+            sum(os.stat(f).st_size for f in self._files.get(first, (str(p),)) if os.path.exists(f))
+            for first, _, p in self.segments
+        ]
+        total = sum(sizes)
+        drop = 0
+        for size in sizes[:-1]:
+            if total <= limit:
+                break
+            total -= size
+            drop += 1
+        if not drop:
+            return
+        gone = self.segments[:drop]
+        self.segments = self.segments[drop:]
+        paths = {p for _, _, p in gone}
+        chunks = [c for c in storage.chunks if c.path in paths]
+        storage.remove_chunks(chunks)
+        for c in chunks:  # an open descriptor would keep the deleted file's space in use
+            if c.mapped is not None:
+                c.mapped.close_files()
+        for first, _, p in gone:
+            for f in self._files.pop(first, (str(p),)):
+                os.unlink(f)
+        fsync_dir(self.directory)
