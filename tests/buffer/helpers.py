@@ -126,7 +126,7 @@ class HeldCombiner:
     combiner's stage back."""
 
     def __init__(self, buf: ReplayBuffer) -> None:
-        self.combiner = buf.writer._combiner
+        self.combiner = buf.writer.admission._combiner
         self._real = self.combiner._stage_group
         self._gate = threading.Event()
         self.calls = 0

@@ -204,7 +204,7 @@ def test_close_after_a_failed_fdatasync_acknowledges_nothing_behind_it(
     import errno
     import zlib
 
-    from buffer.table.writer import Writer
+    from buffer.table.commit import GroupCommit
 
     buf = open_buffer(tmp_path / "b", wal_stripes=2)
     assert buf.writer.wal is not None
@@ -215,10 +215,10 @@ def test_close_after_a_failed_fdatasync_acknowledges_nothing_behind_it(
     ry = 0
     rz = next(r for r in range(1, 50) if stripe(r) != stripe(ry))
     wal_y = buf.writer.wal.logs[stripe(ry)]
-    real_commit, real_write = Writer._commit, Writer._write
+    real_commit, real_write = GroupCommit.commit, GroupCommit.write
     y_written, z_at_commit, z_go = threading.Event(), threading.Event(), threading.Event()
 
-    def commit(self: Writer, claim: Any, cols: Any, lsn: int) -> Any:
+    def commit(self: GroupCommit, claim: Any, cols: Any, lsn: int) -> Any:
         if cols.robot.names[0] == f"robot-{rz}":
             z_at_commit.set()
             assert z_go.wait(10)
@@ -231,14 +231,14 @@ def test_close_after_a_failed_fdatasync_acknowledges_nothing_behind_it(
             wal_y.sync = failing  # type: ignore[method-assign]
         return real_commit(self, claim, cols, lsn)
 
-    def write(self: Writer, claim: Any) -> int:
+    def write(self: GroupCommit, claim: Any) -> int:
         lsn = real_write(self, claim)
         if claim.cols.robot.names[0] == f"robot-{ry}":
             y_written.set()
         return lsn
 
-    monkeypatch.setattr(Writer, "_commit", commit)
-    monkeypatch.setattr(Writer, "_write", write)
+    monkeypatch.setattr(GroupCommit, "commit", commit)
+    monkeypatch.setattr(GroupCommit, "write", write)
     appends = Appends(buf)
     out = appends.out
     ty = appends.start("Y", episodes(ry, [4]))
@@ -262,24 +262,25 @@ def test_a_pure_retry_waiting_across_a_recovery_is_refused_not_acknowledged(
     """A retry whose records are all in the index waits for them to be durable; if a
     recovery ran meanwhile (it drops rows above the durable watermark, never acknowledged,
     and later rows take their place) it is refused, not acknowledged on those later rows."""
-    from buffer.table.writer import Writer
+    from buffer.table.watermark import Watermark
 
     recs = episodes(1, [8])
     buf = open_buffer(tmp_path / "b")
     try:
         buf.append(recs)
-        real = Writer._acknowledge
+        real = Watermark.acknowledge
 
-        def after_a_recovery(self: Writer, claim: Any, cols: Any) -> Any:
-            with self.state.lock:  # as ``_recover`` leaves it, between staging and the wait
-                self._recovered_from = OSError(5, "injected EIO")
-                self.recoveries += 1
+        def after_a_recovery(self: Watermark, claim: Any, cols: Any) -> Any:
+            writer = self.writer
+            with writer.state.lock:  # as ``recover`` leaves it, between staging and the wait
+                writer.recovered_from = OSError(5, "injected EIO")
+                writer.recoveries += 1
             return real(self, claim, cols)
 
-        monkeypatch.setattr(Writer, "_acknowledge", after_a_recovery)
+        monkeypatch.setattr(Watermark, "acknowledge", after_a_recovery)
         with pytest.raises(OSError, match="may have been dropped .*retry it"):
             buf.append(recs)
-        monkeypatch.setattr(Writer, "_acknowledge", real)
+        monkeypatch.setattr(Watermark, "acknowledge", real)
         assert buf.append(recs).duplicates == 8  # retried: its steps are durable here
     finally:
         buf.close()

@@ -208,7 +208,7 @@ def test_seq_put_out_of_order_by_a_concurrent_append_is_refused_not_acked(
     as if its rows were duplicates."""
     recs = episodes(0, [6])
     with open_buffer(tmp_path / "b") as buf:
-        limit = buf.writer._limit
+        limit = buf.writer.admission._limit
         stored: list[object] = []
         waited: list[bool] = []
 
@@ -220,8 +220,8 @@ def test_seq_put_out_of_order_by_a_concurrent_append_is_refused_not_acked(
             stored.append(buf.append(recs[3:]))
             ticket.needs_room = 0
 
-        monkeypatch.setattr(buf.writer, "_limit", no_room_at_first)
-        monkeypatch.setattr(buf.writer, "_await_room", await_room)
+        monkeypatch.setattr(buf.writer.admission, "_limit", no_room_at_first)
+        monkeypatch.setattr(buf.writer.admission, "_await_room", await_room)
         with pytest.raises(StepValidationError, match="out of order") as err:
             buf.append(recs[:3])
         assert err.value.seq == 0

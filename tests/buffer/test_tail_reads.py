@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import buffer.table.writer as writer_mod
+import buffer.table.commit as commit_mod
 from buffer import DiskFullError, ReplayBuffer
 from buffer.errors import CorruptDataError
 from buffer.files.encoding import ipc_message
@@ -89,12 +89,12 @@ def test_a_sealed_tail_is_cold_until_sampling_promotes_it(tmp_path) -> None:
 
 
 def test_frames_read_right_when_the_encoder_gives_no_offsets(tmp_path, monkeypatch) -> None:
-    real = writer_mod.ipc_message
+    real = commit_mod.ipc_message
 
     def no_offsets(batch: Any, names: Any) -> Any:
         return real(batch, names)[0], None  # as if the encoder had copied a column
 
-    monkeypatch.setattr(writer_mod, "ipc_message", no_offsets)
+    monkeypatch.setattr(commit_mod, "ipc_message", no_offsets)
     with open_buffer(tmp_path / "b", small_schema(image=IMG), segment_target_bytes=1 << 26) as buf:
         _fill(buf, robots=3, episodes_each=3)
         assert not buf.storage.chunks[-1].sealed
