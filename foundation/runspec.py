@@ -25,6 +25,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from foundation.rows import RowFilter
+
 SPEC_VERSION: Literal[1] = 1
 
 TASK_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
@@ -167,9 +169,18 @@ class OfflineSource(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> OfflineSource:
-        if self.time_range is not None and self.time_range[0] > self.time_range[1]:
-            raise ValueError(f"time_range starts after it ends: {list(self.time_range)}")
+        self.rows()  # ValueError: a time_range that ends before it starts
         return self
+
+    def rows(self) -> RowFilter:
+        """The source's filter fields as the buffer's row filter (``robots`` are robot ids)."""
+        return RowFilter(
+            tasks=None if self.tasks is None else tuple(self.tasks),
+            robot_ids=None if self.robots is None else tuple(self.robots),
+            interventions_only=self.interventions_only,
+            success_only=self.success_only,
+            time_range=self.time_range,
+        )
 
 
 class AdaptiveMix(_Strict):

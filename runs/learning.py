@@ -28,6 +28,7 @@ from typing import Any
 from cloud_learner.process import EXIT_REFUSED, read_refusal
 from cloud_learner.run_plan import RunPlan
 from comms.weight_file import WeightFileFeed, latest_version
+from foundation.rows import RowFilter
 from foundation.runspec import RunSpec
 from hal.compat import RunFeatures
 from runs.offline import mount_sources
@@ -83,7 +84,7 @@ class RunLearning:
                 on_event("run.offline_mounted", **entry)
             # Demonstrations come from the robots' operators (edge_agent); rows of a run's
             # cloud-side scripted demonstrations (robot "demo", runs before that) still count.
-            self.demo_rows = len(self.buffer.select(robot_ids=[DEMO_ROBOT]))
+            self.demo_rows = len(self.buffer.select(RowFilter(robot_ids=(DEMO_ROBOT,))))
             mix = spec.buffer
             shares: dict[str, float] = {}  # SOP's adaptive per-task shares, the server's
             self.batch_server = BatchServer(

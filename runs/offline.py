@@ -176,9 +176,7 @@ def mount_sources(
                 if located.format == MOUNTED_IN_PLACE
                 else _imported(located, source, run_dir / "offline" / str(k))
             )
-            view = buffer.mount(
-                directory, name=source.source, as_task=source.task, **_filters(source)
-            )
+            view = buffer.mount(directory, source.rows(), name=source.source, as_task=source.task)
         except (OSError, ValueError) as exc:
             errors[field_of(k)] = str(exc)
             continue
@@ -197,19 +195,6 @@ def mount_sources(
         raise OfflineDataError(errors)
     atomic_write_text(run_dir / PROVENANCE, json.dumps(out, indent=2))
     return out
-
-
-def _filters(source: OfflineSource) -> dict[str, Any]:
-    filters: dict[str, Any] = {
-        "tasks": source.tasks,
-        "robot_ids": source.robots,
-        "interventions_only": source.interventions_only,
-    }
-    if source.success_only:
-        filters["success_only"] = True
-    if source.time_range is not None:
-        filters["time_range"] = tuple(source.time_range)
-    return filters
 
 
 def _imported(located: Located, source: OfflineSource, store: Path) -> Path:
@@ -249,7 +234,7 @@ def _provenance(
         "path": str(located.path),
         "mounted": str(directory),
         "copied": located.format != MOUNTED_IN_PLACE,
-        "filters": {k: v for k, v in _filters(source).items() if v not in (None, False)},
+        "filters": source.rows().given(),
         "task": source.task,
         "rows": len(view),
         "tasks": list(view.task_names),

@@ -18,6 +18,7 @@ import numpy as np
 from sqlalchemy import select
 
 from foundation.durable import atomic_write_json
+from foundation.rows import RowFilter
 from foundation.store.metrics import insert_metrics
 from foundation.store.models import Robot
 from foundation.store.store import MetadataStore
@@ -43,7 +44,7 @@ class RunProgress:
     def counts(self, buffer: Any) -> tuple[int, int]:
         """(env steps, operator interventions) the buffer holds from robots (not demos)."""
         total = len(buffer)
-        interventions = len(buffer.select(interventions_only=True))
+        interventions = len(buffer.select(RowFilter(interventions_only=True)))
         return total - self.offline_rows, interventions - self.offline_rows
 
     def offline_steps(self, buffer: Any) -> int:

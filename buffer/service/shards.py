@@ -50,6 +50,7 @@ from buffer.table.reading import sample_across_shards
 from buffer.table.replay_buffer import SCHEMA_FILE, SHARDS_FILE, AppendResult, ReplayBuffer
 from buffer.table.schema import StepSchema
 from foundation.durable import atomic_write_text
+from foundation.rows import RowFilter
 
 
 def shard_of(robot_id: str | int, shards: int) -> int:
@@ -216,10 +217,10 @@ class ShardedBuffer:
     def contains(self, robot_id: str | int, seqs: ArrayLike) -> NDArray[np.bool_]:
         return self.shard_for(robot_id).contains(robot_id, seqs)
 
-    def select(self, **filters: Any) -> np.ndarray:
-        """Eligible rows matching ``filters`` (:meth:`ReplayBuffer.select`) of every shard,
+    def select(self, rows: RowFilter | None = None) -> np.ndarray:
+        """Eligible rows that ``rows`` keeps (:meth:`ReplayBuffer.select`) of every shard,
         concatenated: row ids are per shard, so this is for counting."""
-        return np.concatenate([s.select(**filters) for s in self.shards])
+        return np.concatenate([s.select(rows) for s in self.shards])
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.shards)

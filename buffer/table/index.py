@@ -40,6 +40,7 @@ import pyarrow as pa
 
 from buffer.columns import StepColumns, Strings
 from buffer.table.memory import anon_array
+from foundation.rows import RowFilter
 
 _COLUMNS: dict[str, Any] = {
     "seq": np.int64,
@@ -407,27 +408,12 @@ class RowIndex:
         return sum(1 for o in self.outcomes.values() if o == "success")
 
     # -- queries ------------------------------------------------------------------------
-    def select(
-        self,
-        lo: int,
-        hi: int,
-        *,
-        tasks: list[str] | None = None,
-        robot_ids: list[str] | None = None,
-        run_ids: list[str] | None = None,
-        policy_versions: tuple[int, int] | list[int] | None = None,
-        interventions_only: bool = False,
-        success_only: bool = False,
-        time_range: tuple[float, float] | None = None,
-    ) -> np.ndarray:
-        """Eligible rows in ``[lo, hi)`` matching every given filter (global row ids).
+    def select(self, lo: int, hi: int, rows: RowFilter) -> np.ndarray:
+        """Eligible rows in ``[lo, hi)`` that ``rows`` keeps (global row ids, ascending).
 
         ``success_only``: rows of episodes marked a success (:meth:`set_outcome`).
-        ``time_range``: ``(t0, t1)`` seconds, rows whose ``timestamp`` (seconds since their
-        episode's start) is in ``[t0, t1]``.
-
-        Raises:
-            ValueError: ``time_range`` with ``t1 < t0``.
+        ``time_range``: rows whose ``timestamp`` (seconds since their episode's start) is in
+        ``[t0, t1]``.
         """
         a, b = max(lo, self.base) - self.base, min(hi, self.end) - self.base
         if b <= a:
@@ -435,27 +421,26 @@ class RowIndex:
         c = self.cols
         keep = c["eligible"][a:b].copy()
         for vocab, col, wanted in (
-            (self.tasks, "task", tasks),
-            (self.robots, "robot", robot_ids),
-            (self.runs, "run", run_ids),
+            (self.tasks, "task", rows.tasks),
+            (self.robots, "robot", rows.robot_ids),
+            (self.runs, "run", rows.run_ids),
         ):
             if wanted is not None:
                 codes = [vocab.codes[w] for w in wanted if w in vocab.codes]
                 keep &= np.isin(c[col][a:b], codes)
+        policy_versions = rows.policy_versions
         if policy_versions is not None:
             pv = c["policy_version"][a:b]
             if isinstance(policy_versions, tuple):
                 keep &= (pv >= policy_versions[0]) & (pv <= policy_versions[1])
             else:
                 keep &= np.isin(pv, list(policy_versions))
-        if interventions_only:
+        if rows.interventions_only:
             keep &= c["is_intervention"][a:b]
-        if success_only:
+        if rows.success_only:
             keep &= self.success_mask(a, b)
-        if time_range is not None:
-            t0, t1 = float(time_range[0]), float(time_range[1])
-            if t1 < t0:
-                raise ValueError(f"time_range {time_range}: the end is before the start")
+        if rows.time_range is not None:
+            t0, t1 = float(rows.time_range[0]), float(rows.time_range[1])
             ts = c["timestamp"][a:b]
             keep &= (ts >= t0) & (ts <= t1)
         return np.flatnonzero(keep).astype(np.int64) + a + self.base

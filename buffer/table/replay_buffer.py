@@ -64,6 +64,7 @@ from buffer.table.state import TableState
 from buffer.table.storage import TieredStorage
 from buffer.table.writer import AppendResult, Writer
 from foundation.durable import atomic_write_text
+from foundation.rows import RowFilter
 
 __all__ = ["AppendResult", "OfflineView", "ReplayBuffer"]
 
@@ -78,15 +79,15 @@ class OfflineView:
     Attributes:
         name: for display (the directory by default).
         buffer: the mounted buffer (read-only when it is another directory).
-        rows: eligible global row ids of ``buffer`` that passed the filters, ascending.
-        filters: the filters used, for display.
+        rows: eligible global row ids of ``buffer`` that passed the filter, ascending.
+        filter: the filter used (provenance).
         task: every row counts as this task (None: the rows' own task names).
     """
 
     name: str
     buffer: ReplayBuffer
     rows: np.ndarray
-    filters: dict[str, Any] = field(default_factory=dict)
+    filter: RowFilter = field(default_factory=RowFilter)
     task: str | None = None
 
     def __len__(self) -> int:
@@ -556,31 +557,24 @@ class ReplayBuffer:
     def mount(
         self,
         source: str | Path | ReplayBuffer,
+        rows: RowFilter | None = None,
         *,
-        tasks: list[str] | None = None,
-        robot_ids: list[str] | None = None,
-        run_ids: list[str] | None = None,
-        policy_versions: tuple[int, int] | list[int] | None = None,
-        interventions_only: bool = False,
-        success_only: bool = False,
-        time_range: tuple[float, float] | None = None,
         name: str | None = None,
         as_task: str | None = None,
     ) -> OfflineView:
-        """Mount earlier data (another buffer directory, or this one) as offline data.
+        """Mount earlier data (another buffer directory, or this one) as offline data: its
+        eligible steps that ``rows`` keeps (all by default).
 
         Nothing is copied: the other directory is opened read-only and its segments are
-        memory-mapped. Filters combine with AND; ``policy_versions`` is an inclusive
-        ``(min, max)`` tuple or a list of versions; ``success_only`` keeps the rows of
-        episodes marked ``success`` (:meth:`mark_episode`); ``time_range`` is ``(t0, t1)``
-        seconds on the steps' ``timestamp`` (since their episode's start), inclusive. The
-        view's ``filters`` records them all (provenance). ``as_task``: every mounted row
-        counts as this task in samples (a dataset whose task names are not this buffer's).
+        memory-mapped. ``success_only`` keeps the rows of episodes marked ``success``
+        (:meth:`mark_episode`). The view's ``filter`` records the filter (provenance).
+        ``as_task``: every mounted row counts as this task in samples (a dataset whose task
+        names are not this buffer's).
 
         Raises:
-            ValueError: the source's columns differ from this buffer's, or ``time_range``
-                ends before it starts.
+            ValueError: the source's columns differ from this buffer's.
         """
+        rows = rows or RowFilter()
         other = source if isinstance(source, ReplayBuffer) else None
         if other is None:
             other = ReplayBuffer.open(
@@ -590,27 +584,17 @@ class ReplayBuffer:
             )
         if not other.schema.same_columns(self.schema):
             raise ValueError(f"{other.directory}: its step schema differs from this buffer's")
-        filters = {
-            "tasks": tasks,
-            "robot_ids": robot_ids,
-            "run_ids": run_ids,
-            "policy_versions": policy_versions,
-            "interventions_only": interventions_only,
-            "success_only": success_only,
-            "time_range": time_range,
-        }
         lo, hi = other.first_row, other.visible
-        rows = other.index.select(lo, hi, **filters)  # type: ignore[arg-type]
-        view = OfflineView(name or str(other.directory), other, rows, filters, as_task)
+        kept = other.index.select(lo, hi, rows)
+        view = OfflineView(name or str(other.directory), other, kept, rows, as_task)
         with self.state.lock:
             self.offline.append(view)
         return view
 
-    def select(self, **filters: Any) -> np.ndarray:
-        """Eligible global rows of this buffer (all stored, not just the window) matching
-        ``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``, ``interventions_only``,
-        ``success_only``, ``time_range`` (see :meth:`mount`)."""
-        return self.index.select(self.first_row, self.visible, **filters)
+    def select(self, rows: RowFilter | None = None) -> np.ndarray:
+        """Eligible global rows of this buffer (all stored, not just the window) that
+        ``rows`` keeps (all by default), ascending."""
+        return self.index.select(self.first_row, self.visible, rows or RowFilter())
 
     def index_summary(self) -> dict[str, Any]:
         """Episodes, tasks, robots, policy versions, intervention counts, segment offsets."""

@@ -8,6 +8,7 @@ import pytest
 
 from buffer import samplers
 from buffer.table.marks import MARKS_FILE
+from foundation.rows import RowFilter
 from tests.buffer.helpers import episodes, obs_value, open_buffer, step
 
 SAMPLERS = (
@@ -123,31 +124,33 @@ def test_outcome_marks_label_episodes_without_excluding_them(tmp_path):
         assert buf.mark_episode("robot-0", "run-a", 3, "success") == 0  # its rows come later
         buf.append(episodes(0, [4], seq0=12, ep0=3))
         assert len(buf) == 16  # nothing excluded
-        eps = buf.index.cols["episode_index"][buf.select(success_only=True) - buf.index.base]
+        eps = buf.index.cols["episode_index"][
+            buf.select(RowFilter(success_only=True)) - buf.index.base
+        ]
         assert sorted(set(eps.tolist())) == [0, 3] and len(eps) == 8
         assert buf.stats()["successful_episodes"] == 2
         summary = buf.index_summary()
         assert summary["successful_episodes"] == 2 and summary["failed_episodes"] == 1
         assert buf.mark_episodes([("robot-0", "run-a", 0, "failure")]) == 4  # latest counts
-        assert len(buf.select(success_only=True)) == 4
+        assert len(buf.select(RowFilter(success_only=True))) == 4
         with pytest.raises(ValueError, match="unknown episode mark"):
             buf.mark_episodes([("robot-0", "run-a", 1, "success"), ("robot-0", "run-a", 1, "x")])
         assert buf.index.outcomes.get(("run-a", "robot-0", 1)) is None  # checked before any
     with open_buffer(tmp_path / "b") as again:
         assert len(again) == 16
-        view = again.mount(tmp_path / "b", success_only=True, name="won")
+        view = again.mount(tmp_path / "b", RowFilter(success_only=True), name="won")
         rows = view.rows - view.buffer.index.base
         assert set(view.buffer.index.cols["episode_index"][rows].tolist()) == {3}
-        assert view.filters["success_only"] is True and view.filters["time_range"] is None
+        assert view.filter.success_only is True and view.filter.time_range is None
 
 
 def test_time_range_selects_steps_by_their_timestamp(tmp_path):
     with open_buffer(tmp_path / "b") as buf:
         buf.append(episodes(0, [6, 6]))  # timestamps frame / 10
-        rows = buf.select(time_range=(0.1, 0.3))
+        rows = buf.select(RowFilter(time_range=(0.1, 0.3)))
         frames = buf.index.cols["frame_index"][rows - buf.index.base]
         assert sorted(frames.tolist()) == [1, 1, 2, 2, 3, 3]
-        view = buf.mount(buf, time_range=(0.0, 0.0), interventions_only=False)
-        assert len(view) == 2 and view.filters["time_range"] == (0.0, 0.0)
+        view = buf.mount(buf, RowFilter(time_range=(0.0, 0.0), interventions_only=False))
+        assert len(view) == 2 and view.filter.time_range == (0.0, 0.0)
         with pytest.raises(ValueError, match="before the start"):
-            buf.select(time_range=(1.0, 0.5))
+            buf.select(RowFilter(time_range=(1.0, 0.5)))

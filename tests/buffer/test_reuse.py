@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from buffer import MixSampler, PrioritizedSampler, ReplayBuffer
+from foundation.rows import RowFilter
 from tests.buffer.helpers import episodes, open_buffer
 
 
@@ -23,11 +24,11 @@ def test_mount_filters_without_copying(tmp_path) -> None:
     size_before = sum(p.stat().st_size for p in (tmp_path / "old").iterdir())
     with open_buffer(tmp_path / "new") as buf:
         buf.append(episodes(5, [5] * 2, run="run-new"))
-        assert len(buf.mount(tmp_path / "old", tasks=["push"])) == 30
-        assert len(buf.mount(tmp_path / "old", robot_ids=["robot-0"])) == 20
-        assert len(buf.mount(tmp_path / "old", policy_versions=(2, 3))) == 30
-        assert len(buf.mount(tmp_path / "old", policy_versions=[1])) == 20
-        v = buf.mount(tmp_path / "old", interventions_only=True, tasks=["push"])
+        assert len(buf.mount(tmp_path / "old", RowFilter(tasks=("push",)))) == 30
+        assert len(buf.mount(tmp_path / "old", RowFilter(robot_ids=("robot-0",)))) == 20
+        assert len(buf.mount(tmp_path / "old", RowFilter(policy_versions=(2, 3)))) == 30
+        assert len(buf.mount(tmp_path / "old", RowFilter(policy_versions=[1]))) == 20
+        v = buf.mount(tmp_path / "old", RowFilter(tasks=("push",), interventions_only=True))
         assert len(v) == 20
         b = buf.read_transitions(np.arange(buf.visible))
         assert set(b["robot_id"]) == {"robot-5"}

@@ -16,6 +16,7 @@ import pytest
 from buffer import BufferSettings, ReplayBuffer
 from buffer.service.batches import BatchServer, ShardedRemoteBuffer
 from buffer.service.shards import ShardedBuffer, shard_dir, shard_of
+from foundation.rows import RowFilter
 from tests.buffer.helpers import episodes, obs_value, small_schema
 
 SETTINGS = {"segment_target_bytes": 4096, "memory_budget_bytes": 1 << 24}
@@ -93,7 +94,7 @@ def test_reopen_recovers_each_shard_and_refuses_another_count(tmp_path: Path) ->
         assert len(again) == before
         for r in robots:
             assert again.stored_seqs(f"robot-{r}").tolist() == list(range(10))
-        rows = again.select(robot_ids=[f"robot-{mark}"])
+        rows = again.select(RowFilter(robot_ids=(f"robot-{mark}",)))
         assert len(rows) == 3  # episode 0 (7 steps) discarded: episode 1's 3 transitions
     with pytest.raises(ValueError, match="resharding"):
         ShardedBuffer.open(root, None, BufferSettings(**SETTINGS), shards=2)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from foundation.rows import RowFilter
 from lab_data.catalog import DatasetCatalog, DatasetExists, UnknownDataset
 from tests.buffer.helpers import episodes, open_buffer, small_schema
 
@@ -32,7 +33,7 @@ def test_a_created_dataset_is_listed_with_its_provenance(tmp_path) -> None:
     assert info["features"]["action"] == {"dtype": "float32", "shape": [2]}
     assert info["bytes_on_disk"] > 0
     with open_buffer(tmp_path / "run", small_schema()) as run:  # a run mounts it, no copy
-        view = run.mount(buf_dir, success_only=True)
+        view = run.mount(buf_dir, RowFilter(success_only=True))
         assert len(view) == 4
 
 

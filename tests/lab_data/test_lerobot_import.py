@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from buffer import ReplayBuffer
+from foundation.rows import RowFilter
 from lab_data import import_lerobot
 from tests.lab_data.lerobot_data import HIL_LENGTHS, hil_serl_dataset
 
@@ -57,7 +58,7 @@ def test_hil_serl_dataset_imports_every_column(tmp_path, caplog) -> None:
             ("import:local/ds", "lerobot", 1): "failure",
             ("import:local/ds", "lerobot", 2): "failure",
         }
-        won = buf.select(success_only=True)
+        won = buf.select(RowFilter(success_only=True))
         assert set(c["episode_index"][won].tolist()) == {0}
 
 
@@ -122,4 +123,4 @@ def test_video_dataset_with_success_column_and_chw_cameras(tmp_path, caplog) -> 
             i == 2 for _ in range(2) for i in range(5)
         ]
         assert sorted(buf.index.outcomes.values()) == ["failure", "success"]
-        assert set(buf.index.cols["episode_index"][buf.select(success_only=True)]) == {1}
+        assert set(buf.index.cols["episode_index"][buf.select(RowFilter(success_only=True))]) == {1}

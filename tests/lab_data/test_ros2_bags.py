@@ -9,6 +9,7 @@ import pytest
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
+from foundation.rows import RowFilter
 from lab_data.ros2_bags import BagImportError, import_bag
 
 JOINTS = ["j1", "j2"]
@@ -89,7 +90,7 @@ def test_bag_appends_into_a_replay_buffer_and_survives_a_reopen(tmp_path: Path) 
         assert buf.schema.same_columns(bag_schema(JOINTS))
         np.testing.assert_array_equal(buf.stored_seqs("ros2-bag"), np.arange(7))
         assert buf.num_steps == 7
-        rows = buf.select(robot_ids=["ros2-bag"])
+        rows = buf.select(RowFilter(robot_ids=("ros2-bag",)))
         got = buf.read_transitions(rows, count=False)
     order = np.argsort(got["index"])
     state, action = got["observation.state"][order], got["action"][order]

@@ -21,6 +21,7 @@ from buffer import ReplayBuffer
 from cloud_learner.metrics import read_metrics
 from comms.weight_file import weight_file_name
 from edge_agent.policy_build import CardPolicy
+from foundation.rows import RowFilter
 from foundation.store.models import RunState
 from tests.fakes.cloud import RobofleetCloud, store_for
 from tests.runs.helpers import launch, run_dir, spec_file, wait_until
@@ -186,7 +187,7 @@ def test_a_second_run_mounts_the_first_runs_successes_and_starts_from_its_versio
     promoted = json.loads((first_dir / "promoted.json").read_text())["version"]
     buf = ReplayBuffer.open(first_dir / "buffer", read_only=True)
     try:
-        successes = len(buf.select(success_only=True))
+        successes = len(buf.select(RowFilter(success_only=True)))
     finally:
         buf.close()
     spec = write_spec(
