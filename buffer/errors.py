@@ -34,7 +34,7 @@ class StepValidationError(ReplayBufferError, ValueError):
 
 class NothingToSample(ReplayBufferError, ValueError):
     """No transition a sampler may draw (an empty window, none eligible, none of the kind
-    it wants): wait for data. A ``ValueError``, as before it had its own class."""
+    it wants): wait for data. Also a ``ValueError``."""
 
 
 class BackpressureError(ReplayBufferError):

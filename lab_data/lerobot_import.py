@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from buffer.config import BufferSettings
-from buffer.table.schema import FeatureSpec, StepSchema
+from buffer.table.features import FeatureSpec
+from buffer.table.schema import StepSchema
 from lab_data.importers import ImportJob, Progress
 
 VIDEO_BACKEND = "pyav"

@@ -25,8 +25,9 @@ from lab_data.importers import ImportJob
 
 if TYPE_CHECKING:
     from buffer.config import BufferSettings
-    from buffer.table.replay_buffer import AppendResult, ReplayBuffer
+    from buffer.table.replay_buffer import ReplayBuffer
     from buffer.table.schema import StepSchema
+    from buffer.table.watermark import AppendResult
 
 
 class BagImportError(ValueError):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from buffer.table.schema import FINAL_PREFIX, StepSchema
+from buffer.table.features import FINAL_PREFIX
+from buffer.table.schema import StepSchema
 
 DEFAULT_CAMERAS = {"front": (84, 84, 3)}
 ROBOT_CAMERAS = {"front": (128, 128, 3), "wrist": (128, 128, 3)}

@@ -22,8 +22,9 @@ import pyarrow as pa
 from buffer.bench.ingest import HOT, fill
 from buffer.config import BufferSettings
 from buffer.sampling.samplers import UniformSampler
+from buffer.table.features import FINAL_PREFIX
 from buffer.table.replay_buffer import ReplayBuffer
-from buffer.table.schema import FINAL_PREFIX, StepSchema
+from buffer.table.schema import StepSchema
 
 BATCH = 256
 SCALARS = ("reward", "terminated", "truncated", "is_intervention", "policy_version")

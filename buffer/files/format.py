@@ -1,9 +1,9 @@
 """The on-disk format version of a buffer directory, and how each file carries it.
 
-Version 2 (written now): WAL files start with ``b"RFWAL002"``; a segment is sealed by
+Version 2 (the one written): WAL files start with ``b"RFWAL002"``; a segment is sealed by
 renaming the WAL files themselves (``seg-<first>-<rows>-<stripe>.wal``, see
 ``buffer.files.sealed``), so each row is written once. Version 1 files are still read: a version-1
-WAL has the same record layout, and version-1 Arrow segments are read as before.
+WAL has the same record layout, and version-1 Arrow segments are read as Arrow IPC files.
 
 Version 1: WAL files start with the marker ``b"RFWAL001"`` (``RFWAL`` + three digits of the
 version); sealed segments are Arrow IPC files whose schema metadata holds

@@ -1,8 +1,7 @@
 """Sealed WAL segments (format version 2): the write-ahead log files become the segment.
 
-Sealing used to copy every row a second time, from the WAL into an Arrow IPC file. Each WAL
-record already IS an Arrow IPC record batch message, so a segment is now the WAL files
-themselves: when the tail is full the WAL stripes are fdatasynced and closed (they hold
+Each WAL record IS an Arrow IPC record batch message, so a segment is the WAL files
+themselves, not a second copy of their rows: when the tail is full the WAL stripes are fdatasynced and closed (they hold
 exactly rows ``[first, first + rows)`` between them) and each one is renamed to
 ``seg-<first:016d>-<rows:010d>-<stripe:02d>.wal`` (then the directory is fsynced). Every
 byte is written once; the rename is the seal.
@@ -104,8 +103,8 @@ class WalSegment:
     record's first row, file and span, and the file offset of each column's values (about
     100 bytes per record of tens of rows). The files are mapped only to parse them (here, and
     again in :meth:`batches`: opening, export), not kept mapped, and no Arrow batch object is
-    kept: each costs kilobytes, which at a fleet's millions of rows was most of the buffer's
-    memory outside its budget.
+    kept: each costs kilobytes, which at a fleet's millions of rows would be most of the
+    buffer's memory outside its budget.
 
     Raises (on construction):
         CorruptDataError: a file is unreadable, or the records do not tile the row range.

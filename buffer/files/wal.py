@@ -1,35 +1,11 @@
 """Write-ahead log: checksummed records, group commit, acknowledgement after fdatasync.
 
-File layout (``wal-<first_row:016d>.log``)::
-
-    header  : marker b"RFWAL002" (format version 2; "RFWAL001" also read) + u64 first_row (16 B)
-    record* : u32 magic | u32 payload_len | u64 first_row | u64 checksum | payload
-
-``checksum`` is XXH3-64 of the payload seeded with ``first_row`` (xxhash; it runs at memory
-speed, where zlib's crc32 would cost more than the write itself); the payload is one Arrow IPC
-record batch message (the buffer's schema is fixed, so it is not repeated per record). A torn or corrupt tail (short header, bad magic, short payload,
-bad checksum) ends the log: everything before it is intact, everything from it on was never
-acknowledged, because an append is acknowledged only after the fdatasync that covers it.
-The file header is different: it is fsynced before any record is written, so a header that
-is short or all zero bytes means a file that never held a record (dropped as torn), while a
-complete header with another marker or version is refused (``UnsupportedFormatError``).
-
-Group commit (the classic leader/follower scheme, as in database WALs): appenders write their
-record under the buffer's lock, then call :meth:`WriteAheadLog.sync` with the log position
-they need durable. One of them becomes the leader and runs a single ``fdatasync`` that covers
-every record written so far; the others wait for it. The leader lingers up to
-``max_delay_s`` only while other appends have announced a record they have not written yet
-(:meth:`WriteAheadLog.begin` / :meth:`~WriteAheadLog.end`), so a lone writer pays no delay and
-an append already past its write (waiting for its acknowledgement) holds no one up.
-
-A record's payload may be given in pieces (the zero-copy IPC message of
-``buffer.files.encoding``): the checksum is streamed over them and they go out in one ``writev``.
-
-Failures (a full disk): a write that fails is cut back off the file at once, so the file never
-holds a torn record with later ones behind it. After a failed write or fdatasync the log
-refuses writes and syncs until :meth:`WriteAheadLog.reset` drops every record at or above the
-buffer's durable watermark (never acknowledged) and takes writes again; a rotation creates
-every new stripe file before it closes an old one, so a full disk leaves the log as it was.
+A file is a header (marker and first row) and records (magic, length, first row, XXH3-64
+checksum seeded with the first row, one Arrow IPC record batch message). A torn or corrupt
+tail ends the log (nothing from it on was acknowledged); a complete header of another
+version is refused. Appends share one fdatasync per stripe (leader/follower group commit);
+after a failed write or fdatasync the log refuses writes until :meth:`WriteAheadLog.reset`.
+The layout, the group commit and the failure rules: docs/buffer.md ("The write-ahead log").
 """
 
 from __future__ import annotations
@@ -441,8 +417,8 @@ class StripedWal:
     The next generation's files are made ahead by a background thread (``wal-spare-*.log``:
     the marker and a placeholder first row, fdatasynced, one directory fsync), so a rotation,
     which every append waits for, only writes each file's first row into its header and
-    renames it (one directory fsync) instead of creating and syncing every file (measured:
-    4 fdatasyncs and 4 directory fsyncs, 10-50 ms on this disk). The header's first row is
+    renames it (one directory fsync) instead of creating and syncing every file (an
+    fdatasync and a directory fsync per stripe). The header's first row is
     made durable by the fdatasync of the file's first record (recovery reads the first row
     from the file name, never the header); a spare left by a crash holds no record and is
     deleted when the directory is opened.

@@ -1,46 +1,13 @@
 """The buffer's service beside its table: batches of one buffer for a learner in another
 process, over ZeroMQ (Reverb keeps its server next to its table the same way).
 
-The replay buffer is opened for writing by exactly one process (the cloud, where uploads land).
-The learner runs in its own supervised process so it can crash and restart without touching
-acknowledged data; it asks the buffer's :class:`BatchServer` for batches through a
-:class:`RemoteBuffer`, which implements ``foundation.contracts.TransitionSource`` (numpy
-columns; the learner converts them to tensors, ``cloud_learner.sources``).
-
-Wire (REQ/REP on loopback): the request is one JSON frame
-``{"op": "sample" | "size" | "sampler_state" | "load_sampler_state", ...}``; the reply is a JSON
-frame and, for ``sample``, a second frame with the batch in the safetensors layout (raw
-tensors plus a JSON header, never pickle). ``sample`` and ``size`` replies carry ``size`` (rows
-in the buffer) and ``online`` (rows from robots, i.e. without the offline/demonstration rows
-the run mounted: the learner's update-to-data ratio counts these); a ``sample`` reply for an
-empty buffer carries ``empty: true`` and no batch. A ``sample`` or ``size`` request may carry
-the learner's latest statistics (``stats``), which the run driver shows and stores as metrics;
-the server draws every batch with the sampler its run gave it (the algorithm's builder chose
-it: ``cloud_learner.algorithms``); requests carry no sampling choice. A ``sample`` request's
-``layout`` says what each row carries: ``images`` (camera keys to include, with
-``next_images`` for their successors) and ``chunk`` (T > 1: each row comes with the action
-chunk that starts at it, ``action_chunk`` (B, T, A) float32 and ``action_chunk_is_pad``
-(B, T) bool; ``ReplayBuffer.sample_chunks``).
-
-Adaptive mix (SOP, Pan et al. 2026): the learner reports each task's recent training loss on
-online and on offline rows in its ``stats`` (``loss_online/<task>``, ``loss_offline/<task>``,
-means over a sliding window); the server sets that task's online share to
-``clip(L_on / (L_on + L_off), min_online, max_online)``: a task whose online data the policy
-fits worse than its offline data gets more online rows. ``mix_shares`` holds the shares (the
-mapping the run's mixing sampler was built with reads them).
-
-Batch keys (B = batch size, D / A the state / action sizes): ``observation.state`` (B, D)
-float32, ``next.observation.state`` (B, D) float32, ``action`` (B, A) float32, ``task_index``
-(B,) int64 (position in the run's task list), ``is_intervention`` (B,) bool, ``reward`` (B,)
-float32, ``terminated`` / ``truncated`` (B,) bool, ``episode_index`` / ``frame_index`` (B,)
-int64, ``is_demonstration`` (B,) bool (a step of a demonstration episode: ``policy_version``
-0, an operator drove it; of one of the server's ``demonstration_robots``; or of mounted
-offline data), ``is_offline`` (B,) bool (a mounted row) and ``success`` (B,) bool: the episode
-ended with the task solved at this step.
-
-The ``demonstrations`` op answers ``{"episodes": {task: completed demonstration episodes}}``
-(what a learner waits for before its warm start). Robots of sparse-return runs end episodes at success (``terminated``); a
-demonstration episode is an expert's and counts as a success where it ends (``truncated``).
+:class:`BatchServer` serves one open buffer, drawing every batch with the sampler its run
+gave it; :class:`RemoteBuffer` asks it (it implements ``foundation.contracts.TransitionSource``:
+numpy columns); :class:`ShardedRemoteBuffer` samples across the servers of a buffer's shards.
+Requests are one JSON frame (``op``: ``sample``, ``size``, ``sampler_state``,
+``load_sampler_state``, ``demonstrations``); a ``sample`` reply carries the batch in the
+safetensors layout (never pickle). The wire, the layout of a row, the adaptive mix and the
+batch keys: docs/buffer.md ("The batch service").
 """
 
 from __future__ import annotations

@@ -4,13 +4,12 @@ their batch is staged and then write and fdatasync it themselves. The stage gets
 group, so it may also merge small appends into one (``buffer.table.writer``: one validation, WAL
 record and fdatasync for many robots' small uploads).
 
-Why (``robofleet bench buffer``, 8 writer threads, 2 cores): staging is ~0.5 ms of Python
-per append alone, but run by 8 threads at once it took 1.5-4.6 ms each, waiting for the GIL
-between its many short Arrow and numpy calls (each call that releases the GIL lets another
-thread in, and taking it back waits for that thread). One thread staging a queue of appends
-back to back runs them near the single-thread cost, with one thread hand-off per group
-instead of several per append: ingest ratio 0.33 -> 0.40-0.44 (a plain lock around staging
-measured the same, but held it while an append waited for the rate limiter). Rows are given
+Why: staging is many short Arrow and numpy calls; run by several threads at once, each
+waits for the GIL between them (each call that releases the GIL lets another thread in, and
+taking it back waits for that thread). One thread staging a queue of appends back to back
+runs them near the single-thread cost, with one thread hand-off per group instead of
+several per append (a plain lock around staging would hold it while an append waited for
+the rate limiter). Rows are given
 out one append at a time under the buffer's lock anyway; the copies into the WAL and the tail
 and the fdatasyncs still run in parallel in the appending threads. Technique: Hendler et al.,
 "Flat combining and the synchronization-parallelism tradeoff", SPAA 2010.

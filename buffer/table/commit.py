@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from buffer.columns import StepColumns
 from buffer.files.encoding import ipc_message, ipc_pieces, pieces_size
 from buffer.files.wal import WriteAheadLog
-from buffer.table.storage import ColdArrays
+from buffer.table.chunks import ColdArrays
 from buffer.table.tail_reads import WalTailReader
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ def anon_array(shape: tuple[int, ...], dtype: np.dtype[Any], populate: bool = Fa
     """A zero-filled array in its own anonymous mmap (returned to the OS when freed).
 
     ``populate`` faults every page in now (:func:`populate`), so later writes do not pay page
-    faults on the hot path (they are expensive on virtual machines). Transparent huge pages
-    were tried: on this VM they cost more (a fresh 2 MiB page needs compaction while the page
-    cache is full of WAL pages: ingest 0.47-0.68 vs 0.34 s per bench round), so none are asked.
+    faults on the hot path (they are expensive on virtual machines). No transparent huge
+    pages are asked: a fresh 2 MiB page needs compaction while the page cache is full of WAL
+    pages.
     """
     count = math.prod(shape)
     size = max(1, count * dtype.itemsize)
@@ -51,11 +51,9 @@ def populate_pages(arr: np.ndarray) -> None:
     writing, :data:`POPULATE_CHUNK_BYTES` at a time.
 
     Why in chunks and not MAP_POPULATE: populating holds the process's mmap lock for reading
-    until done (~20 ms for a 64 MiB tail here), and meanwhile every mmap or munmap of any
-    thread waits for it, and page faults queue behind that waiting writer: appends stalled
-    15-40 ms whenever the sealer made a spare tail (``robofleet bench buffer``: a round of
-    ingest took 0.34-0.38 s with MAP_POPULATE, 0.30-0.33 s populated in 1 MiB chunks, which
-    hold the lock ~0.3 ms each). Kernels without MADV_POPULATE_WRITE (before 5.14: EINVAL)
+    until done, and meanwhile every mmap or munmap of any thread waits for it, and page faults
+    queue behind that waiting writer: appends would stall whenever the sealer made a spare
+    tail; a chunk holds the lock briefly. Kernels without MADV_POPULATE_WRITE (before 5.14: EINVAL)
     get the pages touched instead, a write per page. Any other failure (ENOMEM) stops it:
     populating is only ahead of time, the pages fault in when written, as MAP_POPULATE would
     have left them.

@@ -14,9 +14,9 @@ import numpy as np
 
 from buffer.errors import NothingToSample
 from buffer.sampling.view import Picks, Table
-from buffer.table.schema import FINAL_PREFIX
+from buffer.table.chunks import out_arrays
+from buffer.table.features import FINAL_PREFIX
 from buffer.table.state import TableState
-from buffer.table.storage import out_arrays
 
 # Index columns every sampled row carries as is.
 SCALAR_OUT = (

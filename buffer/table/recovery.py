@@ -22,10 +22,10 @@ from buffer.files.sealed import WalSegment, list_sealed, seal_files
 from buffer.files.segments import MappedSegment, list_segments
 from buffer.files.wal import SPARE_GLOB, WalRecord, keep_only, list_wals, scan_wal
 from buffer.table import marks
+from buffer.table.chunks import Segment
 from buffer.table.index import RowIndex
 from buffer.table.retention import Retention
 from buffer.table.state import TableState
-from buffer.table.storage import Segment
 from foundation.durable import fsync_dir
 
 # The index columns a sealed segment's rows are indexed from (no payload is read).

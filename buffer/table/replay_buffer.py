@@ -1,46 +1,18 @@
 """The replay buffer: one directory's table and the parts that keep it (Reverb's shape).
 
-Directory layout::
-
-    schema.json                      the StepSchema (so a directory reopens without one)
-    LOCK                             flock held by the one writer process
-    wal-<first_row>-<stripe>.log     the open write-ahead log stripes (see buffer.wal)
-    wal-spare-<n>-<stripe>.log       the next stripes, made ahead (no record; deleted on open)
-    seg-<first>-<rows>-<stripe>.wal  sealed segments: WAL files renamed (see buffer.sealed)
-    seg-<first_row>-<rows>.arrow     version-1 sealed segments (read, no longer written)
-    episode_marks.jsonl              episode marks: discards, outcomes (see buffer.marks)
-
-:class:`ReplayBuffer` owns the parts and holds no logic of its own beyond opening, the
-window and closing:
-
-===================  =======================================================================
-part                 job
-===================  =======================================================================
-``state``            what the parts share: lock, row index, tiered storage, visible rows
-                     (``buffer.table.state``; storage ``buffer.table.storage``, index ``buffer.table.index``)
-``writer``           durable appends: WAL, group commit, watermark, acks (``buffer.table.writer``)
-``sealer``           full tails -> sealed segments, the spare tail (``buffer.table.sealer``)
-``retention``        the remover: segment catalogue, oldest deleted (``buffer.table.retention``)
-``rate_limiter``     samples per insert (``buffer.sampling.rate_limiter``), when given
-marks                episodes never to be trained on (``buffer.table.marks``)
-samplers             which rows a batch draws (``buffer.sampling.samplers`` over ``buffer.sampling.view``)
-reads                transitions, sequences, the merge of picks (``buffer.table.reading``)
-===================  =======================================================================
-
-Open = lock the directory, recover (``buffer.table.recovery``), start a fresh WAL and the threads
-(sealer, prefetch: ``buffer.table.prefetch``). ``close`` seals the open tail, so a clean close
-leaves nothing to replay.
+:class:`ReplayBuffer` owns the parts (shared state, writer, sealer, retention, rate limiter)
+and holds no logic of its own beyond opening, the window and closing; reads, marks and
+lookups are their own modules. Open = lock the directory, recover (``buffer.table.recovery``),
+start a fresh WAL and the threads; ``close`` seals the open tail. The directory layout and
+the parts: docs/buffer.md.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,52 +27,22 @@ from buffer.sampling.samplers import Sampler, UniformSampler
 from buffer.sampling.view import SamplingView, Source, Table
 from buffer.table import lookups, marks, reading
 from buffer.table.index import RowIndex
+from buffer.table.offline import OfflineView
+from buffer.table.opening import SCHEMA_FILE, SHARDS_FILE, lock_directory, stored_schema
 from buffer.table.prefetch import start_prefetcher
 from buffer.table.recovery import recover
 from buffer.table.retention import Retention
 from buffer.table.schema import StepSchema
 from buffer.table.sealer import Sealer
 from buffer.table.state import TableState
+from buffer.table.stats import buffer_stats
 from buffer.table.storage import TieredStorage
-from buffer.table.writer import AppendResult, Writer
+from buffer.table.watermark import AppendResult
+from buffer.table.writer import Writer
 from foundation.durable import atomic_write_text
 from foundation.rows import RowFilter
 
-__all__ = ["AppendResult", "OfflineView", "ReplayBuffer"]
-
-SCHEMA_FILE = "schema.json"
-SHARDS_FILE = "shards.json"  # a sharded buffer's root (buffer.service.shards), not a buffer itself
-
-
-@dataclass
-class OfflineView:
-    """Rows of another (or the same) buffer directory mounted as offline data, not copied.
-
-    Attributes:
-        name: for display (the directory by default).
-        buffer: the mounted buffer (read-only when it is another directory).
-        rows: eligible global row ids of ``buffer`` that passed the filter, ascending.
-        filter: the filter used (provenance).
-        task: every row counts as this task (None: the rows' own task names).
-    """
-
-    name: str
-    buffer: ReplayBuffer
-    rows: np.ndarray
-    filter: RowFilter = field(default_factory=RowFilter)
-    task: str | None = None
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @cached_property
-    def task_names(self) -> list[str]:
-        """The tasks its rows count as (``task``, or the rows' own task names), sorted."""
-        if self.task is not None:
-            return [self.task]
-        idx = self.buffer.index
-        codes = np.unique(idx.cols["task"][self.rows - idx.base]) if len(self.rows) else []
-        return sorted(idx.tasks.names[int(c)] for c in codes)
+__all__ = ["ReplayBuffer"]
 
 
 class ReplayBuffer:
@@ -167,24 +109,13 @@ class ReplayBuffer:
                 f"{directory} holds the shards of a buffer: open it with "
                 "buffer.service.shards.open_buffer (or one shard-<k> directory)"
             )
+        schema = stored_schema(directory, schema, read_only)
         stored = directory / SCHEMA_FILE
-        if stored.exists():
-            on_disk = StepSchema.from_json(stored.read_text())
-            if schema is not None and not schema.same_columns(on_disk):
-                raise ValueError(
-                    f"{directory}: the given schema differs from the stored one "
-                    f"({on_disk.arrow_schema.names})"
-                )
-            schema = schema or on_disk
-        elif schema is None:
-            raise ValueError(f"{directory}: no stored schema; pass schema= to create a buffer")
-        elif read_only:
-            raise FileNotFoundError(f"{directory}: not a buffer directory")
         if not read_only:
             directory.mkdir(parents=True, exist_ok=True)
         buf = cls(directory, schema, settings, read_only, rate_limiter)
         if not read_only:
-            buf._lock_directory()
+            buf._lock_fd = lock_directory(directory)
             if not stored.exists():
                 atomic_write_text(stored, schema.to_json())
         try:
@@ -196,17 +127,6 @@ class ReplayBuffer:
             raise
         buf._start_threads()
         return buf
-
-    def _lock_directory(self) -> None:
-        fd = os.open(self.directory / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise BlockingIOError(
-                f"{self.directory}: another process has this buffer open for writing"
-            ) from None
-        self._lock_fd = fd
 
     def _recover(self) -> None:
         t0 = time.monotonic()
@@ -307,7 +227,7 @@ class ReplayBuffer:
         ``discard`` / ``rerecord`` (an operator's verdict): its rows, stored now or later, are
         never eligible, so no sampler returns them, :meth:`select` and ``len`` leave them out
         and an export skips them. ``success`` / ``failure`` (its outcome): nothing is
-        excluded; ``select(success_only=True)`` and ``mount(..., success_only=True)`` take
+        excluded; :meth:`select` and :meth:`mount` with ``RowFilter(success_only=True)`` take
         the rows of successful episodes. Marking an episode the same way twice changes nothing.
 
         Returns:
@@ -603,52 +523,9 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ metrics ------
     def stats(self) -> dict[str, float | int]:
-        """Metrics: ``size_transitions``, ``steps``, ``bytes_on_disk``, ``bytes_in_cache``
-        (hot tier), ``cold_resident_bytes`` (estimate), ``cache_hit_rate`` (share of sampled
-        rows served from RAM, 0..1), ``prefetch_lag_s`` (age of the oldest pending prefetch
-        request), ``segments``, ``hot_segments``, ``wal_fsyncs``, ``appends`` (calls with
-        records), ``merged_appends`` (of them, stored as part of a merged one: small appends
-        waiting together are validated, logged and synced as one, ``buffer.table.writer``),
-        ``ack_latency_p50_s``,
-        ``ack_latency_p99_s``, ``ack_staging_ms`` / ``ack_writing_ms`` / ``ack_durable_ms`` /
-        ``ack_visible_ms`` (mean milliseconds per append that stored records, by phase since
-        opening: ``buffer.table.ack_phases``), ``recovery_seconds``, ``discarded_episodes`` (marked, of either
-        kind), ``rerecorded_episodes`` (those marked ``rerecord``), ``discarded_steps`` (their
-        stored rows), ``interrupted_episodes`` (closed as truncated, ``buffer.table.index``) and
-        ``successful_episodes`` (marked ``success``)."""
-        s = self.storage
-        with self.state.lock:
-            disk = 0
-            for p in self.directory.glob("*"):
-                if p.is_file():
-                    disk += p.stat().st_size
-            served = s.hits + s.misses
-            lat = np.asarray(self.writer.ack_latencies[-10_000:], dtype=np.float64)
-            wal = self.writer.wal
-            kinds = list(self.index.discards.values())
-            return {
-                "size_transitions": len(self),
-                "steps": self.num_steps,
-                "bytes_on_disk": disk,
-                "bytes_in_cache": s.hot_bytes(),
-                "cold_resident_bytes": max(s.cold_touched, 0),
-                "cache_hit_rate": (s.hits / served) if served else 1.0,
-                "prefetch_lag_s": s.current_prefetch_lag() or s.prefetch_lag_s,
-                "segments": len(self.retention.segments),
-                "hot_segments": sum(1 for c in s.chunks if c.hot and c.sealed),
-                "wal_fsyncs": wal.fsync_count if wal else 0,
-                "appends": self.writer.admission.appends,
-                "merged_appends": self.writer.admission.merged_appends,
-                "ack_latency_p50_s": float(np.percentile(lat, 50)) if lat.size else 0.0,
-                "ack_latency_p99_s": float(np.percentile(lat, 99)) if lat.size else 0.0,
-                **{f"ack_{k}_ms": v for k, v in self.writer.ack_phases.mean_ms().items()},
-                "recovery_seconds": self.recovery_seconds,
-                "discarded_episodes": len(kinds),
-                "rerecorded_episodes": kinds.count("rerecord"),
-                "discarded_steps": self.index.discarded_steps,
-                "interrupted_episodes": self.index.interrupted_episodes,
-                "successful_episodes": self.index.successful_episodes(),
-            }
+        """Metrics (``buffer.table.stats.buffer_stats``: sizes, cache, WAL, appends, ack
+        latency by phase, recovery, episode marks)."""
+        return buffer_stats(self)
 
     # ------------------------------------------------------------------ closing ------
     def close(self) -> None:

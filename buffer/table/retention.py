@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from buffer.table.storage import Segment, TieredStorage
+from buffer.table.chunks import Segment
+from buffer.table.storage import TieredStorage
 from foundation.durable import fsync_dir
 
 

@@ -1,41 +1,18 @@
 """Step schema: the columns of one step record, built from LeRobot-style feature dicts.
 
-A step (one control tick of one robot) is a row with these columns:
-
-=====================  ==========================  =============================================
-column                 Arrow type                  meaning
-=====================  ==========================  =============================================
-seq                    int64                       per-robot sequence number, strictly increasing
-robot_id, run_id       string                      who produced it, in which run
-task                   string                      task name / language instruction
-episode_index          int64 (>= 0)                episode number (unique per robot and run)
-frame_index            int64 (>= 0)                step number inside the episode, from 0
-timestamp              float64 (s)                 seconds since episode start
-reward                 float32                     reward received after ``action``
-terminated, truncated  bool                        Gymnasium done flags after ``action``
-is_intervention        bool                        True when a human operator chose ``action``
-policy_version         int64                       version of the policy that was running
-observation.*          fixed_size_list<dtype, n>   features flattened in C order (images HWC uint8)
-action                 fixed_size_list<dtype, n>   the action executed
-action.policy          same as action, nullable    the policy's proposal when it differs
-action.operator        same as action, nullable    the operator's action when it differs
-next.observation.*     large_binary, nullable      real final observation, on done steps only
-=====================  ==========================  =============================================
-
-An absent ``action.policy`` / ``action.operator`` means "same as ``action``" and is stored
-as a copy of ``action`` (so every stored row has all three).
-
-The final observation of an episode (the observation returned together with
-``terminated``/``truncated``) is not the observation of any later step, so a done step carries
-it in ``next.observation.*`` as raw C-order bytes of the feature's dtype and shape.
+A step (one control tick of one robot) holds scalar columns (``seq``, ``robot_id``,
+``run_id``, ``task``, episode and frame indices, ``timestamp``, ``reward``, done flags,
+``is_intervention``, ``policy_version``; ``buffer.table.features``), its ``observation.*``
+and ``action`` features as fixed-size lists, the optional ``action.policy`` /
+``action.operator`` (absent means "same as ``action``", stored as a copy) and, on done steps,
+``next.observation.*``: the real final observation as raw C-order bytes. The column table:
+docs/buffer.md ("Step schema").
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -51,85 +28,8 @@ from buffer.columns import (
     valid_mask,
 )
 from buffer.errors import StepValidationError
-
-SCALAR_COLUMNS: dict[str, pa.DataType] = {
-    "seq": pa.int64(),
-    "robot_id": pa.string(),
-    "run_id": pa.string(),
-    "task": pa.string(),
-    "episode_index": pa.int64(),
-    "frame_index": pa.int64(),
-    "timestamp": pa.float64(),
-    "reward": pa.float32(),
-    "terminated": pa.bool_(),
-    "truncated": pa.bool_(),
-    "is_intervention": pa.bool_(),
-    "policy_version": pa.int64(),
-}
-OPTIONAL_ACTIONS = ("action.policy", "action.operator")
-FINAL_PREFIX = "next."
-_DTYPES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8", "bool"}
-
-
-@dataclass(frozen=True)
-class FeatureSpec:
-    """One array feature: ``name`` (e.g. ``observation.state``), numpy ``dtype``, ``shape``.
-
-    ``is_image`` marks uint8 HWC camera frames (LeRobot dtype ``image``/``video``).
-    """
-
-    name: str
-    dtype: np.dtype[Any]
-    shape: tuple[int, ...]
-    names: tuple[str, ...] | None = None
-    is_image: bool = False
-
-    @functools.cached_property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @functools.cached_property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    @property
-    def arrow_type(self) -> pa.DataType:
-        return pa.list_(pa.from_numpy_dtype(self.dtype), self.size)
-
-    def to_lerobot(self) -> dict[str, Any]:
-        """The LeRobot feature dict (``dtype``, ``shape``, ``names``)."""
-        dtype = "image" if self.is_image else str(self.dtype)
-        names: Any = list(self.names) if self.names else None
-        if self.is_image and names is None:
-            names = ["height", "width", "channels"]
-        return {"dtype": dtype, "shape": tuple(self.shape), "names": names}
-
-    @classmethod
-    def from_lerobot(cls, name: str, spec: Mapping[str, Any]) -> FeatureSpec:
-        """Parse one LeRobot feature dict.
-
-        Raises:
-            ValueError: unknown dtype, a non-positive or missing shape, or an image that is not
-                HWC with 1, 3 or 4 channels.
-        """
-        if "dtype" not in spec or "shape" not in spec:
-            raise ValueError(f"feature {name!r}: needs 'dtype' and 'shape', got {dict(spec)!r}")
-        dtype_s = str(spec["dtype"])
-        shape = tuple(int(d) for d in spec["shape"])
-        if not shape or any(d <= 0 for d in shape):
-            raise ValueError(f"feature {name!r}: shape must be positive, got {shape}")
-        names = spec.get("names")
-        names_t = tuple(str(n) for n in names) if isinstance(names, list | tuple) else None
-        is_image = dtype_s in ("image", "video") or (
-            dtype_s == "uint8" and len(shape) == 3 and name.startswith("observation.images")
-        )
-        if is_image:
-            if len(shape) != 3 or shape[2] not in (1, 3, 4):
-                raise ValueError(f"feature {name!r}: images must be HWC, got shape {shape}")
-            return cls(name, np.dtype(np.uint8), shape, names_t, True)
-        if dtype_s not in _DTYPES:
-            raise ValueError(f"feature {name!r}: unsupported dtype {dtype_s!r}")
-        return cls(name, np.dtype(dtype_s), shape, names_t, False)
+from buffer.table.features import FINAL_PREFIX, OPTIONAL_ACTIONS, SCALAR_COLUMNS, FeatureSpec
+from buffer.table.records import batch_from_records
 
 
 @dataclass(frozen=True)
@@ -158,8 +58,8 @@ class _Plan:
 
     def nulls(self, pos: int, n: int) -> pa.Array:
         """The all-null column of ``n`` rows for absent stored field ``pos`` (arrays are
-        immutable, so one is shared: ``pa.nulls`` per append cost a quarter of the staging's
-        wall time under load, it allocates and releases the GIL)."""
+        immutable, so one is shared: ``pa.nulls`` per append allocates and releases the GIL
+        on the staging's serial path)."""
         col = self._nulls.get((pos, n))
         if col is None:
             if len(self._nulls) > 64:  # batch sizes vary little; bound it regardless
@@ -305,42 +205,7 @@ class StepSchema:
         Raises:
             StepValidationError: a value is missing or has the wrong shape or dtype.
         """
-        if len(records) == 0:
-            return self.arrow_schema.empty_table().to_batches(max_chunksize=1)[0].slice(0, 0)
-        cols: dict[str, pa.Array] = {}
-        for name, typ in SCALAR_COLUMNS.items():
-            values = []
-            for i, rec in enumerate(records):
-                if name not in rec or rec[name] is None:
-                    raise _err(i, rec, name, "missing")
-                values.append(rec[name])
-            try:
-                cols[name] = pa.array(values, type=typ)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-                bad = _first_bad_scalar(values, typ)
-                raise _err(bad, records[bad], name, f"not a {typ}: {values[bad]!r}") from None
-        for name, f in self.payload.items():
-            optional = name in OPTIONAL_ACTIONS
-            arrs: list[np.ndarray[Any, Any] | None] = []
-            for i, rec in enumerate(records):
-                v = rec.get(name)
-                if v is None:
-                    if not optional:
-                        raise _err(i, rec, name, "missing")
-                    arrs.append(None)
-                    continue
-                arrs.append(_coerce(v, f, i, rec, name))
-            cols[name] = _fixed_list(arrs, f)
-        for name, f in self.observations.items():
-            key = FINAL_PREFIX + name
-            blobs: list[bytes | None] = []
-            for i, rec in enumerate(records):
-                v = rec.get(key)
-                blobs.append(None if v is None else _coerce(v, f, i, rec, key).tobytes())
-            cols[key] = pa.array(blobs, type=pa.large_binary())
-        return pa.RecordBatch.from_arrays(
-            [cols[f.name] for f in self.arrow_schema], schema=self.arrow_schema
-        )
+        return batch_from_records(self, records)
 
     def validate(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         """Check a batch against the schema and return it with the exact stored schema.
@@ -645,50 +510,3 @@ class StepSchema:
             raise self._row_err(
                 b, row, "seq", "is not strictly increasing for its robot within the batch"
             )
-
-
-def _err(i: int, rec: Mapping[str, Any], field: str, what: str) -> StepValidationError:
-    rid, seq = rec.get("robot_id"), rec.get("seq")
-    return StepValidationError(
-        f"record {i} (robot_id={rid!r}, seq={seq}): field {field!r} {what}",
-        record=i,
-        field=field,
-        robot_id=rid if isinstance(rid, str) else None,
-        seq=seq if isinstance(seq, int) else None,
-    )
-
-
-def _first_bad_scalar(values: list[Any], typ: pa.DataType) -> int:
-    for i, v in enumerate(values):
-        try:
-            pa.array([v], type=typ)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-            return i
-    return 0
-
-
-def _coerce(
-    v: Any, f: FeatureSpec, i: int, rec: Mapping[str, Any], name: str
-) -> np.ndarray[Any, Any]:
-    arr = np.asarray(v)
-    if arr.dtype != f.dtype:
-        ok = np.can_cast(arr.dtype, f.dtype, "same_kind" if f.dtype.kind == "f" else "safe")
-        if arr.dtype == object or not ok:
-            raise _err(i, rec, name, f"has dtype {arr.dtype}, expected {f.dtype}")
-        arr = arr.astype(f.dtype)
-    if arr.shape != f.shape:
-        raise _err(i, rec, name, f"has shape {arr.shape}, expected {f.shape}")
-    return arr
-
-
-def _fixed_list(arrs: list[np.ndarray[Any, Any] | None], f: FeatureSpec) -> pa.Array:
-    n = len(arrs)
-    flat = np.zeros((n, f.size), dtype=f.dtype)
-    valid = np.ones(n, dtype=bool)
-    for i, a in enumerate(arrs):
-        if a is None:
-            valid[i] = False
-        else:
-            flat[i] = a.reshape(-1)
-    mask = None if valid.all() else pa.array(~valid)
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), f.size, mask=mask)

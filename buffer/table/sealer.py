@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from buffer.files.sealed import WalSegment, seal_files
+from buffer.table.chunks import Chunk
 from buffer.table.retention import Retention
 from buffer.table.state import TableState
-from buffer.table.storage import Chunk
 
 log = logging.getLogger(__name__)
 RETRY_S = 1.0  # a failed seal or spare is tried again this often

@@ -3,16 +3,15 @@
 A *chunk* holds the payload columns (``observation.*``, ``action``, ``action.policy``,
 ``action.operator``) of a contiguous row range. The open *tail* receives new rows. A tail of
 a writable buffer keeps only its small columns in RAM and reads its large ones (camera
-frames) from its WAL files (``buffer.table.tail_reads``: a copy into fresh memory cost a quarter
-of the durable append); sealed, it is a *cold* chunk, promoted into RAM once sampling makes
+frames) from its WAL files (``buffer.table.tail_reads``: no copy into fresh memory); sealed, it is a *cold* chunk, promoted into RAM once sampling makes
 it hot. A tail whose schema has no large column holds every column and, sealed, stays in
 RAM as a *hot* chunk. When the hot tier exceeds its
 byte budget the least-heated hot chunk turns *cold*: its segment is memory-mapped (Arrow reads
 the schema, footer and column offsets from the map), its small columns (under a page per row:
 states, actions) are copied into RAM, and its large columns (camera frames) are read row by
 row with ``pread`` at the offsets the map gives. Touching the map directly would fault whole
-page-cache folios into this process (measured: ~350 KiB per 21 KB row on this kernel), which
-no byte budget survives; ``pread`` copies exactly the row, so resident payload memory stays
+page-cache folios into this process (far more than the row), which no byte budget
+survives; ``pread`` copies exactly the row, so resident payload memory stays
 inside ``memory_budget_bytes`` (hot chunks + open tail + spare tail + small cold columns).
 
 Hot arrays live in anonymous mmaps (not the malloc heap) so an evicted chunk's memory goes back
@@ -25,13 +24,10 @@ prefetch thread promotes the hottest cold chunk when it is hotter than the colde
 
 from __future__ import annotations
 
-import math
 import mmap
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,96 +35,14 @@ import pyarrow as pa
 
 from buffer.columns import fixed_list_slots, valid_mask
 from buffer.errors import SegmentGoneError
-from buffer.files.sealed import WalSegment
-from buffer.files.segments import MappedSegment
+from buffer.table.chunks import Chunk, ColdArrays, Segment, decode_finals, out_arrays
+from buffer.table.features import FINAL_PREFIX
 from buffer.table.memory import anon_array, anon_arrays
-from buffer.table.schema import FINAL_PREFIX, StepSchema
+from buffer.table.schema import StepSchema
 from buffer.table.tail_reads import WalTailReader
-
-Segment = MappedSegment | WalSegment
 
 _PAGE = mmap.PAGESIZE
 _FAULT_WINDOW = 64 * 1024  # the kernel's default fault-around: cached pages mapped per fault
-
-
-def out_arrays(specs: dict[str, tuple[tuple[int, ...], np.dtype[Any]]]) -> dict[str, np.ndarray]:
-    """Uninitialized arrays carved from ONE allocation (64-byte aligned views).
-
-    One block instead of one per column keeps a batch's memory in a single malloc region
-    that the allocator reuses from call to call, instead of fresh pages (and page faults)
-    for each column of each batch.
-    """
-    sizes = {}
-    total = 0
-    for k, (shape, dtype) in specs.items():
-        sizes[k] = total
-        total += (math.prod(shape) * dtype.itemsize + 63) // 64 * 64
-    block = np.empty(total + 64, dtype=np.uint8)
-    pad = (-block.ctypes.data) % 64
-    out = {}
-    for k, (shape, dtype) in specs.items():
-        start = pad + sizes[k]
-        nbytes = math.prod(shape) * dtype.itemsize
-        out[k] = block[start : start + nbytes].view(dtype).reshape(shape)
-    return out
-
-
-@dataclass(eq=False)
-class Chunk:
-    """Payload of rows ``[first_row, first_row + n)``; see the module docstring."""
-
-    first_row: int
-    capacity: int
-    arrays: dict[str, np.ndarray]
-    n: int = 0
-    hot: bool = True
-    sealed: bool = False
-    path: Path | None = None
-    mapped: Segment | None = None
-    finals: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
-    heat: float = 0.0
-    touched_bytes: int = 0
-    row_bytes: int = 0
-    small_row_bytes: int = 0
-
-    @property
-    def end(self) -> int:
-        return self.first_row + self.n
-
-    @property
-    def resident_bytes(self) -> int:
-        if not self.hot:  # its small columns, unless dropped (then read from disk too)
-            return self.n * self.small_row_bytes if self.arrays else 0
-        # An open tail is pre-faulted at full capacity; a sealed chunk holds n rows.
-        return (self.n if self.sealed else self.capacity) * self.row_bytes
-
-
-class ColdArrays(dict[str, np.ndarray]):
-    """The arrays of a cold chunk: its small columns while the budget has room for them
-    (empty once dropped); ``seg`` reads every other column with pread (see gather). An open
-    tail's large columns are read the same way, from its WAL files."""
-
-    def __init__(self, seg: Segment | WalTailReader) -> None:
-        super().__init__()
-        self.seg = seg
-
-
-def decode_finals(
-    schema: StepSchema, batch: pa.RecordBatch, first_row: int
-) -> dict[int, dict[str, np.ndarray]]:
-    """``{row: {observation name: final observation}}`` for rows that carry one."""
-    out: dict[int, dict[str, np.ndarray]] = {}
-    n = batch.num_rows
-    for name, f in schema.observations.items():
-        col = batch.column(FINAL_PREFIX + name)
-        if col.null_count == n:
-            continue
-        valid = ~col.is_null().to_numpy(zero_copy_only=False)
-        for i in np.flatnonzero(valid):
-            blob = col[int(i)].as_py()
-            arr = np.frombuffer(blob, dtype=f.dtype).reshape(f.shape).copy()
-            out.setdefault(first_row + int(i), {})[name] = arr
-    return out
 
 
 class TieredStorage:

@@ -1,10 +1,9 @@
 """The open tail's large columns, read from its WAL stripe files instead of a copy in RAM.
 
-Every appended row is written once into the WAL (page cache, then disk). Keeping a second
-copy of its camera frames in the hot tier meant fresh anonymous memory, which the kernel
-zero-fills before the copy lands (measured on the 2-core development machine: ~95 ms of CPU
-per 260 MB of ingest, a quarter of the durable append's time, and half the gap to raw Arrow
-IPC). So the open tail keeps only its small columns (under a page per row: states, actions)
+Every appended row is written once into the WAL (page cache, then disk). A second copy of
+its camera frames in the hot tier would be fresh anonymous memory, which the kernel
+zero-fills before the copy lands (a large share of the durable append's time). So the open
+tail keeps only its small columns (under a page per row: states, actions)
 in RAM; a large column's rows are read with ``pread`` from the record that holds them, at
 the offset noted when it was written (:func:`buffer.files.encoding.ipc_message`), as a sealed
 segment's are (``buffer.files.sealed.WalSegment``). Once sealed, the chunk is a cold chunk like

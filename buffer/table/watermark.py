@@ -68,8 +68,8 @@ class Watermark:
                 if self.writer.failed is not None:
                     raise self.writer.refusal()
                 # Its own wake-up, not the shared condition: a publish wakes only the
-                # appends it made visible (8 writers on one condition cost ~100 context
-                # switches per append).
+                # appends it made visible (many writers on one condition would cost a
+                # context switch each per publish).
                 woken = self.visibility.expect(claim.end)
             woken.wait(0.5)
 

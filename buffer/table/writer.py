@@ -30,10 +30,10 @@ from buffer.files.wal import StripedWal
 from buffer.sampling.rate_limiter import RateLimiter
 from buffer.table.ack_phases import AckPhases
 from buffer.table.admission import Admission, Claim, Joint
+from buffer.table.chunks import Chunk, ColdArrays
 from buffer.table.commit import GroupCommit
 from buffer.table.sealer import Sealer
 from buffer.table.state import TableState
-from buffer.table.storage import Chunk, ColdArrays
 from buffer.table.tail_reads import WalTailReader
 from buffer.table.watermark import AppendResult, Watermark
 from foundation.durable import fsync_dir
@@ -171,7 +171,7 @@ class Writer:
     def rotate(self, full: Chunk, first: int) -> None:
         """Close the WAL files of the full tail ``full`` (every row of it written) and
         continue in new ones from row ``first``, WITHOUT the buffer lock: a rotation costs
-        several fdatasyncs (tens of ms), and appends past their write keep publishing and
+        several fdatasyncs, and appends past their write keep publishing and
         acknowledging meanwhile; claims wait (:attr:`rotating`).
 
         Raises:

@@ -15,7 +15,7 @@ from buffer import (
     RecencySampler,
     UniformSampler,
 )
-from buffer.sampling.samplers import SumTree
+from buffer.sampling.prioritized import SumTree
 from buffer.sampling.view import SamplingView
 from tests.buffer.helpers import episodes, final_value, obs_value, open_buffer, step
 

@@ -218,7 +218,8 @@ def test_symmetric_sampling_while_robots_keep_appending(buffer: ReplayBuffer) ->
     """Appends grow the index under the sampler; every batch still has exact halves."""
     import threading
 
-    from buffer.sampling.samplers import MixSampler, SamplingView
+    from buffer.sampling.samplers import MixSampler
+    from buffer.sampling.view import SamplingView
 
     stop = threading.Event()
     errors: list[BaseException] = []

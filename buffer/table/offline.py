@@ -1,0 +1,46 @@
+"""Rows of another (or the same) buffer directory mounted as offline data
+(``ReplayBuffer.mount``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from foundation.rows import RowFilter
+
+if TYPE_CHECKING:
+    from buffer.table.replay_buffer import ReplayBuffer
+
+
+@dataclass
+class OfflineView:
+    """Rows of another (or the same) buffer directory mounted as offline data, not copied.
+
+    Attributes:
+        name: for display (the directory by default).
+        buffer: the mounted buffer (read-only when it is another directory).
+        rows: eligible global row ids of ``buffer`` that passed the filter, ascending.
+        filter: the filter used (provenance).
+        task: every row counts as this task (None: the rows' own task names).
+    """
+
+    name: str
+    buffer: ReplayBuffer
+    rows: np.ndarray
+    filter: RowFilter = field(default_factory=RowFilter)
+    task: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @cached_property
+    def task_names(self) -> list[str]:
+        """The tasks its rows count as (``task``, or the rows' own task names), sorted."""
+        if self.task is not None:
+            return [self.task]
+        idx = self.buffer.index
+        codes = np.unique(idx.cols["task"][self.rows - idx.base]) if len(self.rows) else []
+        return sorted(idx.tasks.names[int(c)] for c in codes)
