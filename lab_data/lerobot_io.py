@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from buffer.table.schema import StepSchema
+from foundation.rows import RowFilter
 from lab_data.importers import Progress
 from lab_data.lerobot_import import VIDEO_BACKEND, import_lerobot
 
@@ -66,7 +67,7 @@ def export_lerobot(
     use_videos: bool = False,
     robot_type: str | None = None,
     progress: Progress | None = None,
-    **filters: Any,
+    keep: RowFilter | None = None,
 ) -> Path:
     """Export steps of ``buf`` to a new LeRobotDataset v3 at ``root``.
 
@@ -75,13 +76,11 @@ def export_lerobot(
         root: target directory (must not exist yet).
         repo_id: dataset id written into its metadata (nothing is uploaded).
         fps: frames per second of the recording (timestamps are ``frame_index / fps``).
-        rows: global rows to export; default all stored steps matching ``filters``
-            (``tasks``, ``robot_ids``, ``run_ids``, ``policy_versions``,
-            ``interventions_only``, ``success_only``, ``time_range``; see
-            :meth:`ReplayBuffer.mount`), but those of episodes an operator discarded
-            (``ReplayBuffer.mark_episode``).
+        rows: global rows to export; default every stored step ``keep`` keeps, but those
+            of episodes an operator discarded (``ReplayBuffer.mark_episode``).
         use_videos: encode cameras as MP4 (lossy) instead of PNG frames (bit-exact).
         progress: called as ``progress(frames_done, frames_total)`` after each episode.
+        keep: which stored steps to export when ``rows`` is None (default all).
 
     A buffer with episode outcomes (``success`` marks) also gets ``next.success``: True on
     the last frame of each successful episode (what ``import_lerobot`` reads back).
@@ -99,9 +98,8 @@ def export_lerobot(
         lo, hi = buf.first_row, buf.visible
         all_rows = np.arange(lo, hi, dtype=np.int64)
         all_rows = all_rows[~buf.index.cols["discarded"][all_rows - buf.index.base]]
-        if filters:
-            keep = _matching(buf, all_rows, filters)
-            all_rows = all_rows[keep]
+        if keep is not None:
+            all_rows = all_rows[_matching(buf, all_rows, keep)]
         rows = all_rows
     if len(rows) == 0:
         raise ValueError("nothing to export: the selection is empty")
@@ -168,28 +166,27 @@ def _add_episode(ds: Any, buf: ReplayBuffer, run: np.ndarray, with_success: bool
     ds.save_episode()
 
 
-def _matching(buf: ReplayBuffer, rows: np.ndarray, filters: dict[str, Any]) -> np.ndarray:
+def _matching(buf: ReplayBuffer, rows: np.ndarray, keep_rows: RowFilter) -> np.ndarray:
     idx = buf.index
     li = rows - idx.base
     keep = np.ones(len(rows), dtype=bool)
-    for vocab, col, key in (
-        (idx.tasks, "task", "tasks"),
-        (idx.robots, "robot", "robot_ids"),
-        (idx.runs, "run", "run_ids"),
+    for vocab, col, wanted in (
+        (idx.tasks, "task", keep_rows.tasks),
+        (idx.robots, "robot", keep_rows.robot_ids),
+        (idx.runs, "run", keep_rows.run_ids),
     ):
-        wanted = filters.get(key)
         if wanted is not None:
             codes = [vocab.codes[w] for w in wanted if w in vocab.codes]
             keep &= np.isin(idx.cols[col][li], codes)
-    pv = filters.get("policy_versions")
+    pv = keep_rows.policy_versions
     if pv is not None:
         v = idx.cols["policy_version"][li]
         keep &= (v >= pv[0]) & (v <= pv[1]) if isinstance(pv, tuple) else np.isin(v, list(pv))
-    if filters.get("interventions_only"):
+    if keep_rows.interventions_only:
         keep &= idx.cols["is_intervention"][li]
-    if filters.get("success_only"):
+    if keep_rows.success_only:
         keep &= idx.success_mask(0, len(idx))[li]
-    t_range = filters.get("time_range")
+    t_range = keep_rows.time_range
     if t_range is not None:
         ts = idx.cols["timestamp"][li]
         keep &= (ts >= t_range[0]) & (ts <= t_range[1])

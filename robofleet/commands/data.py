@@ -199,17 +199,18 @@ def _import(args: argparse.Namespace, data_dir: Path) -> int:
 
 def _export(args: argparse.Namespace, data_dir: Path) -> int:
     from buffer.table.replay_buffer import ReplayBuffer
+    from foundation.rows import RowFilter
     from lab_data.lerobot_io import export_lerobot
 
     _kind, buffer_dir = resolve(data_dir, args.ref)
     if args.out.exists():
         raise FileExistsError(f"--out {args.out} exists already")
-    filters: dict[str, Any] = {
-        "tasks": args.task,
-        "robot_ids": args.robot,
-        "success_only": args.success_only,
-        "interventions_only": args.interventions_only,
-    }
+    keep = RowFilter(
+        tasks=args.task or None,
+        robot_ids=args.robot or None,
+        success_only=args.success_only,
+        interventions_only=args.interventions_only,
+    )
     with ReplayBuffer.open(buffer_dir, read_only=True) as buf:
         fps = args.fps or estimate_fps(buf)
         with _quiet_libraries(), progress_bar(f"exporting {args.ref}", not args.json) as update:
@@ -220,7 +221,7 @@ def _export(args: argparse.Namespace, data_dir: Path) -> int:
                 fps,
                 use_videos=args.videos,
                 progress=update,
-                **{k: v for k, v in filters.items() if v},
+                keep=keep,
             )
     frames = _lerobot_frames(args.out)
     result = {"out": str(args.out), "fps": fps, "frames": frames, "format": args.format}

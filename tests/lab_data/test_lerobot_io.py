@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from buffer import ReplayBuffer
+from foundation.rows import RowFilter
 from lab_data import export_lerobot, import_lerobot
 from tests.buffer.helpers import episodes, open_buffer, small_schema, step
 
@@ -65,9 +66,11 @@ def test_export_selection_renumbers_frames(tmp_path) -> None:
     ]
     with open_buffer(tmp_path / "b", small_schema(image=IMG)) as buf:
         buf.append(recs)
-        export_lerobot(buf, tmp_path / "lr", "local/sel", 5, interventions_only=True)
+        export_lerobot(
+            buf, tmp_path / "lr", "local/sel", 5, keep=RowFilter(interventions_only=True)
+        )
         with pytest.raises(ValueError, match="empty"):
-            export_lerobot(buf, tmp_path / "none", "local/n", 5, tasks=["nope"])
+            export_lerobot(buf, tmp_path / "none", "local/n", 5, keep=RowFilter(tasks=("nope",)))
     ds = LeRobotDataset("local/sel", root=tmp_path / "lr")
     hf = ds.hf_dataset.with_format("numpy")
     assert np.asarray(hf["frame_index"]).reshape(-1).tolist() == [0, 1, 2]
