@@ -133,13 +133,12 @@ def credential(
 
 def probe_driver(opts: AgentOptions) -> Any:
     """The robot's driver, not connected: what a robot computer describes itself with."""
-    return _driver(opts)[0]
+    driver, _tasks = _driver(opts)
+    return driver
 
 
-def _driver(opts: AgentOptions) -> tuple[Any, list[str], dict[str, Expert] | None]:
-    """The robot's driver (not connected), its task names, and the scripted expert of each
-    task (None for a driver that offers none, ``hal.driver.ScriptedExpertDriver``)."""
-    from hal.driver import ScriptedExpertDriver
+def _driver(opts: AgentOptions) -> tuple[Any, list[str]]:
+    """The robot's driver (not connected) and its task names."""
     from hal.drivers import make_driver
 
     episode = {
@@ -155,9 +154,7 @@ def _driver(opts: AgentOptions) -> tuple[Any, list[str], dict[str, Expert] | Non
             f"robot {opts.robot_name}: the {opts.driver} driver has no observation.state "
             f"(features {sorted(driver.observation_features)}); the edge policy acts on state"
         )
-    if not isinstance(driver, ScriptedExpertDriver):
-        return driver, tasks, None
-    return driver, tasks, {t: driver.expert(t) for t in tasks}
+    return driver, tasks
 
 
 def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgent:
@@ -170,14 +167,18 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         grpc.RpcError: enrollment refused (bad token) or the cloud unreachable at enrollment.
     """
     from buffer.schema import StepSchema
+    from hal.driver import ScriptedExpertDriver
 
     closers: list[Any] = []
-    driver, tasks, experts = _driver(opts)
-    if opts.operator == "scripted" and experts is None:
-        raise ValueError(
-            "the scripted operator needs a driver that offers a scripted expert; a "
-            f"{opts.driver} robot takes --operator keyboard, gamepad or none"
-        )
+    driver, tasks = _driver(opts)
+    experts: dict[str, Expert] | None = None
+    if opts.operator == "scripted":
+        if not isinstance(driver, ScriptedExpertDriver):
+            raise ValueError(
+                "the scripted operator needs a driver that offers a scripted expert; a "
+                f"{opts.driver} robot takes --operator keyboard, gamepad or none"
+            )
+        experts = {t: driver.expert(t) for t in tasks}
     if "max_episode_steps" not in driver.episode_options and edge.max_episode_steps is None:
         # A driver that takes the limit ends its own episodes; the agent truncates others'.
         edge = edge.model_copy(update={"max_episode_steps": opts.max_episode_steps})
