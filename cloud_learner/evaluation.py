@@ -8,6 +8,9 @@ so the same episodes run on a simulated robot and on a real one whose driver rep
 An episode succeeds when the driver's episode reports ``success`` within ``max_steps`` actions
 (Meta-World's ``info["success"]``); it fails when it terminates, is truncated or runs out of
 steps first. Seeds make the episodes a fixed test set: the same seeds, the same start states.
+
+A chunked policy's (T, A) chunk is executed as the robots execute it: one row per step, the
+policy asked again only when the chunk is spent (``edge_agent.inference``).
 """
 
 from __future__ import annotations
@@ -44,8 +47,11 @@ def _episode(
     policy: Policy, driver: RobotDriver, task: str, task_index: int, seed: int, max_steps: int
 ) -> bool:
     obs = driver.reset(task=task, seed=seed)
+    chunk: list[np.ndarray] = []
     for _ in range(max_steps):
-        driver.send_action({"action": np.clip(policy.act(obs, task_index), -1.0, 1.0)})
+        if not chunk:  # (A,) is a chunk of one
+            chunk = list(np.atleast_2d(policy.act(obs, task_index)))
+        driver.send_action({"action": np.clip(chunk.pop(0), -1.0, 1.0)})
         episode = driver.episode
         if episode.success:
             return True

@@ -40,25 +40,27 @@ class AgentOptions:
 
     Attributes:
         robot_name: the robot's name (hal's ``validate_name`` rules).
-        tasks: Meta-World tasks this robot runs, in turn.
+        tasks: tasks this robot runs, in turn (empty: the driver's own).
+        driver: the robot's ``hal`` driver kind (``hal.drivers.DRIVER_KINDS``); the run-wide
+            episode options below (``tasks``, ``seed``, ``max_episode_steps``,
+            ``terminate_on_success``) reach it where its kind takes them
+            (``hal.driver.RobotDriver.episode_options``).
         run_id: the run the steps belong to.
         server: cloud gRPC ``host:port``; None runs offline (spool only).
         token: one-time enrollment token (only needed before the first credential exists).
         operator: ``none``, ``scripted``, ``keyboard`` or ``gamepad``.
-        max_episode_steps: episode length: Meta-World's driver ends episodes there; for other
-            drivers the agent truncates them there unless ``edge.max_episode_steps`` is set.
+        max_episode_steps: episode length: a driver that takes it ends episodes there; for
+            other drivers the agent truncates them there unless ``edge.max_episode_steps`` is
+            set.
         spool_dir: overrides ``edge.spool_dir`` (one directory per robot).
         hidden: hidden width of the local fallback MLP (weights without a policy card; a
             version's card, see ``edge_agent.policy_build``, decides the policy otherwise).
         seed: episode seed of the driver's first episode; each further episode takes the
-            next integer. Meta-World picks goal variation ``seed % 50`` and seeds the
-            simulator with it, so robots of one fleet given different seeds (e.g. 1000 apart)
-            replay different goals. Default 0 (every robot the same sequence, as before).
+            next integer (for a driver that takes it; Meta-World's picks goal variation
+            ``seed % 50`` and seeds the simulator with it, so robots of one fleet given
+            different seeds, e.g. 1000 apart, replay different goals). Default 0.
         terminate_on_success: end an episode (``terminated``) when the task succeeds
             (sparse-return learners such as RECAP need success as the terminal signal).
-        driver: the robot's ``hal`` driver kind (``hal.drivers.DRIVER_KINDS``): ``metaworld``
-            (the simulated fleet; ``tasks``, ``seed``, ``max_episode_steps`` and
-            ``terminate_on_success`` apply), ``gymnasium``, ``lerobot`` or ``ros2``.
         driver_options: keyword options of that driver (e.g. ``env_id`` for gymnasium,
             ``type`` and ``config`` for lerobot, ``joints`` for ros2).
         credential_dir: where the robot's credential is kept (default ``spool_dir``; a robot
@@ -69,6 +71,7 @@ class AgentOptions:
 
     robot_name: str
     tasks: list[str]
+    driver: str
     run_id: str = "default"
     server: str | None = None
     token: str | None = None
@@ -78,7 +81,6 @@ class AgentOptions:
     hidden: int = 64
     seed: int = 0
     terminate_on_success: bool = False
-    driver: str = "metaworld"
     driver_options: dict[str, Any] = field(default_factory=dict)
     demonstrations: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -131,39 +133,33 @@ def credential(
 
 def probe_driver(opts: AgentOptions) -> Any:
     """The robot's driver, not connected: what a robot computer describes itself with."""
-    return _driver(opts)[0]
+    driver, _tasks = _driver(opts)
+    return driver
 
 
-def _driver(opts: AgentOptions) -> tuple[Any, list[str], Any]:
-    """The robot's driver (not connected), its task names, and the scripted expert of each
-    task (Meta-World's policies; None for drivers without one)."""
-    if opts.driver == "metaworld":
-        from hal.drivers.metaworld import MetaWorldDriver, expert_policy
-
-        mw = MetaWorldDriver(
-            opts.robot_name,
-            tasks=opts.tasks,
-            max_episode_steps=opts.max_episode_steps,
-            seed=opts.seed,
-            terminate_on_success=opts.terminate_on_success,
-            **opts.driver_options,
-        )
-        return mw, list(opts.tasks), {t: expert_policy(t) for t in opts.tasks}
+def _driver(opts: AgentOptions) -> tuple[Any, list[str]]:
+    """The robot's driver (not connected) and its task names."""
     from hal.drivers import make_driver
 
-    driver = make_driver(opts.driver, opts.robot_name, **opts.driver_options)
+    episode = {
+        "tasks": opts.tasks,
+        "max_episode_steps": opts.max_episode_steps,
+        "seed": opts.seed,
+        "terminate_on_success": opts.terminate_on_success,
+    }
+    driver = make_driver(opts.driver, opts.robot_name, episode, **opts.driver_options)
     tasks = list(opts.tasks) or list(driver.spec.tasks) or [driver.spec.robot_type]
     if "observation.state" not in driver.observation_features:
         raise ValueError(
             f"robot {opts.robot_name}: the {opts.driver} driver has no observation.state "
             f"(features {sorted(driver.observation_features)}); the edge policy acts on state"
         )
-    return driver, tasks, None
+    return driver, tasks
 
 
 def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgent:
     """Build a robot's agent from settings and options, for any ``hal`` driver
-    (``opts.driver``; Meta-World for the simulated fleet).
+    (``opts.driver``).
 
     Raises:
         ValueError: unknown task/operator/driver kind, bad driver options, a scripted
@@ -171,16 +167,20 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         grpc.RpcError: enrollment refused (bad token) or the cloud unreachable at enrollment.
     """
     from buffer.table.schema import StepSchema
+    from hal.driver import ScriptedExpertDriver
 
     closers: list[Any] = []
-    driver, tasks, experts = _driver(opts)
-    if opts.operator == "scripted" and experts is None:
-        raise ValueError(
-            f"the scripted operator is Meta-World's expert; a {opts.driver} robot takes "
-            "--operator keyboard, gamepad or none"
-        )
-    if opts.driver != "metaworld" and edge.max_episode_steps is None:
-        # Meta-World's driver ends its own episodes; the agent truncates other robots' there.
+    driver, tasks = _driver(opts)
+    experts: dict[str, Expert] | None = None
+    if opts.operator == "scripted":
+        if not isinstance(driver, ScriptedExpertDriver):
+            raise ValueError(
+                "the scripted operator needs a driver that offers a scripted expert; a "
+                f"{opts.driver} robot takes --operator keyboard, gamepad or none"
+            )
+        experts = {t: driver.expert(t) for t in tasks}
+    if "max_episode_steps" not in driver.episode_options and edge.max_episode_steps is None:
+        # A driver that takes the limit ends its own episodes; the agent truncates others'.
         edge = edge.model_copy(update={"max_episode_steps": opts.max_episode_steps})
     spool_dir = opts.spool_dir or edge.spool_dir / opts.robot_name
     spool = Spool(spool_dir, edge.spool_max_bytes, edge.spool_full_policy)

@@ -135,7 +135,7 @@ class RobotComputer:
         """
         from comms.client import ControlListener, EdgeClient, make_channel
 
-        driver = probe_driver(self._probe_options())
+        driver = self._probe()
         spec = driver.spec.to_dict()
         self._description = {
             "spec": spec,
@@ -169,14 +169,16 @@ class RobotComputer:
             self.client.close()
         return dict(self._last_report)
 
-    def _probe_options(self) -> AgentOptions:
-        """The options the robot describes itself with: a simulated Meta-World Sawyer with no
-        ``--task`` runs every Meta-World v3 task (the run's assignment picks them)."""
-        if self.base.driver != "metaworld" or self.base.tasks:
-            return self.base
-        from hal.drivers.metaworld import v3_tasks
+    def _probe(self) -> Any:
+        """The driver the robot describes itself with: with no ``--task``, a driver that lists
+        its tasks (``hal.driver.TaskCatalogDriver``) is described with all of them (the run's
+        assignment picks some)."""
+        from hal.driver import TaskCatalogDriver
 
-        return replace(self.base, tasks=v3_tasks())
+        driver = probe_driver(self.base)
+        if self.base.tasks or not isinstance(driver, TaskCatalogDriver):
+            return driver
+        return probe_driver(replace(self.base, tasks=driver.available_tasks()))
 
     # -- commands from the cloud (the listener's thread) -------------------------------------
 

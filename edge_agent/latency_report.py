@@ -23,7 +23,7 @@ import numpy as np
 
 
 def _one(
-    i: int, hz: float, seconds: float, spool_root: str, task: str, rt: int | None
+    i: int, hz: float, seconds: float, spool_root: str, driver: str, task: str, rt: int | None
 ) -> dict[str, Any]:
     import threading
 
@@ -35,6 +35,7 @@ def _one(
     opts = AgentOptions(
         robot_name=f"latency-{i}",
         tasks=[task],
+        driver=driver,
         operator="scripted",
         max_episode_steps=200,
         spool_dir=Path(spool_root) / f"r{i}-{rt}",
@@ -57,6 +58,7 @@ def main(argv: Sequence[str] = ()) -> int:
     p.add_argument("--agents", type=int, default=4)
     p.add_argument("--hz", type=float, default=20.0)
     p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--driver", default="metaworld", help="hal driver kind (a scripted expert's)")
     p.add_argument("--task", default="reach-v3")
     p.add_argument(
         "--realtime",
@@ -114,7 +116,11 @@ def _measure(args: argparse.Namespace, rt: int | None) -> tuple[dict[str, Any], 
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp, mp.get_context("spawn").Pool(args.agents) as pool:
         results = pool.starmap(
-            _one, [(i, args.hz, args.seconds, tmp, args.task, rt) for i in range(args.agents)]
+            _one,
+            [
+                (i, args.hz, args.seconds, tmp, args.driver, args.task, rt)
+                for i in range(args.agents)
+            ],
         )
     lat = np.concatenate([np.asarray(r["latencies"]) for r in results]) * 1e3
     steps = sum(r["report"]["steps"] for r in results)

@@ -53,7 +53,7 @@ class ScriptedOperator:
     """The simulated operator: a scripted expert gated by HG-DAgger's takeover rule.
 
     Args:
-        expert: ``observation -> action (A,)`` (e.g. ``hal.drivers.metaworld.expert_policy``).
+        expert: ``observation -> action (A,)`` (a driver's, ``hal.driver.ScriptedExpertDriver``).
         gate: the takeover / handback rule (thresholds are ``edge:`` settings).
         state_key: the observation entry the gate's risk regions look at.
         bounds: ``(low, high)`` of the robot's action (its spec's ``action_low/high``). The

@@ -278,8 +278,10 @@ class EvalSpec(_Strict):
     policy-only evaluation episode (the operator may only abort it, a failure); success comes
     from the driver's success signal or the operator's label, and a point of the success curve
     is taken every ``every_seconds`` once each task has new evaluation episodes.
-    ``on: simulator``: a cloud-side Meta-World simulator evaluates each snapshot of the policy
-    on ``episodes_per_task`` fixed goals per task (simulated Meta-World robots only).
+    ``on: simulator``: a cloud-side simulated robot of the run's robots' driver kind evaluates
+    each snapshot of the policy on ``episodes_per_task`` fixed seeds per task (a kind built
+    from the run's tasks and episode limit alone, e.g. the simulated Sawyers; a chunked policy
+    executes its chunks row by row).
     """
 
     on: Literal["robots", "simulator"] = "robots"

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -31,6 +31,13 @@ from numpy.typing import ArrayLike, NDArray
 from hal.spec import RobotSpec, validate_name
 
 Observation = dict[str, NDArray[Any]]
+
+# A scripted expert: an observation dict (or its bare ``observation.state``) -> action (A,).
+Expert = Callable[[Mapping[str, Any] | NDArray[Any]], NDArray[np.float32]]
+
+EPISODE_OPTIONS = frozenset({"tasks", "max_episode_steps", "seed", "terminate_on_success"})
+"""The run-wide episode options a driver kind may take as keyword options (see
+``RobotDriver.episode_options``)."""
 
 
 class DriverError(RuntimeError):
@@ -93,6 +100,12 @@ class RobotDriver(ABC):
     """
 
     spec: RobotSpec
+    episode_options: ClassVar[frozenset[str]] = frozenset()
+    """Which of ``EPISODE_OPTIONS`` this kind takes as keyword options: ``tasks`` (names),
+    ``max_episode_steps`` (it ends its own episodes there), ``seed`` (of the first episode)
+    and ``terminate_on_success``. Whoever builds a driver passes exactly these
+    (``hal.drivers.make_driver``'s ``episode``); the edge agent truncates the episodes of
+    a driver without ``max_episode_steps`` itself."""
 
     def __init__(self, name: str) -> None:
         self.name = validate_name(name)
@@ -274,3 +287,27 @@ class RobotDriver(ABC):
         if not np.all(np.isfinite(vec)):
             raise ActionError(f"robot {self.name}: action has NaN or inf: {vec.tolist()}")
         return vec
+
+
+@runtime_checkable
+class ScriptedExpertDriver(Protocol):
+    """A driver that offers a scripted expert per task (a simulator's hand-written controller):
+    the operator of a simulated fleet, and what a demonstration drives with."""
+
+    def expert(self, task: str) -> Expert:
+        """The expert of ``task``: observation -> float32 action (A,) within the action bounds.
+
+        Raises:
+            ValueError: ``task`` has no scripted expert.
+        """
+        ...
+
+
+@runtime_checkable
+class TaskCatalogDriver(Protocol):
+    """A driver that can run any of a known list of tasks (built with ``tasks``, one
+    ``reset(task=...)`` away from each): what an idle robot computer describes itself with."""
+
+    def available_tasks(self) -> list[str]:
+        """Every task name a driver of this kind can run."""
+        ...

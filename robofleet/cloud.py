@@ -5,7 +5,8 @@ Embedded default: a local Ray on loopback (``ray.init`` with a CPU count sized f
 machine), SQLite and run data in ``settings.data_dir``. With ``ray_address`` the same code joins
 an existing Ray cluster (``ray.init(address=...)``) for the learners' resources. Robot
 computers never need Ray: they dial the cloud's gRPC port and are assigned to runs over their
-Control stream; simulated ones (``sim_robots``) are ``robofleet edge`` processes started here.
+Control stream. The command that starts the cloud may hand it robot computers to keep
+(``robots``: e.g. ``robofleet.sim.computers.sim_robots``), started once the gRPC port is open.
 """
 
 from __future__ import annotations
@@ -15,18 +16,27 @@ import os
 import socket
 import sys
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from foundation.store.store import MetadataStore, upgrade
-from robofleet.sim.computers import SimRobotComputers, sim_robot_names
 from runs.manager import RunManager
 from runs.pidfile import remove_pidfile, write_pidfile
 from runs.run import CloudContext
 
 log = logging.getLogger(__name__)
+
+
+class LocalRobots(Protocol):
+    """Robot computers a cloud process keeps up while it runs; ``close`` stops them."""
+
+    def close(self) -> None: ...
+
+
+RobotStarter = Callable[[Any, MetadataStore, str], LocalRobots]
+"""Starts robot computers: ``(settings, store, gRPC host:port) -> LocalRobots``, returning
+once they enrolled and report (runs lease them). Raises RuntimeError when they do not."""
 
 
 class CloudService:
@@ -37,10 +47,8 @@ class CloudService:
         ray_address: join this Ray cluster; None starts a local one.
         num_cpus: logical CPUs of the local Ray (default: 2 per core, at least 4; bundles of
             learners and edge agents reserve them, the OS shares the real cores).
-        sim_robots: start this many simulated robot computers (``robofleet edge`` processes
-            with Meta-World robots; enrolled at their first start).
-        sim_cameras: cameras the simulated robots render (empty: state only), at
-            ``sim_image_size`` (height, width).
+        robots: starts robot computers this process keeps (:data:`RobotStarter`), once the
+            gRPC port is open and before runs resume; None: robots come on their own.
         dashboard_port: serve the dashboard/API here (None: no dashboard; 0: any port).
         grpc_port: comms port (default ``comms.grpc_port``; 0 = any).
         auto_resume: resume runs left running by a cloud that died.
@@ -52,9 +60,7 @@ class CloudService:
         *,
         ray_address: str | None = None,
         num_cpus: int | None = None,
-        sim_robots: int = 0,
-        sim_cameras: Sequence[str] = (),
-        sim_image_size: tuple[int, int] = (64, 64),
+        robots: RobotStarter | None = None,
         dashboard_port: int | None = None,
         grpc_port: int | None = None,
         auto_resume: bool = True,
@@ -63,9 +69,7 @@ class CloudService:
         self.settings = settings
         self.ray_address = ray_address or settings.ray_address
         self.num_cpus = num_cpus or max(4, 2 * (os.cpu_count() or 2))
-        self.sim_robots = sim_robots
-        self.sim_cameras = list(sim_cameras)
-        self.sim_image_size = sim_image_size
+        self.start_robots = robots
         self.dashboard_port = dashboard_port
         self.grpc_port = grpc_port
         self.auto_resume = auto_resume
@@ -73,7 +77,7 @@ class CloudService:
         self.data_dir = Path(settings.data_dir)
         self.store: MetadataStore | None = None
         self.server: Any = None
-        self.computers: SimRobotComputers | None = None
+        self.robots: LocalRobots | None = None
         self.manager: RunManager | None = None
         self.dashboard_url: str | None = None
         self.admin_login: tuple[str, str] | None = None
@@ -109,12 +113,8 @@ class CloudService:
         self.server = CloudServer(s.comms, store, sinks=self.sinks.get, port=self.grpc_port)
         port = self.server.start()
         address = f"{s.comms.bind_host}:{port}"
-        if self.sim_robots:
-            names = sim_robot_names(self.sim_robots)
-            self.computers = SimRobotComputers(
-                s, store, address, names, cameras=self.sim_cameras, image_size=self.sim_image_size
-            ).start()
-            self._wait_idle(names, s.orchestration.robots_ready_timeout_s)
+        if self.start_robots is not None:
+            self.robots = self.start_robots(s, store, address)
         ctx = CloudContext(
             settings=s,
             store=store,
@@ -133,27 +133,6 @@ class CloudService:
         self._spawn(self._poll_runs, "run-requests")
         self._spawn(self._estop_sync, "estop-sync")
         return self
-
-    def _wait_idle(self, names: list[str], timeout_s: float) -> None:
-        """Wait until the simulated robot computers enrolled and report (runs lease them)."""
-        from sqlalchemy import select
-
-        from foundation.store.models import Robot
-
-        assert self.store is not None
-        deadline = time.monotonic() + timeout_s
-        reported: set[str] = set()
-        while time.monotonic() < deadline:
-            with self.store.session() as s:
-                rows = s.execute(select(Robot.name, Robot.stats).where(Robot.name.in_(names)))
-                reported = {name for name, stats in rows if (stats or {}).get("state")}
-            if reported == set(names):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(
-            f"simulated robot computers {sorted(set(names) - reported)} did not report within "
-            f"{timeout_s:.0f}s; see {self.data_dir / 'robots'}/<name>/edge.log"
-        )
 
     def _spawn(self, fn: Any, name: str) -> None:
         t = threading.Thread(target=fn, name=name, daemon=True)
@@ -241,8 +220,8 @@ class CloudService:
             self._uvicorn.should_exit = True
         for t in self._threads:
             t.join(5)
-        if self.computers is not None:
-            self.computers.close()
+        if self.robots is not None:
+            self.robots.close()
         if self.server is not None:
             self.server.close()
         if self._started_ray:

@@ -89,19 +89,33 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
         )
         fleet["robots"] = "; ".join(m for m in (too_few, fleet.get("robots")) if m)
     errors.update(fleet)
-    if spec.evaluation.on == "simulator":
-        from hal.drivers.metaworld import v3_tasks
-
-        foreign = [t for t in spec.tasks if t not in v3_tasks()]
-        if foreign:
+    if spec.evaluation.on == "simulator" and robots and plan is not None:
+        why = _simulator_refusal(spec, plan, robots)
+        if why:
             errors["evaluation.on"] = (
-                f"the cloud's simulator evaluates Meta-World tasks only, not {foreign}; "
-                "use evaluation.on: robots (policy-only episodes on the run's robots)"
+                f"the cloud's simulator evaluation cannot run: {why}; use evaluation.on: "
+                "robots (policy-only episodes on the run's robots)"
             )
     if errors:
         raise RunSpecError(errors)
     assert plan is not None
     return plan.spec
+
+
+def _simulator_refusal(spec: RunSpec, plan: RunPlan, robots: list[Robot]) -> str | None:
+    """Why a simulated robot of the robots' driver kind cannot evaluate the run (None: it
+    can; ``runs.evaluator.simulated_robot``)."""
+    from runs.evaluator import simulated_robot, simulator_kind
+
+    try:
+        simulated_robot(
+            simulator_kind({r.name: r.spec for r in robots}),
+            spec.tasks,
+            plan.params.eval_max_steps,
+        )
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _shared_features(robots: list[Robot]) -> dict[str, Any] | None:

@@ -44,7 +44,8 @@ from foundation.store.runs import set_state
 from foundation.store.store import MetadataStore
 from runs.assignments import RobotAssignments, split_demonstrations
 from runs.clock import RunClock
-from runs.evaluations import RunEvaluations
+from runs.eval_record import EvaluationRecorder
+from runs.evaluations import SimulatorEvaluations
 from runs.hold import RobotHold
 from runs.learning import LearnerRefused, RunLearning
 from runs.progress import RunProgress
@@ -75,7 +76,7 @@ class RunDriver:
     side (:class:`~runs.learning.RunLearning`: buffer, batch server,
     learner process, weight feed), the robots' assignments
     (:class:`~runs.assignments.RobotAssignments`), the evaluations
-    (:class:`~runs.evaluations.RunEvaluations`), the live figures
+    (:class:`~runs.eval_record.EvaluationRecorder`), the live figures
     (:class:`~runs.progress.RunProgress`), the run's clock and the
     robots' hold (pause).
 
@@ -113,7 +114,7 @@ class RunDriver:
         self.features: Any = None  # hal.compat.RunFeatures of the leased robots
         self.learning: RunLearning | None = None
         self.agents: RobotAssignments | None = None
-        self.evaluations: RunEvaluations | RobotEvaluations | None = None
+        self.evaluations: EvaluationRecorder | None = None
         self.figures = RunProgress(ctx.store, run_id, run_dir)
         self.learner_restarts_base = 0
         self._checkpoint_requested = False
@@ -245,30 +246,34 @@ class RunDriver:
         # A pause or stop requested during setup stays; the loop acts on it.
         self._set_live_state(only_from={RunState.PENDING, RunState.RESUMING})
 
-    def _evaluations(self) -> RunEvaluations | RobotEvaluations:
+    def _evaluations(self) -> EvaluationRecorder:
         """The run's success curve: from its robots' evaluation episodes, or a cloud-side
-        simulator (``evaluation.on``)."""
+        simulator of the robots' driver kind (``evaluation.on``).
+
+        Raises:
+            ValueError: the leased robots described no common driver kind (simulator).
+        """
+        from runs.evaluator import simulator_kind
+
+        source: RobotEvaluations | SimulatorEvaluations
         if self.spec.evaluation.on == "robots":
-            return RobotEvaluations(
+            source = RobotEvaluations(
                 self.ctx.store,
                 self.run_id,
-                self.run_dir,
                 self.spec.tasks,
                 lambda: [] if self.agents is None else self.agents.names,
-                self._event,
             )
-        o = self.orchestration
-        return RunEvaluations(
-            self.ctx.store,
-            self.run_id,
-            self.run_dir,
-            self.spec,
-            (self.features.state_dim, self.features.action_dim),
-            self.params.eval_max_steps,
-            o.evaluator_nice,
-            o.eval_backlog,
-            self._event,
-        )
+        else:
+            o = self.orchestration
+            source = SimulatorEvaluations(
+                self.spec,
+                simulator_kind(self._robot_specs()),
+                (self.features.state_dim, self.features.action_dim),
+                self.params.eval_max_steps,
+                o.evaluator_nice,
+                o.eval_backlog,
+            )
+        return EvaluationRecorder(self.ctx.store, self.run_id, self.run_dir, source, self._event)
 
     def _carry_on(self) -> None:
         """A resumed run's clock and counters, as its last attempt left them."""
@@ -319,16 +324,20 @@ class RunDriver:
         Raises:
             hal.compat.SpecMismatch: two robots differ in a feature (named).
         """
+        from hal.compat import run_features
+
+        return run_features(self._robot_specs())
+
+    def _robot_specs(self) -> dict[str, dict[str, Any]]:
+        """Name -> enrolled spec of each leased robot."""
         from sqlalchemy import select
 
         from foundation.store.models import Robot
-        from hal.compat import run_features
 
         names = list(self.allocation.members)
         with self.ctx.store.session() as s:
             rows = s.execute(select(Robot.name, Robot.spec).where(Robot.name.in_(names)))
-            specs = {name: dict(spec or {}) for name, spec in rows}
-        return run_features(specs)
+            return {name: dict(spec or {}) for name, spec in rows}
 
     def assignment(self) -> Assignment:
         """What every robot of the run is told (each gets its own seed)."""

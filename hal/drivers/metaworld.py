@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from hal.driver import Applied, DriverError, Observation, RobotDriver
+from hal.driver import EPISODE_OPTIONS, Applied, DriverError, Expert, Observation, RobotDriver
 from hal.drivers.rendering import choose_gl_backend
 from hal.spec import CameraSpec, Capabilities, Feature, RobotSpec
 
@@ -41,7 +41,7 @@ def v3_tasks() -> list[str]:
     return list(ALL_V3_ENVIRONMENTS)
 
 
-def expert_policy(task: str) -> Callable[[Mapping[str, Any] | NDArray[Any]], NDArray[np.float32]]:
+def expert_policy(task: str) -> Expert:
     """Meta-World's scripted expert for ``task`` (``metaworld.policies``) as ``obs -> action``.
 
     The callable takes a driver observation dict (uses ``observation.state``) or the raw
@@ -112,7 +112,12 @@ class MetaWorldDriver(RobotDriver):
 
     Raises:
         ValueError: unknown task or bad option.
+
+    It offers each task's scripted expert (``hal.driver.ScriptedExpertDriver``) and lists
+    every v3 task (``hal.driver.TaskCatalogDriver``).
     """
+
+    episode_options = EPISODE_OPTIONS
 
     def __init__(
         self,
@@ -170,6 +175,14 @@ class MetaWorldDriver(RobotDriver):
         self._state: NDArray[np.float32] | None = None
         self._renderer: Any = None
         self._render_effects = render_effects
+
+    def expert(self, task: str) -> Expert:
+        """Meta-World's scripted expert of ``task`` (:func:`expert_policy`)."""
+        return expert_policy(task)
+
+    def available_tasks(self) -> list[str]:
+        """Every Meta-World v3 task (:func:`v3_tasks`)."""
+        return v3_tasks()
 
     # -- hooks -------------------------------------------------------------------------------
 

@@ -86,17 +86,22 @@ def measure(robots: int, config: str | None = None) -> dict[str, dict[str, float
     from robofleet.cloud import CloudService
     from robofleet.commands.demo import sim_fleet_spec
     from robofleet.settings import load_settings
+    from robofleet.sim.computers import sim_robot_names, sim_robots
 
     with tempfile.TemporaryDirectory(prefix="bench-assign-") as tmp:
         settings = load_settings(config, data_dir=Path(tmp))
         cloud = CloudService(
-            settings, sim_robots=robots, dashboard_port=None, grpc_port=0, auto_resume=False
+            settings,
+            robots=sim_robots(robots),
+            dashboard_port=None,
+            grpc_port=0,
+            auto_resume=False,
         )
         spawned_at = datetime.now(UTC)
         cloud.start()
         try:
             assert cloud.store is not None and cloud.manager is not None
-            names = sorted(cloud.computers.computers) if cloud.computers else []
+            names = sim_robot_names(robots)
             cold = _first_reports(cloud.store, names, spawned_at)
             spec = sim_fleet_spec(
                 f"bench-assign-{robots}",

@@ -109,6 +109,7 @@ def run_system(
     """
     from robofleet.cloud import CloudService
     from robofleet.settings import load_settings
+    from robofleet.sim.computers import sim_robots
 
     with tempfile.TemporaryDirectory(prefix="bench-eff-") as tmp:
         settings = load_settings(config, data_dir=data_dir or Path(tmp))
@@ -130,7 +131,11 @@ def run_system(
             target_success=target,
         )
         cloud = CloudService(
-            settings, sim_robots=robots, dashboard_port=None, grpc_port=0, auto_resume=False
+            settings,
+            robots=sim_robots(robots),
+            dashboard_port=None,
+            grpc_port=0,
+            auto_resume=False,
         )
         t0 = time.monotonic()
         try:

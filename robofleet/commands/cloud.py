@@ -51,15 +51,16 @@ def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
     from robofleet.cloud import CloudService
     from robofleet.settings import load_settings
+    from robofleet.sim.computers import sim_robots
 
     settings = load_settings(args.config)
+    cameras = [c for c in args.sim_cameras.split(",") if c]
+    size = (args.sim_image_size, args.sim_image_size)
     cloud = CloudService(
         settings,
         ray_address=args.ray_address,
         num_cpus=args.num_cpus,
-        sim_robots=args.sim_robots,
-        sim_cameras=[c for c in args.sim_cameras.split(",") if c],
-        sim_image_size=(args.sim_image_size, args.sim_image_size),
+        robots=sim_robots(args.sim_robots, cameras, size) if args.sim_robots else None,
         dashboard_port=None
         if args.no_dashboard
         else (settings.dashboard.port if args.port is None else args.port),

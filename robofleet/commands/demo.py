@@ -243,6 +243,7 @@ def main(argv: Sequence[str] = ()) -> int:
     from foundation.runspec import RunSpecError
     from robofleet.cloud import CloudService
     from robofleet.settings import load_settings
+    from robofleet.sim.computers import sim_robots
 
     console = Console(stderr=args.json)
     settings = load_settings(args.config)
@@ -254,9 +255,9 @@ def main(argv: Sequence[str] = ()) -> int:
     cameras = [c for c in args.cameras.split(",") if c]
     cloud = CloudService(
         settings,
-        sim_robots=args.robots,
-        sim_cameras=cameras,
-        sim_image_size=(args.image_size, args.image_size),
+        robots=sim_robots(args.robots, cameras, (args.image_size, args.image_size))
+        if args.robots
+        else None,
         dashboard_port=None if args.no_dashboard else args.port,
         auto_resume=False,
     )

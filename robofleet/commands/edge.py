@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--task",
         action="append",
         default=None,
-        help="task name (repeat for several); Meta-World tasks for the metaworld driver",
+        help="task name (repeat for several; default: the driver's own, or the run's)",
     )
     p.add_argument(
         "--run",
@@ -111,12 +111,11 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
     """The agent options a parsed ``robofleet edge`` command line asks for."""
     from edge_agent.build import AgentOptions
 
-    # A robot computer takes its tasks from each run; a fixed run needs one for Meta-World.
-    fixed = args.run is not None or args.server is None
-    default_tasks = ["reach-v3"] if args.driver == "metaworld" and fixed else []
+    # A robot computer takes its tasks from each run; a fixed run without --task runs the
+    # driver's own (edge_agent.build).
     return AgentOptions(
         robot_name=args.robot,
-        tasks=args.task or default_tasks,
+        tasks=args.task or [],
         driver=args.driver,
         driver_options=driver_options(args.driver_option),
         run_id=args.run or "offline",

@@ -15,7 +15,8 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,26 @@ class SimRobotComputers:
             actor="simfleet",
         )
 
+    def wait_reported(self, timeout_s: float) -> None:
+        """Wait until every computer enrolled and reports (runs lease them).
+
+        Raises:
+            RuntimeError: some did not report within ``timeout_s`` (named, with their logs).
+        """
+        deadline = time.monotonic() + timeout_s
+        reported: set[str] = set()
+        while time.monotonic() < deadline:
+            with self.store.session() as s:
+                rows = s.execute(select(Robot.name, Robot.stats).where(Robot.name.in_(self.names)))
+                reported = {name for name, stats in rows if (stats or {}).get("state")}
+            if reported == set(self.names):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(
+            f"simulated robot computers {sorted(set(self.names) - reported)} did not report "
+            f"within {timeout_s:.0f}s; see {self.data_dir / 'robots'}/<name>/edge.log"
+        )
+
     def pid(self, name: str) -> int | None:
         return self.computers[name].pid
 
@@ -167,3 +188,28 @@ class SimRobotComputers:
             computer.signal(signal.SIGTERM)
         for computer in self.computers.values():
             computer.stop(timeout_s)
+
+
+def sim_robots(
+    n: int, cameras: Sequence[str] = (), image_size: tuple[int, int] = (64, 64)
+) -> Callable[[Any, MetadataStore, str], SimRobotComputers]:
+    """A ``robofleet.cloud.RobotStarter`` of ``n`` simulated robot computers (named
+    :func:`sim_robot_names`) rendering ``cameras`` at ``image_size`` (height, width): it
+    starts them and waits ``orchestration.robots_ready_timeout_s`` for them to report.
+
+    Raises (when called):
+        RuntimeError: they did not report in time (they are stopped first).
+    """
+
+    def start(settings: Any, store: MetadataStore, server: str) -> SimRobotComputers:
+        computers = SimRobotComputers(
+            settings, store, server, sim_robot_names(n), cameras=cameras, image_size=image_size
+        ).start()
+        try:
+            computers.wait_reported(settings.orchestration.robots_ready_timeout_s)
+        except BaseException:
+            computers.close()
+            raise
+        return computers
+
+    return start

@@ -110,7 +110,7 @@ def _mt_evaluate(policy: MLPPolicy, cfg: MultiTaskConfig) -> tuple[dict[str, flo
     # The very evaluation the distributed run uses (fixed seeds, no operator).
     from runs.evaluator import evaluate
 
-    success = evaluate(policy, cfg.tasks, cfg.eval_episodes, cfg.max_episode_steps)
+    success = evaluate(policy, "metaworld", cfg.tasks, cfg.eval_episodes, cfg.max_episode_steps)
     return success, float(np.mean(list(success.values())))
 
 

@@ -90,6 +90,7 @@ def test_the_same_agent_runs_as_a_ray_actor(tmp_path):
         opts = AgentOptions(
             robot_name="ray-robot",
             tasks=["reach-v3"],
+            driver="metaworld",
             operator="scripted",
             max_episode_steps=10,
             spool_dir=tmp_path / "spool",

@@ -60,6 +60,7 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
         opts = AgentOptions(
             robot_name="sawyer-ctl",
             tasks=["reach-v3"],
+            driver="metaworld",
             run_id=RUN,
             server=cloud.address,
             token=store.create_enrollment_token(timedelta(minutes=5)),

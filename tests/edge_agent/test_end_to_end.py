@@ -38,6 +38,7 @@ def test_spool_drains_after_the_cloud_is_killed_and_restarted_mid_episode(tmp_pa
         opts = AgentOptions(
             robot_name="sawyer-e2e",
             tasks=["reach-v3"],
+            driver="metaworld",
             run_id=RUN,
             server=f"127.0.0.1:{port}",
             token=token,

@@ -13,8 +13,8 @@ from tests.fakes.settings import fast_edge
 def _agent_goals(tmp_path, name: str, **kw) -> list[np.ndarray]:
     """Run two 2-step episodes offline; each episode's goal (the last 3 state floats)."""
     opts = AgentOptions(
-        robot_name=name, tasks=["reach-v3"], operator="none", max_episode_steps=2,
-        spool_dir=tmp_path / name, **kw,
+        robot_name=name, tasks=["reach-v3"], driver="metaworld", operator="none",
+        max_episode_steps=2, spool_dir=tmp_path / name, **kw,
     )  # fmt: skip
     built = build_agent(fast_edge(control_hz=1000.0), None, opts)
     goals: list[np.ndarray] = []

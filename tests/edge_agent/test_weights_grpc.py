@@ -36,6 +36,7 @@ def test_published_version_applies_at_episode_end_and_is_reported(tmp_path, db):
         opts = AgentOptions(
             robot_name="weights-robot",
             tasks=["reach-v3"],
+            driver="metaworld",
             run_id=RUN,
             server=cloud.address,
             token=store.create_enrollment_token(timedelta(minutes=5)),

@@ -17,6 +17,8 @@ from hal.driver import (
     EStopError,
     NotConnectedError,
     RobotDriver,
+    ScriptedExpertDriver,
+    TaskCatalogDriver,
 )
 from hal.drivers import make_driver
 from hal.spec import RobotSpec
@@ -272,3 +274,28 @@ def test_ros2_commands_reach_the_robot_as_sent(ros2_echo: Ros2Robot) -> None:
         assert np.all(np.abs(sent[2]) <= 1.0)  # the out-of-bounds one went out clipped
     finally:
         d.disconnect()
+
+
+def test_make_driver_passes_a_kind_only_the_episode_options_it_takes() -> None:
+    episode = {
+        "tasks": ["reach-v3", "push-v3"],
+        "max_episode_steps": 7,
+        "seed": 3,
+        "terminate_on_success": True,
+    }
+    mw = make_driver("metaworld", "mw-ep", episode)
+    assert mw.spec.tasks == ["reach-v3", "push-v3"] and mw.spec.max_episode_steps == 7
+    gym = make_driver("gymnasium", "pendulum-ep", episode, env_id="Pendulum-v1")
+    assert gym.episode_options == frozenset() and gym.spec.max_episode_steps != 7
+    with pytest.raises(ValueError, match="unknown episode options"):
+        make_driver("metaworld", "mw-bad", {"colour": 1})
+
+
+def test_a_scripted_expert_and_a_task_list_are_what_a_driver_offers() -> None:
+    mw = make_driver("metaworld", "mw-x", {"tasks": ["reach-v3"]})
+    assert isinstance(mw, ScriptedExpertDriver) and isinstance(mw, TaskCatalogDriver)
+    assert {"reach-v3", "pick-place-v3"} <= set(mw.available_tasks())
+    action = mw.expert("reach-v3")(np.zeros(39, np.float32))
+    assert action.shape == (4,) and action.dtype == np.float32
+    gym = make_driver("gymnasium", "pendulum-x", env_id="Pendulum-v1")
+    assert not isinstance(gym, ScriptedExpertDriver | TaskCatalogDriver)

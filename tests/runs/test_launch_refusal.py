@@ -179,3 +179,49 @@ def test_resume_and_stop_requests_follow_the_run_states(tmp_path: Path) -> None:
     assert run is not None and run.state == RunState.STOPPED
     assert cli(tmp_path, "resume", "run-nope").returncode == 2
     store.close()
+
+
+def _simulator_errors(tmp_path: Path, tasks: list[str], computer: dict[str, str] | None) -> dict:
+    """The refusal of a simulator-evaluated run on one Sawyer whose computer says ``computer``."""
+    url = f"sqlite:///{(tmp_path / 'robofleet.db').as_posix()}"
+    upgrade(url)
+    store = store_for(tmp_path)
+    spec = {k: v for k, v in sawyer_spec().items() if k != "computer"}
+    if computer is not None:
+        spec["computer"] = computer
+    with store.session() as s:
+        s.add(
+            Robot(name="sim-00", robot_type="metaworld-sawyer", status=RobotStatus.IDLE, spec=spec)
+        )
+    run = parse_run_spec(
+        {
+            "algorithm": "hg-dagger",
+            "tasks": tasks,
+            "robots": {"robot_type": "metaworld-sawyer", "count": 1},
+            "evaluation": {"on": "simulator"},
+        }
+    )
+    try:
+        with pytest.raises(RunSpecError) as err:
+            submit_run(store, run, tmp_path / "runs", actor="test")
+    finally:
+        store.close()
+    return err.value.errors
+
+
+def test_the_simulator_evaluates_only_tasks_the_robots_driver_runs(tmp_path: Path) -> None:
+    errors = _simulator_errors(tmp_path, ["no-such-task-v3"], {"driver": "metaworld"})
+    assert "no-such-task-v3" in errors["evaluation.on"]
+    assert "evaluation.on: robots" in errors["evaluation.on"]
+
+
+def test_the_simulator_needs_the_robots_driver_kind(tmp_path: Path) -> None:
+    errors = _simulator_errors(tmp_path, ["reach-v3"], None)
+    assert "described no driver kind" in errors["evaluation.on"]
+    assert "sim-00" in errors["evaluation.on"]
+
+
+def test_the_simulator_refuses_a_driver_it_cannot_build_alone(tmp_path: Path) -> None:
+    # A Gymnasium robot needs its env_id: the run's episode options alone cannot build one.
+    errors = _simulator_errors(tmp_path, ["reach-v3"], {"driver": "gymnasium"})
+    assert "gymnasium" in errors["evaluation.on"]
