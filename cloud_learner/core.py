@@ -1,51 +1,10 @@
 """Every seam of the cloud learner in one file; read this first.
 
-The learner loop, in full (``cloud_learner.loop.Learner`` runs exactly this)::
-
-    source = BufferSource(replay_buffer)          # BatchSource: the buffer behind a thin adapter
-    algorithm = HGDAgger(policy, config)          # Algorithm: owns the policy and its optimizer
-    publisher = WeightDirectory(run_dir / "weights")  # foundation.contracts.WeightPublisher
-    checkpoints = CheckpointManager(run_dir)      # resume-or-refuse, atomic, keep last K
-
-    state = checkpoints.restore(algorithm, source) or fresh   # counters, RNG, sampler state
-    while not stop:
-        if source.online_transitions() < min_transitions:     # robots' rows, not demos; never
-            sleep(); continue                                 # waits on one robot
-        if not source.can_sample(batch_size):                 # samples-per-insert limiter
-            sleep(); continue
-        metrics = algorithm.update(source.sample(batch_size)) # one gradient step
-        step += 1; log(step, metrics)
-        if step % publish_every == 0 or time_since_publish > T:
-            version += 1; publisher.publish(version, algorithm.get_weights())
-        if step % checkpoint_every == 0:
-            checkpoints.save(step, version, algorithm, source)
-
-On a robot, the edge agent holds a :class:`Policy` and calls ``policy.act(observation, task)``
-every control step; when a new version arrives it calls ``policy.set_weights(weights)``.
-
-Batches are ``dict[str, torch.Tensor]`` with LeRobot keys (B = batch size, D = state size,
-A = action size, T = chunk length, H/W = image height/width):
-
-=============================  =================  =========  ==================================
-key                            shape              dtype      meaning
-=============================  =================  =========  ==================================
-``observation.state``          (B, D)             float32    proprioception / low-dim state
-``observation.images.<cam>``   (B, H, W, 3)       uint8      camera frames (optional)
-``action``                     (B, A)             float32    the action that was executed
-``action_chunk``               (B, T, A)          float32    executed chunk (chunked policies)
-``task_index``                 (B,)               int64      which task of the multi-task run
-``is_intervention``            (B,)               bool       an operator chose this action
-``reward``                     (B,)               float32    reward after the action
-``terminated`` / ``truncated`` (B,)               bool       Gymnasium episode-end flags
-``next.observation.state``     (B, D)             float32    state after the action
-``episode_index``              (B,)               int64      episode id
-``frame_index``                (B,)               int64      step within the episode
-=============================  =================  =========  ==================================
-
-Weights are always a flat ``dict[str, torch.Tensor]`` (never pickled) so that comms can ship
-them as raw tensors with a manifest and checksums. The learner publishes them through a
-:class:`foundation.contracts.WeightPublisher` (``comms.weight_file.WeightDirectory`` in a run,
-``cloud_learner.publisher.InMemoryWeightPublisher`` in tests).
+``Policy`` (what a robot runs), ``Algorithm`` (owns a policy and its optimizer: ``update``),
+``BatchSource`` (batches from the buffer). Batches are ``dict[str, torch.Tensor]`` with LeRobot
+keys (``observation.state`` (B, D) float32, ``action`` (B, A) float32, ...); weights are a flat
+``dict[str, torch.Tensor]``, never pickled. The loop, in full, and every batch key with its
+shape and dtype are in ``docs/learner.md``.
 """
 
 from __future__ import annotations

@@ -1,40 +1,8 @@
 """The edge agent: one robot's control loop, composed of one collaborator per job.
 
-See :mod:`edge_agent.core` for the step, in full. Timing: the loop ticks at ``control_hz``
-(the driver's rate unless the ``edge.control_hz`` setting overrides it). A step's *latency* is
-the time from reading the observation to the row being queued for upload (policy, operator,
-``send_action`` and recording); a step whose latency plus the wait exceeds the period is an
-*overrun* and the next tick starts at once instead of bursting to catch up
-(:mod:`edge_agent.pacing`). Each step's row is queued one step late, so that a stop in the
-middle of an episode can still mark the last row ``truncated`` with its real final
-observation (:mod:`edge_agent.recording`).
-
-Cloud control (:mod:`edge_agent.control`): an e-stop latches the driver on the listener's
-thread and wakes the loop, which closes the episode as truncated and holds until the latch is
-cleared; a pause holds at the next step boundary in the middle of the episode (timestamps
-skip the pause) and a resume continues it. The uplink keeps draining the spool meanwhile
-(:mod:`edge_agent.holds`).
-
-New weights apply only at safe boundaries and their staleness is measured at every step
-(:mod:`edge_agent.weights`); episode indices survive restarts (:mod:`edge_agent.episodes`);
-heartbeats go out on a timer (:mod:`edge_agent.heartbeat`).
-
-Demonstrations (a run's demonstration phase, ``demonstrations``: task -> episodes): before
-its policy episodes the agent runs that many episodes of each task in which the operator
-drives the robot and no policy is consulted (no weights needed yet): the scripted operator's
-expert acts at every step (``ScriptedOperator.demonstrate``), a person's input acts while they
-hold the controls and the robot otherwise holds still (zeros). Their steps carry
-``policy_version`` :data:`~edge_agent.core.DEMONSTRATION` (0); ``episodes.jsonl`` counts the
-kept ones, so a restarted agent records only what is missing.
-
-The operator's ``rerecord`` and ``discard`` (keyboard, gamepad, the cloud's Control stream or
-:meth:`EdgeAgent.rerecord` / :meth:`EdgeAgent.discard`) end the episode, which then never
-counts toward ``run(episodes=N)`` and is never trained on: with ``episode_commit =
-"episode_end"`` its held rows are dropped; with ``"stream"`` (its rows are on their way) a
-mark goes to the cloud's buffer from the durable :class:`~edge_agent.episodes.MarkOutbox`. A
-rerecorded episode's task is the next episode's. Every kept episode's outcome goes the same
-way (a ``success`` / ``failure`` mark: the operator's label, else the driver's success
-signal), so a later run can mount the episodes that succeeded.
+See :mod:`edge_agent.core` for the step, in full, and ``docs/edge_agent.md`` for timing,
+cloud control (e-stop, pause), weights at safe boundaries, demonstrations, and rerecord /
+discard marks.
 """
 
 from __future__ import annotations

@@ -2,48 +2,10 @@
 
 Sources: Haarnoja et al. 2018, "Soft Actor-Critic Algorithms and Applications"
 (arXiv:1812.05905); Ball, Smith, Kostrikov, Levine 2023, "Efficient Online Reinforcement
-Learning with Offline Data" (RLPD, arXiv:2302.02948).
-
-RLPD's three changes to SAC, all here:
-  * symmetric sampling: every batch is half online, half offline data. That is the batch
-    source's job (the buffer's ``MixSampler``: mounted offline data, the window's
-    operator-labelled steps, or both); this file only trains on what it gets.
-  * LayerNorm in the critics, against value over-extrapolation on out-of-distribution actions.
-  * an ensemble of E critics; the TD target takes the minimum over a random subset of
-    ``critic_subset`` of them (E = 2, subset = 2 is plain clipped double-Q SAC).
-The update-to-data ratio is bounded by the buffer's rate limiter (samples per insert).
-
-Per batch (r = reward, d = terminated; truncation is not termination)::
-
-    a', logp' ~ pi(. | s')
-    y        = r + gamma (1 - d) (min_{i in subset} Q_target_i(s', a') - alpha logp')
-    critic   = sum_i mean_b (Q_i(s, a) - y)^2
-    a~, logp ~ pi(. | s)
-    actor    = mean_b (alpha logp - mean_i Q_i(s, a~))
-    temp     = mean_b (-log_alpha (logp + target_entropy))       target_entropy = -A
-
-Starting from a behaviour-cloned actor (:mod:`cloud_learner.warm_start`) with untrained
-critics, the first actor updates follow the critics' noise and the entropy bonus, and the
-clone is lost within tens of updates. Three standard remedies, each off by default here (plain
-SAC/RLPD) and switched on by a run's hyper-parameters (:class:`SACOptions`):
-
-  * ``critic_warmup_updates``: the first N updates train the critics only, actor and
-    temperature frozen, so the critics evaluate the cloned policy before it follows them
-    (the policy-evaluation warm-up of offline-to-online RL, e.g. Nair et al. 2020, AWAC,
-    arXiv:2006.09359; Uchendu et al. 2023, JSRL, arXiv:2204.02372).
-  * ``bc_weight``: TD3+BC's behaviour regularisation (Fujimoto & Gu 2021, arXiv:2106.06860)
-    on the operator rows of each batch (``is_intervention``: demonstrations and takeovers).
-    As in TD3+BC the Q term is divided by ``mean_b |Q|`` (detached), so the weight does not
-    depend on the reward's scale::
-
-        actor = mean_b (alpha logp - mean_i Q_i(s, a~)) / mean_b |mean_i Q_i(s, a~)|
-                + bc_weight * (mse + nll)   on operator rows
-
-    with ``mse``/``nll`` of :func:`gaussian_bc_loss` (the warm start's own objective: the
-    pre-squash mean towards ``atanh`` of the operator's action, the spread by likelihood
-    around it). TD3+BC's alpha = 2.5 is ``bc_weight = 0.4``.
-  * ``target_entropy`` (None = -A, SAC's heuristic) and ``init_temperature``: a cloned actor
-    is already narrow, so a small initial alpha keeps the entropy bonus from widening it.
+Learning with Offline Data" (RLPD, arXiv:2302.02948); TD3+BC (Fujimoto & Gu 2021,
+arXiv:2106.06860) for ``bc_weight``. LayerNorm critics and a min over a random subset of an
+ensemble of E critics are here; symmetric sampling is the builder's sampler. The losses per
+batch and the warm-start remedies (:class:`SACOptions`) are in ``docs/learner.md``.
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
 """Adapters that let the fleet post-train LeRobot policies (ACT, Diffusion, SmolVLA, pi0).
 
-:func:`make_lerobot_policy` builds a policy from its LeRobot config alone: no hub download,
-randomly initialised (vision backbones with ``pretrained_backbone_weights=None``), or from a
-local ``pretrained_model`` directory saved by LeRobot's ``save_pretrained`` (its
-``config.json`` and ``model.safetensors``, read as raw tensors). A config that needs
-something from the hub (SmolVLA's VLM config and weights, pi0's PaliGemma) is refused offline
-with :class:`LeRobotUnavailable` naming what was missing and why.
-
-:class:`LeRobotPolicyAdapter` puts the LeRobot model behind :class:`cloud_learner.core.Policy`
-and gives it ``bc_loss`` so HG-DAgger (and RECAP without indicator) can train it:
-
-* batch conversion: ``observation.images.<cam>`` (B, H, W, 3) uint8 -> (B, 3, H, W) float in
-  [0, 1]; ``action_chunk`` (B, T, A) -> LeRobot's ``action`` with ``action_is_pad`` from
-  ``action_chunk_is_pad`` (all False when absent); observations gain the time axis when a
-  config wants ``n_obs_steps`` = 1 stacked.
-* LeRobot's losses are batch means (no per-row reduction for ACT and Diffusion), so
-  ``per_row_loss`` is False and HG-DAgger trains on the labelled rows of each batch.
-* normalisation: LeRobot 0.6 normalises in its processor pipeline, outside the model. The
-  adapter does it itself (LeRobot's MEAN_STD on ``observation.state`` and ``action``) with
-  buffers ``state_mean``/``state_std``/``action_mean``/``action_std`` that are part of its
-  weights, so the statistics travel with every version to the robots; a pretrained directory's
-  normaliser statistics (``policy_preprocessor*normalizer_processor.safetensors``) are read
-  into them when present.
-* ``act`` returns the whole predicted chunk (T, A), de-normalised (``predict_action_chunk``;
-  Diffusion: ``n_action_steps`` of its ``horizon``).
-
-A policy card (``cloud_learner.policy_card``) carries :meth:`LeRobotPolicyAdapter.card_data`
-(the kind and the full LeRobot config, draccus-encoded JSON): a robot rebuilds the same network
-with :func:`lerobot_from_card` and loads the version's tensors into it.
+:func:`make_lerobot_policy` builds one from its LeRobot config alone (random init, nothing from
+a hub) or from a local ``save_pretrained`` directory; one that needs a hub download is refused
+with :class:`LeRobotUnavailable`. :class:`LeRobotPolicyAdapter` puts the model behind
+``cloud_learner.core.Policy`` with ``bc_loss``; batch conversion, normalisation and chunks are
+described in ``docs/learner.md``.
 """
 
 from __future__ import annotations
