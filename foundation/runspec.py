@@ -147,7 +147,7 @@ class OfflineSource(_Strict):
     format: str = Field(
         default="auto",
         pattern=r"^[a-z0-9][a-z0-9_-]*$",
-        description="auto (detected), or a registered dataset format (lab_data.importers): "
+        description="auto (detected), or a registered dataset format (lab_data.registry): "
         "robofleet, lerobot, ros2 or a plugin's; checked at launch.",
     )
     tasks: list[str] | None = Field(default=None, description="Keep rows of these tasks only.")

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lab_data.importers import ImportJob
+from lab_data.importing import ImportJob
 
 if TYPE_CHECKING:
     from buffer.table.schema import StepSchema

@@ -20,7 +20,7 @@ import pyarrow as pa
 from buffer.config import BufferSettings
 from buffer.table.features import FeatureSpec
 from buffer.table.schema import StepSchema
-from lab_data.importers import ImportJob, Progress
+from lab_data.importing import ImportJob, Progress
 
 VIDEO_BACKEND = "pyav"
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from buffer.table.schema import StepSchema
 from foundation.rows import RowFilter
-from lab_data.importers import Progress
+from lab_data.importing import Progress
 from lab_data.lerobot_import import VIDEO_BACKEND, import_lerobot
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from lab_data.importers import ImportJob
+from lab_data.importing import ImportJob
 
 if TYPE_CHECKING:
     from buffer.config import BufferSettings

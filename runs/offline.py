@@ -30,7 +30,7 @@ from typing import Any
 
 from foundation.durable import atomic_write_text
 from foundation.runspec import OfflineSource, RunSpec
-from lab_data.importers import detect_format, importer
+from lab_data.registry import detect_format, importer
 
 PROVENANCE = "offline.json"
 OFFLINE_ROBOT = "offline"  # robot_id of imported rows that carry none of their own
@@ -200,7 +200,7 @@ def mount_sources(
 def _imported(located: Located, source: OfflineSource, store: Path) -> Path:
     """The buffer directory of ``located`` imported into ``store`` (once: an import that
     completed is reused)."""
-    from lab_data.importers import import_data
+    from lab_data.registry import import_data
 
     done = store / "buffer"
     if (done / "schema.json").is_file() and (store / "source.json").is_file():

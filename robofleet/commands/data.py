@@ -1,7 +1,7 @@
 """``robofleet data import | export | ls | inspect | rm``: datasets a lab has, as offline data.
 
 ``import SOURCE --into NAME`` reads a LeRobotDataset v3 directory, a robofleet buffer or ROS 2
-bag(s) (``lab_data.importers``) into the catalog (``<data_dir>/datasets``,
+bag(s) (``lab_data.registry``) into the catalog (``<data_dir>/datasets``,
 ``lab_data.catalog``), where a run's ``buffer.offline_data`` mounts it. ``export RUN|NAME
 --format lerobot --out DIR`` writes a run's buffer (``<data_dir>/runs/<id>/buffer``) or a
 dataset as a LeRobotDataset v3. ``ls`` lists datasets and runs whose buffers can be mounted;
@@ -156,7 +156,7 @@ def progress_bar(label: str, enabled: bool = True) -> Iterator[Callable[[int, in
 
 
 def _import(args: argparse.Namespace, data_dir: Path) -> int:
-    from lab_data.importers import detect_format, import_data, importer
+    from lab_data.registry import detect_format, import_data, importer
 
     source = Path(args.source)
     fmt = importer(args.format).format if args.format else detect_format(source)

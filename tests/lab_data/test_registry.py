@@ -1,4 +1,4 @@
-"""lab_data.importers: format detection, the registry, a buffer copied into place, describe."""
+"""lab_data.registry: format detection, the registry, a buffer copied into place, describe."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from lab_data.catalog import describe
-from lab_data.importers import ImportJob, detect_format, formats, import_data, importer, register
+from lab_data.importing import ImportJob
+from lab_data.registry import detect_format, formats, import_data, importer, register
 from tests.buffer.helpers import episodes, open_buffer, small_schema
 
 

@@ -1,85 +1,22 @@
-"""Importers registered by format: what turns a lab's recordings into a robofleet buffer.
-
-Each format is one :class:`DatasetImporter` (``lerobot``: LeRobotDataset v3, ``ros2``: rosbag2
-recordings, ``robofleet``: a buffer directory). Another package adds one with :func:`register`
-or an entry point in the ``robofleet.dataset_importers`` group naming a zero-argument factory;
-the CLI (``robofleet data import``), a run's offline mounts (``runs.offline``) and the benches
-only call :func:`detect_format`, :func:`importer` and :func:`import_data`.
+"""Importers registered by format: ``lerobot`` (LeRobotDataset v3), ``robofleet`` (a buffer
+directory), ``ros2`` (rosbag2 recordings), and any a lab adds with :func:`register` or an entry
+point in the ``robofleet.dataset_importers`` group naming a zero-argument factory. The CLI
+(``robofleet data import``), a run's offline mounts (``runs.offline``) and the benches call
+:func:`detect_format`, :func:`importer` and :func:`import_data`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 
-if TYPE_CHECKING:
-    from buffer.table.schema import StepSchema
+from lab_data.buffer_copy import BufferImporter
+from lab_data.importing import DatasetImporter, ImportJob, Progress
+from lab_data.lerobot_import import LeRobotImporter
+from lab_data.ros2_bags import Ros2BagImporter
 
-Progress = Callable[[int, int], None]
 ENTRY_POINT_GROUP = "robofleet.dataset_importers"
-
-
-@dataclass(frozen=True)
-class ImportJob:
-    """One import: ``source`` into the new buffer directory ``dest``.
-
-    Attributes:
-        robot_id: the steps' ``robot_id`` (None: the importer's default).
-        task: the task name every step takes (None: the source's own task names).
-        progress: ``progress(done, total)`` in the importer's unit (frames, bags, files).
-        options: the importer's own options, already checked against its ``options``.
-    """
-
-    source: Path
-    dest: Path
-    robot_id: str | None = None
-    task: str | None = None
-    progress: Progress | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-@runtime_checkable
-class DatasetImporter(Protocol):
-    """One dataset format.
-
-    Attributes:
-        format: the format's name (``--format``, ``offline_data[k].format``).
-        recognised_by: what :meth:`detect` looks for, for error messages.
-        options: the keyword options :meth:`import_into` takes beyond the common ones.
-        keeps_robot_ids: rows carry their own ``robot_id`` (a ``robot_id`` given is refused).
-    """
-
-    format: str
-    recognised_by: str
-    options: tuple[str, ...]
-    keeps_robot_ids: bool
-
-    def detect(self, path: Path) -> bool:
-        """Whether ``path`` (an existing file or directory) is of this format."""
-        ...
-
-    def schema(
-        self, path: Path, options: Mapping[str, Any], task: str | None
-    ) -> tuple[StepSchema, list[str]]:
-        """(step schema, task names) of ``path`` read from its metadata, without importing
-        (tasks empty when unknown before an import; ``task``: the name every row will take).
-
-        Raises:
-            ValueError: the metadata cannot be read or lacks what is needed (named).
-        """
-        ...
-
-    def import_into(self, job: ImportJob) -> Path:
-        """Write ``job.source``'s steps into the new buffer directory ``job.dest``; returns it.
-
-        Raises:
-            ValueError: what the format refuses (named); options are already checked.
-        """
-        ...
-
 
 _REGISTRY: dict[str, DatasetImporter] = {}
 _loaded = False
@@ -101,10 +38,6 @@ def _importers() -> dict[str, DatasetImporter]:
     global _loaded
     if not _loaded:
         _loaded = True
-        from lab_data.buffer_copy import BufferImporter
-        from lab_data.lerobot_import import LeRobotImporter
-        from lab_data.ros2_bags import Ros2BagImporter
-
         for built_in in (LeRobotImporter(), BufferImporter(), Ros2BagImporter()):
             register(built_in)
         for ep in entry_points(group=ENTRY_POINT_GROUP):
