@@ -32,11 +32,11 @@ from buffer.sampling.samplers import (
     Sampler,
     UniformSampler,
 )
+from buffer.table.claim import AppendResult
 from buffer.table.features import FeatureSpec
 from buffer.table.offline import OfflineView
 from buffer.table.replay_buffer import ReplayBuffer
 from buffer.table.schema import StepSchema
-from buffer.table.watermark import AppendResult
 
 __all__ = [
     "AppendResult",

@@ -25,9 +25,9 @@ from lab_data.importing import ImportJob
 
 if TYPE_CHECKING:
     from buffer.config import BufferSettings
+    from buffer.table.claim import AppendResult
     from buffer.table.replay_buffer import ReplayBuffer
     from buffer.table.schema import StepSchema
-    from buffer.table.watermark import AppendResult
 
 
 class BagImportError(ValueError):

@@ -46,11 +46,11 @@ from numpy.typing import ArrayLike, NDArray
 from buffer.config import BufferSettings
 from buffer.errors import NothingToSample
 from buffer.sampling.samplers import Sampler
+from buffer.table.claim import AppendResult
 from buffer.table.opening import SCHEMA_FILE, SHARDS_FILE
 from buffer.table.reading import sample_across_shards
 from buffer.table.replay_buffer import ReplayBuffer
 from buffer.table.schema import StepSchema
-from buffer.table.watermark import AppendResult
 from foundation.durable import atomic_write_text
 from foundation.rows import RowFilter
 

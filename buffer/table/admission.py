@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -26,11 +24,9 @@ from buffer.errors import (
 )
 from buffer.files.wal import WriteAheadLog
 from buffer.table.chunks import Chunk
+from buffer.table.claim import AppendResult, Claim
 from buffer.table.combiner import Combiner, Ticket, one_at_a_time
-from buffer.table.watermark import AppendResult
-
-if TYPE_CHECKING:
-    from buffer.table.writer import Writer
+from buffer.table.write_path import WritePath
 
 # Appends of at most this many bytes that wait for the combiner together are merged into
 # one (see ``Admission._stage_group``), up to ``_JOINT_MAX_BYTES`` per merged append: their
@@ -39,23 +35,6 @@ if TYPE_CHECKING:
 # alone.
 _MERGE_MAX_BYTES = 256 * 1024
 _JOINT_MAX_BYTES = 2 * 1024 * 1024
-
-
-@dataclass
-class Claim:
-    """One append's new records on their way to disk."""
-
-    new: pa.RecordBatch
-    cols: StepColumns  # the small columns of ``new``
-    wal: WriteAheadLog  # its stripe
-    dup: np.ndarray | None = None  # which records of the validated batch were stored before
-    recoveries: int = 0  # ``Writer.recoveries`` when it was de-duplicated
-    limited: int = 0  # inserts counted by the rate limiter and not yet stored
-    announced: bool = True  # its WAL stripe still expects its record (``WriteAheadLog.begin``)
-    counted: bool = False  # counted among the appends given rows (``Writer.claimed``)
-    first: int = 0
-    end: int = 0
-    tail: Chunk | None = None
 
 
 class Append(Ticket):
@@ -118,7 +97,7 @@ class Admission:
         writer: the writer it belongs to (its state, WAL, tail and failure).
     """
 
-    def __init__(self, writer: Writer) -> None:
+    def __init__(self, writer: WritePath) -> None:
         self.writer = writer
         self.state = writer.state
         self.rate_limiter = writer.rate_limiter

@@ -10,30 +10,29 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
 
 from buffer.columns import StepColumns
 from buffer.files.encoding import ipc_message, ipc_pieces, pieces_size
 from buffer.files.wal import WriteAheadLog
 from buffer.table.chunks import ColdArrays
+from buffer.table.claim import Claim
 from buffer.table.tail_reads import WalTailReader
-
-if TYPE_CHECKING:
-    from buffer.table.admission import Claim
-    from buffer.table.writer import Writer
+from buffer.table.watermark import Watermark
+from buffer.table.write_path import WritePath
 
 
 class GroupCommit:
     """Writes and fdatasyncs of one writer's appends.
 
     Args:
-        writer: the writer it belongs to (its state, WAL, watermark and failure).
+        writer: the writer it belongs to (its state, WAL and failure).
+        watermark: the writer's watermark (publishes what a sync covered).
     """
 
-    def __init__(self, writer: Writer) -> None:
+    def __init__(self, writer: WritePath, watermark: Watermark) -> None:
         self.writer = writer
         self.state = writer.state
-        self.watermark = writer.watermark
+        self.watermark = watermark
         self.unsynced: list[list[_Unsynced]] = []  # per stripe: written, not known durable
 
     def start(self) -> None:

@@ -5,14 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from buffer.sampling.view import Table
 from foundation.rows import RowFilter
 
-if TYPE_CHECKING:
-    from buffer.table.replay_buffer import ReplayBuffer
+
+class MountedTable(Table, Protocol):
+    """A mounted buffer as its view holds it (``buffer.ReplayBuffer`` is one): read, and
+    closed when the mounting buffer closes (unless it is that buffer)."""
+
+    def close(self) -> None:
+        """Close the buffer (its threads, WAL and directory lock)."""
+        ...
 
 
 @dataclass
@@ -28,7 +35,7 @@ class OfflineView:
     """
 
     name: str
-    buffer: ReplayBuffer
+    buffer: MountedTable
     rows: np.ndarray
     filter: RowFilter = field(default_factory=RowFilter)
     task: str | None = None

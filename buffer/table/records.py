@@ -1,9 +1,10 @@
-"""Step dicts (``{column: value}``) into a record batch of a :class:`StepSchema`."""
+"""Step dicts (``{column: value}``) into a record batch of a step schema
+(``buffer.table.schema.StepSchema``, seen here as a :class:`RecordLayout`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -11,11 +12,29 @@ import pyarrow as pa
 from buffer.errors import StepValidationError
 from buffer.table.features import FINAL_PREFIX, OPTIONAL_ACTIONS, SCALAR_COLUMNS, FeatureSpec
 
-if TYPE_CHECKING:
-    from buffer.table.schema import StepSchema
+
+class RecordLayout(Protocol):
+    """The columns of a step schema that records are built into (``StepSchema`` is one)."""
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The exact Arrow schema of stored record batches."""
+        ...
+
+    @property
+    def payload(self) -> Mapping[str, FeatureSpec]:
+        """``observation.*``, ``action`` and the optional actions, by name, in column order."""
+        ...
+
+    @property
+    def observations(self) -> Mapping[str, FeatureSpec]:
+        """``observation.*`` features by name, in column order."""
+        ...
 
 
-def batch_from_records(schema: StepSchema, records: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+def batch_from_records(
+    schema: RecordLayout, records: Sequence[Mapping[str, Any]]
+) -> pa.RecordBatch:
     """Build a record batch from a list of step dicts (``{column: value}``).
 
     Array values may be numpy arrays or nested lists; float features accept any float

@@ -26,6 +26,7 @@ from buffer.sampling.rate_limiter import RateLimiter
 from buffer.sampling.samplers import Sampler, UniformSampler
 from buffer.sampling.view import SamplingView, Source, Table
 from buffer.table import lookups, marks, reading
+from buffer.table.claim import AppendResult
 from buffer.table.index import RowIndex
 from buffer.table.offline import OfflineView
 from buffer.table.opening import SCHEMA_FILE, SHARDS_FILE, lock_directory, stored_schema
@@ -37,7 +38,6 @@ from buffer.table.sealer import Sealer
 from buffer.table.state import TableState
 from buffer.table.stats import buffer_stats
 from buffer.table.storage import TieredStorage
-from buffer.table.watermark import AppendResult
 from buffer.table.writer import Writer
 from foundation.durable import atomic_write_text
 from foundation.rows import RowFilter

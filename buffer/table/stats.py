@@ -2,15 +2,55 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from buffer.table.replay_buffer import ReplayBuffer
+from buffer.table.index import RowIndex
+from buffer.table.retention import Retention
+from buffer.table.state import TableState
+from buffer.table.storage import TieredStorage
+from buffer.table.writer import Writer
 
 
-def buffer_stats(buf: ReplayBuffer) -> dict[str, float | int]:
+class StatsSource(Protocol):
+    """The parts of one open buffer its metrics read (``buffer.ReplayBuffer`` is one)."""
+
+    @property
+    def directory(self) -> Path: ...
+
+    @property
+    def state(self) -> TableState: ...
+
+    @property
+    def storage(self) -> TieredStorage: ...
+
+    @property
+    def index(self) -> RowIndex: ...
+
+    @property
+    def writer(self) -> Writer: ...
+
+    @property
+    def retention(self) -> Retention: ...
+
+    @property
+    def recovery_seconds(self) -> float:
+        """Seconds the last opening spent recovering."""
+        ...
+
+    @property
+    def num_steps(self) -> int:
+        """Steps stored and visible."""
+        ...
+
+    def __len__(self) -> int:
+        """Transitions in the online window."""
+        ...
+
+
+def buffer_stats(buf: StatsSource) -> dict[str, float | int]:
     """Metrics: ``size_transitions``, ``steps``, ``bytes_on_disk``, ``bytes_in_cache``
     (hot tier), ``cold_resident_bytes`` (estimate), ``cache_hit_rate`` (share of sampled
     rows served from RAM, 0..1), ``prefetch_lag_s`` (age of the oldest pending prefetch

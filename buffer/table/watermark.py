@@ -10,32 +10,10 @@ from __future__ import annotations
 
 import heapq
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from buffer.columns import StepColumns
-
-if TYPE_CHECKING:
-    from buffer.table.admission import Claim
-    from buffer.table.writer import Writer
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    """What an append made durable (returned only after fdatasync).
-
-    Attributes:
-        acked: robot_id -> highest seq of that robot now durable in the buffer (covers the
-            records of this call, stored now or earlier).
-        stored: records newly stored by this call.
-        duplicates: records already stored before (acknowledged, not stored again).
-        rows: global row range ``[first, end)`` given to the new records.
-    """
-
-    acked: dict[str, int]
-    stored: int
-    duplicates: int
-    rows: tuple[int, int]
+from buffer.table.claim import Claim
+from buffer.table.write_path import WritePath
 
 
 class Watermark:
@@ -45,7 +23,7 @@ class Watermark:
         writer: the writer it belongs to (its state, tail, sealer and failure).
     """
 
-    def __init__(self, writer: Writer) -> None:
+    def __init__(self, writer: WritePath) -> None:
         self.writer = writer
         self.state = writer.state
         self.mark = 0  # every row below it is durable

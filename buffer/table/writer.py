@@ -29,13 +29,14 @@ from buffer.errors import BufferClosedError, DiskFullError
 from buffer.files.wal import StripedWal
 from buffer.sampling.rate_limiter import RateLimiter
 from buffer.table.ack_phases import AckPhases
-from buffer.table.admission import Admission, Claim, Joint
+from buffer.table.admission import Admission, Joint
 from buffer.table.chunks import Chunk, ColdArrays
+from buffer.table.claim import AppendResult, Claim
 from buffer.table.commit import GroupCommit
 from buffer.table.sealer import Sealer
 from buffer.table.state import TableState
 from buffer.table.tail_reads import WalTailReader
-from buffer.table.watermark import AppendResult, Watermark
+from buffer.table.watermark import Watermark
 from foundation.durable import fsync_dir
 
 
@@ -63,7 +64,7 @@ class Writer:
         self.claimed = 0  # appends given rows that have not returned or raised yet
         self.rotating = False  # an append is switching the WAL files (outside the lock)
         self.watermark = Watermark(self)
-        self.group_commit = GroupCommit(self)
+        self.group_commit = GroupCommit(self, self.watermark)
         self.admission = Admission(self)
 
     def start(self) -> None:
