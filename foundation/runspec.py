@@ -392,7 +392,8 @@ def load_run_spec(path: Path | str, parse: Callable[[Any], RunSpec] = parse_run_
 #
 # ``spec.hyperparameters`` is one flat mapping. The knobs every run has are :class:`RunParams`;
 # each algorithm declares its own in its module (``cloud_learner.algorithms``), with the same
-# :func:`knob` fields, and ``cloud_learner.run_settings`` splits the mapping between them.
+# :func:`knob` fields, and ``cloud_learner.run_plan.RunPlan.from_spec`` splits the mapping
+# between them.
 
 
 def knob(

@@ -4,8 +4,8 @@ sampler the run's batch service draws with, the samples-per-insert rate limiter)
 robots end its episodes. (Its warm start is the algorithm's own ``bc_update``.)
 
 Each algorithm module ends with its builder; :data:`cloud_learner.algorithms.BUILDERS` lists
-them by the run spec's algorithm name. ``cloud_learner.run_settings`` turns a run spec into
-learner settings through them.
+them by the run spec's algorithm name. :class:`cloud_learner.run_plan.RunPlan` turns a run
+spec into learner settings through them.
 """
 
 from __future__ import annotations
