@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 
 AUTH_HEADER = "authorization"
 BEARER = "Bearer "

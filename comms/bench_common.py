@@ -11,8 +11,8 @@ from comms.client import EdgeClient, enroll, make_channel
 from comms.config import CommsSettings
 from comms.server import CloudServer
 from comms.sink import MemorySink, StepSink
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Run
-from foundation.store.store import MetadataStore, upgrade
 
 RUN = "bench"
 

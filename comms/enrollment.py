@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import utcnow
-from foundation.store.store import MetadataStore
 
 # A driver option's key or a tag's key: what ``KEY=VALUE`` on a command line can carry.
 KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"

@@ -1,4 +1,4 @@
-"""Robot liveness in the metadata store (heartbeats), beside foundation.store.store's operations."""
+"""Robot liveness in the metadata store (heartbeats), beside foundation.store.metadata_store's operations."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Lease, Robot, RobotStatus, utcnow
-from foundation.store.store import MetadataStore
 
 # Heartbeat states that move an enrolled/offline robot to idle, or flag it.
 _STATUS_FOR_STATE = {"estopped": RobotStatus.ESTOPPED, "fault": RobotStatus.UNHEALTHY}

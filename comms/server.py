@@ -31,7 +31,7 @@ from comms.services import add_servicers
 from comms.services.common import ActHandler, ServerState, server_options
 from comms.services.control import control_command
 from comms.sink import SinkResolver, StepSink
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from sqlalchemy.exc import IntegrityError
 
 from dashboard.security import DUMMY_HASH, hash_password, new_token, verify_password
 from foundation.store.accounts import ApiToken, Role, TokenKind, User
+from foundation.store.metadata_store import MetadataStore, hash_secret
 from foundation.store.models import utcnow
-from foundation.store.store import MetadataStore, hash_secret
 
 BOOTSTRAP_USERNAME = "admin"
 MIN_PASSWORD_LENGTH = 10

@@ -25,7 +25,7 @@ from dashboard.prometheus import make_registry
 from foundation import __version__
 from foundation.contracts import RobotControl, RunManager
 from foundation.store.accounts import Role, TokenKind
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 
 HERE = Path(__file__).parent
 # Everything is served from here; the policy forbids any other origin (no CDN, no inline code).

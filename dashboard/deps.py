@@ -17,7 +17,7 @@ from dashboard import accounts
 from dashboard.accounts import Principal
 from dashboard.security import csrf_token, same
 from foundation.store.accounts import Role, TokenKind
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 
 SESSION_COOKIE = "robofleet_session"
 CSRF_COOKIE = "robofleet_csrf"

@@ -20,9 +20,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import Metric
 from foundation.store.models import Lease, Robot, RobotStatus, Run, RunState
-from foundation.store.store import MetadataStore
 
 # metric name -> (prometheus name, help)
 RUN_GAUGES: dict[str, tuple[str, str]] = {

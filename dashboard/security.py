@@ -3,7 +3,7 @@
 Passwords: scrypt (RFC 7914) with a random 16-byte salt, stored as
 ``scrypt$<n>$<r>$<p>$<salt hex>$<hash hex>``; parameters n=2**14, r=8, p=1 follow the
 OWASP password storage cheat sheet. Tokens are 32 random bytes (URL-safe base64); only their
-sha256 is stored (``foundation.store.store.hash_secret``). The CSRF token of a session is
+sha256 is stored (``foundation.store.metadata_store.hash_secret``). The CSRF token of a session is
 HMAC-SHA256(secret key, session token): a double-submit token the server can check without
 storing it, and that an attacker who cannot read the session cookie cannot forge.
 """

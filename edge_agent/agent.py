@@ -21,7 +21,7 @@ from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
 from edge_agent.core import (
     DEMONSTRATION,
-    Driver,
+    ControlledRobot,
     EpisodeView,
     Heartbeat,
     InterventionSource,
@@ -83,7 +83,7 @@ class EdgeAgent:
 
     def __init__(
         self,
-        driver: Driver,
+        driver: ControlledRobot,
         runner: PolicyRunner,
         uplink: UplinkWorker,
         settings: EdgeSettings,

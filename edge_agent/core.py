@@ -9,8 +9,8 @@ One control step of :class:`edge_agent.agent.EdgeAgent`, in full::
     applier.account(version)                            #   version_lag / apply_delay
     op = operator.step(obs, proposed)                   # InterventionSource: expert/keyboard/pad
     command = op.action if op.is_intervention else proposed
-    executed = driver.send_action({"action": command})  # Driver: what the robot REALLY did
-    next_obs = driver.get_observation()                 # Driver (hal contract)
+    executed = driver.send_action({"action": command})  # ControlledRobot: what it REALLY did
+    next_obs = driver.get_observation()                 # (hal RobotDriver implements it)
     recorder.record(...)                                # EpisodeRecorder (edge_agent.recording):
                                                         #   row one step late -> uplink.submit
                                                         #   -> durable spool (seq) -> Uploader
@@ -60,8 +60,9 @@ class EpisodeView(Protocol):
 
 
 @runtime_checkable
-class Driver(Protocol):
-    """A robot, shaped like LeRobot's ``Robot`` (what hal's ``RobotDriver`` implements).
+class ControlledRobot(Protocol):
+    """The robot the agent controls, shaped like LeRobot's ``Robot`` (hal's ``RobotDriver``
+    implements it).
 
     ``observation_features`` / ``action_features`` are LeRobot feature dicts known before
     ``connect``. ``reset(task=...)`` starts an episode and returns its first observation;

@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Lease, Robot, RobotStatus, utcnow
-from foundation.store.store import MetadataStore
 from hal.spec import validate_name
 
 _LIVE = {RobotStatus.IDLE, RobotStatus.LEASED, RobotStatus.UNHEALTHY, RobotStatus.ESTOPPED}

@@ -25,8 +25,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from foundation.store.metadata_store import LeaseConflict, MetadataStore
 from foundation.store.models import Robot, RobotStatus
-from foundation.store.store import LeaseConflict, MetadataStore
 
 
 class SchedulingError(RuntimeError):

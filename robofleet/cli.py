@@ -87,7 +87,7 @@ def _cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_upgrade(args: argparse.Namespace) -> int:
-    from foundation.store.store import current_revision, upgrade
+    from foundation.store.metadata_store import current_revision, upgrade
 
     settings = _settings(args)
     url = settings.database_url
@@ -99,7 +99,7 @@ def _cmd_db_upgrade(args: argparse.Namespace) -> int:
 
 
 def _cmd_db_current(args: argparse.Namespace) -> int:
-    from foundation.store.store import current_revision
+    from foundation.store.metadata_store import current_revision
 
     print(current_revision(_settings(args).database_url) or "(empty)")
     return 0

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from foundation.store.store import MetadataStore, upgrade
+from foundation.store.metadata_store import MetadataStore, upgrade
 from runs.manager import RunManager
 from runs.pidfile import remove_pidfile, write_pidfile
 from runs.run import CloudContext

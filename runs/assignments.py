@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import select
 
 from edge_agent.assignment import Assignment
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot
-from foundation.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot, RobotStatus
-from foundation.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
-from foundation.store.store import MetadataStore
 from runs.clock import RunClock
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from runs.assignments import robot_views
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ from sqlalchemy import select
 
 from cloud_learner.run_plan import RunPlan, parse_spec
 from foundation.runspec import RunSpec, RunSpecError, parse_run_spec
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot, RobotStatus, Run, RunState
 from foundation.store.runs import (
     ACTIVE_STATES,
@@ -34,7 +35,6 @@ from foundation.store.runs import (
     request,
     set_state,
 )
-from foundation.store.store import MetadataStore
 from runs.offline import check_sources, offline_sources
 from runs.pidfile import cloud_running
 from runs.run import CloudContext, RunDriver

@@ -19,9 +19,9 @@ from sqlalchemy import select
 
 from foundation.durable import atomic_write_json
 from foundation.rows import RowFilter
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
 from foundation.store.models import Robot
-from foundation.store.store import MetadataStore
 from runs.clock import RunClock
 
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import select
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot
-from foundation.store.store import MetadataStore
 from runs.eval_record import EvalPoint, Stamp
 
 KINDS = ("eval", "autonomous")

@@ -39,9 +39,9 @@ from typing import Any
 from cloud_learner.run_plan import RunPlan
 from edge_agent.assignment import Assignment, run_edge_settings
 from foundation.runspec import RunSpec
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import RunState
 from foundation.store.runs import set_state
-from foundation.store.store import MetadataStore
 from runs.assignments import RobotAssignments, split_demonstrations
 from runs.clock import RunClock
 from runs.eval_record import EvaluationRecorder

@@ -28,8 +28,8 @@ from cloud_learner.run_plan import RunPlan, is_lerobot_dir
 from comms.weight_file import weight_file_name
 from foundation.durable import atomic_write_bytes, atomic_write_text
 from foundation.runspec import RunSpec
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import PolicyVersion
-from foundation.store.store import MetadataStore
 
 PROMOTED = "promoted.safetensors"
 PROMOTED_INFO = "promoted.json"

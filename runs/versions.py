@@ -26,8 +26,8 @@ from sqlalchemy import select
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.loop import PUBLISHED
 from comms.weight_file import latest_version
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Checkpoint, PolicyVersion
-from foundation.store.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from comms.proto import robofleet_pb2 as pb
 from comms.ratelimit import AsyncByteRate
 from comms.services.requests import BadRequest, checked
 from comms.sink import SinkResolver
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.services.common import ServerState, guarded
-from foundation.store.store import EnrollmentError
+from foundation.store.metadata_store import EnrollmentError
 
 
 class EnrollmentServicer(rpc.EnrollmentServicer):

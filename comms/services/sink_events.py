@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from dashboard.schemas import (
     SiteCreate,
     SiteOut,
 )
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import EnrollmentToken, Lease, Robot, RobotStatus, Site, utcnow
-from foundation.store.store import MetadataStore
 
 router = APIRouter(tags=["fleet"])
 

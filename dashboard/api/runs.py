@@ -26,10 +26,10 @@ from dashboard.deps import Operator, Viewer, store_of
 from dashboard.schemas import MetricPoint, RunCreated, RunDetail, RunOut
 from foundation.contracts import RunManager
 from foundation.runspec import RunSpec, RunSpecError
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import metrics_after
 from foundation.store.models import Lease, Robot, Run, RunState
 from foundation.store.runs import RunNotFound, RunStateError
-from foundation.store.store import MetadataStore
 
 router = APIRouter(tags=["runs"])
 

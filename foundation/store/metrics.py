@@ -35,7 +35,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from foundation.store.base import Base
 
 if TYPE_CHECKING:
-    from foundation.store.store import MetadataStore
+    from foundation.store.metadata_store import MetadataStore
 
 METRIC_NAMES = (
     "success_rate",

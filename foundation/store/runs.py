@@ -18,7 +18,7 @@ from foundation.store.models import Run, RunState
 
 if TYPE_CHECKING:
     from foundation.runspec import RunSpec
-    from foundation.store.store import MetadataStore
+    from foundation.store.metadata_store import MetadataStore
 
 # States in which a cloud drives the run (or is about to).
 ACTIVE_STATES = frozenset(

@@ -31,7 +31,7 @@ def main(argv: Sequence[str]) -> int:
     from dashboard.accounts import ensure_bootstrap_admin
     from dashboard.app import create_app
     from dashboard.serve import uvicorn_config
-    from foundation.store.store import MetadataStore, upgrade
+    from foundation.store.metadata_store import MetadataStore, upgrade
     from runs.manager import QueuedRunManager
 
     upgrade(settings.database_url)

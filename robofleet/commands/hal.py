@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from foundation.store.store import MetadataStore
+    from foundation.store.metadata_store import MetadataStore
     from hal.fleet import RobotReport
     from robofleet.settings import Settings
 
@@ -132,7 +132,7 @@ def _probe_table(reports: Sequence[RobotReport]) -> Table:
 @contextmanager
 def _store(settings: Settings) -> Iterator[MetadataStore]:
     """The metadata store at ``settings.database_url``, migrated to the newest schema first."""
-    from foundation.store.store import MetadataStore, upgrade
+    from foundation.store.metadata_store import MetadataStore, upgrade
 
     upgrade(settings.database_url)
     store = MetadataStore(settings.database_url)

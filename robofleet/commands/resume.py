@@ -17,8 +17,8 @@ def main(argv: Sequence[str] = ()) -> int:
     p.add_argument("--config", default=None, help="YAML settings file")
     p.add_argument("run_id")
     args = p.parse_args(list(argv))
+    from foundation.store.metadata_store import MetadataStore, upgrade
     from foundation.store.runs import RunNotFound, RunStateError
-    from foundation.store.store import MetadataStore, upgrade
     from robofleet.settings import load_settings
     from runs.manager import QueuedRunManager
     from runs.pidfile import cloud_running

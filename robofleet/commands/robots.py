@@ -73,7 +73,7 @@ def tags_from(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    from foundation.store.store import MetadataStore, upgrade
+    from foundation.store.metadata_store import MetadataStore, upgrade
     from hal.spec import validate_name
     from robofleet.settings import load_settings
 

@@ -46,9 +46,9 @@ def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
     from cloud_learner.run_plan import parse_spec
     from foundation.runspec import RunSpecError, load_run_spec
+    from foundation.store.metadata_store import MetadataStore, upgrade
     from foundation.store.models import Run
     from foundation.store.runs import RunNotFound, RunStateError
-    from foundation.store.store import MetadataStore, upgrade
     from robofleet.settings import load_settings
     from runs.manager import QueuedRunManager
     from runs.pidfile import cloud_running

@@ -25,8 +25,8 @@ import yaml
 from sqlalchemy import select
 
 from edge_agent.credential import credential_path
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot
-from foundation.store.store import MetadataStore
 from hal.drivers.metaworld import ROBOT_TYPE
 from runs.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
 

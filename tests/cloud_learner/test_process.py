@@ -29,8 +29,8 @@ from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.metrics import read_metrics
 from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device, read_refusal
 from comms.weight_file import WeightDirectory
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
-from foundation.store.store import MetadataStore, upgrade
 from runs.versions import VersionRecorder
 from tests.cloud_learner.helpers import ACTION, STATE, rows
 

@@ -30,7 +30,7 @@ from comms.client import EdgeClient
 from comms.proto import robofleet_pb2 as pb
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import BUFFER_SCHEMA, HOLDING_CLIENT, buffer_steps, rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
 

@@ -13,7 +13,7 @@ from buffer import ReplayBuffer
 from comms.buffer_sink import BufferSink
 from comms.client import make_channel
 from comms.uploader import MemorySpool, Uploader
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps
 from tests.fakes.cloud import RUN, Cloud
 

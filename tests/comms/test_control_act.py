@@ -14,7 +14,7 @@ from comms.client import ControlListener, EdgeClient
 from comms.proto import robofleet_pb2 as pb
 from comms.server import CloudServer
 from comms.sink import MemorySink
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import rpc_code
 from tests.fakes.cloud import RUN, Cloud
 

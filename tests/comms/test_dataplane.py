@@ -25,7 +25,7 @@ from comms.receiver import WeightReceiver
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
 from comms.weight_codec import EncodedVersion
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import rpc_code, self_signed_cert, steps
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.settings import fast_comms

@@ -13,8 +13,8 @@ from sqlalchemy import select
 from buffer import ReplayBuffer
 from comms.buffer_sink import BufferSink
 from comms.uploader import MemorySpool, Uploader
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event
-from foundation.store.store import MetadataStore
 from tests.comms.helpers import BUFFER_SCHEMA as SCHEMA
 from tests.comms.helpers import buffer_steps as records
 from tests.fakes.cloud import RUN, Cloud

@@ -1,8 +1,8 @@
 from pathlib import Path
 
 from comms.registry import record_heartbeat
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Robot, RobotStatus, Run
-from foundation.store.store import MetadataStore, upgrade
 
 
 def _store(tmp_path: Path) -> MetadataStore:

@@ -9,7 +9,7 @@ import pytest
 
 from comms.client import EdgeClient, make_channel
 from comms.sink import MemorySink
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import rpc_code, self_signed_cert
 from tests.fakes.cloud import Cloud
 from tests.fakes.settings import fast_comms

@@ -16,7 +16,7 @@ import pytest
 
 from comms.sink import MemorySink
 from comms.uploader import MemorySpool, Uploader
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import HOLDING_CLIENT, rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.settings import fast_comms

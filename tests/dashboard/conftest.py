@@ -22,7 +22,7 @@ from dashboard.config import DashboardSettings
 from dashboard.deps import CSRF_HEADER
 from dashboard.serve import uvicorn_config
 from foundation.store.accounts import Role
-from foundation.store.store import MetadataStore, upgrade
+from foundation.store.metadata_store import MetadataStore, upgrade
 from robofleet.settings import Settings
 from runs.manager import QueuedRunManager
 from tests.fakes.settings import fast_settings

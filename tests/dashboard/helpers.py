@@ -7,8 +7,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot, RobotStatus
-from foundation.store.store import MetadataStore
 
 VALID_SPEC: dict[str, Any] = {
     "name": "sawyer-dagger",

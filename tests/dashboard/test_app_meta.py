@@ -19,10 +19,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import inspect
 
-import foundation.store.store  # noqa: F401  (registers every table on Base.metadata)
+import foundation.store.metadata_store  # noqa: F401  (registers every table on Base.metadata)
 from dashboard.app import CSP
+from foundation.store.metadata_store import alembic_config, current_revision, make_engine, upgrade
 from foundation.store.models import Base
-from foundation.store.store import alembic_config, current_revision, make_engine, upgrade
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,8 +15,8 @@ from dashboard.accounts import ensure_bootstrap_admin
 from dashboard.config import DashboardSettings
 from dashboard.security import hash_password, verify_password
 from foundation.store.accounts import ApiToken, Role, User
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Event
-from foundation.store.store import MetadataStore, upgrade
 from tests.dashboard.conftest import PASSWORD, LiveServer, login, serve_live
 
 

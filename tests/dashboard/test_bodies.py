@@ -17,8 +17,8 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
 from dashboard.deps import CSRF_HEADER
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event
-from foundation.store.store import MetadataStore
 from tests.dashboard.conftest import PASSWORD
 from tests.dashboard.helpers import count
 

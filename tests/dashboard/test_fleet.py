@@ -9,8 +9,8 @@ from sqlalchemy import select
 
 from comms.enrollment import edge_command
 from foundation.store.accounts import Role
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event, Robot, RobotStatus, Run, utcnow
-from foundation.store.store import MetadataStore
 from tests.dashboard.helpers import add_robot
 
 Client = Callable[[Role], TestClient]

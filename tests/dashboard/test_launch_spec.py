@@ -18,8 +18,8 @@ from cloud_learner.run_plan import RunPlan, parse_spec
 from dashboard.app import create_app
 from foundation.runspec import RunParams, RunSpec, knob_names
 from foundation.store.accounts import Role
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event, Run
-from foundation.store.store import MetadataStore
 from robofleet.settings import Settings
 from runs.manager import RunManager
 from runs.run import CloudContext

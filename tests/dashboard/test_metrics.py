@@ -10,9 +10,9 @@ import httpx
 from fastapi.testclient import TestClient
 
 from foundation.store.accounts import Role
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
 from foundation.store.models import Robot, Run, RunState, utcnow
-from foundation.store.store import MetadataStore
 from tests.dashboard.conftest import PASSWORD, LiveServer
 from tests.dashboard.helpers import add_robot
 

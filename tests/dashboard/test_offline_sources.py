@@ -17,9 +17,9 @@ from buffer import ReplayBuffer, StepSchema
 from comms.weight_file import WeightDirectory
 from foundation.runspec import parse_run_spec
 from foundation.store.accounts import Role
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import PolicyVersion
 from foundation.store.runs import record_run
-from foundation.store.store import MetadataStore
 from lab_data.catalog import DatasetCatalog
 from robofleet.settings import Settings
 from runs.starting import PromotionError, promote_from_disk

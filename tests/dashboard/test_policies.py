@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from foundation.store.accounts import Role
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
-from foundation.store.store import MetadataStore
 from robofleet.settings import Settings
 
 Client = Callable[[Role], TestClient]

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from dashboard.deps import CSRF_HEADER
 from foundation.store.accounts import Role
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event
-from foundation.store.store import MetadataStore
 from tests.dashboard.conftest import login
 from tests.dashboard.helpers import count
 

@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from foundation.store.accounts import Role
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event, Lease, Robot, RobotStatus, Run
-from foundation.store.store import MetadataStore
 from tests.dashboard.helpers import VALID_SPEC, add_robot, count
 from tests.dashboard.test_route_guard import routes
 

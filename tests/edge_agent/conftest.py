@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from foundation.store.store import MetadataStore
+from foundation.store.metadata_store import MetadataStore
 from tests.fakes.cloud import RUN, migrated_store
 
 

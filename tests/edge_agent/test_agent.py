@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from edge_agent.core import Driver
+from edge_agent.core import ControlledRobot
 from edge_agent.episodes import MarkOutbox
 from edge_agent.operators import NoOperator
 from edge_agent.weights import StagedWeights
@@ -43,7 +43,7 @@ def any_driver(request):
 
 def test_driver_contract(any_driver):
     d = any_driver
-    assert isinstance(d, Driver)
+    assert isinstance(d, ControlledRobot)
     assert set(d.action_features) == {"action"}
     d.connect()
     obs = d.reset(task="reach-v3")

@@ -30,8 +30,8 @@ from comms.proto import robofleet_pb2 as pb
 from comms.server import CloudServer
 from comms.services.common import ActHandler
 from comms.sink import MemorySink, SinkResolver, StepSink
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Run
-from foundation.store.store import MetadataStore, upgrade
 from tests.fakes.procs import Child, python_module, wait_until
 from tests.fakes.settings import cloud_env, fast_comms
 

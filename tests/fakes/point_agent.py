@@ -25,7 +25,7 @@ from tests.fakes.robot import PointRobot
 
 if TYPE_CHECKING:
     from buffer.table.replay_buffer import ReplayBuffer
-    from foundation.store.store import MetadataStore
+    from foundation.store.metadata_store import MetadataStore
 
 KIND = "counting-point"
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Event, Robot, RobotStatus, Run, utcnow
-from foundation.store.store import MetadataStore, upgrade
 from hal.fleet import RobotReport, heartbeat, list_robots, mark_offline, report_robots, set_status
 
 

@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import select
 
 from edge_agent.host import run_spool
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot, RobotStatus, RunState
-from foundation.store.store import MetadataStore
 from runs.accounting import acked_total
 from tests.fakes.cloud import ROBOFLEET, RobofleetCloud, cli, store_for
 from tests.fakes.procs import Child, descendants

@@ -18,8 +18,8 @@ import pytest
 import ray
 from sqlalchemy import select
 
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Robot, RobotStatus, Run, utcnow
-from foundation.store.store import MetadataStore, upgrade
 from hal.fleet import RobotReport, heartbeat, mark_offline, report_robots, set_status
 from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest, SchedulingError
 

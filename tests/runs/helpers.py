@@ -13,8 +13,8 @@ import yaml
 from sqlalchemy import select
 
 from buffer import ReplayBuffer
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event, Lease, Run, RunState
-from foundation.store.store import MetadataStore
 from tests.fakes import procs
 from tests.fakes.cloud import cli
 from tests.fakes.settings import FAST_RUN

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from buffer import ReplayBuffer, StepSchema
 from foundation.runspec import parse_run_spec
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.metrics import METRIC_NAMES, Metric
 from foundation.store.models import Run
-from foundation.store.store import MetadataStore, upgrade
 from runs.clock import RunClock
 from runs.progress import RunProgress
 from runs.report import write_report

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Robot, RobotStatus
-from foundation.store.store import MetadataStore, upgrade
 from runs.estop import EstopSync
 from tests.fakes.cloud import ESTOP_CLEAR, Cloud, RobotComputer
 from tests.fakes.procs import wait_until

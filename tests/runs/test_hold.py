@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Run, RunState
-from foundation.store.store import MetadataStore, upgrade
 from runs.hold import RobotHold
 from tests.fakes.cloud import PAUSE_RESUME, Cloud, RobotComputer
 from tests.fakes.procs import wait_until

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import func, select
 
 from foundation.runspec import RunSpecError, parse_run_spec
+from foundation.store.metadata_store import upgrade
 from foundation.store.models import Lease, Robot, RobotStatus, Run
-from foundation.store.store import upgrade
 from runs.manager import submit_run
 from tests.dashboard.helpers import sawyer_spec
 from tests.fakes.cloud import cli, store_for

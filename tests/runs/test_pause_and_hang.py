@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import select
 
 from buffer import ReplayBuffer
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Lease, Robot, RobotStatus, RunState
-from foundation.store.store import MetadataStore
 from runs.accounting import acked_lost, acked_total
 from tests.fakes.cloud import RobofleetCloud, cli, store_for
 from tests.runs.helpers import (

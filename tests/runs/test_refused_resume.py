@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Run, RunState
-from foundation.store.store import MetadataStore
 from tests.fakes.cloud import RobofleetCloud, cli, store_for
 from tests.runs.helpers import (
     events,

@@ -14,8 +14,8 @@ from sqlalchemy import select
 
 from cloud_learner.loop import PUBLISHED
 from comms.weight_file import WeightDirectory
+from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
-from foundation.store.store import MetadataStore, upgrade
 from runs.versions import VersionRecorder
 
 

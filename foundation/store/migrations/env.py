@@ -1,9 +1,9 @@
-"""Alembic environment: runs migrations on the URL set by foundation.store.store.alembic_config."""
+"""Alembic environment: runs migrations on the URL set by foundation.store.metadata_store.alembic_config."""
 
 from alembic import context
 
 from foundation.store.base import Base
-from foundation.store.store import make_engine
+from foundation.store.metadata_store import make_engine
 
 config = context.config
 target_metadata = Base.metadata

@@ -4,8 +4,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
+from foundation.store.metadata_store import current_revision, make_engine, upgrade
 from foundation.store.models import Base
-from foundation.store.store import current_revision, make_engine, upgrade
 
 
 def test_models_match_migrations(db_url: str) -> None:

@@ -4,13 +4,13 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from foundation.store.models import Event, Robot, RobotStatus, Run
-from foundation.store.store import (
+from foundation.store.metadata_store import (
     EnrollmentError,
     LeaseConflict,
     MetadataStore,
     upgrade,
 )
+from foundation.store.models import Event, Robot, RobotStatus, Run
 
 
 @pytest.fixture
