@@ -3,7 +3,7 @@ new run's policy before its warm start, or refused naming what does not fit.
 
 Sources (:func:`read_initial`):
 
-* a weights file (``.safetensors``: a published version, as ``comms.weight_file`` keeps them
+* a weights file (``.safetensors``: a published version, as ``comms.cloud.weight_file`` keeps them
   and a run promotes them; its policy card says what it is);
 * a robofleet checkpoint directory (``checkpoints/step-N``: ``state.json`` and
   ``tensors.safetensors``; the policy's tensors of the algorithm's state, and the run spec's

@@ -17,7 +17,7 @@ most ``updates_per_s`` updates per second and, when the spec sets
 ``buffer.samples_per_insert``, no faster than the robots insert data (the sampling side of
 ``buffer.RateLimiter``: robots are never blocked).
 
-Weights go to ``<run-dir>/weights`` (``comms.weight_file.WeightDirectory``); the cloud process
+Weights go to ``<run-dir>/weights`` (``comms.cloud.weight_file.WeightDirectory``); the cloud process
 hands each new version to comms' distributor, so encoding and streaming never slow the updates
 here, and records the versions (from the learner's journal, ``cloud_learner.loop.PUBLISHED``)
 and checkpoints in the metadata store: this process needs no store access. Signals: SIGTERM = final checkpoint and exit 0; SIGUSR1 = checkpoint at
@@ -55,7 +55,7 @@ from cloud_learner.policy_card import CardPublisher, card_for
 from cloud_learner.run_plan import RunPlan
 from cloud_learner.sources import TransitionBatchSource
 from cloud_learner.warm_start import fit_state_normalization
-from comms.weight_file import WeightDirectory
+from comms.cloud.weight_file import WeightDirectory
 from foundation.durable import atomic_write_text
 from foundation.runspec import RunParams, parse_run_spec
 

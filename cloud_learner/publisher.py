@@ -1,6 +1,6 @@
 """A :class:`foundation.contracts.WeightPublisher` for tests: versions kept in memory.
 
-A run's learner publishes through ``comms.weight_file.WeightDirectory`` (files the cloud
+A run's learner publishes through ``comms.cloud.weight_file.WeightDirectory`` (files the cloud
 process hands to comms' distributor); anything with ``latest_version() -> int`` and
 ``publish(version, weights)`` plugs into the learner.
 """

@@ -51,7 +51,7 @@ class CommsSettings(BaseModel):
     tune_malloc: bool = Field(
         default=True,
         description="When the data plane starts, keep freed message-sized blocks in the "
-        "process's heap (glibc mmap/trim thresholds; see comms.allocator): received batches "
+        "process's heap (glibc mmap/trim thresholds; see comms.cloud.allocator): received batches "
         "then reuse faulted-in pages. Costs up to 64 MiB of freed heap kept resident.",
     )
     upload_window: int = Field(

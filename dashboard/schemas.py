@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
-from comms.enrollment import KEY_PATTERN
+from comms.cloud.enrollment_tokens import KEY_PATTERN
 from foundation.store.accounts import Role
 from foundation.store.models import RobotStatus, RunState
 

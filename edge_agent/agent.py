@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from comms.marks import EpisodeMark
+from comms.wire.marks import EpisodeMark
 from edge_agent.config import EdgeSettings
 from edge_agent.control import CloudControl
 from edge_agent.core import (

@@ -28,8 +28,8 @@ from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
 
 if TYPE_CHECKING:
-    from comms.client import EdgeClient
-    from comms.receiver import WeightReceiver
+    from comms.robot.client import EdgeClient
+    from comms.robot.receiver import WeightReceiver
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def credential(
         ValueError: no credential stored and no token.
         grpc.RpcError: the cloud refused the enrollment or is unreachable.
     """
-    from comms.client import enroll, make_channel
+    from comms.robot.client import enroll, make_channel
 
     stored = read_credential(spool_dir)
     if stored is not None:
@@ -203,7 +203,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
 
     heartbeat = None
     if client is not None:
-        from comms.uploader import Uploader
+        from comms.robot.uploader import Uploader
 
         closers.append(Uploader(client, opts.run_id, spool).close)
         heartbeat = functools.partial(client.heartbeat, run_id=opts.run_id)
@@ -221,7 +221,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         demonstrations=opts.demonstrations,
     )
     if client is not None:
-        from comms.marks import EpisodeMarkSender
+        from comms.robot.mark_sender import EpisodeMarkSender
 
         closers.append(EpisodeMarkSender(client, agent.marks).close)
     if client is not None and edge.cloud_control:
@@ -240,7 +240,7 @@ def _connect(
     name and None (offline)."""
     if opts.server is None:
         return opts.robot_name, None
-    from comms.client import EdgeClient, make_channel
+    from comms.robot.client import EdgeClient, make_channel
 
     home = opts.credential_dir or spool_dir
     robot_id, secret = credential(home, opts, comms, spec.to_dict())
@@ -301,8 +301,8 @@ def _policy_runner(
     local = LocalPolicyRunner(policy, action_dim)
     if client is None:
         return local, None
-    from comms.grpc_subscription import GrpcWeightSubscription
-    from comms.receiver import WeightReceiver
+    from comms.robot.grpc_subscription import GrpcWeightSubscription
+    from comms.robot.receiver import WeightReceiver
 
     receiver = WeightReceiver(as_torch=True)
     closers.append(GrpcWeightSubscription(client, opts.run_id, receiver).close)

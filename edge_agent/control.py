@@ -195,8 +195,8 @@ def listen(client: Any, control: CloudControl) -> Any:
     Kinds arrive as protobuf enum values and are passed on by their lower-case name, so a kind
     the cloud adds later (e.g. ``CLEAR_ESTOP``) works as soon as comms' schema has it.
     """
-    from comms.client import ControlListener
     from comms.proto import robofleet_pb2 as pb
+    from comms.robot.client import ControlListener
 
     def on_command(cmd: Any) -> None:
         try:

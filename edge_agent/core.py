@@ -153,7 +153,7 @@ class InterventionSource(Protocol):
 class WeightSource(Protocol):
     """Where new weights appear: ``current() -> (version, {name: tensor})``, version -1 = none.
 
-    ``comms.receiver.WeightReceiver`` is one; :class:`edge_agent.weights.StagedWeights` is the
+    ``comms.robot.receiver.WeightReceiver`` is one; :class:`edge_agent.weights.StagedWeights` is the
     in-process one. Called from the control loop; offered from any thread.
     """
 

@@ -10,8 +10,8 @@ demonstrations it already recorded.
 ``marks.jsonl`` is the outbox of the operator's verdicts on episodes whose steps already left
 (or will leave) the robot, and of each kept episode's outcome (``success`` / ``failure``): one
 line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
-(:class:`comms.marks.EpisodeMark`), appended durably when the episode ends and removed once
-the cloud stored it (comms' :class:`~comms.marks.EpisodeMarkSender` sends them).
+(:class:`comms.wire.marks.EpisodeMark`), appended durably when the episode ends and removed once
+the cloud stored it (comms' :class:`~comms.wire.marks.EpisodeMarkSender` sends them).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from comms.marks import EpisodeMark
+from comms.wire.marks import EpisodeMark
 from foundation.durable import append_line, atomic_write_bytes, atomic_write_text
 
 
@@ -89,7 +89,7 @@ class EpisodeLog:
 
 
 class MarkOutbox:
-    """The robot's episode marks not yet stored by the cloud (``comms.marks.MarkOutbox``).
+    """The robot's episode marks not yet stored by the cloud (``comms.robot.mark_sender.MarkOutbox``).
 
     Thread-safe: the control loop adds, the sender's thread reads and removes.
 

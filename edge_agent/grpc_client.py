@@ -1,4 +1,4 @@
-"""Remote inference through comms' :class:`~comms.client.EdgeClient` as an ``ActClient``.
+"""Remote inference through comms' :class:`~comms.robot.client.EdgeClient` as an ``ActClient``.
 
 ``EdgeClient.act`` blocks until the reply or its gRPC deadline; the control loop needs a future
 it can wait on for much less (its step deadline), so calls run on one worker thread.
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from comms.client import EdgeClient
+from comms.robot.client import EdgeClient
 
 
 class EdgeActClient:

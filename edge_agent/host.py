@@ -34,7 +34,7 @@ from edge_agent.config import EdgeSettings
 from edge_agent.episodes import EpisodeLog
 
 if TYPE_CHECKING:
-    from comms.client import EdgeClient
+    from comms.robot.client import EdgeClient
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,10 @@ PREWARM_MODULES = (
     "torch",
     "edge_agent.policy_build",
     "edge_agent.control",
-    "comms.uploader",
-    "comms.grpc_subscription",
-    "comms.receiver",
-    "comms.marks",
+    "comms.robot.uploader",
+    "comms.robot.grpc_subscription",
+    "comms.robot.receiver",
+    "comms.robot.mark_sender",
     "buffer.table.schema",
 )
 
@@ -133,7 +133,7 @@ class RobotComputer:
             ValueError: no stored credential and no token, or a bad driver option.
             grpc.RpcError: the enrollment was refused.
         """
-        from comms.client import ControlListener, EdgeClient, make_channel
+        from comms.robot.client import ControlListener, EdgeClient, make_channel
 
         driver = self._probe()
         spec = driver.spec.to_dict()

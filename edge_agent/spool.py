@@ -20,8 +20,8 @@ value and one past the highest seq on disk, so seq never repeats for data that l
   gap, the refused steps are counted and logged the same way.
 
 A batch bigger than ``max_bytes`` on its own is dropped under either policy.
-The spool satisfies ``comms.uploader.Spool`` (``entries_after`` / ``ack`` / ``wait``), so
-comms' :class:`~comms.uploader.Uploader` streams it to the cloud; every method is thread-safe.
+The spool satisfies ``comms.robot.uploader.Spool`` (``entries_after`` / ``ack`` / ``wait``), so
+comms' :class:`~comms.robot.uploader.Uploader` streams it to the cloud; every method is thread-safe.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from comms.uploader import SpoolEntry as WireEntry
+from comms.robot.uploader import SpoolEntry as WireEntry
 from foundation.durable import append_line, atomic_write_bytes, atomic_write_json
 
 FullPolicy = Literal["drop_oldest", "drop_newest"]
@@ -267,7 +267,7 @@ class Spool:
             self._save_state()
             self._cond.notify_all()
 
-    # -- comms.uploader.Spool ------------------------------------------------------------------
+    # -- comms.robot.uploader.Spool ------------------------------------------------------------------
 
     def entries_after(self, seq: int, limit: int) -> list[WireEntry]:
         """Up to ``limit`` batches with ``last_seq > seq``, oldest first, as Arrow IPC bytes."""

@@ -9,7 +9,7 @@ the next ``seq`` and makes the batch durable in the :class:`~edge_agent.spool.Sp
 killed at any moment thus loses only the steps it had not submitted yet (the row the recorder
 holds for its successor, the step in flight) and one being appended; a restarted uplink
 spools the journal's steps first. Sending is comms' job:
-:class:`comms.uploader.Uploader` streams the spool (it satisfies ``comms.uploader.Spool``),
+:class:`comms.robot.uploader.Uploader` streams the spool (it satisfies ``comms.robot.uploader.Spool``),
 resumes from the cloud's durable seq after any reconnect (no gaps, no duplicates) and acks
 delete batches from the spool.
 

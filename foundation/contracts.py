@@ -18,9 +18,9 @@ contract               implementations
 =====================  ==================================================================
 RunManager             ``runs.manager.RunManager`` (a live cloud),
                        ``...manager.QueuedRunManager`` (requests for a cloud to act on)
-RobotControl           ``comms.server.CloudServer``
+RobotControl           ``comms.cloud.server.CloudServer``
 TransitionSource       ``buffer.service.batches.RemoteBuffer`` (the run's buffer, another process)
-WeightPublisher        ``comms.weight_file.WeightDirectory`` (learner process -> cloud),
+WeightPublisher        ``comms.cloud.weight_file.WeightDirectory`` (learner process -> cloud),
                        ``cloud_learner.publisher.InMemoryWeightPublisher`` (tests)
 =====================  ==================================================================
 

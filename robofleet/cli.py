@@ -51,8 +51,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 BENCHMARKS: dict[str, str] = {
     "buffer": "buffer.bench.suite",
     "crash": "buffer.bench.crash",
-    "weights": "comms.bench_weights",
-    "transport": "comms.bench_transport",
+    "weights": "comms.bench.weights",
+    "transport": "comms.bench.transport",
     "efficiency": "robofleet.bench.efficiency",
     "assign": "robofleet.bench.assign",
     "fleet": "robofleet.bench.fleet",

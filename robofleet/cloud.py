@@ -91,7 +91,7 @@ class CloudService:
     def start(self) -> CloudService:
         import ray
 
-        from comms.server import CloudServer
+        from comms.cloud.server import CloudServer
 
         s = self.settings
         self.data_dir.mkdir(parents=True, exist_ok=True)

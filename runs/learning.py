@@ -27,7 +27,7 @@ from typing import Any
 
 from cloud_learner.process import EXIT_REFUSED, read_refusal
 from cloud_learner.run_plan import RunPlan
-from comms.weight_file import WeightFileFeed, latest_version
+from comms.cloud.weight_file import WeightFileFeed, latest_version
 from foundation.rows import RowFilter
 from foundation.runspec import RunSpec
 from hal.compat import RunFeatures
@@ -69,7 +69,7 @@ class RunLearning:
         on_event: Callable[..., None],
     ) -> None:
         from buffer.service.batches import BatchServer, MixConfig
-        from comms.buffer_sink import BufferSink
+        from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
         self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir
         self.on_event = on_event
@@ -104,7 +104,7 @@ class RunLearning:
         except BaseException:
             self.buffer.close()  # its directory lock must not outlive a failed start
             raise
-        ctx.sinks[run_id] = BufferSink(self.buffer)
+        ctx.sinks[run_id] = ReplayBufferSink(self.buffer)
         init = initial_weights_path(spec, Path(ctx.settings.data_dir), ctx.store)
         self.learner = ProcessSupervisor(
             "learner",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from comms.weight_file import latest_version
+from comms.cloud.weight_file import latest_version
 from foundation.runspec import RunSpec
 from runs.accounting import RobotAccount
 from runs.offline import read_provenance

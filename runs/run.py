@@ -61,7 +61,7 @@ class CloudContext:
 
     settings: Any
     store: MetadataStore
-    server: Any  # comms.server.CloudServer
+    server: Any  # comms.cloud.server.CloudServer
     server_address: str
     sinks: dict[str, Any]
     python: str

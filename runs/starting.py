@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import update
 
 from cloud_learner.run_plan import RunPlan, is_lerobot_dir
-from comms.weight_file import weight_file_name
+from comms.cloud.weight_file import weight_file_name
 from foundation.durable import atomic_write_bytes, atomic_write_text
 from foundation.runspec import RunSpec
 from foundation.store.metadata_store import MetadataStore

@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.loop import PUBLISHED
-from comms.weight_file import latest_version
+from comms.cloud.weight_file import latest_version
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Checkpoint, PolicyVersion
 

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from comms.enrollment import issue_enrollment
+from comms.cloud.enrollment_tokens import issue_enrollment
 from dashboard.accounts import Principal
 from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, all_rows, get_or_404
 from dashboard.deps import Admin, Operator, Viewer, store_of

@@ -6,7 +6,7 @@ line, serves until its stdin closes, then prints what the buffer holds.
 
 A driver process (:func:`drive`) plays ``len(robots)`` robots without physics: each replays a
 recorded episode at ``hz`` steps/s, cut into batches of ``batch_steps`` steps as the edge
-agent's uplink cuts them, through a real :class:`comms.uploader.Uploader` (gRPC stream, ZeroMQ
+agent's uplink cuts them, through a real :class:`comms.robot.uploader.Uploader` (gRPC stream, ZeroMQ
 data plane). Each batch's ack latency is the time from its spooling to the ack that covers it.
 Both talk JSON lines on stdin/stdout.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from comms.uploader import SpoolEntry
+from comms.robot.uploader import SpoolEntry
 
 RECORDED_BATCHES = 8  # a recorded episode's distinct batches, replayed round robin
 SPOOL_CAP_BYTES = 256 * 1024**2  # per driver: unacked bytes beyond this are not produced
@@ -106,7 +106,7 @@ def stamp(template: pa.RecordBatch, robot_id: int, first_seq: int) -> pa.RecordB
 
 
 class TimedSpool:
-    """A :class:`comms.uploader.Spool` in memory that records, for each batch, the seconds
+    """A :class:`comms.robot.uploader.Spool` in memory that records, for each batch, the seconds
     from :meth:`put` to the ack that covers it (no validation: the batches are the bench's
     own). Thread-safe."""
 
@@ -150,13 +150,13 @@ def serve_cloud(kind: str, robots: int) -> None:
     logging.disable(logging.WARNING)
     from buffer import BufferSettings, ReplayBuffer
     from buffer.table.ack_phases import PHASES
-    from comms.bench_common import RUN, start_cloud
-    from comms.buffer_sink import BufferSink
+    from comms.bench.common import RUN, start_cloud
+    from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
     with tempfile.TemporaryDirectory(prefix="robofleet-bench-fleet-") as tmp:
         settings = BufferSettings(memory_budget_bytes=256 * 1024**2)
         buf = ReplayBuffer.open(Path(tmp) / "buffer", schema(kind), settings)
-        cloud = start_cloud(BufferSink(buf), max_concurrent_streams=4 * robots + 64)
+        cloud = start_cloud(ReplayBufferSink(buf), max_concurrent_streams=4 * robots + 64)
         creds = cloud.robots(robots)
         info = {"address": cloud.server.address, "robots": creds, "run": RUN}
         print(json.dumps(info), flush=True)
@@ -178,11 +178,11 @@ def drive(
     import logging
 
     logging.disable(logging.WARNING)
-    from comms.bench_common import RUN
-    from comms.client import EdgeClient, make_channel
+    from comms.bench.common import RUN
     from comms.config import CommsSettings
-    from comms.steps import encode_batch
-    from comms.uploader import Uploader
+    from comms.robot.client import EdgeClient, make_channel
+    from comms.robot.uploader import Uploader
+    from comms.wire.steps import encode_batch
 
     s = CommsSettings()
     clients = [EdgeClient(make_channel(address, s), cred, s) for _, cred in robots]

@@ -41,7 +41,7 @@ def main(argv: Sequence[str]) -> int:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
-    from comms.relay import SiteRelay
+    from comms.relay.site_relay import SiteRelay
 
     relay = SiteRelay(
         comms,

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from datetime import timedelta
 
-from comms.enrollment import KEY_PATTERN, issue_enrollment
+from comms.cloud.enrollment_tokens import KEY_PATTERN, issue_enrollment
 from hal.drivers import DRIVER_KINDS
 from robofleet.commands.edge import OPERATORS, driver_options
 
@@ -61,7 +61,7 @@ def tags_from(pairs: Sequence[str]) -> dict[str, str]:
     """``KEY=VALUE`` strings as tags (values stay strings).
 
     Raises:
-        ValueError: an item without ``=`` or with a key that is not ``comms.enrollment.KEY_PATTERN``.
+        ValueError: an item without ``=`` or with a key that is not ``comms.cloud.enrollment_tokens.KEY_PATTERN``.
     """
     out: dict[str, str] = {}
     for pair in pairs:

@@ -234,11 +234,11 @@ def test_remote_shards_skip_a_shard_whose_sampler_finds_nothing(tmp_path: Path) 
 
 
 def test_the_upload_sink_takes_the_shards_as_one_buffer(tmp_path: Path) -> None:
-    # comms' BufferSink only appends, looks up durable seqs and marks episodes.
-    from comms.buffer_sink import BufferSink
+    # comms' ReplayBufferSink only appends, looks up durable seqs and marks episodes.
+    from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
     with _open(tmp_path / "b") as buf:
-        sink = BufferSink(buf)  # type: ignore[arg-type]
+        sink = ReplayBufferSink(buf)  # type: ignore[arg-type]
         schema = small_schema()
         for r in range(4):
             steps = [{**rec, "robot_id": str(r)} for rec in episodes(r, [6])]  # enrolled ids

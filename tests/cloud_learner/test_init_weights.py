@@ -20,7 +20,7 @@ from cloud_learner.init_weights import (
 )
 from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.policy_card import CardPublisher, card_for
-from comms.weight_file import WeightDirectory
+from comms.cloud.weight_file import WeightDirectory
 
 D, A = 5, 2
 

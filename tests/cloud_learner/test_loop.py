@@ -19,7 +19,7 @@ from cloud_learner.metrics import read_metrics
 from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec
 from cloud_learner.publisher import InMemoryWeightPublisher
 from cloud_learner.sources import InMemorySource
-from comms.weight_file import WeightDirectory, weight_file_name
+from comms.cloud.weight_file import WeightDirectory, weight_file_name
 from foundation.contracts import WeightPublisher
 from tests.cloud_learner.helpers import columns
 
@@ -213,8 +213,8 @@ def test_set_weights_names_missing_and_misshaped_tensors() -> None:
 def test_learner_publishes_through_the_weight_directory_to_the_comms_distributor(
     tmp_path: Path,
 ) -> None:
-    from comms.distributor import WeightDistributor
-    from comms.weight_file import WeightFileFeed
+    from comms.cloud.distributor import WeightDistributor
+    from comms.cloud.weight_file import WeightFileFeed
 
     directory = WeightDirectory(tmp_path / "weights")
     directory.publish(5, {"w": torch.zeros(2)})  # published before a crash: robots may hold it

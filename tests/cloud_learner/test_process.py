@@ -28,7 +28,7 @@ from buffer.service.batches import BatchServer
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.metrics import read_metrics
 from cloud_learner.process import EXIT_REFUSED, RunLearner, learner_device, read_refusal
-from comms.weight_file import WeightDirectory
+from comms.cloud.weight_file import WeightDirectory
 from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
 from runs.versions import VersionRecorder

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from comms.sink import MemorySink
+from comms.cloud.step_sink import MemorySink
 from foundation.store.metadata_store import MetadataStore
 from tests.fakes.cloud import RUN, Cloud, migrated_store
 from tests.fakes.disk import full_disk

@@ -27,10 +27,10 @@ BUFFER_SCHEMA = StepSchema.from_features(
 HOLDING_CLIENT = textwrap.dedent(
     """
     import sys, time
-    from comms.client import EdgeClient, make_channel
+    from comms.robot.client import EdgeClient, make_channel
     from comms.config import CommsSettings
     from comms.proto import robofleet_pb2 as pb
-    from comms.auth import credential_metadata
+    from comms.wire.credentials import credential_metadata
 
     address, credential = sys.argv[1], sys.argv[2]
     settings = CommsSettings(keepalive_time_s=60, keepalive_timeout_s=60)

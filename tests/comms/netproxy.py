@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from comms.loop_thread import LoopThread
+from comms.cloud.loop_thread import LoopThread
 
 
 class TcpProxy:

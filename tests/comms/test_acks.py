@@ -24,12 +24,12 @@ import pyarrow as pa
 import pytest
 
 from buffer import ReplayBuffer
-from comms import steps as S
-from comms.buffer_sink import BufferSink
-from comms.client import EdgeClient
+from comms.cloud.replay_buffer_sink import ReplayBufferSink
+from comms.cloud.step_sink import MemorySink
 from comms.proto import robofleet_pb2 as pb
-from comms.sink import MemorySink
-from comms.uploader import MemorySpool, Uploader
+from comms.robot.client import EdgeClient
+from comms.robot.uploader import MemorySpool, Uploader
+from comms.wire import steps as S
 from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import BUFFER_SCHEMA, HOLDING_CLIENT, buffer_steps, rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
@@ -87,7 +87,7 @@ def _harness(kind: str, store: MetadataStore, tmp_path: Path) -> Iterator[Harnes
         return
     buf = ReplayBuffer.open(tmp_path / "buf", BUFFER_SCHEMA)
     try:
-        with Cloud(store, BufferSink(buf)) as cloud:
+        with Cloud(store, ReplayBufferSink(buf)) as cloud:
             yield cloud, buffer_steps, lambda rid: buf.stored_seqs(str(rid)).tolist()
     finally:
         buf.close()

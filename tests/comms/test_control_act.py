@@ -10,10 +10,10 @@ import grpc
 import numpy as np
 import pytest
 
-from comms.client import ControlListener, EdgeClient
+from comms.cloud.server import CloudServer
+from comms.cloud.step_sink import MemorySink
 from comms.proto import robofleet_pb2 as pb
-from comms.server import CloudServer
-from comms.sink import MemorySink
+from comms.robot.client import ControlListener, EdgeClient
 from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import rpc_code
 from tests.fakes.cloud import RUN, Cloud

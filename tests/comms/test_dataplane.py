@@ -15,16 +15,17 @@ import numpy as np
 import pytest
 import zmq
 
-from comms import dataplane_client
-from comms import steps as S
-from comms.client import EdgeClient, make_channel
-from comms.dataplane import BATCH, BATCH_HEADER, HELLO, NO, OK, DataPlaneServer
-from comms.grpc_subscription import GrpcWeightSubscription
+from comms.cloud.dataplane import DataPlaneServer
+from comms.cloud.step_sink import MemorySink
 from comms.proto import robofleet_pb2 as pb
-from comms.receiver import WeightReceiver
-from comms.sink import MemorySink
-from comms.uploader import MemorySpool, Uploader
-from comms.weight_codec import EncodedVersion
+from comms.robot import dataplane_client
+from comms.robot.client import EdgeClient, make_channel
+from comms.robot.grpc_subscription import GrpcWeightSubscription
+from comms.robot.receiver import WeightReceiver
+from comms.robot.uploader import MemorySpool, Uploader
+from comms.wire import steps as S
+from comms.wire.dataplane_frames import BATCH, BATCH_HEADER, HELLO, NO, OK
+from comms.wire.weight_codec import EncodedVersion
 from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import rpc_code, self_signed_cert, steps
 from tests.fakes.cloud import RUN, Cloud

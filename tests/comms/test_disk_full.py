@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import select
 
 from buffer import ReplayBuffer
-from comms.buffer_sink import BufferSink
-from comms.uploader import MemorySpool, Uploader
+from comms.cloud.replay_buffer_sink import ReplayBufferSink
+from comms.robot.uploader import MemorySpool, Uploader
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event
 from tests.comms.helpers import BUFFER_SCHEMA as SCHEMA
@@ -33,7 +33,7 @@ def test_a_full_buffer_disk_is_a_named_retryable_refusal_and_heals(
     full_disk: Disk, store: MetadataStore
 ) -> None:
     buf = ReplayBuffer.open(full_disk.path / "buf", SCHEMA)
-    cloud = Cloud(store, BufferSink(buf), fast_comms(reconnect_max_s=4.0))
+    cloud = Cloud(store, ReplayBufferSink(buf), fast_comms(reconnect_max_s=4.0))
     robot = cloud.robot("arm-1")
     client = cloud.client(robot)
     spool = MemorySpool()

@@ -7,10 +7,10 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from comms import steps as S
-from comms.auth import credential_metadata
-from comms.client import EdgeClient, enroll, make_channel
 from comms.proto import robofleet_pb2 as pb
+from comms.robot.client import EdgeClient, enroll, make_channel
+from comms.wire import steps as S
+from comms.wire.credentials import credential_metadata
 from foundation.store.models import Robot, RobotStatus
 from tests.comms.helpers import rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud

@@ -9,18 +9,19 @@ import threading
 import grpc
 import pytest
 
-from comms.client import EdgeClient, make_channel
-from comms.marks import EpisodeMark, EpisodeMarkSender
+from comms.cloud.step_sink import MemorySink
 from comms.proto import robofleet_pb2 as pb
-from comms.relay import SiteRelay
-from comms.sink import MemorySink
+from comms.relay.site_relay import SiteRelay
+from comms.robot.client import EdgeClient, make_channel
+from comms.robot.mark_sender import EpisodeMarkSender
+from comms.wire.marks import EpisodeMark
 from tests.comms.helpers import rpc_code
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.procs import wait_until
 
 
 class Outbox:
-    """An in-memory ``comms.marks.MarkOutbox``."""
+    """An in-memory ``comms.robot.mark_sender.MarkOutbox``."""
 
     def __init__(self, *marks: EpisodeMark) -> None:
         self.marks = list(marks)

@@ -21,9 +21,9 @@ from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import DecodeError
 from google.protobuf.message_factory import GetMessageClass
 
-from comms.auth import credential_metadata
 from comms.proto import robofleet_pb2 as pb
-from comms.uploader import MemorySpool, Uploader
+from comms.robot.uploader import MemorySpool, Uploader
+from comms.wire.credentials import credential_metadata
 from foundation.store.models import Robot
 from tests.comms.helpers import rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from comms.services.mailbox import Mailbox
+from comms.cloud.services.mailbox import Mailbox
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import grpc
 import numpy as np
 import pytest
 
-from comms.client import EdgeClient, make_channel
-from comms.receiver import WeightReceiver
-from comms.relay import SiteRelay
-from comms.uploader import MemorySpool, Uploader
-from comms.zmq_subscription import ZmqWeightSubscription
+from comms.relay.site_relay import SiteRelay
+from comms.robot.client import EdgeClient, make_channel
+from comms.robot.receiver import WeightReceiver
+from comms.robot.uploader import MemorySpool, Uploader
+from comms.robot.zmq_subscription import ZmqWeightSubscription
 from tests.comms.helpers import rpc_code, steps
 from tests.comms.netproxy import TcpProxy
 from tests.fakes.cloud import RUN, Cloud
@@ -121,9 +121,9 @@ def test_fanout_manifests_without_the_relays_hmac_are_never_applied(cloud: Cloud
     ignored; the key comes only over the relay's authenticated gRPC."""
     import zmq
 
-    from comms.dataplane import CHUNK_HEADER
-    from comms.relay import TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
-    from comms.weight_codec import Snapshot, encode_full
+    from comms.wire.dataplane_frames import CHUNK_HEADER
+    from comms.wire.fanout import TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
+    from comms.wire.weight_codec import Snapshot, encode_full
 
     relay = SiteRelay(cloud.settings, cloud_address=cloud.address, port=0, zmq_port=0)
     relay.start()

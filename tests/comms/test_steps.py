@@ -1,11 +1,11 @@
-"""``comms.steps.decode_batch``: whose rows a batch holds, checked without compute kernels."""
+"""``comms.wire.steps.decode_batch``: whose rows a batch holds, checked without compute kernels."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
 
-from comms.steps import ForeignRowsError, StepFormatError, decode_batch
+from comms.wire.steps import ForeignRowsError, StepFormatError, decode_batch
 
 
 def _stream(batch: pa.RecordBatch) -> bytes:

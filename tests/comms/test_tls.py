@@ -7,8 +7,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from comms.client import EdgeClient, make_channel
-from comms.sink import MemorySink
+from comms.cloud.step_sink import MemorySink
+from comms.robot.client import EdgeClient, make_channel
 from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import rpc_code, self_signed_cert
 from tests.fakes.cloud import Cloud

@@ -14,8 +14,8 @@ import grpc
 import pyarrow as pa
 import pytest
 
-from comms.sink import MemorySink
-from comms.uploader import MemorySpool, Uploader
+from comms.cloud.step_sink import MemorySink
+from comms.robot.uploader import MemorySpool, Uploader
 from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import HOLDING_CLIENT, rpc_code, steps
 from tests.fakes.cloud import RUN, Cloud
@@ -37,7 +37,7 @@ def test_batches_are_acknowledged_in_order(cloud: Cloud) -> None:
 
 
 def test_spool_refuses_seq_going_backwards() -> None:
-    from comms.steps import StepFormatError
+    from comms.wire.steps import StepFormatError
 
     spool = MemorySpool()
     spool.put(steps(1, 0, 5))

@@ -14,15 +14,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from comms import tensors as T
-from comms.distributor import WeightDistributor
-from comms.weight_file import (
+from comms.cloud.distributor import WeightDistributor
+from comms.cloud.weight_file import (
     WeightDirectory,
     WeightFileFeed,
     latest_version,
     read_weights,
     weight_file_name,
 )
+from comms.wire import tensors as T
 from foundation.contracts import WeightPublisher
 
 

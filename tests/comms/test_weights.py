@@ -17,15 +17,15 @@ import safetensors.numpy
 import safetensors.torch
 import torch
 
-from comms import tensors as T
-from comms import weight_codec as W
-from comms.client import make_channel
-from comms.distributor import WeightDistributor
-from comms.grpc_subscription import GrpcWeightSubscription
-from comms.loop_thread import LoopThread
+from comms.cloud.distributor import WeightDistributor
+from comms.cloud.loop_thread import LoopThread
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
-from comms.receiver import VersionAssembler, WeightReceiver
+from comms.robot.client import make_channel
+from comms.robot.grpc_subscription import GrpcWeightSubscription
+from comms.robot.receiver import VersionAssembler, WeightReceiver
+from comms.wire import tensors as T
+from comms.wire import weight_codec as W
 from tests.fakes.cloud import RUN, Cloud
 
 
@@ -207,7 +207,7 @@ def proxy(upstream: str, mode: str) -> Iterator[tuple[str, FaultyWeights]]:
 
 
 def test_corrupted_chunk_is_refused_and_fetched_again(cloud: Cloud) -> None:
-    from comms.client import EdgeClient
+    from comms.robot.client import EdgeClient
 
     robot = cloud.robot("arm-1")
     pub = cloud.server.distributor(RUN)
@@ -232,7 +232,7 @@ def test_corrupted_chunk_is_refused_and_fetched_again(cloud: Cloud) -> None:
 
 
 def test_truncated_stream_is_never_applied(cloud: Cloud) -> None:
-    from comms.client import EdgeClient
+    from comms.robot.client import EdgeClient
 
     robot = cloud.robot("arm-1")
     pub = cloud.server.distributor(RUN)
@@ -544,7 +544,7 @@ def test_bf16_delta_and_republish_keep_the_dtype() -> None:
     republish of typed arrays keeps it BF16 (it used to fail: uint16 has no safetensors name)."""
     import torch
 
-    from comms.receiver import WeightReceiver
+    from comms.robot.receiver import WeightReceiver
 
     w = torch.randn(50_000).to(torch.bfloat16)
     base = W.Snapshot.take({"w": w}, 0)
@@ -578,7 +578,7 @@ def test_publish_safetensors_refuses_bytes_that_are_not_safetensors() -> None:
 def test_flush_waits_for_the_version_being_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Regression: flush returned while the encoder thread held a snapshot it had taken off
     the queue but not yet stored (``latest()`` was still None)."""
-    import comms.distributor as distributor_mod
+    import comms.cloud.distributor as distributor_mod
 
     real_encode = distributor_mod.W.encode_full
     started = threading.Event()

@@ -63,11 +63,11 @@ def _cloud(host: str, db_url: str, n: int, version_floats: int) -> None:
 
 
 def _site(cloud: str, robots: list[list[Any]], latency_s: float) -> None:
-    from comms.client import EdgeClient, make_channel
-    from comms.receiver import WeightReceiver
-    from comms.relay import SiteRelay
-    from comms.uploader import MemorySpool, Uploader
-    from comms.zmq_subscription import ZmqWeightSubscription
+    from comms.relay.site_relay import SiteRelay
+    from comms.robot.client import EdgeClient, make_channel
+    from comms.robot.receiver import WeightReceiver
+    from comms.robot.uploader import MemorySpool, Uploader
+    from comms.robot.zmq_subscription import ZmqWeightSubscription
     from tests.comms.helpers import steps
     from tests.comms.netproxy import TcpProxy
     from tests.fakes.settings import wan_comms

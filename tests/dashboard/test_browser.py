@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from comms.enrollment import edge_command
+from comms.cloud.enrollment_tokens import edge_command
 from foundation.store.metrics import insert_metrics
 from foundation.store.models import (
     Event,

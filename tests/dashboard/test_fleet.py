@@ -7,7 +7,7 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from comms.enrollment import edge_command
+from comms.cloud.enrollment_tokens import edge_command
 from foundation.store.accounts import Role
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Event, Robot, RobotStatus, Run, utcnow
@@ -87,7 +87,7 @@ def test_enroll_with_tags_driver_and_operator_shows_the_edge_command(
     as_role: Client, store: MetadataStore
 ) -> None:
     """The Enroll endpoint and ``robofleet robots enroll`` print one command line
-    (comms.enrollment.edge_command): driver, its options and the operator, no run id."""
+    (comms.cloud.enrollment_tokens.edge_command): driver, its options and the operator, no run id."""
     op = as_role(Role.OPERATOR)
     options = {"env_id": "gym_hil/PandaPickCubeBase-v0", "env_kwargs": {"x": 1}}
     body = {

@@ -14,7 +14,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from buffer import ReplayBuffer, StepSchema
-from comms.weight_file import WeightDirectory
+from comms.cloud.weight_file import WeightDirectory
 from foundation.runspec import parse_run_spec
 from foundation.store.accounts import Role
 from foundation.store.metadata_store import MetadataStore

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from comms.sink import MemorySink
+from comms.cloud.step_sink import MemorySink
 from tests.fakes.cloud import ROBOFLEET, RUN, Cloud
 from tests.fakes.procs import REPO
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from comms.buffer_sink import BufferSink
+from comms.cloud.replay_buffer_sink import ReplayBufferSink
 from edge_agent.build import AgentOptions, build_agent
 from edge_agent.control import CloudControl
 from foundation.store.models import Event, Robot, RobotStatus
@@ -37,7 +37,7 @@ def wait_for(cond: Any, timeout: float, what: str) -> None:
     wait_until(cond, timeout, what, poll_s=0.005)
 
 
-def push(cloud: Cloud[BufferSink], robot_id: int, kind: str) -> None:
+def push(cloud: Cloud[ReplayBufferSink], robot_id: int, kind: str) -> None:
     """Push once the robot's Control stream is registered (it connects in the background)."""
     send = cloud.server.push_control
     wait_for(lambda: send(robot_id, kind, RUN, "test"), 10, f"{kind} delivered")
@@ -49,7 +49,7 @@ def test_cloud_estop_pause_resume_reach_a_running_agent(tmp_path: Path, db: Any)
 
     _url, store = db
     buf = ReplayBuffer.open(tmp_path / "buffer", metaworld_schema())
-    cloud = Cloud(store, BufferSink(buf))
+    cloud = Cloud(store, ReplayBufferSink(buf))
     built = None
     try:
         edge = fast_edge(

@@ -23,7 +23,7 @@ from cloud_learner.policy_card import (
     split_card,
     with_card,
 )
-from comms.weight_file import WeightDirectory
+from comms.cloud.weight_file import WeightDirectory
 from edge_agent.inference import LocalPolicyRunner
 from edge_agent.policy_build import CardPolicy
 

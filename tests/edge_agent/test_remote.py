@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from comms.sink import MemorySink
+from comms.cloud.step_sink import MemorySink
 from edge_agent.grpc_client import EdgeActClient
 from edge_agent.inference import NO_POLICY, RemotePolicyRunner
 from tests.edge_agent.helpers import make_agent, spooled_rows

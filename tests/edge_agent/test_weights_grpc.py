@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from comms.sink import MemorySink
+from comms.cloud.step_sink import MemorySink
 from edge_agent.build import AgentOptions, build_agent
 from foundation.store.models import Robot
 from tests.fakes.cloud import RUN, Cloud

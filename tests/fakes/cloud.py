@@ -1,10 +1,10 @@
 """The suite's one cloud harness, at three levels:
 
 * :class:`Cloud`: comms' ``CloudServer`` on loopback in the test's own process, in front of a
-  step sink (a ``MemorySink``, a ``BufferSink`` on a real replay buffer, a per-run resolver);
+  step sink (a ``MemorySink``, a ``ReplayBufferSink`` on a real replay buffer, a per-run resolver);
   it enrolls robots (:meth:`Cloud.robot`) and opens their clients (:meth:`Cloud.client`).
   :class:`RobotComputer` is a robot computer as such a cloud sees one (heartbeats, Control).
-* :class:`CloudProcess`: the same cloud with a ``BufferSink`` in a child process
+* :class:`CloudProcess`: the same cloud with a ``ReplayBufferSink`` in a child process
   (``python -m tests.fakes.cloud DB_URL BUFFER_DIR PORT``), for tests that SIGKILL the cloud.
 * :class:`RobofleetCloud`: a real ``robofleet cloud`` process tree (Ray, edge agents, learners)
   for system tests, with :func:`cli` for the ``robofleet`` commands beside it.
@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from buffer.table.schema import StepSchema
-from comms.client import ControlListener, EdgeClient, enroll, make_channel
+from comms.cloud.server import CloudServer
+from comms.cloud.services.common import ActHandler
+from comms.cloud.step_sink import MemorySink, SinkResolver, StepSink
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
-from comms.server import CloudServer
-from comms.services.common import ActHandler
-from comms.sink import MemorySink, SinkResolver, StepSink
+from comms.robot.client import ControlListener, EdgeClient, enroll, make_channel
 from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Run
 from tests.fakes.procs import Child, python_module, wait_until
@@ -219,7 +219,7 @@ def metaworld_schema() -> StepSchema:
 
 
 class CloudProcess:
-    """:class:`Cloud` with a ``BufferSink`` on the replay buffer at ``buffer_dir`` (schema
+    """:class:`Cloud` with a ``ReplayBufferSink`` on the replay buffer at ``buffer_dir`` (schema
     :func:`metaworld_schema`) in a child process on ``port``; started on construction."""
 
     def __init__(self, db_url: str, buffer_dir: Path, port: int) -> None:
@@ -235,11 +235,11 @@ class CloudProcess:
 def main(argv: list[str]) -> int:
     """Serve as :class:`CloudProcess` describes; prints ``ready``, then serves until killed."""
     from buffer.table.replay_buffer import ReplayBuffer
-    from comms.buffer_sink import BufferSink
+    from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
     db_url, buffer_dir, port = argv[0], argv[1], int(argv[2])
     buf = ReplayBuffer.open(buffer_dir, metaworld_schema())
-    cloud = Cloud(MetadataStore(db_url), BufferSink(buf), port=port)
+    cloud = Cloud(MetadataStore(db_url), ReplayBufferSink(buf), port=port)
     print("ready", flush=True)
     while cloud.server is not None:  # holds the server until killed
         time.sleep(3600)

@@ -57,12 +57,12 @@ def cloud_on_buffer(store: MetadataStore, directory: Path) -> tuple[ReplayBuffer
     it (the caller closes both)."""
     from buffer.table.replay_buffer import ReplayBuffer
     from buffer.table.schema import StepSchema
-    from comms.buffer_sink import BufferSink
+    from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
     probe = PointRobot()
     schema = StepSchema.from_features(probe.observation_features, probe.action_features)
     buf = ReplayBuffer.open(directory, schema)
-    return buf, Cloud(store, BufferSink(buf))
+    return buf, Cloud(store, ReplayBufferSink(buf))
 
 
 def main(argv: list[str]) -> int:

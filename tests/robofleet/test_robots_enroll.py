@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from comms.enrollment import edge_command
+from comms.cloud.enrollment_tokens import edge_command
 from foundation.store.metadata_store import MetadataStore
 from robofleet.cli import main
 from robofleet.commands.edge import build_parser, driver_options

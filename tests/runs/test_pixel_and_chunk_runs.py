@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from buffer import ReplayBuffer
 from cloud_learner.metrics import read_metrics
-from comms.weight_file import weight_file_name
+from comms.cloud.weight_file import weight_file_name
 from edge_agent.policy_build import CardPolicy
 from foundation.rows import RowFilter
 from foundation.store.models import RunState

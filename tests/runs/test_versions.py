@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from cloud_learner.loop import PUBLISHED
-from comms.weight_file import WeightDirectory
+from comms.cloud.weight_file import WeightDirectory
 from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
 from runs.versions import VersionRecorder

@@ -1,0 +1,1 @@
+"""The comms benchmarks (``robofleet bench transport``, ``robofleet bench weights``)."""

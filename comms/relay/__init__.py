@@ -1,0 +1,1 @@
+"""A site relay: one cloud connection for every robot of a site (``robofleet relay``)."""
