@@ -61,8 +61,8 @@ class CommsSettings(BaseModel):
         default=32 * 1024 * 1024,
         gt=0,
         description="A client sends no more step batches while this many bytes of them are "
-        "unacknowledged (the batch that crosses it is sent). Above the bandwidth-delay "
-        "product: on loopback an ack comes ~9 ms after its batch at ~1.8 GB/s (16 MB).",
+        "unacknowledged (the batch that crosses it is sent). Keep it above the link's "
+        "bandwidth-delay product (ack latency x upload rate).",
     )
     call_timeout_s: float = Field(default=10.0, gt=0, description="Deadline of unary calls.")
     act_timeout_s: float = Field(default=0.5, gt=0, description="Deadline of a remote Act call.")

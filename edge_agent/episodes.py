@@ -89,7 +89,8 @@ class EpisodeLog:
 
 
 class MarkOutbox:
-    """The robot's episode marks not yet stored by the cloud (``comms.robot.mark_sender.MarkOutbox``).
+    """The robot's episode marks not yet stored by the cloud
+    (``comms.robot.mark_sender.MarkOutbox``).
 
     Thread-safe: the control loop adds, the sender's thread reads and removes.
 

@@ -3,12 +3,11 @@
 libzmq allocates every received message with ``malloc``. A step batch is usually hundreds of
 KB, above glibc's mmap threshold (128 KB, raised dynamically as such blocks are freed), and an
 upload keeps a window of them alive at once; freed in bursts, they either go back to the kernel
-(munmap, or a trim of the heap's top) and the next ones are faulted in page by page again.
-Profiled on the data plane (``perf``: 512 KB batches, loopback): the receiving zmq thread
-spent more time in page faults and page accounting than in copying bytes. Raising the mmap
-threshold to glibc's maximum and the trim threshold above an upload window keeps those pages in
-the heap for the next messages: +15-25 % upload throughput on that benchmark. The price is up
-to ``trim_threshold`` bytes of freed heap kept resident.
+(munmap, or a trim of the heap's top) and the next ones are faulted in page by page again, so
+the receiving zmq thread can spend more time in page faults than in copying bytes. Raising the
+mmap threshold to glibc's maximum and the trim threshold above an upload window keeps those
+pages in the heap for the next messages (``robofleet bench transport`` shows the gain). The
+price is up to ``trim_threshold`` bytes of freed heap kept resident.
 
 This changes the whole process, so the server does it once, when its data plane starts and
 ``comms.tune_malloc`` is on; elsewhere (musl, macOS) it does nothing.

@@ -1,4 +1,5 @@
-"""Robot liveness in the metadata store (heartbeats), beside foundation.store.metadata_store's operations."""
+"""Robot liveness in the metadata store: heartbeats recorded, beside
+:class:`foundation.store.metadata_store.MetadataStore`'s operations."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Lower the OS scheduling priority of the calling thread (Linux: ``nice`` is per thread).
 
 Publishing weights (reading the learner's file, hashing, delta encoding) is bulk work that can
-wait a few milliseconds; a learner sharing the machine's cores cannot. Measured on the 2-core
-machine (``robofleet bench weights``, learner step time without / with a push every second):
-about 0.46-0.79 with the cloud's publishing at normal priority, about 0.90 with it at nice 10.
+wait a few milliseconds; a learner sharing the machine's cores cannot. ``robofleet bench
+weights`` reports the learner's step time with a push every second against none.
 """
 
 from __future__ import annotations

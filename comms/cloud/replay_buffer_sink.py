@@ -1,4 +1,5 @@
-"""The real :class:`~comms.cloud.step_sink.StepSink`: uploads go into a :class:`buffer.ReplayBuffer`.
+"""The :class:`~comms.cloud.step_sink.StepSink` of a run: uploads go into its
+:class:`buffer.ReplayBuffer`.
 
 The buffer acknowledges after fdatasync and reports the highest durable ``seq`` per robot; its
 rate limiter's refusal becomes :class:`~comms.cloud.step_sink.Backpressure`, a full disk

@@ -1,13 +1,14 @@
 """The learner -> cloud weight handoff: a directory of versions, one copy each side.
 
-A learner that shares a process with the gRPC server competes with it for the GIL and the CPU;
-on two cores that alone made training steps three times slower while versions were pushed.
-So the learner process only writes each version into a file and the cloud process publishes
-it: hashing, deltas and every byte sent to robots cost the learner nothing.
+A learner that shares a process with the gRPC server competes with it for the GIL and the CPU,
+which slows its training steps while versions are pushed. So the learner process only writes
+each version into a file and the cloud process publishes it: hashing, deltas and every byte
+sent to robots cost the learner nothing.
 
 The directory (a run's ``weights/``; the format this module owns)::
 
-    v00000007.safetensors   one version's weights, safetensors layout (comms.wire.tensors), fsynced
+    v00000007.safetensors   one version's weights, safetensors layout (comms.wire.tensors),
+                            fsynced
     latest.json             {"version": 7, "file": "v00000007.safetensors"}: the newest
                             version, replaced atomically once the file it names is durable
 

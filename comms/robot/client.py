@@ -2,8 +2,8 @@
 inference, control.
 
 Long-running streams (experience upload, weight subscription) live in
-:mod:`comms.robot.uploader` and :mod:`comms.robot.grpc_subscription`; they reconnect on their own with
-exponential backoff and jitter.
+:mod:`comms.robot.uploader` and :mod:`comms.robot.grpc_subscription`; they reconnect on their
+own with exponential backoff and jitter.
 """
 
 from __future__ import annotations
@@ -108,7 +108,8 @@ class EdgeClient:
         self.metadata = credential_metadata(credential)
         self.experience = rpc.ExperienceStub(channel)
         self._episodes = rpc.EpisodesStub(channel)
-        # Upload with requests pre-serialized by comms.wire.payload_messages (one copy per part, see there).
+        # Upload with requests pre-serialized by comms.wire.payload_messages (one copy per
+        # part, see there).
         self.upload_stream = channel.stream_stream(
             "/robofleet.comms.v1.Experience/Upload",
             request_serializer=payload_messages.passthrough,

@@ -1,7 +1,8 @@
 """Edge side of weight distribution: assemble, verify, apply atomically, report.
 
 :class:`VersionAssembler` collects one version's chunks into a staging buffer, checking each
-chunk's digest (BLAKE3, :mod:`comms.wire.weight_codec`) as it lands; a bad or missing chunk is fetched again through ``refetch``.
+chunk's digest (BLAKE3, :mod:`comms.wire.weight_codec`) as it lands; a bad or missing chunk is
+fetched again through ``refetch``.
 :class:`WeightReceiver` turns a complete, verified payload into tensors (full, or delta onto the
 version it holds) and swaps it in with one reference assignment, so :meth:`WeightReceiver.current`
 only ever returns whole versions. A truncated or corrupted version is never applied.

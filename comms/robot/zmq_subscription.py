@@ -7,8 +7,8 @@ digest check or never arrive, and full versions when a delta does not fit the ve
 are fetched from the relay's Weights service. Only complete, verified versions are applied.
 
 Manifests on the fan-out must carry the HMAC tag of the relay's run key, which the robot got
-over authenticated gRPC (see :mod:`comms.relay.site_relay`); untagged or mistagged ones are dropped, so
-nothing injected on the site LAN is ever applied.
+over authenticated gRPC (see :mod:`comms.wire.fanout`); untagged or mistagged ones are dropped,
+so nothing injected on the site LAN is ever applied.
 """
 
 from __future__ import annotations

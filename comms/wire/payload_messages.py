@@ -1,7 +1,7 @@
 """Serialized protobuf messages built around a large bytes field with one copy.
 
 Building ``pb.WeightMessage(chunk=pb.Chunk(data=...))`` and serializing it copies the data
-twice and runs at about 1 GB/s holding the GIL. A protobuf message is the concatenation of its
+twice, holding the GIL. A protobuf message is the concatenation of its
 encoded fields (https://protobuf.dev/programming-guides/encoding/), so the small fields are
 serialized by protobuf and the payload is appended behind its tag and length: one ``join``.
 The results parse as ordinary messages (``tests/comms/test_payload_messages.py`` proves it).

@@ -110,10 +110,8 @@ class _BufferPool:
 
     A robot receives, and a distributor publishes, version after version of one size; a
     buffer over glibc's mmap threshold (32 MiB at most) is returned to the kernel when freed
-    and the next one is faulted in and zeroed page by page again, which on this machine cost
-    more than the copy that fills it (perf: ``clear_page_erms`` 25-40% of a push), and on a VM
-    whose balloon reports free pages to its host (virtio-balloon free page reporting) memory
-    free for ~2 s costs ~2 ms per MiB to touch again, 40x a reused page.
+    and the next one is faulted in and zeroed page by page again, which can cost more than
+    the copy that fills it (more still on a VM whose host reclaims freed pages).
 
     Kept per size: up to the most buffers of that size ever in use at once (at least
     ``POOL_PER_SIZE``), so a process's working set (a robot: the applied version and the one
@@ -187,10 +185,9 @@ def byte_buffer(nbytes: int) -> memoryview:
     """A writable buffer of ``nbytes`` uninitialised bytes (format ``"B"``): the caller must
     write every byte it exposes.
 
-    ``bytearray(n)`` zero-fills: one more pass over the memory than the copy that fills it,
-    which for a 40 MB model cost as much as the copy. numpy's allocator skips that (and asks
-    for transparent huge pages on large buffers); buffers of 1 MiB and more are recycled from
-    the versions before (:class:`_BufferPool`).
+    ``bytearray(n)`` zero-fills: one more pass over the memory than the copy that fills it.
+    numpy's allocator skips that (and asks for transparent huge pages on large buffers);
+    buffers of 1 MiB and more are recycled from earlier versions (:class:`_BufferPool`).
     """
     if nbytes < POOL_MIN_BYTES:
         return memoryview(np.empty(nbytes, dtype=np.uint8))
@@ -211,9 +208,8 @@ def encode(tensors: Mapping[str, Any]) -> memoryview:
     if total < _PARALLEL_COPY_FROM:
         _put(out, srcs)
     else:
-        # numpy releases the GIL while copying: two threads copy faster on two cores. One
-        # hand-off of half the bytes, not one per tensor: a future per 4 MiB piece cost ~10%
-        # of a 40 MB copy.
+        # numpy releases the GIL while copying, so two threads copy in parallel. One hand-off
+        # of half the bytes, not one per tensor: per-piece futures cost more than they save.
         first, second = _halves(srcs, (total - len(head)) // 2)
         rest = _COPY_POOL.submit(_put, out, second)
         _put(out, first)

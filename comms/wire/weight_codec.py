@@ -7,10 +7,10 @@ used only when it is smaller than the full version. Elements are compared bit fo
 that stays NaN is unchanged and ``-0.0`` vs ``0.0`` is a change.
 
 Each chunk is bound to the manifest by its BLAKE3 digest (https://github.com/BLAKE3-team/BLAKE3,
-32 bytes, ``Manifest.chunk_blake3``): a cryptographic hash about four times faster than SHA-256
-here (3.8-4.7 vs 1.0 GB/s a core), and hashing was the largest cost of a push, once on the
-publisher and once on every robot. Manifests of older publishers carry SHA-256 digests
-(``chunk_sha256``) and are checked with those.
+32 bytes, ``Manifest.chunk_blake3``): a cryptographic hash several times faster than SHA-256
+per core, chosen because hashing is a large part of a push, once on the publisher and once on
+every robot. Manifests that carry SHA-256 digests (``chunk_sha256``) instead are checked with
+those.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def sha256_digest(data: Any) -> bytes:
 
 def chunk_check(m: pb.Manifest) -> tuple[Callable[[Any], bytes], Sequence[bytes]]:
     """The digest function of ``m``'s chunks and their expected digests: BLAKE3, or SHA-256
-    for a manifest that carries only those (an older publisher)."""
+    for a manifest that carries only those."""
     if m.chunk_sha256 and not m.chunk_blake3:
         return sha256_digest, m.chunk_sha256
     return blake3_digest, m.chunk_blake3
@@ -136,8 +136,8 @@ def chunk_check(m: pb.Manifest) -> tuple[Callable[[Any], bytes], Sequence[bytes]
 def chunk_digests(payload: Blob, chunk_bytes: int) -> list[bytes]:
     """BLAKE3 of each ``chunk_bytes`` slice of ``payload``.
 
-    The GIL is released while hashing, so big payloads are hashed on two threads: the digest
-    latency before a version can be sent halves on two cores.
+    The GIL is released while hashing, so big payloads are hashed on two threads, which
+    shortens the wait before a version can be sent.
     """
     mv = memoryview(payload)
 

@@ -2,9 +2,9 @@
 
 Data-plane batches arrive on the data-plane thread; storing them (Arrow parsing, validation,
 the sink's fsync) must not run there (one robot's fsync would stall every robot's frames) nor
-on the event loop. Passing each frame through the event loop to a worker and back cost three
-thread hand-offs per batch and left the sink idle while the loop waited for the worker
-(profiled: at 512 KB batches the hops, not the work, bounded the upload). A mailbox instead
+on the event loop. Passing each frame through the event loop to a worker and back would cost
+three thread hand-offs per batch and leave the sink idle while the loop waits for the worker;
+with batches of a few hundred KB the hops, not the work, bound the upload. A mailbox instead
 queues batches where they arrive and keeps at most one worker draining it: batches that
 arrive while it works are taken in its next round (one sink call sequence, one group of acks,
 so a slow fsync makes bigger groups, not a longer queue), and only the results cross to the

@@ -113,8 +113,8 @@ _HANDLERS = {
 
 def add_service(server: grpc.aio.Server, servicer: Any, service: str) -> None:
     """Register ``servicer``'s methods for every method of ``service`` (a service name of
-    robofleet.proto), with :func:`decoder` requests and :func:`comms.wire.payload_messages.passthrough`
-    responses (messages, or bytes serialized already: weight chunks).
+    robofleet.proto), with :func:`decoder` requests and
+    :func:`comms.wire.payload_messages.passthrough` responses (messages, or bytes serialized already: weight chunks).
 
     Raises:
         AttributeError: ``servicer`` lacks a method of the service.
