@@ -4,20 +4,29 @@ with each robot's own credential, weights served from the relay's copies."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 import grpc.aio
 
 from comms.cloud.services.common import ServerState, write
 from comms.cloud.services.weights import WeightsServicer
+from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.wire.credentials import AUTH_HEADER
 from comms.wire.fanout import FANOUT_KEY_HEADER
 
-if TYPE_CHECKING:
-    from comms.relay.site_relay import SiteRelay
+
+class ServedRelay(Protocol):
+    """What the servicers use of the relay that serves them (``comms.relay.site_relay``)."""
+
+    settings: CommsSettings
+    state: ServerState
+    upstream_aio: grpc.aio.Channel | None
+    upload_bytes: int
+
+    def fanout_key(self, run_id: str) -> bytes: ...
 
 
 def _auth_only(context: grpc.aio.ServicerContext) -> tuple[tuple[str, str], ...]:
@@ -29,7 +38,7 @@ class RelayWeights(WeightsServicer):
     """The cloud's Weights service, served from the relay's copies. A Fetch the cloud
     authorized also hands the robot the run's fan-out key (initial metadata)."""
 
-    def __init__(self, state: ServerState, relay: SiteRelay) -> None:
+    def __init__(self, state: ServerState, relay: ServedRelay) -> None:
         super().__init__(state)
         self.relay = relay
 
@@ -45,7 +54,7 @@ class RelayWeights(WeightsServicer):
 
 
 class RelayExperience(rpc.ExperienceServicer):
-    def __init__(self, relay: SiteRelay) -> None:
+    def __init__(self, relay: ServedRelay) -> None:
         self.relay = relay
 
     async def Upload(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
@@ -89,7 +98,7 @@ class RelayEpisodes(rpc.EpisodesServicer):
     """A robot's episode marks, forwarded with its own credential (the cloud checks and
     stores them; its answer, or refusal, goes back as it is)."""
 
-    def __init__(self, relay: SiteRelay) -> None:
+    def __init__(self, relay: ServedRelay) -> None:
         self.relay = relay
 
     async def Mark(  # type: ignore[override]
