@@ -95,12 +95,12 @@ def export_lerobot(
 
     root = Path(root)
     if rows is None:
-        lo, hi = buf.first_row, buf.visible
-        all_rows = np.arange(lo, hi, dtype=np.int64)
-        all_rows = all_rows[~buf.index.cols["discarded"][all_rows - buf.index.base]]
+        idx = buf.index
+        a, b = buf.first_row - idx.base, buf.visible - idx.base
+        mask = ~idx.cols["discarded"][a:b]
         if keep is not None:
-            all_rows = all_rows[_matching(buf, all_rows, keep)]
-        rows = all_rows
+            mask &= idx.matches(a, b, keep)
+        rows = np.flatnonzero(mask).astype(np.int64) + a + idx.base
     if len(rows) == 0:
         raise ValueError("nothing to export: the selection is empty")
     features = _lerobot_features(buf.schema, use_videos)
@@ -164,30 +164,3 @@ def _add_episode(ds: Any, buf: ReplayBuffer, run: np.ndarray, with_success: bool
         frame["task"] = str(tasks[c["task"][j]])
         ds.add_frame(frame)
     ds.save_episode()
-
-
-def _matching(buf: ReplayBuffer, rows: np.ndarray, keep_rows: RowFilter) -> np.ndarray:
-    idx = buf.index
-    li = rows - idx.base
-    keep = np.ones(len(rows), dtype=bool)
-    for vocab, col, wanted in (
-        (idx.tasks, "task", keep_rows.tasks),
-        (idx.robots, "robot", keep_rows.robot_ids),
-        (idx.runs, "run", keep_rows.run_ids),
-    ):
-        if wanted is not None:
-            codes = [vocab.codes[w] for w in wanted if w in vocab.codes]
-            keep &= np.isin(idx.cols[col][li], codes)
-    pv = keep_rows.policy_versions
-    if pv is not None:
-        v = idx.cols["policy_version"][li]
-        keep &= (v >= pv[0]) & (v <= pv[1]) if isinstance(pv, tuple) else np.isin(v, list(pv))
-    if keep_rows.interventions_only:
-        keep &= idx.cols["is_intervention"][li]
-    if keep_rows.success_only:
-        keep &= idx.success_mask(0, len(idx))[li]
-    t_range = keep_rows.time_range
-    if t_range is not None:
-        ts = idx.cols["timestamp"][li]
-        keep &= (ts >= t_range[0]) & (ts <= t_range[1])
-    return keep

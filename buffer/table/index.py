@@ -409,17 +409,22 @@ class RowIndex:
 
     # -- queries ------------------------------------------------------------------------
     def select(self, lo: int, hi: int, rows: RowFilter) -> np.ndarray:
-        """Eligible rows in ``[lo, hi)`` that ``rows`` keeps (global row ids, ascending).
+        """Eligible rows in ``[lo, hi)`` that ``rows`` keeps (global row ids, ascending)."""
+        a, b = max(lo, self.base) - self.base, min(hi, self.end) - self.base
+        if b <= a:
+            return np.empty(0, dtype=np.int64)
+        keep = self.cols["eligible"][a:b] & self.matches(a, b, rows)
+        return np.flatnonzero(keep).astype(np.int64) + a + self.base
+
+    def matches(self, a: int, b: int, rows: RowFilter) -> np.ndarray:
+        """Bool mask of the local rows ``[a, b)`` that ``rows`` keeps, eligible or not.
 
         ``success_only``: rows of episodes marked a success (:meth:`set_outcome`).
         ``time_range``: rows whose ``timestamp`` (seconds since their episode's start) is in
         ``[t0, t1]``.
         """
-        a, b = max(lo, self.base) - self.base, min(hi, self.end) - self.base
-        if b <= a:
-            return np.empty(0, dtype=np.int64)
         c = self.cols
-        keep = c["eligible"][a:b].copy()
+        keep = np.ones(b - a, dtype=bool)
         for vocab, col, wanted in (
             (self.tasks, "task", rows.tasks),
             (self.robots, "robot", rows.robot_ids),
@@ -443,7 +448,7 @@ class RowIndex:
             t0, t1 = float(rows.time_range[0]), float(rows.time_range[1])
             ts = c["timestamp"][a:b]
             keep &= (ts >= t0) & (ts <= t1)
-        return np.flatnonzero(keep).astype(np.int64) + a + self.base
+        return keep
 
     def summary(self, segments: list[tuple[int, int, str]]) -> dict[str, Any]:
         """Episodes, tasks, robots, policy versions, intervention counts, segment offsets."""
