@@ -65,7 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--robots", type=int, default=4, help="simulated robots (default 4)")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated Meta-World tasks")
     p.add_argument("--minutes", type=float, default=10.0, help="run length (default 10)")
-    p.add_argument("--algorithm", default="hg-dagger", choices=["hg-dagger", "recap", "sac"])
+    p.add_argument(
+        "--algorithm", default="hg-dagger", help="a registered algorithm (hg-dagger, recap, sac)"
+    )
     p.add_argument("--control-hz", type=float, default=20.0, help="robots' control rate")
     p.add_argument("--kill-learner-at", type=float, default=None, metavar="SECONDS")
     p.add_argument(
@@ -237,7 +239,12 @@ def _table(progress: dict[str, Any], tasks: list[str], algorithm: str = "hg-dagg
 
 
 def main(argv: Sequence[str] = ()) -> int:
-    args = build_parser().parse_args(list(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
+    from cloud_learner.algorithms import BUILDERS
+
+    if args.algorithm not in BUILDERS:
+        parser.error(f"--algorithm {args.algorithm!r}: choose from {', '.join(sorted(BUILDERS))}")
     from rich.console import Console
 
     from foundation.runspec import RunSpecError
