@@ -11,7 +11,7 @@ demonstrations it already recorded.
 (or will leave) the robot, and of each kept episode's outcome (``success`` / ``failure``): one
 line ``{"run_id", "episode_index", "kind", "reason"}`` per mark
 (:class:`comms.wire.marks.EpisodeMark`), appended durably when the episode ends and removed once
-the cloud stored it (comms' :class:`~comms.wire.marks.EpisodeMarkSender` sends them).
+the cloud stored it (comms' :class:`~comms.robot.mark_sender.EpisodeMarkSender` sends them).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from buffer.files.format import SUPPORTED_FORMAT_VERSIONS, WAL_MARKER_PREFIX, wa
 from foundation.durable import atomic_write_bytes, fsync_dir
 
 FILE_MAGIC = wal_marker()
-# Version 1 WALs have the same record layout; only sealing differs (see buffer.format).
+# Version 1 WALs have the same record layout; only sealing differs (see buffer.files.format).
 _READABLE_MARKERS = {wal_marker(v) for v in SUPPORTED_FORMAT_VERSIONS}
 FILE_HEADER = struct.Struct("<8sQ")
 REC_HEADER = struct.Struct("<IIQQ")

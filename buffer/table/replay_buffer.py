@@ -107,7 +107,7 @@ class ReplayBuffer:
         if (directory / SHARDS_FILE).exists():
             raise ValueError(
                 f"{directory} holds the shards of a buffer: open it with "
-                "buffer.service.shards.open_buffer (or one shard-<k> directory)"
+                "buffer.service.shards.ShardedBuffer.open (or one shard-<k> directory)"
             )
         schema = stored_schema(directory, schema, read_only)
         stored = directory / SCHEMA_FILE
