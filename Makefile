@@ -66,9 +66,15 @@ typecheck: venv
 # whole suite: Debian's chromium for the browser tests (tools/ensure-chromium) and a throwaway
 # loopback PostgreSQL for the postgres-marked tests (tools/with-postgres starts it, installing
 # PostgreSQL when missing; a ROBOFLEET_TEST_PG_URL already set is used instead).
+#
+# TEST_WORKERS: pytest-xdist processes (the suite is sized for two cores). --dist loadfile keeps
+# each test file on one worker, and the real-cloud system tests (CLOUD_FILES in tests/conftest.py)
+# on one worker together. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 unit: venv
 	tools/ensure-chromium
-	tools/with-postgres "$(VENV)/bin/python" -m pytest --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	tools/with-postgres "$(VENV)/bin/python" -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	  --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 test: lint typecheck unit
 

@@ -52,3 +52,37 @@ def db_url(request: pytest.FixtureRequest, tmp_path: pytest.TempPathFactory) -> 
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+# The system test files whose real cloud (Ray, simulated robot computers, learner processes) keeps
+# both cores busy. Under pytest-xdist (`make test`: -n 2 --dist loadfile) they share one worker, one
+# file after another, so two such clouds never starve each other's robots and learners while the
+# other worker takes the rest of the suite.
+CLOUD_FILES = frozenset(
+    f"tests/{path}.py"
+    for path in (
+        "hal/test_multinode",
+        "runs/test_algorithms_runs",
+        "runs/test_cloud_runs",
+        "runs/test_pause_and_hang",
+        "runs/test_pixel_and_chunk_runs",
+        "runs/test_refused_resume",
+        "runs/test_robot_computers",
+    )
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with ``CLOUD_FILES`` as one unit of work: each file on one worker (its
+    module fixtures set up once), those files together. xdist's own ``--dist loadgroup`` cannot
+    do this here: it tags node ids, which pytest 9 no longer lets a plugin rewrite."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileWithCloudGroup(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "cloud" if path in CLOUD_FILES else path
+
+    return LoadFileWithCloudGroup(config, log)
