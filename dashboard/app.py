@@ -73,7 +73,8 @@ def create_app(
             " (unsafe requests then need the `X-CSRF-Token` header) or with"
             " `Authorization: Bearer <API token>`. Robot credentials are refused."
         ),
-        openapi_url="/api/openapi.json",
+        # Served by the viewer-guarded route below: FastAPI's own route has no authentication.
+        openapi_url=None,
         docs_url=None,  # the Swagger UI would pull scripts from a CDN
         redoc_url=None,
     )
@@ -101,6 +102,16 @@ def create_app(
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.get(
+        "/api/openapi.json",
+        tags=["meta"],
+        summary="This OpenAPI document (viewer role)",
+        responses=AUTH_ERRORS,
+    )
+    def openapi_document(_: Annotated[Principal, Depends(require_viewer)]) -> dict[str, Any]:
+        return app.openapi()
+
     bodies.install(app)  # before security_headers, which then wraps its 422s too
 
     @app.middleware("http")

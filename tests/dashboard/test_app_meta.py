@@ -23,6 +23,7 @@ import foundation.store.metadata_store  # noqa: F401  (registers every table on 
 from dashboard.app import CSP
 from foundation.store.metadata_store import alembic_config, current_revision, make_engine, upgrade
 from foundation.store.models import Base
+from tests.dashboard.conftest import login
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +35,7 @@ def test_openapi_documents_every_api_operation(app: FastAPI) -> None:
     for method, path, op in ops:
         assert op.get("summary"), (method, path)
         assert op.get("tags"), (method, path)
-        if path not in ("/healthz", "/api/auth/login", "/api/openapi.json"):
+        if path not in ("/healthz", "/api/auth/login"):
             assert "401" in op["responses"], (method, path)
     launch = schema["paths"]["/api/runs"]["post"]
     assert "422" in launch["responses"]
@@ -42,6 +43,16 @@ def test_openapi_documents_every_api_operation(app: FastAPI) -> None:
     assert {"name", "algorithm", "tasks", "robots", "policy", "hyperparameters"} <= set(
         spec["properties"]
     )
+
+
+def test_openapi_document_needs_a_viewer(app: FastAPI, anon: TestClient) -> None:
+    assert anon.get("/api/openapi.json").status_code == 401
+    for path in ("/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"):
+        assert anon.get(path, follow_redirects=False).status_code == 404, path
+    r = login(app, "viewer").get("/api/openapi.json")
+    assert r.status_code == 200
+    assert "RunSpec" in r.json()["components"]["schemas"]
+    assert "/api/runs" in r.json()["paths"]
 
 
 def test_pages_load_only_local_assets(anon: TestClient) -> None:
