@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,16 +104,22 @@ class BuiltAgent:
 
 
 def credential(
-    spool_dir: Path, opts: AgentOptions, comms: Any, spec: dict[str, Any]
+    spool_dir: Path,
+    opts: AgentOptions,
+    comms: Any,
+    spec: dict[str, Any],
+    stop: threading.Event | None = None,
 ) -> tuple[int, str]:
     """The robot's (id, credential): the one stored in ``spool_dir``, or enroll with
-    ``opts.token`` once and store it (mode 0600).
+    ``opts.token`` once (waiting for an unreachable cloud, ``edge_agent.enrollment``) and
+    store it (mode 0600).
 
     Raises:
         ValueError: no credential stored and no token.
-        grpc.RpcError: the cloud refused the enrollment or is unreachable.
+        edge_agent.enrollment.EnrollmentRefused: the cloud refused the token or the name.
+        edge_agent.enrollment.EnrollmentStopped: ``stop`` was set while waiting.
     """
-    from comms.robot.client import enroll, make_channel
+    from edge_agent.enrollment import enroll_when_reachable
 
     stored = read_credential(spool_dir)
     if stored is not None:
@@ -122,11 +129,9 @@ def credential(
             f"no credential in {credential_path(spool_dir)} and no --token to enroll with"
         )
     assert opts.server is not None
-    ch = make_channel(opts.server, comms)
-    try:
-        robot_id, secret = enroll(ch, opts.token, opts.robot_name, spec["robot_type"], spec)
-    finally:
-        ch.close()
+    robot_id, secret = enroll_when_reachable(
+        opts.server, comms, opts.token, opts.robot_name, spec["robot_type"], spec, stop
+    )
     write_credential(spool_dir, RobotCredential(robot_id, secret))
     return robot_id, secret
 
@@ -164,7 +169,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     Raises:
         ValueError: unknown task/operator/driver kind, bad driver options, a scripted
             operator for a driver without an expert, or no credential and no token.
-        grpc.RpcError: enrollment refused (bad token) or the cloud unreachable at enrollment.
+        edge_agent.enrollment.EnrollmentRefused: the cloud refused the token or the name.
     """
     from buffer.table.schema import StepSchema
     from hal.driver import ScriptedExpertDriver

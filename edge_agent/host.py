@@ -131,9 +131,10 @@ class RobotComputer:
 
         Raises:
             ValueError: no stored credential and no token, or a bad driver option.
-            grpc.RpcError: the enrollment was refused.
+            edge_agent.enrollment.EnrollmentRefused: the cloud refused the token or the name.
         """
         from comms.robot.client import ControlListener, EdgeClient, make_channel
+        from edge_agent.enrollment import EnrollmentStopped
 
         driver = self._probe()
         spec = driver.spec.to_dict()
@@ -144,7 +145,10 @@ class RobotComputer:
         }
         self.root.mkdir(parents=True, exist_ok=True)
         assert self.base.server is not None
-        robot_id, secret = credential(self.root, self.base, self.comms, spec)
+        try:
+            robot_id, secret = credential(self.root, self.base, self.comms, spec, self._stop)
+        except EnrollmentStopped:
+            return {}
         self.client = EdgeClient(make_channel(self.base.server, self.comms), secret, self.comms)
         listener = ControlListener(self.client, self._on_command)
         log.info("robot %s (id %d) is idle, waiting for a run", self.base.robot_name, robot_id)

@@ -18,8 +18,10 @@ command line.
 ros2 need only the ``edge`` extra, plus ``ros`` for ros2).
 
 The first start enrolls with ``--token`` and keeps the credential in the spool directory
-(mode 0600); later starts reuse it. ``--report`` prints the control-loop statistics as one JSON
-object on the last stdout line.
+(mode 0600); later starts reuse it. An unreachable cloud is waited for (a unit that boots
+before its cloud or network); a refused token ends the command with one line on stderr and
+exit code 2. ``--report`` prints the control-loop statistics as one JSON object on the last
+stdout line.
 """
 
 from __future__ import annotations
@@ -142,10 +144,11 @@ def main(argv: Sequence[str]) -> int:
     if args.run is None and args.server is not None:
         return _serve(settings, opts, args)
     from edge_agent.build import build_agent
+    from edge_agent.enrollment import EnrollmentRefused
 
     try:
         built = build_agent(settings.edge, settings.comms, opts)
-    except ValueError as exc:
+    except (ValueError, EnrollmentRefused) as exc:
         print(f"robofleet edge: {exc}", file=sys.stderr)
         return 2
 
@@ -168,6 +171,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _serve(settings: Any, opts: AgentOptions, args: argparse.Namespace) -> int:
     """A robot computer: idle until the cloud assigns it (``edge_agent.host``)."""
+    from edge_agent.enrollment import EnrollmentRefused
     from edge_agent.host import RobotComputer
 
     try:
@@ -183,7 +187,7 @@ def _serve(settings: Any, opts: AgentOptions, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _stop)
     try:
         report = computer.run()
-    except ValueError as exc:
+    except (ValueError, EnrollmentRefused) as exc:
         print(f"robofleet edge: {exc}", file=sys.stderr)
         return 2
     if args.report:

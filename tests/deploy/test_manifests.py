@@ -402,6 +402,7 @@ def test_systemd_unit_runs_the_installed_wrapper() -> None:
     svc = unit["Service"]
     assert svc["ExecStart"] == "/opt/robofleet/bin/robofleet-edge-run"
     assert svc["Restart"] == "always" and svc["User"] == "robofleet"
+    assert svc["RestartPreventExitStatus"] == "2"  # a refused token: restarting cannot help
     assert unit["Install"]["WantedBy"] == "multi-user.target"
     install = (DEPLOY / "edge" / "install.sh").read_text()
     assert 'deploy/edge/robofleet-edge-run.sh" "$PREFIX/bin/robofleet-edge-run"' in install

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from datetime import timedelta
@@ -10,8 +11,8 @@ from datetime import timedelta
 import pytest
 
 from comms.cloud.step_sink import MemorySink
-from tests.fakes.cloud import ROBOFLEET, RUN, Cloud
-from tests.fakes.procs import REPO
+from tests.fakes.cloud import ROBOFLEET, RUN, Cloud, free_port
+from tests.fakes.procs import REPO, Child, wait_until
 
 
 def robofleet(*args: str) -> subprocess.Popen[str]:
@@ -75,6 +76,79 @@ def test_robofleet_edge_without_credential_or_token_says_so(tmp_path):
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     assert "no credential" in err and "--token" in err
+
+
+# A light robot for the first-contact tests: no Meta-World import, no scripted expert.
+PENDULUM = ("--driver", "gymnasium", "--driver-option", "env_id=Pendulum-v1", "--operator", "none")
+FAST_RECONNECT = "comms:\n  reconnect_initial_s: 0.1\n  reconnect_max_s: 0.4\n"
+
+
+@pytest.mark.parametrize("fixed_run", [False, True], ids=["robot-computer", "fixed-run"])
+def test_robofleet_edge_with_a_refused_token_says_so_in_one_line(tmp_path, db, fixed_run):
+    _url, store = db
+    with Cloud(store) as cloud:
+        run = ["--run", RUN, "--episodes", "1"] if fixed_run else []
+        proc = robofleet(
+            "edge", "--server", cloud.address, "--token", "not-a-token", "--robot", "refused",
+            "--spool-dir", str(tmp_path / "spool"), *PENDULUM, *run,
+        )  # fmt: skip
+        _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err and "_InactiveRpcError" not in err, err
+    said = [line for line in err.splitlines() if line.startswith("robofleet edge:")]
+    assert len(said) == 1, err
+    assert "refused the enrollment token" in said[0] and "--token" in said[0], said
+    assert "robofleet robots enroll refused" in said[0]
+    assert not (tmp_path / "spool" / "credential.json").exists()
+
+
+def test_robofleet_edge_waits_for_an_unreachable_cloud_then_enrolls(tmp_path, db):
+    _url, store = db
+    port = free_port()
+    config = tmp_path / "edge.yaml"
+    config.write_text(FAST_RECONNECT)
+    spool = tmp_path / "spool"
+    log = tmp_path / "edge.log"
+    edge = Child(
+        [*ROBOFLEET, "--config", str(config), "edge", "--server", f"127.0.0.1:{port}",
+         "--token", store.create_enrollment_token(timedelta(minutes=5)), "--robot", "late",
+         "--spool-dir", str(spool), *PENDULUM],
+        log=log,
+    )  # fmt: skip
+    waiting = f"waiting for the cloud at 127.0.0.1:{port}"
+    try:
+        wait_until(lambda: log.read_text().count(waiting) >= 2, 90, edge.output)
+        assert edge.proc.poll() is None, edge.output()
+        with Cloud(store, port=port):
+            wait_until((spool / "credential.json").exists, 60, edge.output)
+            edge.proc.send_signal(signal.SIGTERM)
+            assert edge.proc.wait(60) == 0, edge.output()
+    finally:
+        edge.stop(30)
+    text = log.read_text()
+    assert "UNAVAILABLE" in text and "next try in" in text
+    assert "Traceback" not in text, text
+    stored = json.loads((spool / "credential.json").read_text())
+    robot = store.robot_for_credential(stored["credential"])
+    assert robot is not None and robot.id == stored["robot_id"] and robot.name == "late"
+
+
+def test_robofleet_edge_stops_cleanly_while_waiting_for_its_cloud(tmp_path):
+    config = tmp_path / "edge.yaml"
+    config.write_text(FAST_RECONNECT)
+    log = tmp_path / "edge.log"
+    edge = Child(
+        [*ROBOFLEET, "--config", str(config), "edge", "--server", f"127.0.0.1:{free_port()}",
+         "--token", "t", "--robot", "early", "--spool-dir", str(tmp_path / "spool"), *PENDULUM],
+        log=log,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: "waiting for the cloud" in log.read_text(), 90, edge.output)
+        edge.proc.send_signal(signal.SIGTERM)
+        assert edge.proc.wait(30) == 0, edge.output()
+    finally:
+        edge.stop(30)
+    assert "Traceback" not in log.read_text()
 
 
 @pytest.mark.slow
