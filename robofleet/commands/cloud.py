@@ -47,12 +47,6 @@ def auto_resume(settings: Any, args: argparse.Namespace) -> bool:
     return bool(settings.orchestration.auto_resume) and not args.no_auto_resume
 
 
-def stop_on_signals(done: threading.Event) -> None:
-    """SIGTERM and SIGINT set ``done`` (the main thread then shuts the cloud down)."""
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-
-
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
     from robofleet.cloud import CloudService
@@ -75,12 +69,9 @@ def main(argv: Sequence[str] = ()) -> int:
         eval_every_s=args.eval_every,
     )
     done = threading.Event()
-    stop_on_signals(done)
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
     cloud.start()
-    # ray.init took SIGTERM over twice: in Python (tear Ray down, exit 1) and in C (absl's
-    # failure handler, which writes a native stack dump as for a crash). signal.signal
-    # installs Python's handler with sigaction again, replacing both: SIGTERM is a clean stop.
-    stop_on_signals(done)
     assert cloud.manager is not None
     print(f"robofleet cloud: gRPC on {cloud.manager.ctx.server_address}", flush=True)
     if cloud.dashboard_url:
