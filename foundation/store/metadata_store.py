@@ -57,6 +57,15 @@ def hash_secret(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
+def command_line_token(nbytes: int = 32) -> str:
+    """A URL-safe random token (``nbytes`` of entropy) that never starts with ``-``, so
+    ``robofleet edge --token T`` cannot read it as an option (1 in 64 would)."""
+    while True:
+        token = secrets.token_urlsafe(nbytes)
+        if not token.startswith("-"):
+            return token
+
+
 def make_engine(url: str) -> Engine:
     """Create an engine; for SQLite, create the parent directory and turn on WAL and fsync."""
     parsed = make_url(url)
@@ -166,7 +175,7 @@ class MetadataStore:
     ) -> str:
         """Create a one-time token valid for ``ttl``; returns the token (only its hash is
         stored). The robot that uses it gets ``tags`` (what runs select robots by)."""
-        token = secrets.token_urlsafe(32)
+        token = command_line_token()
         with self.session() as s:
             s.add(
                 EnrollmentToken(

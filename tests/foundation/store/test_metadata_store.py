@@ -130,3 +130,12 @@ def test_concurrent_lease_exactly_one_wins(store: MetadataStore) -> None:
         assert len([lease for lease in store.active_leases() if lease.robot_id == r]) == 1
     for st in stores:
         st.close()
+
+
+def test_an_enrollment_token_never_starts_with_a_dash(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``robofleet edge --token T`` would read a leading ``-`` as an option (1 in 64 tokens)."""
+    from foundation.store import metadata_store
+
+    drawn = iter(["-leading-dash", "_fine-token"])
+    monkeypatch.setattr(metadata_store.secrets, "token_urlsafe", lambda n: next(drawn))
+    assert metadata_store.command_line_token() == "_fine-token"
