@@ -30,11 +30,13 @@ from typing import Any
 
 from foundation.durable import atomic_write_text
 from foundation.runspec import OfflineSource, RunSpec
+from lab_data.buffer_copy import BufferImporter
 from lab_data.registry import detect_format, importer
 
 PROVENANCE = "offline.json"
 OFFLINE_ROBOT = "offline"  # robot_id of imported rows that carry none of their own
-MOUNTED_IN_PLACE = "robofleet"  # buffers are mounted read-only where they are, never copied
+# Buffers are mounted read-only where they are, never copied.
+MOUNTED_IN_PLACE = BufferImporter.format
 
 
 class OfflineDataError(ValueError):
