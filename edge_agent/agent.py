@@ -37,6 +37,7 @@ from edge_agent.holds import Holds
 from edge_agent.operators import NoOperator
 from edge_agent.pacing import StepClock
 from edge_agent.recording import EpisodeRecorder
+from edge_agent.rewards import RewardSource, RobotReward
 from edge_agent.stats import LoopStats
 from edge_agent.uplink import UplinkWorker
 from edge_agent.weights import WeightApplier
@@ -79,6 +80,8 @@ class EdgeAgent:
         heartbeat: ``(state, applied_version, stats) -> None``, called every
             ``heartbeat_interval_s`` from a background thread; errors are logged, never raised.
         demonstrations: task -> demonstration episodes to record first (module docstring).
+        rewards: where each stored step's reward comes from (the run's ``reward.source``,
+            :mod:`edge_agent.rewards`; default: the driver's).
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class EdgeAgent:
         weights: WeightSource | None = None,
         heartbeat: Heartbeat | None = None,
         demonstrations: Mapping[str, int] | None = None,
+        rewards: RewardSource | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("an edge agent needs at least one task")
@@ -111,6 +115,7 @@ class EdgeAgent:
         self.operator: InterventionSource = operator or NoOperator()
         self.weights = weights
         self.heartbeat = heartbeat
+        self.rewards: RewardSource = rewards or RobotReward()
         self.stats = LoopStats()
         self._heartbeats = HeartbeatLoop(self._send_heartbeat, settings.heartbeat_interval_s)
         spool_dir = Path(uplink.spool.directory)
@@ -286,6 +291,7 @@ class EdgeAgent:
             return None
         self.runner.reset()
         self.operator.reset()
+        self.rewards.reset()
         ids = {
             "robot_id": self.robot_id,
             "run_id": self.run_id,
@@ -329,11 +335,17 @@ class EdgeAgent:
             self.runner.last_executed = executed
         next_obs = self.driver.get_observation()
         view = self.driver.episode
+        labelled = ep.label
         terminated, truncated = self._outcome(ep, view, op)
+        verdict = ep.label if ep.label != labelled and ep.label in ("success", "failure") else None
+        scored = self.rewards.score(next_obs, view, verdict)
+        if scored.proposed_success and ep.label is None and not ep.demonstrating:
+            ep.label, ep.label_by = "success", self.rewards.name
+            terminated = True
         ep.recorder.record(
             frame=ep.frame,
             timestamp=ep.clock.timestamp(start),
-            reward=float(view.reward),
+            reward=scored.reward,
             terminated=terminated,
             truncated=truncated,
             is_intervention=intervening,

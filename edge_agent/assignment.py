@@ -12,7 +12,7 @@ run's edge agent from it and its own settings. The split of settings:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -54,6 +54,10 @@ class Assignment(BaseModel):
         demonstrations: task -> demonstration episodes this robot's operator drives before
             its policy episodes (the run's demonstration phase, split among its robots); a
             robot with no operator refuses an assignment with any.
+        reward_source: where each step's stored reward comes from (the run spec's
+            ``reward.source``, ``edge_agent.rewards``): ``robot`` (the driver's),
+            ``labels`` (1 on the verdict step of a success episode) or ``classifier`` (the
+            reward classifier shipped beside the policy).
         edge: the run's edge settings, keys of :data:`RUN_EDGE_FIELDS` only.
     """
 
@@ -67,6 +71,7 @@ class Assignment(BaseModel):
     terminate_on_success: bool = False
     needs_operator: bool = False
     demonstrations: dict[str, int] = Field(default_factory=dict)
+    reward_source: Literal["robot", "labels", "classifier"] = "robot"
     edge: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("demonstrations")

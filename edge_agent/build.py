@@ -25,6 +25,7 @@ from edge_agent.credential import (
 from edge_agent.gating import HGDaggerGate
 from edge_agent.inference import LocalPolicyRunner, RemotePolicyRunner
 from edge_agent.operators import Expert, make_operator
+from edge_agent.rewards import make_reward_source
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
 
@@ -68,6 +69,8 @@ class AgentOptions:
             computer keeps one credential and one spool per run, ``edge_agent.host``).
         demonstrations: task -> demonstration episodes the operator drives first (the
             run's demonstration phase; ``edge_agent.agent``).
+        reward_source: the run's ``reward.source`` (``edge_agent.rewards``): ``robot``,
+            ``labels`` or ``classifier``.
     """
 
     robot_name: str
@@ -84,6 +87,7 @@ class AgentOptions:
     terminate_on_success: bool = False
     driver_options: dict[str, Any] = field(default_factory=dict)
     demonstrations: dict[str, int] = field(default_factory=dict)
+    reward_source: str = "robot"
     extra: dict[str, Any] = field(default_factory=dict)
     credential_dir: Path | None = None
 
@@ -224,6 +228,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         weights=weights,
         heartbeat=heartbeat,
         demonstrations=opts.demonstrations,
+        rewards=make_reward_source(opts.reward_source),
     )
     if client is not None:
         from comms.robot.mark_sender import EpisodeMarkSender

@@ -281,6 +281,7 @@ class RobotComputer:
             seed=a.seed + EpisodeLog(spool).next_index,
             terminate_on_success=a.terminate_on_success,
             demonstrations=dict(a.demonstrations),
+            reward_source=a.reward_source,
             spool_dir=spool,
             credential_dir=self.root,
             token=None,

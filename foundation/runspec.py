@@ -290,6 +290,46 @@ class EvalSpec(_Strict):
     every_episodes: int = Field(default=5, ge=1)
 
 
+class ClassifierSpec(_Strict):
+    """The run's reward classifier (``reward.source: classifier``): trained in the cloud during
+    the run from the episodes operators labelled (success endings vs failures, HIL-SERL's
+    recipe), versioned and shipped to the robots beside the policy, run there on every step."""
+
+    min_labelled_episodes: int = Field(
+        default=10,
+        ge=2,
+        description="Labelled episodes (at least one success and one failure) before the "
+        "first classifier version; until then the robots' operators label.",
+    )
+    threshold: float = Field(
+        default=0.5, gt=0, lt=1, description="P(success) at or above which a step is a success."
+    )
+    holdout_fraction: float = Field(
+        default=0.25,
+        ge=0,
+        lt=1,
+        description="Share of the labelled episodes kept out of training to measure the "
+        "classifier's precision and recall.",
+    )
+    every_updates: int = Field(
+        default=200, ge=1, description="Learner updates between classifier retrainings."
+    )
+
+
+class RewardSpec(_Strict):
+    """Where a run's reward comes from (``reward.source``):
+
+    * ``robot``: the driver's own reward (only robots that report one: dense or sparse);
+    * ``labels``: the operator's verdict: 1 on the verdict step of a success episode, else 0
+      (HIL-SERL's sparse terminal reward); the verdict ends the episode;
+    * ``classifier``: a reward classifier trained from the operators' labels
+      (:class:`ClassifierSpec`) gives the reward on the robot and proposes success.
+    """
+
+    source: Literal["robot", "labels", "classifier"] = "robot"
+    classifier: ClassifierSpec = Field(default_factory=ClassifierSpec)
+
+
 class StopSpec(_Strict):
     minutes: float | None = Field(default=None, gt=0)
     env_steps: int | None = Field(default=None, gt=0)
@@ -315,6 +355,7 @@ class RunSpec(_Strict):
     demonstrations: DemonstrationSpec = Field(default_factory=DemonstrationSpec)
     publish: PublishSpec = Field(default_factory=PublishSpec)
     evaluation: EvalSpec = Field(default_factory=EvalSpec)
+    reward: RewardSpec = Field(default_factory=RewardSpec)
     stop: StopSpec = Field(default_factory=StopSpec)
 
     @field_validator("tasks")

@@ -14,7 +14,7 @@ metadata store and sent to the control plane unchanged.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -80,6 +80,17 @@ class Capabilities(BaseModel):
     )
     simulated: bool = Field(description="A simulator, not hardware.")
     multi_task: bool = Field(default=False, description="Can switch task between episodes.")
+    reward: Literal["dense", "sparse", "none"] = Field(
+        default="none",
+        description="The reward the robot itself reports each step: dense (shaped, every "
+        "step), sparse (at success only) or none (an arm: 0 on every step). A run's "
+        "reward.source robot needs dense or sparse.",
+    )
+    detects_success: bool = Field(
+        default=False,
+        description="The robot itself reports success (EpisodeState.success); without it "
+        "success comes from an operator's verdict or a reward classifier.",
+    )
 
 
 class RobotSpec(BaseModel):

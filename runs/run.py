@@ -349,6 +349,7 @@ class RunDriver:
             hidden=self.spec.policy.hidden_sizes[0],
             terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
             needs_operator=self.plan.needs_operator,
+            reward_source=self.spec.reward.source,
             edge=run_edge_settings(
                 self.ctx.settings.edge,
                 self.params.control_hz,

@@ -122,7 +122,7 @@ class GymnasiumDriver(RobotDriver):
             },
             control_hz=hz,
             cameras=cams,
-            capabilities=Capabilities(can_reset=True, simulated=True),
+            capabilities=Capabilities(can_reset=True, simulated=True, reward="dense"),
             action_low=low,
             action_high=high,
             max_episode_steps=limit,

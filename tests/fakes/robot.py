@@ -41,7 +41,10 @@ def point_spec(episode_steps: int | None, has_operator_device: bool = False) -> 
         action_features={"action": Feature(dtype="float32", shape=(ACTION_DIM,))},
         control_hz=200.0,
         capabilities=Capabilities(
-            can_reset=True, simulated=True, has_operator_device=has_operator_device
+            can_reset=True,
+            simulated=True,
+            has_operator_device=has_operator_device,
+            reward="dense",
         ),
         action_low=[-1.0] * ACTION_DIM,
         action_high=[1.0] * ACTION_DIM,
