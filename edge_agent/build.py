@@ -342,6 +342,24 @@ def _operator(
     bounds = None
     if spec.action_low is not None and spec.action_high is not None:
         bounds = (np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32))
-    return make_operator(
+    operator = make_operator(
         opts.operator, driver.spec.action_dim, expert=expert, gate=gate, bounds=bounds
     )
+    truth = hasattr(driver, "ground_truth")
+    if opts.operator == "scripted" and truth and not spec.capabilities.detects_success:
+        # A simulated robot that hides its verdict: the simulated person gives it, from
+        # the scene it sees (the simulator's ground truth kept aside by the driver).
+        from edge_agent.simulated_person import SimulatedPerson
+
+        def sees_success() -> bool:
+            gt = driver.ground_truth
+            return bool(gt is not None and gt.success)
+
+        operator = SimulatedPerson(
+            operator,
+            sees_success,
+            edge.max_episode_steps or opts.max_episode_steps,
+            labelled_episodes=edge.scripted_labelled_episodes,
+            ready_after_s=edge.scripted_ready_after_s,
+        )
+    return operator

@@ -100,6 +100,21 @@ class EdgeSettings(BaseModel):
         ),
     )
 
+    # --- the simulated person (the scripted operator of a robot that hides its success)
+    scripted_labelled_episodes: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Episodes the simulated person labels success/failure on a simulated robot "
+            "that hides its success (edge_agent.simulated_person); None: every one."
+        ),
+    )
+    scripted_ready_after_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Seconds the simulated person takes to put the scene back after an episode.",
+    )
+
     # --- success measured on the robot
     evaluate_every_episodes: int = Field(
         default=0,

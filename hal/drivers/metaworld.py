@@ -11,9 +11,12 @@ variations per task, generated with ``benchmark_seed``); ``reset(seed=s)`` picks
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,6 +80,22 @@ Draws from ``np.random`` by unrelated threads during a build are outside its rea
 """
 
 
+@dataclass(frozen=True)
+class GroundTruth:
+    """The simulator's own verdict on the last step, kept aside when the driver hides it
+    from robofleet: for measurement and for simulated people (who see the scene), never
+    for learning. ``reward`` is Meta-World's dense shaped reward (float, 0-10); ``success``
+    its ``info['success']``; ``first_success_frame`` the episode's first successful step
+    (0-based, None before it)."""
+
+    task: str
+    seed: int | None
+    frame: int
+    reward: float
+    success: bool
+    first_success_frame: int | None
+
+
 @functools.lru_cache(maxsize=64)
 def _build_mt1(task: str, benchmark_seed: int) -> Any:
     import metaworld
@@ -109,6 +128,19 @@ class MetaWorldDriver(RobotDriver):
         seed: default seed of episodes reset without one (each such reset increments it).
         terminate_on_success: end the episode (terminated=True) at success.
         robot_type: scheduling type (default ``metaworld-sawyer``).
+        reward: the reward robofleet sees: ``dense`` (Meta-World's shaped reward), ``sparse``
+            (1.0 on each step the task is solved, else 0.0) or ``none`` (0.0, as an arm
+            reports): ``capabilities.reward``.
+        detects_success: report ``success`` to robofleet (False: never, as an arm without
+            a success detector): ``capabilities.detects_success``.
+        self_reset: the robot resets itself between episodes (False: ``capabilities.can_reset``
+            is False, so the edge agent waits for a person's "ready" before each reset; the
+            reset then models the scene the person put back).
+        ground_truth_log: a JSON-lines file that receives one line per ended episode with
+            the simulator's hidden verdict (:class:`GroundTruth`), for measurement only.
+
+    A robot with ``reward="none", detects_success=False, self_reset=False`` gives robofleet
+    what a real arm gives; :attr:`ground_truth` keeps the simulator's verdict aside.
 
     Raises:
         ValueError: unknown task or bad option.
@@ -132,8 +164,14 @@ class MetaWorldDriver(RobotDriver):
         seed: int = 0,
         terminate_on_success: bool = False,
         robot_type: str = ROBOT_TYPE,
+        reward: Literal["dense", "sparse", "none"] = "dense",
+        detects_success: bool = True,
+        self_reset: bool = True,
+        ground_truth_log: str | Path | None = None,
     ) -> None:
         super().__init__(name)
+        if reward not in ("dense", "sparse", "none"):
+            raise ValueError(f"reward must be dense, sparse or none, got {reward!r}")
         known = v3_tasks()
         task_list = list(tasks) if tasks else ([task] if task else ["reach-v3"])
         bad = [t for t in task_list if t not in known]
@@ -161,11 +199,11 @@ class MetaWorldDriver(RobotDriver):
             control_hz=CONTROL_HZ,
             cameras=cams,
             capabilities=Capabilities(
-                can_reset=True,
+                can_reset=bool(self_reset),
                 simulated=True,
                 multi_task=True,
-                reward="dense",
-                detects_success=True,
+                reward=reward,
+                detects_success=bool(detects_success),
             ),
             action_low=[-1.0] * 4,
             action_high=[1.0] * 4,
@@ -181,6 +219,8 @@ class MetaWorldDriver(RobotDriver):
         self._state: NDArray[np.float32] | None = None
         self._renderer: Any = None
         self._render_effects = render_effects
+        self._gt_log = None if ground_truth_log is None else Path(ground_truth_log)
+        self.ground_truth: GroundTruth | None = None
 
     def expert(self, task: str) -> Expert:
         """Meta-World's scripted expert of ``task`` (:func:`expert_policy`)."""
@@ -216,6 +256,8 @@ class MetaWorldDriver(RobotDriver):
         self._reset(self._first_task, None)
 
     def _disconnect(self) -> None:
+        self._log_ground_truth()
+        self.ground_truth = None
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None
@@ -225,6 +267,7 @@ class MetaWorldDriver(RobotDriver):
         self._env = None
 
     def _reset(self, task: str, seed: int | None) -> Observation:
+        self._log_ground_truth()
         if seed is None:
             seed = self._next_seed
             self._next_seed += 1
@@ -237,6 +280,7 @@ class MetaWorldDriver(RobotDriver):
         env.set_task(variations[seed % len(variations)])
         state, _info = env.reset(seed=seed)
         self._state = np.asarray(state, dtype=np.float32)
+        self.ground_truth = GroundTruth(task, seed, 0, 0.0, False, None)
         return self._get_observation()
 
     def _get_observation(self) -> Observation:
@@ -250,13 +294,37 @@ class MetaWorldDriver(RobotDriver):
         state, reward, terminated, truncated, info = self._env.step(action)
         self._state = np.asarray(state, dtype=np.float32)
         success = bool(info.get("success", 0.0))
+        self._witness(float(reward), success)
+        caps = self.spec.capabilities
+        seen = {"dense": float(reward), "sparse": float(success), "none": 0.0}[caps.reward]
         return Applied(
             sent=action,
-            reward=float(reward),
-            terminated=bool(terminated) or (self._terminate_on_success and success),
+            reward=seen,
+            # A success it does not report must not leak through an early termination.
+            terminated=bool(terminated)
+            or (self._terminate_on_success and success and caps.detects_success),
             truncated=bool(truncated),
-            success=success,
+            success=success and caps.detects_success,
         )
+
+    def _witness(self, reward: float, success: bool) -> None:
+        """Keep the simulator's verdict of the step just taken aside (:class:`GroundTruth`)."""
+        gt = self.ground_truth
+        if gt is None:
+            return
+        first = gt.first_success_frame
+        if first is None and success:
+            first = gt.frame
+        self.ground_truth = GroundTruth(gt.task, gt.seed, gt.frame + 1, reward, success, first)
+
+    def _log_ground_truth(self) -> None:
+        """Append the ended episode's hidden verdict to ``ground_truth_log`` (if any)."""
+        gt = self.ground_truth
+        if self._gt_log is None or gt is None or gt.frame == 0:
+            return
+        self._gt_log.parent.mkdir(parents=True, exist_ok=True)
+        with self._gt_log.open("a") as f:
+            f.write(json.dumps({"robot": self.name, **asdict(gt)}) + "\n")
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from edge_agent.agent import EdgeAgent
 from edge_agent.config import EdgeSettings
 from edge_agent.core import InterventionSource
 from edge_agent.inference import LocalPolicyRunner
+from edge_agent.rewards import RewardSource
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
 from edge_agent.weights import StagedWeights
@@ -61,6 +62,7 @@ def make_agent(
     runner: Any = None,
     tasks: tuple[str, ...] = ("reach-v3",),
     demonstrations: dict[str, int] | None = None,
+    rewards: RewardSource | None = None,
 ) -> EdgeAgent:
     settings = settings or fast_edge()
     schema = StepSchema.from_features(driver.observation_features, driver.action_features)
@@ -78,6 +80,7 @@ def make_agent(
         operator=operator,
         weights=weights,
         demonstrations=demonstrations,
+        rewards=rewards,
     )
 
 
