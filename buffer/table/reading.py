@@ -199,6 +199,9 @@ def _sequence_grid(
         term, trunc = idx.cols["terminated"], idx.cols["truncated"]
         elig = idx.cols["eligible"]
         visible = st.visible
+        # History may reach rows retention already deleted: those are padding, not reads.
+        kept = st.storage.chunks[0].first_row if st.storage.chunks else visible
+    lo = max(b, kept)
     B, T = len(starts), history + length
     grid = np.empty((B, T), dtype=np.int64)
     mask = np.ones((B, T), dtype=bool)
@@ -207,7 +210,7 @@ def _sequence_grid(
     ok = np.ones(B, dtype=bool)
     for j in range(history - 1, -1, -1):
         p = prv_col[cur - b]
-        ok &= p >= b
+        ok &= p >= lo
         cur = np.where(ok, p, cur)
         grid[:, j] = cur
         mask[:, j] = ok

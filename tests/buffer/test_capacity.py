@@ -86,3 +86,23 @@ def test_a_sample_whose_rows_retention_deleted_is_drawn_again(tmp_path) -> None:
         assert b["index"].min() >= buf.first_row
         with pytest.raises(SegmentGoneError, match="no longer stored"):
             buf.read_transitions(np.arange(0, 5, dtype=np.int64))  # the lower-level read
+
+
+def test_history_reaching_rows_retention_deleted_is_padding_not_an_error(tmp_path) -> None:
+    """Episodes of 25 steps across small segments: once retention deletes the oldest ones,
+    the first stored episode has lost its start, and history windows of its early rows
+    reach deleted rows. They are padded (mask False), never read."""
+    with open_buffer(tmp_path / "b", segment_target_bytes=1300, retention_max_bytes=6000) as buf:
+        rows = episodes(0, [25] * 12)
+        for k in range(0, len(rows), 10):  # appends of 10 rows: segments cut episodes
+            buf.append(rows[k : k + 10])
+        buf.flush()
+        first = buf.first_row
+        assert first % 25 != 0, "retention cut an episode (the case under test)"
+        rng = np.random.default_rng(0)
+        for _ in range(200):
+            s = buf.sample_sequences(16, 6, history=3, rng=rng)
+            assert s["mask"].shape == (16, 9)
+        # the row right after the cut: its whole history is gone, so it is padding
+        seq = buf.read_sequences(np.array([first], dtype=np.int64), 6, 3)
+        assert seq["mask"][0].tolist() == [False] * 3 + [True] * 6
