@@ -144,7 +144,14 @@ def create_app(
 
 
 def _add_pages(app: FastAPI) -> None:
+    from dashboard.exposure import plaintext_servers
+
     templates = Jinja2Templates(directory=HERE / "templates")
+    settings = app.state.settings
+    # Accepted with insecure_network: every page says which servers speak in the clear.
+    templates.env.globals["plaintext_servers"] = (
+        plaintext_servers(settings.comms, settings.dashboard) if settings.insecure_network else []
+    )
 
     def session_principal(request: Request) -> Principal | None:
         token = request.cookies.get(SESSION_COOKIE)

@@ -20,6 +20,12 @@ class DashboardSettings(BaseModel):
     session_ttl_s: float = Field(
         default=12 * 3600.0, gt=0, description="Lifetime of a browser login session."
     )
+    tls_cert_file: Path | None = Field(
+        default=None, description="PEM certificate: the dashboard serves HTTPS when set."
+    )
+    tls_key_file: Path | None = Field(
+        default=None, description="PEM private key for tls_cert_file."
+    )
     cookie_secure: bool = Field(
         default=False,
         description="Mark session cookies Secure (set when the dashboard is served over HTTPS).",
@@ -82,6 +88,9 @@ class AppSettings(Protocol):
 
     @property
     def comms(self) -> CommsSettings: ...
+
+    @property
+    def insecure_network(self) -> bool: ...
 
     def secret(self) -> str:
         """The key that signs sessions and robot credentials."""

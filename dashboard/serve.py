@@ -22,10 +22,13 @@ def uvicorn_config(app: FastAPI, settings: DashboardSettings, **options: Any) ->
     Args:
         app: the dashboard (``dashboard.app.create_app``).
         settings: the dashboard section; ``trusted_proxies`` decides ``proxy_headers`` and
-            ``forwarded_allow_ips``.
+            ``forwarded_allow_ips``; ``tls_cert_file`` / ``tls_key_file`` serve HTTPS.
         options: any other ``uvicorn.Config`` keyword (``log_level``,
             ``timeout_graceful_shutdown``); access logging is off unless given.
     """
     proxies = list(settings.trusted_proxies)
     options.setdefault("access_log", False)
+    if settings.tls_cert_file is not None:
+        options.setdefault("ssl_certfile", str(settings.tls_cert_file))
+        options.setdefault("ssl_keyfile", str(settings.tls_key_file or settings.tls_cert_file))
     return uvicorn.Config(app, proxy_headers=bool(proxies), forwarded_allow_ips=proxies, **options)

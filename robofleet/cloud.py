@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from dashboard.exposure import check_exposure
 from foundation.store.metadata_store import MetadataStore, upgrade
 from runs.manager import RunManager
 from runs.pidfile import remove_pidfile, write_pidfile
@@ -81,6 +82,7 @@ class CloudService:
         self.manager: RunManager | None = None
         self.dashboard_url: str | None = None
         self.admin_login: tuple[str, str] | None = None
+        self.plaintext_servers: list[str] = []
         self._uvicorn: Any = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -89,11 +91,23 @@ class CloudService:
     # -- start -----------------------------------------------------------------------------
 
     def start(self) -> CloudService:
+        """Start every service (see the class docstring).
+
+        Raises:
+            dashboard.exposure.InsecureNetworkError: a server would listen beyond loopback
+                without TLS and ``insecure_network`` is off (nothing was started).
+        """
         import ray
 
         from comms.cloud.server import CloudServer
 
         s = self.settings
+        exposed = check_exposure(
+            s.comms, s.dashboard if self.dashboard_port is not None else None, s.insecure_network
+        )
+        self.plaintext_servers = exposed  # accepted with insecure_network: said at every start
+        for server in exposed:
+            log.warning("insecure_network: %s", server)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         upgrade(s.database_url)
         self.store = store = MetadataStore(s.database_url)
@@ -199,7 +213,8 @@ class CloudService:
                 f"cannot serve the dashboard on {host}:{self.dashboard_port}: {err} "
                 "(choose another with --port, or --no-dashboard)"
             ) from None
-        self.dashboard_url = f"http://{host}:{sock.getsockname()[1]}/"
+        scheme = "https" if self.settings.dashboard.tls_cert_file is not None else "http"
+        self.dashboard_url = f"{scheme}://{host}:{sock.getsockname()[1]}/"
         config = uvicorn_config(app, self.settings.dashboard, log_level="warning")
         self._uvicorn = uvicorn.Server(config)
         self._spawn(lambda: self._uvicorn.run(sockets=[sock]), "dashboard")

@@ -68,6 +68,12 @@ class Settings(BaseSettings):
         default=None, description="Existing Ray cluster to join; None starts a local Ray."
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    insecure_network: bool = Field(
+        default=False,
+        description="Serve gRPC, the data plane and the dashboard beyond loopback without TLS "
+        "(named in the cloud's log and on the dashboard at every start); off: such a start "
+        "is refused (dashboard.exposure).",
+    )
 
     buffer: BufferSettings = Field(default_factory=BufferSettings)
     comms: CommsSettings = Field(default_factory=CommsSettings)

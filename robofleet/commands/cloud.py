@@ -49,6 +49,7 @@ def auto_resume(settings: Any, args: argparse.Namespace) -> bool:
 
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
+    from dashboard.exposure import InsecureNetworkError
     from robofleet.cloud import CloudService
     from robofleet.settings import load_settings
     from robofleet.sim.computers import sim_robots
@@ -71,13 +72,19 @@ def main(argv: Sequence[str] = ()) -> int:
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
-    cloud.start()
+    try:
+        cloud.start()
+    except InsecureNetworkError as exc:
+        print(f"robofleet cloud: {exc}", file=sys.stderr, flush=True)
+        return 2
     assert cloud.manager is not None
     print(f"robofleet cloud: gRPC on {cloud.manager.ctx.server_address}", flush=True)
     if cloud.dashboard_url:
         print(f"robofleet cloud: dashboard on {cloud.dashboard_url}", flush=True)
         if cloud.admin_login:
             print(f"  login: {cloud.admin_login[0]} / {cloud.admin_login[1]}", flush=True)
+    for server in cloud.plaintext_servers:
+        print(f"robofleet cloud: insecure_network: {server}", flush=True)
     print("robofleet cloud: ready", flush=True)
     try:
         done.wait()

@@ -25,6 +25,22 @@ def main(argv: Sequence[str]) -> int:
     settings = load_settings(args.config)
     host = args.host or settings.dashboard.bind_host
     port = settings.dashboard.port if args.port is None else args.port
+    settings.dashboard = settings.dashboard.model_copy(update={"bind_host": host, "port": port})
+
+    from dashboard.exposure import InsecureNetworkError, check_exposure
+
+    try:
+        # The standalone dashboard serves HTTP only; gRPC is the cloud's to check.
+        exposed = check_exposure(
+            settings.comms.model_copy(update={"bind_host": "127.0.0.1"}),
+            settings.dashboard,
+            settings.insecure_network,
+        )
+    except InsecureNetworkError as exc:
+        print(f"robofleet dashboard: {exc}", file=sys.stderr)
+        return 2
+    for server in exposed:
+        print(f"robofleet dashboard: insecure_network: {server}", file=sys.stderr, flush=True)
 
     import uvicorn
 
@@ -62,7 +78,8 @@ def main(argv: Sequence[str]) -> int:
     sock.listen(config.backlog)
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
-    print(f"robofleet dashboard: serving on http://{shown}:{bound}/", flush=True)
+    scheme = "https" if settings.dashboard.tls_cert_file is not None else "http"
+    print(f"robofleet dashboard: serving on {scheme}://{shown}:{bound}/", flush=True)
     logging.getLogger("uvicorn.error").propagate = False
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -91,9 +91,11 @@ def _launch(data_dir: Path, spec: Path) -> str:
 @pytest.mark.skipif(not netns_available(), reason="needs root and iproute2 for namespaces")
 @pytest.mark.timeout(360)
 def test_robot_computer_on_its_own_network_never_a_ray_node_is_assigned_to_a_run(
-    hosts: TwoHosts, tmp_path: Path
+    hosts: TwoHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data_dir, robot_dir = tmp_path / "cloud", tmp_path / "robot"
+    # A private veth pair between two namespaces: plaintext gRPC is accepted explicitly.
+    monkeypatch.setenv("ROBOFLEET_INSECURE_NETWORK", "true")
     cloud = RobofleetCloud(
         data_dir, sim_robots=0, netns=hosts.ns_a, comms={"bind_host": hosts.ip_a}
     )
@@ -101,6 +103,7 @@ def test_robot_computer_on_its_own_network_never_a_ray_node_is_assigned_to_a_run
     try:
         server = cloud.grpc_address
         assert server.startswith(f"{hosts.ip_a}:")
+        assert f"insecure_network: gRPC on {hosts.ip_a}" in cloud.fail_text()
         store = store_for(data_dir)
         token = store.create_enrollment_token(timedelta(minutes=10), tags=SITE)
         robot_dir.mkdir()
