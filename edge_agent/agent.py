@@ -358,6 +358,10 @@ class EdgeAgent:
         if intervening:
             self.stats.interventions += 1
             ep.intervened = True
+            # The person moved the robot: the rest of the chunk was planned for a state that
+            # is gone. The next step (a proposal during the takeover, or the first autonomous
+            # action after it) is a fresh inference on the observation it acts on.
+            self.runner.reset()
         ep.succeeded = ep.succeeded or bool(getattr(view, "success", False))
         ep.frame += 1
         end_episode = terminated or truncated or self._stop.is_set()
@@ -390,6 +394,7 @@ class EdgeAgent:
                 return False
             if not self.control.estopped:
                 ep.obs = self.driver.get_observation()  # the world may have moved meanwhile
+                self.runner.reset()  # so the old chunk's plan no longer applies
         if self.control.estopped:
             ep.recorder.close(ep.obs)
             return False
