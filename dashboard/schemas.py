@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
 
-from comms.cloud.enrollment_tokens import KEY_PATTERN
+from comms.cloud.enrollment_tokens import DRIVER_PATTERN, KEY_PATTERN
 from foundation.store.accounts import Role
 from foundation.store.models import RobotStatus, RunState
 
@@ -173,7 +173,10 @@ class EnrollmentRequest(BaseModel):
         default_factory=dict, description="given to the robot; run specs select robots by them"
     )
     driver: str | None = Field(
-        default=None, pattern=_KIND, description="hal driver: metaworld, gymnasium, lerobot, ros2"
+        default=None,
+        pattern=DRIVER_PATTERN,
+        description="hal driver: metaworld, gymnasium, lerobot, ros2, or a lab's own "
+        "(a robofleet.drivers entry point name or module.path:ClassName)",
     )
     driver_options: dict[Key, JsonValue] = Field(
         default_factory=dict,

@@ -43,7 +43,8 @@ class AgentOptions:
     Attributes:
         robot_name: the robot's name (hal's ``validate_name`` rules).
         tasks: tasks this robot runs, in turn (empty: the driver's own).
-        driver: the robot's ``hal`` driver kind (``hal.drivers.DRIVER_KINDS``); the run-wide
+        driver: the robot's ``hal`` driver kind (``hal.drivers.driver_class``: a built-in
+            kind or a lab's plugin, ``module.path:ClassName`` or an entry point); the run-wide
             episode options below (``tasks``, ``seed``, ``max_episode_steps``,
             ``terminate_on_success``) reach it where its kind takes them
             (``hal.driver.RobotDriver.episode_options``).

@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 class RobotDeclaration(BaseModel):
     """A robot attached to this machine, declared in the config (sim robots, known arms).
 
-    ``driver`` is a kind of ``hal.drivers.make_driver`` (metaworld, gymnasium, lerobot, ros2)
+    ``driver`` is a kind of ``hal.drivers.make_driver`` (metaworld, gymnasium, lerobot, ros2,
+    or a lab's own driver: ``my_pkg.arms:MyArm`` or a ``robofleet.drivers`` entry point name)
     and ``options`` its keyword arguments, e.g. ``{"task": "reach-v3"}`` or
     ``{"type": "so100_follower", "config": {"port": "/dev/ttyACM0"}}``.
     """

@@ -22,6 +22,10 @@ from foundation.store.models import utcnow
 # A driver option's key or a tag's key: what ``KEY=VALUE`` on a command line can carry.
 KEY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
 _KEY = re.compile(KEY_PATTERN)
+# A ``--driver``: a built-in kind or entry point name, or a lab's ``module.path:ClassName``
+# (``hal.drivers``); only its form is checked: the lab's package lives on its robot computer.
+DRIVER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(:[A-Za-z_][A-Za-z0-9_.]{0,127})?$"
+_DRIVER = re.compile(DRIVER_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -92,9 +96,14 @@ def issue_enrollment(
     ``robot_type`` (else its driver's) and gets ``tags`` (what run specs select robots by).
 
     Raises:
-        ValueError: a driver option's key is invalid (nothing is created).
+        ValueError: a driver option's key or the driver's form is invalid (nothing is
+            created).
     """
     _driver_option_args(driver_options or {})  # a bad option creates no token
+    if driver and not _DRIVER.match(driver):
+        raise ValueError(
+            f"driver {driver!r}: a built-in kind or entry point name, or module.path:ClassName"
+        )
     expires = utcnow() + ttl  # the store computes its own, a few microseconds later
     token = store.create_enrollment_token(
         ttl, robot_name=robot_name, robot_type=robot_type, tags=dict(tags or {}), actor=actor

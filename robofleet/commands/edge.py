@@ -15,7 +15,10 @@ without ``--server``, records offline into the spool) with ``--task``/``--max-st
 command line.
 
 ``--driver`` picks the robot's ``hal`` driver (Meta-World by default; gymnasium, lerobot and
-ros2 need only the ``edge`` extra, plus ``ros`` for ros2).
+ros2 need only the ``edge`` extra, plus ``ros`` for ros2), or a lab's own ``RobotDriver``
+subclass: ``--driver my_pkg.arms:MyArm`` or the name of a ``robofleet.drivers`` entry point
+(``hal.drivers``). A driver that cannot be loaded ends the command with one line naming it
+and exit code 2.
 
 The first start enrolls with ``--token`` and keeps the credential in the spool directory
 (mode 0600); later starts reuse it. An unreachable cloud is waited for (a unit that boots
@@ -36,7 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from hal.drivers import DRIVER_KINDS
+from hal.drivers import KINDS_HELP, driver_class, parse_options
 
 if TYPE_CHECKING:
     from edge_agent.build import AgentOptions
@@ -74,8 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--driver",
         default="metaworld",
-        choices=sorted(DRIVER_KINDS),
-        help="the robot's hal driver (default: a simulated Meta-World Sawyer)",
+        help=f"the robot's hal driver ({KINDS_HELP}; default: a simulated Meta-World Sawyer)",
     )
     p.add_argument(
         "--driver-option",
@@ -91,27 +93,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def driver_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as driver options; a VALUE that parses as JSON is taken as
-    JSON (numbers, lists, objects), any other as a string.
+    """``KEY=VALUE`` strings as driver options (``hal.drivers.parse_options``): a VALUE that
+    parses as JSON is taken as JSON (numbers, lists, objects), any other as a string.
 
     Raises:
         ValueError: an item without ``=`` or with an empty key, named.
     """
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--driver-option {pair!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
+    return parse_options(pairs, "--driver-option")
 
 
 def options_from_args(args: argparse.Namespace) -> AgentOptions:
-    """The agent options a parsed ``robofleet edge`` command line asks for."""
+    """The agent options a parsed ``robofleet edge`` command line asks for.
+
+    Raises:
+        ValueError: a bad ``--driver-option``, or a ``--driver`` that is unknown or cannot be
+            loaded (``hal.drivers.driver_class``, named).
+    """
     from edge_agent.build import AgentOptions
+
+    driver_class(args.driver)
 
     # A robot computer takes its tasks from each run; a fixed run without --task runs the
     # driver's own (edge_agent.build).

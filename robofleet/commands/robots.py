@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from datetime import timedelta
 
-from comms.cloud.enrollment_tokens import KEY_PATTERN, issue_enrollment
-from hal.drivers import DRIVER_KINDS
+from comms.cloud.enrollment_tokens import DRIVER_PATTERN, KEY_PATTERN, issue_enrollment
+from hal.drivers import KINDS_HELP
 from robofleet.commands.edge import OPERATORS, driver_options
 
 
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag run specs select by"
     )
-    e.add_argument("--driver", default=None, choices=sorted(DRIVER_KINDS), help="its hal driver")
+    e.add_argument("--driver", default=None, help=f"its hal driver ({KINDS_HELP})")
     e.add_argument(
         "--driver-option",
         action="append",
@@ -86,6 +86,9 @@ def main(argv: Sequence[str] = ()) -> int:
         if args.ttl_minutes is not None and not 0 < args.ttl_minutes <= 30 * 24 * 60:
             raise ValueError(f"--ttl-minutes {args.ttl_minutes:g}: between 0 and 30 days")
         tags, options = tags_from(args.tag), driver_options(args.driver_option)
+        # Only the form: the lab's own driver is installed on its robot computer, not here.
+        if args.driver is not None and not re.match(DRIVER_PATTERN, args.driver):
+            raise ValueError(f"--driver {args.driver!r}: {KINDS_HELP}")
     except ValueError as exc:
         print(f"robofleet robots enroll: {exc}", file=sys.stderr)
         return 2

@@ -1,27 +1,20 @@
-"""The driver contract: every driver passes the same tests (the suite's fake robot, the stand-ins
-behind the LeRobot and ROS 2 drivers, a real LeRobot arm too when one is attached: set
-ROBOFLEET_TEST_LEROBOT='so100_follower:/dev/ttyACM0')."""
+"""The driver contract: every driver passes the same checks (``hal.contract``, the module a lab
+runs against its own driver): the suite's fake robot, the stand-ins behind the LeRobot and
+ROS 2 drivers, a real LeRobot arm too when one is attached: set
+ROBOFLEET_TEST_LEROBOT='so100_follower:/dev/ttyACM0'."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hal.driver import (
-    ActionError,
-    EpisodeEndedError,
-    EStopError,
-    NotConnectedError,
-    RobotDriver,
-    ScriptedExpertDriver,
-    TaskCatalogDriver,
-)
+from hal.contract import CHECKS, run_check
+from hal.driver import ActionError, RobotDriver, ScriptedExpertDriver, TaskCatalogDriver
 from hal.drivers import make_driver
-from hal.spec import RobotSpec
 from tests.fakes.robot import PointRobot
 from tests.fakes.ros2_robot import Ros2Robot
 
@@ -102,121 +95,20 @@ DRIVERS = [
 ]
 
 
-@pytest.fixture(params=DRIVERS)
-def driver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RobotDriver]:
-    d = request.param(tmp_path, request)
-    try:
-        yield d
-    finally:
-        d.disconnect()
-
-
-def _check_obs(d: RobotDriver, obs: dict[str, np.ndarray]) -> None:
-    assert set(obs) == set(d.observation_features)
-    for key, feat in d.observation_features.items():
-        assert obs[key].shape == tuple(feat["shape"]), key
-        want = "uint8" if feat["dtype"] in ("image", "video") else feat["dtype"]
-        assert obs[key].dtype == np.dtype(want), key
-
-
-def _in_bounds_action(d: RobotDriver, scale: float = 0.1) -> np.ndarray:
-    n = d.spec.action_dim
-    lo = np.asarray(d.spec.action_low if d.spec.action_low else [-1.0] * n, dtype=np.float32)
-    hi = np.asarray(d.spec.action_high if d.spec.action_high else [1.0] * n, dtype=np.float32)
-    return ((lo + hi) / 2 + scale * (hi - lo) / 2).astype(np.float32)
-
-
-def test_spec_known_before_connect(driver: RobotDriver) -> None:
-    assert not driver.is_connected
-    spec = driver.spec
-    assert RobotSpec.from_dict(spec.to_dict()) == spec
-    assert "observation.state" in driver.observation_features
-    assert set(driver.action_features) == {"action"}
-    assert driver.control_hz > 0
-    assert set(driver.capabilities) >= {"can_reset", "simulated", "has_operator_device"}
-    for cam in driver.cameras:
-        assert f"observation.images.{cam}" in driver.observation_features
-    with pytest.raises(NotConnectedError, match="connect"):
-        driver.get_observation()
-    with pytest.raises(NotConnectedError):
-        driver.send_action(np.zeros(spec.action_dim, np.float32))
-
-
-def test_observe_act_and_disconnect(driver: RobotDriver) -> None:
-    driver.connect()
-    driver.connect()  # idempotent
-    assert driver.is_healthy()
-    _check_obs(driver, driver.reset())
-    action = _in_bounds_action(driver)
-    sent = driver.send_action({"action": action})
-    assert set(sent) == {"action"} and sent["action"].dtype == np.float32
-    assert sent["action"].shape == (driver.spec.action_dim,)
-    assert driver.episode.frame_index == 1
-    _check_obs(driver, driver.get_observation())
-    driver.disconnect()
-    assert not driver.is_connected
-    with pytest.raises(NotConnectedError):
-        driver.get_observation()
-
-
-def test_actions_clipped_to_safety_bounds(driver: RobotDriver) -> None:
-    driver.connect()
-    driver.reset()
-    if driver.spec.action_high is None:
-        pytest.skip("this robot declares no action bounds (its own send_action clips)")
-    huge = np.asarray(driver.spec.action_high, dtype=np.float32) + 100.0
-    sent = driver.send_action(huge)["action"]
-    assert np.all(sent <= np.asarray(driver.spec.action_high, np.float32) + 1e-6)
-    assert not np.allclose(sent, huge)
-
-
-def test_bad_actions_rejected_and_nothing_sent(driver: RobotDriver) -> None:
-    driver.connect()
-    driver.reset()
-    n = driver.spec.action_dim
-    before = driver.get_observation()["observation.state"].copy()
-    with pytest.raises(ActionError, match="shape"):
-        driver.send_action(np.zeros(n + 1, np.float32))
-    with pytest.raises(ActionError, match="NaN"):
-        driver.send_action(np.full(n, np.nan, np.float32))
-    with pytest.raises(ActionError, match="key 'action'"):
-        driver.send_action({"act": np.zeros(n, np.float32)})
-    with pytest.raises(ActionError, match="numeric"):
-        driver.send_action(["a"] * n)
-    assert driver.episode.frame_index == 0
-    np.testing.assert_array_equal(driver.get_observation()["observation.state"], before)
-
-
-def test_estop_latches_until_cleared(driver: RobotDriver) -> None:
-    driver.connect()
-    driver.reset()
-    driver.estop()
-    assert driver.is_estopped and not driver.is_healthy()
-    with pytest.raises(EStopError, match="e-stopped"):
-        driver.send_action(_in_bounds_action(driver))
-    with pytest.raises((EStopError, NotConnectedError)):
-        driver.reset()
-    driver.clear_estop()
-    driver.connect()  # drivers whose e-stop drops the connection come back here
-    driver.reset()
-    driver.send_action(_in_bounds_action(driver))
-    assert driver.episode.frame_index == 1
-
-
-def test_episode_truncates_at_step_limit(driver: RobotDriver) -> None:
-    limit = driver.spec.max_episode_steps
-    if limit is None:
-        pytest.skip("this robot's episodes have no step limit (ended by the operator)")
-    driver.connect()
-    driver.reset()
-    for _ in range(limit):
-        assert not driver.episode.truncated
-        driver.send_action(_in_bounds_action(driver, 0.0))
-    assert driver.episode.truncated and driver.episode.frame_index == limit
-    with pytest.raises(EpisodeEndedError, match="reset"):
-        driver.send_action(_in_bounds_action(driver, 0.0))
-    driver.reset()
-    assert not driver.episode.done and driver.episode.frame_index == 0
+@pytest.mark.parametrize("check", list(CHECKS))
+@pytest.mark.parametrize("make", DRIVERS)
+def test_driver_passes_the_contract(
+    make: Callable[[Path, pytest.FixtureRequest], RobotDriver],
+    check: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Each shipped check (``hal.contract``, what a lab runs against its own driver) on a fresh
+    driver of each kind; a check that does not apply (no action bounds, no step limit) skips."""
+    result = run_check(check, lambda: make(tmp_path, request))
+    if result.status == "skip":
+        pytest.skip(result.reason)
+    assert result.status == "pass", f"{check}: {result.reason}"
 
 
 def test_ros2_commands_reach_the_robot_as_sent(ros2_echo: Ros2Robot) -> None:
