@@ -121,6 +121,9 @@ def test_enroll_with_tags_driver_and_operator_shows_the_edge_command(
     ]:
         r = op.post("/api/enrollment-tokens", json=bad)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == loc, (bad, r.text)
+    # A lab's own driver (hal.drivers plugin), installed on its robot computer only.
+    r = op.post("/api/enrollment-tokens", json={"driver": "my_pkg.arms:MyArm"})
+    assert r.status_code == 201 and "--driver my_pkg.arms:MyArm" in r.json()["command"], r.text
 
 
 SPEC = {

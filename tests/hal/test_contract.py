@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hal.contract import CHECKS, run_check
-from hal.driver import ActionError, RobotDriver, ScriptedExpertDriver, TaskCatalogDriver
+from hal.contract import CHECKS, check_driver, run_check
+from hal.driver import ActionError, Applied, RobotDriver, ScriptedExpertDriver, TaskCatalogDriver
 from hal.drivers import make_driver
 from tests.fakes.robot import PointRobot
 from tests.fakes.ros2_robot import Ros2Robot
@@ -191,3 +191,42 @@ def test_a_scripted_expert_and_a_task_list_are_what_a_driver_offers() -> None:
     assert action.shape == (4,) and action.dtype == np.float32
     gym = make_driver("gymnasium", "pendulum-x", env_id="Pendulum-v1")
     assert not isinstance(gym, ScriptedExpertDriver | TaskCatalogDriver)
+
+
+class _RewardOnABlindArm(PointRobot):
+    """Declares no reward (an arm) yet reports one."""
+
+    def __init__(self) -> None:
+        super().__init__(episode_steps=6)
+        caps = self.spec.capabilities.model_copy(update={"reward": "none"})
+        self.spec = self.spec.model_copy(update={"capabilities": caps})
+
+
+class _SuccessWithoutDetection(PointRobot):
+    """Declares no success detection yet reports success."""
+
+    def _apply_action(self, action: np.ndarray) -> Applied:
+        return Applied(sent=action, reward=super()._apply_action(action).reward, success=True)
+
+
+class _SpecChangedByConnect(PointRobot):
+    """Describes itself one way unconnected and another once connected."""
+
+    def _connect(self) -> None:
+        self.spec = self.spec.model_copy(update={"control_hz": 10.0})
+
+
+@pytest.mark.parametrize(
+    ("make", "check", "why"),
+    [
+        (_RewardOnABlindArm, "signals_as_declared", "from a robot that declares reward 'none'"),
+        (_SuccessWithoutDetection, "signals_as_declared", "declares detects_success False"),
+        (_SpecChangedByConnect, "observe_act_and_disconnect", "connect() changed the spec"),
+    ],
+)
+def test_a_driver_that_breaks_a_rule_fails_that_check(
+    make: Callable[[], RobotDriver], check: str, why: str
+) -> None:
+    results = {r.name: r for r in check_driver(make)}
+    assert results[check].failed and why in results[check].reason
+    assert [n for n, r in results.items() if r.failed] == [check]  # every other rule holds

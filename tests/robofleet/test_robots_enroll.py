@@ -79,6 +79,16 @@ def test_enroll_without_json_prints_the_command_on_its_own_line(
     assert "--driver" not in last and "--operator" not in last  # the computer's defaults
 
 
+def test_enroll_takes_a_labs_own_driver_by_reference(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lab's package lives on its robot computer: the cloud checks only the form."""
+    argv = ["--config", str(config), "robots", "enroll", "arm-9", "--driver", "my_pkg.arms:MyArm"]
+    assert main(argv) == 0
+    args = _edge_args(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (args.robot, args.driver) == ("arm-9", "my_pkg.arms:MyArm")
+
+
 @pytest.mark.parametrize(
     "extra, named",
     [
@@ -87,6 +97,7 @@ def test_enroll_without_json_prints_the_command_on_its_own_line(
         (["--driver-option", "noequals"], "--driver-option"),
         (["--ttl-minutes", "0"], "--ttl-minutes"),
         (["--type", "a b"], "robot type"),
+        (["--driver", "my pkg:Arm"], "--driver 'my pkg:Arm'"),
     ],
 )
 def test_a_bad_option_is_exit_2_naming_it(

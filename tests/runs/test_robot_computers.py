@@ -5,6 +5,7 @@ over their Control streams and releases them at the end, without restarting them
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from dashboard.accounts import create_api_token, create_user
 from foundation.store.accounts import Role
 from foundation.store.models import Lease, Robot, RunState
 from tests.fakes.cloud import ROBOFLEET, RobofleetCloud, free_port, store_for
+from tests.fakes.lab_driver import write_lab_package
 from tests.fakes.procs import Child
 from tests.fakes.settings import FAST_RUN, cloud_env
 from tests.runs.helpers import (
@@ -45,6 +47,7 @@ class Lab:
         self.store = store_for(data_dir)
         self.computers: dict[str, Child] = {}
         self.args: dict[str, list[str]] = {}
+        self.paths: dict[str, Path] = {}  # a computer's own packages (a lab's driver)
         self._secret = ""
         self.restart_cloud(**sections)
 
@@ -62,8 +65,9 @@ class Lab:
             base_url=self.url, headers={"Authorization": f"Bearer {self._secret}"}, timeout=30
         )
 
-    def enroll(self, name: str, *driver: str) -> None:
-        """A token from the REST API, then the robot computer with it (first start)."""
+    def enroll(self, name: str, *driver: str, pythonpath: Path | None = None) -> None:
+        """A token from the REST API, then the robot computer with it (first start), with
+        ``pythonpath`` first on its PYTHONPATH (only its own)."""
         got = self.http.post("/api/enrollment-tokens", json={"robot_name": name})
         assert got.status_code == 201, got.text
         self.args[name] = [
@@ -71,15 +75,19 @@ class Lab:
             *("--spool-dir", str(self.data_dir / "computers" / name)),
             *driver,
         ]
+        if pythonpath is not None:
+            self.paths[name] = pythonpath
         self.start(name, token=got.json()["token"])
 
     def start(self, name: str, token: str | None = None) -> None:
         argv = [*ROBOFLEET, *self.args[name], *([f"--token={token}"] if token else [])]
+        env = cloud_env(self.data_dir)
+        if name in self.paths:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(self.paths[name]), env.get("PYTHONPATH")) if p
+            )
         self.computers[name] = Child(
-            argv,
-            log=self.data_dir / f"{name}-{time.time_ns()}.log",
-            lines=False,
-            env=cloud_env(self.data_dir),
+            argv, log=self.data_dir / f"{name}-{time.time_ns()}.log", lines=False, env=env
         )
 
     def robots(self) -> dict[str, dict[str, Any]]:
@@ -256,6 +264,61 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
         pend = s.query(Robot).filter(Robot.name == "pend-1").one()
         assert (pend.applied_policy_version or 0) > 1  # online versions reach the robot
     assert _stop(lab, sac)["acked_lost"] == 0
+
+
+def test_a_labs_own_driver_runs_a_whole_run(lab: Lab, tmp_path: Path) -> None:
+    """A robot computer whose driver is a lab's package outside the repository (``--driver
+    labarm.arms:LabArm``, importable on that computer only) enrolls, is assigned a SAC run,
+    acts with the versions the run publishes, scores its own evaluation episodes and is
+    released when the run stops."""
+    site = tmp_path / "lab-site"
+    driver = write_lab_package(site)
+    lab.enroll(
+        "slider-1", "--driver", driver, "--operator", "none", pythonpath=site
+    )  # fmt: skip
+    wait_until(lambda: _idle(lab, ["slider-1"]), 180, lab.fail_text)
+    listed = {r["name"]: r for r in lab.http.get("/api/robots").json()}
+    assert listed["slider-1"]["robot_type"] == "lab-arm"
+
+    got = lab.launch(
+        {
+            "version": 1,
+            "name": "slider",
+            "algorithm": "sac",
+            "tasks": ["slide"],
+            "hyperparameters": FAST_RUN,
+            "policy": {"hidden_sizes": [64, 64]},
+            "buffer": {"min_size": 64},
+            "robots": {"robot_type": "lab-arm", "count": 1},
+            "learner": {"num_cpus": 0.5},
+            "publish": {"every_updates": 20},
+            "evaluation": {"every_seconds": 5, "every_episodes": 2},
+        }
+    )
+    assert got.status_code == 201, got.text
+    run_id = got.json()["id"]
+    wait_until(lambda: _acting_in(lab, run_id, ["slider-1"]), 240, lab.fail_text)
+    wait_until(lambda: len(events(lab.store, run_id, "learner.published")) >= 3, 240, lab.fail_text)
+    evals = run_dir(lab.store, run_id) / "evals.jsonl"
+    wait_until(
+        lambda: evals.exists() and '"source": "robots"' in evals.read_text(), 180, lab.fail_text
+    )
+    assert set(json.loads(evals.read_text().splitlines()[-1])["success"]) == {"slide"}
+    with lab.store.session() as s:
+        robot = s.query(Robot).filter(Robot.name == "slider-1").one()
+        assert (robot.applied_policy_version or 0) > 1  # online versions reach the lab's arm
+        assert robot.spec["capabilities"]["reward"] == "dense"
+        robot_id = robot.id
+    assert _stop(lab, run_id)["acked_lost"] == 0
+    wait_until(lambda: _idle(lab, ["slider-1"]), 120, lab.fail_text)
+    rows = _stored_once(run_dir(lab.store, run_id) / "buffer", [robot_id])
+    assert rows[robot_id] > 0
+    buf = ReplayBuffer.open(run_dir(lab.store, run_id) / "buffer")
+    try:  # the lab's driver's own dense reward (-distance to the goal) is what was stored
+        rewards = buf.index.view("reward").copy()
+    finally:
+        buf.close()
+    assert float(rewards.min()) < 0.0 and float(rewards.max()) <= 0.0
 
 
 def test_robots_keep_spooling_while_the_cloud_is_down_and_rejoin_the_resumed_run(
