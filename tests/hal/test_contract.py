@@ -40,6 +40,14 @@ def _metaworld_camera(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
     )
 
 
+def _metaworld_blind(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
+    """Meta-World hiding reward and success and not resetting itself, as an arm."""
+    return make_driver(
+        "metaworld", "mw-blind", task="reach-v3", max_episode_steps=6, reward="none",
+        detects_success=False, self_reset=False,
+    )  # fmt: skip
+
+
 def _gym(tmp: Path, request: pytest.FixtureRequest) -> RobotDriver:
     return make_driver("gymnasium", "pendulum-0", env_id="Pendulum-v1", max_episode_steps=6)
 
@@ -82,6 +90,7 @@ DRIVERS = [
     pytest.param(_point, id="point-fake"),
     pytest.param(_metaworld, id="metaworld"),
     pytest.param(_metaworld_camera, id="metaworld-camera"),
+    pytest.param(_metaworld_blind, id="metaworld-blind"),
     pytest.param(_gym, id="gymnasium"),
     pytest.param(_lerobot_fake, id="lerobot-fake"),
     pytest.param(
