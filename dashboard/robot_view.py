@@ -20,7 +20,7 @@ from foundation.store.models import Robot, RobotStatus
 
 # Heartbeat states of a robot computer acting in the run its heartbeat names
 # (edge_agent.host while the run's agent starts, then the agent's own).
-IN_RUN = frozenset({"starting", "running", "paused", "estopped", "stopped"})
+IN_RUN = frozenset({"starting", "running", "resetting", "paused", "estopped", "stopped"})
 
 _BY_STATUS: dict[RobotStatus, ActivityState] = {
     RobotStatus.RETIRED: "retired",

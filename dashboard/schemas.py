@@ -112,7 +112,10 @@ class RobotActivity(BaseModel):
     )
     run_state: str | None = Field(
         default=None,
-        description="its heartbeat's state in the run: starting, running, paused, estopped, stopped",
+        description=(
+            "its heartbeat's state in the run: starting, running, resetting (waiting for its"
+            " operator's ready), paused, estopped, stopped"
+        ),
     )
     reason: str | None = Field(default=None, description="why its computer refused the run")
 

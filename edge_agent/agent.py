@@ -1,8 +1,9 @@
 """The edge agent: one robot's control loop, composed of one collaborator per job.
 
 See :mod:`edge_agent.core` for the step, in full, and ``docs/edge_agent.md`` for timing,
-cloud control (e-stop, pause), weights at safe boundaries, demonstrations, and rerecord /
-discard marks.
+cloud control (e-stop, pause), weights at safe boundaries, demonstrations, rerecord /
+discard marks, resets by people (:mod:`edge_agent.resets`) and the human cost counted per
+task (:mod:`edge_agent.human_cost`).
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from edge_agent.episodes import EpisodeLog, MarkOutbox
 from edge_agent.evaluation import SuccessTally, is_evaluation
 from edge_agent.heartbeat import HeartbeatLoop
 from edge_agent.holds import Holds
+from edge_agent.human_cost import HumanCost
 from edge_agent.operators import NoOperator
 from edge_agent.pacing import StepClock
 from edge_agent.recording import EpisodeRecorder
+from edge_agent.resets import ResetHold, needs_person
 from edge_agent.rewards import RewardSource, RobotReward
 from edge_agent.stats import LoopStats
 from edge_agent.uplink import UplinkWorker
@@ -138,6 +141,10 @@ class EdgeAgent:
         }
         hz = settings.control_hz or float(driver.control_hz)
         self.period = 1.0 / hz
+        self.human = HumanCost(self.period)
+        self._resets = ResetHold(
+            needs_person(driver), self.control, self.operator, self._stop, settings.reset_timeout_s
+        )
 
     # -- public ----------------------------------------------------------------------------
 
@@ -164,15 +171,23 @@ class EdgeAgent:
         """End the running episode at its next step and never train on it (``x``)."""
         self.control.handle("discard", reason)
 
+    def ready(self, reason: str = "local") -> None:
+        """The operator set the cell up again: a robot holding for a reset goes on
+        (:mod:`edge_agent.resets`; the dashboard's Ready button sends the same)."""
+        self.control.handle("ready", reason)
+
     def clear_estop(self, reason: str = "local") -> None:
         """Release a cloud e-stop here at the robot (a human decision); the loop goes on."""
         self.control.handle("clear_estop", reason)
 
     @property
     def heartbeat_state(self) -> str:
-        """``estopped`` / ``paused`` while the cloud holds the robot, else the loop's state."""
+        """``estopped`` / ``paused`` while the cloud holds the robot, ``resetting`` while it
+        waits for a person's reset (``paused`` once that wait timed out), else the loop's."""
         if self.control.estopped or self.state == "estopped":
             return "estopped"
+        if self.state == "resetting":
+            return "paused" if self._resets.timed_out else "resetting"
         if self.control.paused and self.state == "running":
             return "paused"
         return self.state
@@ -210,6 +225,9 @@ class EdgeAgent:
         )
         out.update(self.control.report())
         out.update(self.tally.report())
+        out.update(self.human.report())
+        out["reset_paused"] = float(self._resets.timed_out)
+        out["reset_timeouts"] = float(self._resets.timeouts)
         return out
 
     def run(self, episodes: int | None = None, task: str | None = None) -> dict[str, float]:
@@ -236,6 +254,8 @@ class EdgeAgent:
                     if self.control.holding:
                         self._holds.cloud_hold()
                         continue
+                    if self._resets.needed and not self._reset_by_person():
+                        continue
                     demo = self._next_demonstration()
                     if demo is not None:  # needs no weights: the operator drives
                         if self._episode(demo, demonstrating=True):
@@ -250,6 +270,19 @@ class EdgeAgent:
                 self.state = "estopped" if self.heartbeat_state == "estopped" else "stopped"
                 self.uplink.flush()
         return self.report()
+
+    def _reset_by_person(self) -> bool:
+        """Hold until the operator signals ready (:mod:`edge_agent.resets`); False when a
+        cloud hold or a stop interrupted the wait."""
+        self.state = "resetting"  # the next regular heartbeat says so
+        beat = self._heartbeats.beat if self.heartbeat is not None else (lambda: None)
+        try:
+            done = self._resets.wait(self.human.reset_time, beat)  # beats at once on timeout
+        finally:
+            self.state = "running"
+        if done:
+            self.human.reset_done()
+        return done
 
     # -- one episode -------------------------------------------------------------------------
 
@@ -330,7 +363,9 @@ class EdgeAgent:
             ep.recorder.close(ep.obs)
             return False
         executed = np.asarray(reply["action"], np.float32)
+        self._resets.moved()
         intervening = self._claimed_by_operator(op)
+        self.human.step(ep.task, intervening)
         if hasattr(self.runner, "last_executed"):
             self.runner.last_executed = executed
         next_obs = self.driver.get_observation()
@@ -428,6 +463,8 @@ class EdgeAgent:
         elif command in ("success", "failure"):
             ep.label, ep.label_by = command, by
             terminated = True
+            if cloud is None:  # a person's verdict, not the cloud's
+                self.human.label(ep.task)
         elif command in ("rerecord", "discard"):
             ep.label, ep.label_by = command, by
             truncated = True
@@ -440,6 +477,8 @@ class EdgeAgent:
             self._episodes.forget()
             return False
         self.stats.episodes += 1
+        kept = ep.label not in ("rerecord", "discard")
+        self.human.episode(ep.task, ep.frame, kept and self._autonomous(ep))
         if ep.label in ("success", "failure"):
             self.stats.labels[ep.label] += 1
         kind = "demonstration" if ep.demonstrating else "episode"
@@ -476,13 +515,16 @@ class EdgeAgent:
             success = False
         else:
             success = ep.label == "success" or ep.succeeded
-        if ep.demonstrating:  # the operator's episode: no measure of the policy
-            return success
-        if ep.evaluating:
+        if ep.evaluating and not ep.demonstrating:
             self.tally.add("eval", ep.task, success, self.applied_version)
-        elif not ep.intervened:
+        elif self._autonomous(ep):
             self.tally.add("autonomous", ep.task, success)
         return success
+
+    @staticmethod
+    def _autonomous(ep: _Episode) -> bool:
+        """A training episode the policy ran alone (no demonstration, evaluation, takeover)."""
+        return not (ep.demonstrating or ep.evaluating or ep.intervened)
 
     def _interrupted(self) -> bool:
         return self.control.holding or self._stop.is_set()

@@ -126,6 +126,17 @@ class EdgeSettings(BaseModel):
         ),
     )
 
+    # --- resets by people (robots whose spec has capabilities.can_reset false)
+    reset_timeout_s: float | None = Field(
+        default=300.0,
+        gt=0,
+        description=(
+            "A robot that cannot reset itself holds after each episode until its operator "
+            "signals ready (edge_agent.resets); after this many seconds without ready it is "
+            "paused (heartbeat paused, this robot alone) and still waits. None: never paused."
+        ),
+    )
+
     # --- cloud control
     cloud_control: bool = Field(
         default=True,

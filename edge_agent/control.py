@@ -16,6 +16,9 @@ and read by the control loop. The split of work:
   rerecord` / ``discard`` at the robot) are the operator's episode commands: the next step
   taken ends its episode and marks it never to be trained on, as the keyboard's and the
   gamepad's do (:meth:`CloudControl.take_command`).
+* **ready** (the dashboard's Ready button) tells a robot that cannot reset itself that its
+  operator has set the cell up again (:mod:`edge_agent.resets`); it is taken once by the hold
+  between two episodes (:meth:`CloudControl.take_ready`) and means nothing at any other time.
 
 Every command is appended to ``control.jsonl`` in the spool directory (fsynced) and counted
 in the agent's heartbeat statistics; the heartbeat's state (``estopped`` / ``paused``) is what
@@ -45,6 +48,7 @@ KINDS = (
     "noop",
     "rerecord",
     "discard",
+    "ready",
 )
 EPISODE_COMMANDS = ("rerecord", "discard")  # taken by the control loop at its next step
 
@@ -77,6 +81,7 @@ class CloudControl:
         self.counts: dict[str, int] = {k: 0 for k in KINDS}
         self.unknown = 0
         self._command: tuple[str, str] | None = None  # episode command for the next step
+        self._ready = False  # an operator's "ready" (edge_agent.resets) not yet taken
 
     @property
     def estopped(self) -> bool:
@@ -102,12 +107,19 @@ class CloudControl:
             cmd, self._command = self._command, None
             return cmd
 
+    def take_ready(self) -> bool:
+        """Whether a ``ready`` command arrived since the last call (taken once)."""
+        with self._lock:
+            ready, self._ready = self._ready, False
+            return ready
+
     def handle(self, kind: str, reason: str = "", seq: int = 0, run_id: str = "") -> None:
         """Apply one command by name (see :data:`KINDS`); an unknown name is logged and counted.
 
         ``lease_changed`` and ``noop`` change nothing here (the run's own supervisor
         restarts agents whose lease moved); they are logged for the record. ``rerecord`` and
-        ``discard`` wait for the control loop's next step (:meth:`take_command`).
+        ``discard`` wait for the control loop's next step (:meth:`take_command`); ``ready``
+        for the reset hold (:meth:`take_ready`).
         """
         if kind == "estop":
             self.estop(reason)
@@ -120,6 +132,10 @@ class CloudControl:
         elif kind in EPISODE_COMMANDS:
             with self._lock:
                 self._command = (kind, reason)
+        elif kind == "ready":
+            with self._lock:
+                self._ready = True
+            self.changed.set()  # wakes the reset hold at once
         elif kind not in KINDS:
             self.unknown += 1
             log.warning("ignoring unknown control command %r (seq %d)", kind, seq)

@@ -150,6 +150,23 @@ class InterventionSource(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class ReadySource(Protocol):
+    """An intervention source through which a person says the cell is set up again, for
+    robots that cannot reset themselves (:mod:`edge_agent.resets`). Optional: the hold polls
+    sources that have these methods (the keyboard's Enter, the gamepad's start button, a
+    simulated person after a delay).
+
+    ``reset_begins()`` is called once when a reset hold starts (drop presses made during the
+    episode; a simulated person starts its timer); ``ready()`` is polled while holding and is
+    True once the person has signalled ready since ``reset_begins``.
+    """
+
+    def reset_begins(self) -> None: ...
+
+    def ready(self) -> bool: ...
+
+
 class WeightSource(Protocol):
     """Where new weights appear: ``current() -> (version, {name: tensor})``, version -1 = none.
 

@@ -7,10 +7,12 @@
   takes over / hands back; ``w``/``s``, ``a``/``d``, ``q``/``e`` drive action dims 1, 0, 2 (+/-); ``g``
   toggles the gripper (dim 3); ``r`` rerecords the episode (ends it, discards it, records its
   task again); ``x`` discards it (ends it, the schedule goes on); ``y`` / ``n`` label it
-  success / failure (and end it); ``esc`` (or ``k``) e-stops.
+  success / failure (and end it); ``enter`` says the cell is set up again after a reset by
+  hand (``edge_agent.resets``); ``esc`` (or ``k``) e-stops.
 * :class:`GamepadOperator` - a person with a gamepad (pygame joystick events). Hold the
   deadman button (default 4, left bumper) to take over; axes drive action dims; buttons label
-  success (0), failure (1), rerecord (2), discard (3); button 5 closes the gripper while held.
+  success (0), failure (1), rerecord (2), discard (3); button 5 closes the gripper while held;
+  start (7) says the cell is set up again after a reset by hand.
 
 A discarded or rerecorded episode is never trained on: its steps stay out of the buffer or
 are marked there (``edge_agent.agent``, ``buffer.table.marks``). The cloud sends the same two
@@ -112,6 +114,16 @@ class _HumanState:
         self.active = False
         self.axes = np.zeros(action_dim, np.float32)
         self.commands: list[str] = []
+        self.ready = False  # "ready" pressed since the reset hold began (edge_agent.resets)
+
+    def reset_begins(self) -> None:
+        with self.lock:
+            self.ready = False
+
+    def take_ready(self) -> bool:
+        with self.lock:
+            ready, self.ready = self.ready, False
+            return ready
 
     def take(self) -> tuple[bool, np.ndarray, str | None]:
         with self.lock:
@@ -174,6 +186,8 @@ class KeyboardOperator:
                 self.state.active = not self.state.active
             elif name in ("esc", "k"):
                 self.state.commands.append("estop")
+            elif name == "enter":
+                self.state.ready = True
             elif name == "g":
                 self.gripper = -self.gripper
             elif name in self._COMMANDS:
@@ -210,6 +224,14 @@ class KeyboardOperator:
             self._held.clear()
             self._recompute()
 
+    def reset_begins(self) -> None:
+        """A reset hold starts: an Enter pressed during the episode means nothing."""
+        self.state.reset_begins()
+
+    def ready(self) -> bool:
+        """Enter was pressed since :meth:`reset_begins` (taken once)."""
+        return self.state.take_ready()
+
     def close(self) -> None:
         if self._listener is not None:
             self._listener.stop()
@@ -224,7 +246,7 @@ class GamepadOperator:
             right stick y -> dim 2.
         deadman_button / gripper_button: held to take over / to close the gripper (dim 3).
         command_buttons: button -> ``success`` / ``failure`` / ``rerecord`` / ``discard`` /
-            ``estop``.
+            ``estop`` / ``ready`` (the cell is set up again, ``edge_agent.resets``).
         deadzone: stick values below this magnitude read as 0.
 
     pygame needs a video driver for its event queue; on a headless robot computer the dummy
@@ -256,7 +278,7 @@ class GamepadOperator:
         self.command_buttons = (
             dict(command_buttons)
             if command_buttons is not None
-            else {0: "success", 1: "failure", 2: "rerecord", 3: "discard", 8: "estop"}
+            else {0: "success", 1: "failure", 2: "rerecord", 3: "discard", 7: "ready", 8: "estop"}
         )
         self.deadzone = deadzone
         self._raw = np.zeros(action_dim, np.float32)
@@ -275,6 +297,8 @@ class GamepadOperator:
                     self.state.active = True
                 elif ev.button == self.gripper_button:
                     self._gripper = 1.0
+                elif self.command_buttons.get(ev.button) == "ready":
+                    self.state.ready = True
                 elif ev.button in self.command_buttons:
                     self.state.commands.append(self.command_buttons[ev.button])
             elif ev.type == pg.JOYBUTTONUP:
@@ -297,6 +321,19 @@ class GamepadOperator:
 
     def reset(self) -> None:
         pass
+
+    def reset_begins(self) -> None:
+        """A reset hold starts: a start press during the episode means nothing."""
+        with self.state.lock:
+            self._pump()  # presses queued during the episode are read (and dropped) now
+        self.state.reset_begins()
+
+    def ready(self) -> bool:
+        """The ready button was pressed since :meth:`reset_begins` (taken once); reads the
+        gamepad's events, as no step does while the robot holds."""
+        with self.state.lock:
+            self._pump()
+        return self.state.take_ready()
 
     def close(self) -> None:
         for s in self.sticks:

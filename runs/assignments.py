@@ -27,7 +27,7 @@ from foundation.store.models import Robot
 log = logging.getLogger(__name__)
 
 # Heartbeat states of a robot computer that acts in the run its heartbeat names.
-ACTING = {"running", "paused", "estopped", "stopped"}
+ACTING = {"running", "resetting", "paused", "estopped", "stopped"}
 
 
 @dataclass

@@ -46,6 +46,7 @@ CONTROL_KINDS = {
     "release": pb.ControlCommand.RELEASE,
     "rerecord": pb.ControlCommand.RERECORD,
     "discard": pb.ControlCommand.DISCARD,
+    "ready": pb.ControlCommand.READY,
 }
 
 
@@ -174,7 +175,7 @@ class CloudServer:
 
         Raises:
             ValueError: ``kind`` is not one of :data:`CONTROL_KINDS` (estop, pause, resume,
-                lease_changed, clear_estop, assign, release, rerecord, discard).
+                lease_changed, clear_estop, assign, release, rerecord, discard, ready).
         """
         if kind not in CONTROL_KINDS:
             raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")

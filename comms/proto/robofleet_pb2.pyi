@@ -238,6 +238,7 @@ class ControlCommand(_message.Message):
         RELEASE: _ClassVar[ControlCommand.Kind]
         RERECORD: _ClassVar[ControlCommand.Kind]
         DISCARD: _ClassVar[ControlCommand.Kind]
+        READY: _ClassVar[ControlCommand.Kind]
     NOOP: ControlCommand.Kind
     ESTOP: ControlCommand.Kind
     PAUSE: ControlCommand.Kind
@@ -248,6 +249,7 @@ class ControlCommand(_message.Message):
     RELEASE: ControlCommand.Kind
     RERECORD: ControlCommand.Kind
     DISCARD: ControlCommand.Kind
+    READY: ControlCommand.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]

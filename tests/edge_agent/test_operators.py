@@ -174,3 +174,24 @@ def test_scripted_operator_gates_on_the_actions_the_robot_can_execute():
     assert op.is_intervention and np.array_equal(op.action, [1.0, -1.0, 0.0, 1.0])
     raw = ScriptedOperator(expert, HGDaggerGate(0.3, 5, "l2"))  # no bounds: raw expert action
     assert raw.step(OBS, novice).is_intervention
+
+
+def test_keyboard_enter_signals_ready_once_and_not_before_the_reset(keys):
+    Key, KeyCode = keys
+    op = KeyboardOperator(4, listen=False)
+    op.on_press(SpecialKey("enter"))  # during the episode: dropped when the reset begins
+    op.reset_begins()
+    assert not op.ready()
+    op.on_press(SpecialKey("enter"))
+    assert op.step(OBS, NOVICE).command is None  # not an episode command
+    assert op.ready() and not op.ready()
+
+
+def test_gamepad_start_button_signals_ready_once_and_not_before_the_reset(pg):
+    op = GamepadOperator(4)
+    post(pg, pg.JOYBUTTONDOWN, button=7)  # during the episode
+    op.reset_begins()
+    assert not op.ready()
+    post(pg, pg.JOYBUTTONDOWN, button=7)
+    assert op.ready() and not op.ready()
+    op.close()

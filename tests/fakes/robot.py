@@ -30,9 +30,12 @@ class DeviceEpisode(EpisodeState):
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def point_spec(episode_steps: int | None, has_operator_device: bool = False) -> RobotSpec:
+def point_spec(
+    episode_steps: int | None, has_operator_device: bool = False, can_reset: bool = True
+) -> RobotSpec:
     """The fake's spec: ``observation.state`` (3,) float32, ``action`` (4,) float32 in [-1, 1]
-    (dx, dy, dz and an unused gripper), 200 Hz, truncated after ``episode_steps``."""
+    (dx, dy, dz and an unused gripper), 200 Hz, truncated after ``episode_steps``;
+    ``can_reset`` False declares an arm a person resets."""
     return RobotSpec(
         robot_type="point-robot",
         observation_features={
@@ -41,7 +44,7 @@ def point_spec(episode_steps: int | None, has_operator_device: bool = False) -> 
         action_features={"action": Feature(dtype="float32", shape=(ACTION_DIM,))},
         control_hz=200.0,
         capabilities=Capabilities(
-            can_reset=True,
+            can_reset=can_reset,
             simulated=True,
             has_operator_device=has_operator_device,
             reward="dense",
@@ -63,6 +66,8 @@ class PointRobot(RobotDriver):
         env_intervention: what the robot's own device claims for every step in
             ``episode.info["is_intervention"]`` (a leader arm overriding the policy).
         name: the robot's name.
+        can_reset: False declares a robot that a person resets (``capabilities.can_reset``);
+            ``reset`` then leaves the point where it is, as an arm's driver does.
 
     Attributes:
         pos: (3,) float32 position now.
@@ -70,10 +75,14 @@ class PointRobot(RobotDriver):
     """
 
     def __init__(
-        self, episode_steps: int | None = 10, env_intervention: bool = False, name: str = "point-0"
+        self,
+        episode_steps: int | None = 10,
+        env_intervention: bool = False,
+        name: str = "point-0",
+        can_reset: bool = True,
     ) -> None:
         super().__init__(name)
-        self.spec = point_spec(episode_steps, has_operator_device=env_intervention)
+        self.spec = point_spec(episode_steps, env_intervention, can_reset)
         self.env_intervention = env_intervention
         self.episode: DeviceEpisode = DeviceEpisode()
         self.pos = np.zeros(STATE_DIM, np.float32)
@@ -91,7 +100,8 @@ class PointRobot(RobotDriver):
         return None
 
     def _reset(self, task: str, seed: int | None) -> Observation:
-        self.pos[:] = 0
+        if self.spec.capabilities.can_reset:
+            self.pos[:] = 0
         return self._get_observation()
 
     def _get_observation(self) -> Observation:
