@@ -68,9 +68,18 @@ class RobotHold:
 
     def states(self, robots: Mapping[str, int]) -> dict[str, str | None]:
         """Each robot's last heartbeat state (``running``, ``paused``, ``estopped``, ``idle``
-        ...; None before its first heartbeat)."""
+        ...; None before its first heartbeat). A robot paused by its own reset timeout
+        (``edge_agent.resets``: stats ``reset_paused``) reads ``resetting``: the run did not
+        pause it and a resume would not release it."""
         views = robot_views(self.store, list(robots))
-        return {name: views[name].state if name in views else None for name in robots}
+        out: dict[str, str | None] = {}
+        for name in robots:
+            view = views.get(name)
+            state = view.state if view is not None else None
+            if view is not None and state == "paused" and view.stats.get("reset_paused"):
+                state = "resetting"
+            out[name] = state
+        return out
 
     def _push(self, name: str, robot_id: int, reason: str) -> bool:
         kind = "pause" if self.paused else "resume"

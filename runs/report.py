@@ -1,8 +1,11 @@
-"""The end-of-run report: ``report.json`` plus PNG plots in the run directory.
+"""The end-of-run report: ``report.json``, ``report.txt`` and PNG plots in the run directory.
 
 Plots: success rate (mean over tasks and per task, from evaluation episodes) and the operator's
 intervention rate, each against wall time (minutes) and against robot-hours. ``acked_lost`` and
-each robot's counts (``robots``) come from :mod:`~runs.accounting`.
+each robot's counts (``robots``) come from :mod:`~runs.accounting`; ``human_cost`` (per robot
+and per task: takeover time, labels, resets, autonomous successes per hour with and without
+resets) from :mod:`~runs.human_cost`. ``report.txt`` is the summary and the human-cost table
+as text.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 from comms.cloud.weight_file import latest_version
 from foundation.runspec import RunSpec
 from runs.accounting import RobotAccount
+from runs.human_cost import human_cost, text_table
 from runs.offline import read_provenance
 from runs.starting import promoted_version
 
@@ -35,6 +39,7 @@ def write_report(
     accounts: Mapping[str, RobotAccount],
     elapsed_s: float,
     setup_s: float | None = None,
+    robot_reports: Mapping[str, Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and the plots; returns the report's summary keys.
 
@@ -42,7 +47,8 @@ def write_report(
     demonstration (offline) rows, apart. ``elapsed_s`` is the run's clock (from the moment the robots are up and the first policy
     version is out); ``setup_s`` the learner's start-up and BC warm start and the edge agents'
     start-up before it (None when unknown, e.g. a resumed run); ``accounts`` each robot's
-    acknowledged, lost and buffered steps (``accounting.robot_accounts``).
+    acknowledged, lost and buffered steps (``accounting.robot_accounts``); ``robot_reports``
+    each robot's final heartbeat statistics by name (its human cost, ``runs.human_cost``).
     """
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
@@ -82,9 +88,19 @@ def write_report(
         ],
         "started_from": _started_from(spec),
         "promoted_version": promoted_version(run_dir),
+        "human_cost": human_cost(robot_reports or {}),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    (run_dir / "report.txt").write_text(_text(run_id, summary, report["human_cost"]))
     return {**summary, "report": str(run_dir / "report.json"), "plots": plots}
+
+
+def _text(run_id: str, summary: Mapping[str, Any], cost: Mapping[str, Any]) -> str:
+    """The summary, one ``key: value`` a line, then the human-cost table."""
+    lines = [f"run {run_id}", *(f"{k}: {v}" for k, v in summary.items()), ""]
+    lines.append("human cost (s: seconds; auto: autonomous episodes; ok/h: their successes")
+    lines.append("per hour, excluding / including the resets after them)")
+    return "\n".join(lines) + "\n" + text_table(cost)
 
 
 def _started_from(spec: RunSpec) -> dict[str, str] | None:

@@ -592,4 +592,5 @@ class RunDriver:
             accounts=reported_accounts(self.learning.buffer, self._final_reports()),
             elapsed_s=self.clock.elapsed(),
             setup_s=self.progress.get("setup_s"),
+            robot_reports=self.agents.reports if self.agents is not None else {},
         )
