@@ -237,6 +237,37 @@ def discard(robot_id: int, principal: Operator, request: Request) -> RobotOut:
 
 
 @router.post(
+    "/robots/{robot_id}/ready",
+    response_model=RobotOut,
+    summary="The robot's cell is set up again: a robot holding for a reset by hand goes on",
+    description=(
+        "For robots that cannot reset themselves (`capabilities.can_reset: false`): after each "
+        "episode they hold (heartbeat state `resetting`, or `paused` after "
+        "`edge.reset_timeout_s`) until their operator says ready. 409 when the robot is not "
+        "leased or not connected to this cloud."
+    ),
+    responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
+)
+def ready(robot_id: int, principal: Operator, request: Request) -> RobotOut:
+    store = store_of(request)
+    with store.session() as s:
+        robot = get_or_404(s, Robot, robot_id, "robot")
+        lease = _active_lease(s, robot_id)
+        name, run_id = robot.name, lease.run_id if lease else None
+    if run_id is None:
+        raise HTTPException(409, f"robot {name} is not leased: it holds for no reset")
+    control = request.app.state.robot_control
+    if control is None or not control.push_control(
+        robot_id, "ready", run_id, f"dashboard: {principal.actor}"
+    ):
+        raise HTTPException(
+            409, f"robot {name} is not connected to this cloud; ready cannot reach it"
+        )
+    store.record_event("robot.ready", actor=principal.actor, robot_id=robot_id, run_id=run_id)
+    return get_robot(robot_id, principal, request)
+
+
+@router.post(
     "/robots/{robot_id}/release",
     response_model=RobotOut,
     summary="Release the robot's lease; the run continues without it",

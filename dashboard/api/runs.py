@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request
@@ -30,6 +31,7 @@ from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import metrics_after
 from foundation.store.models import Lease, Robot, Run, RunState
 from foundation.store.runs import RunNotFound, RunStateError
+from runs.human_cost import human_cost
 
 router = APIRouter(tags=["runs"])
 
@@ -140,6 +142,36 @@ def get_run(run_id: str, _: Viewer, request: Request) -> RunDetail:
             .order_by(Robot.name)
         ).all()
     return RunDetail(**RunOut.model_validate(run).model_dump(), leased_robots=list(names))
+
+
+@router.get(
+    "/runs/{run_id}/human-cost",
+    response_model=dict[str, Any],
+    summary="The run's human cost per robot and per task",
+    description=(
+        "Operator takeover seconds, labels, resets and their seconds, autonomous episode "
+        "seconds and successes, and autonomous successes per hour excluding and including "
+        "resets (runs.human_cost): from the run's report once it has one (`source: report`), "
+        "else from the last heartbeat of each robot whose heartbeat names the run "
+        "(`source: robots`)."
+    ),
+    responses={**AUTH_ERRORS, **NOT_FOUND},
+)
+def run_human_cost(run_id: str, _: Viewer, request: Request) -> dict[str, Any]:
+    store = store_of(request)
+    run = _get_run(store, run_id)
+    report = Path(run.run_dir) / "report.json" if run.run_dir else None
+    if report is not None and report.is_file():
+        try:
+            cost = json.loads(report.read_text()).get("human_cost")
+        except (OSError, ValueError):
+            cost = None
+        if isinstance(cost, dict):
+            return {"source": "report", **cost}
+    with store.session() as s:
+        rows = s.execute(select(Robot.name, Robot.stats)).all()
+    stats = {name: st for name, st in rows if isinstance(st, dict) and st.get("run_id") == run_id}
+    return {"source": "robots", **human_cost(stats)}
 
 
 def _act(request: Request, run_id: str, principal: Principal, action: str) -> RunOut:

@@ -237,6 +237,8 @@ pages.fleet = () => {
         b.status === "estopped"
           ? el("button", { class: "secondary", onclick: () => robotAction(b, "clear-estop", "e-stop cleared") }, "Clear e-stop")
           : el("button", { class: "danger", onclick: () => robotAction(b, "estop", "e-stopped") }, "E-stop"),
+        b.activity.run_state === "resetting" || b.stats.reset_paused
+          ? el("button", { onclick: () => robotAction(b, "ready", "ready") }, "Ready") : null,
         b.leased_run_id ? el("button", { class: "secondary", onclick: () => robotAction(b, "release", "released") }, "Release") : null,
       ] : []),
     ]);
@@ -352,9 +354,35 @@ pages.run = () => {
         el("td", {}, b.name), el("td", { class: "activity" }, activityCell(b.activity)),
         el("td", {}, computerCell(b.spec_summary)), el("td", {}, heartbeatAge(b)),
         el("td", {}, b.applied_policy_version ?? "—"),
+        // A robot holding for a reset by hand (or paused by its reset timeout) waits for this.
+        el("td", { class: "actions" }, canAct("operator") && (b.activity.run_state === "resetting" || b.stats.reset_paused)
+          ? el("button", { onclick: () => robotReady(b) }, "Ready") : null),
       ]);
     }
     if (robotEvents.onFirstPage()) robotEvents.refresh();
+    loadHumanCost();
+  }
+  async function robotReady(robot) {
+    const r = await api("POST", `/api/robots/${robot.id}/ready`);
+    flash(r.ok ? `${robot.name}: ready` : errorText(r.data), r.ok ? "info" : "error");
+  }
+  async function loadHumanCost() {
+    const r = await api("GET", `/api/runs/${runId}/human-cost`);
+    if (!r.ok) return;
+    document.getElementById("human-cost-source").textContent =
+      r.data.source === "report" ? "from the run's report" : "live, from the robots' heartbeats";
+    const num = (v, digits) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits));
+    const rows = [];
+    for (const [robot, tasks] of Object.entries(r.data.robots)) for (const [task, c] of Object.entries(tasks)) rows.push([robot, task, c]);
+    for (const [task, c] of Object.entries(r.data.tasks)) rows.push(["all robots", task, c]);
+    if (rows.length) rows.push(["all robots", "all tasks", r.data.total]);
+    fillTable("human-cost", rows, ([robot, task, c]) => [
+      el("td", {}, robot), el("td", {}, task), el("td", {}, num(c.takeover_s, 1)),
+      el("td", {}, num(c.labels, 0)), el("td", {}, num(c.resets, 0)), el("td", {}, num(c.reset_s, 1)),
+      el("td", {}, num(c.episode_s, 1)), el("td", {}, num(c.autonomous_successes, 0)),
+      el("td", {}, num(c.successes_per_hour_excl_resets, 1)),
+      el("td", {}, num(c.successes_per_hour_incl_resets, 1)),
+    ]);
   }
   robotEvents.load("/api/events", { run_id: runId, kind: "robot." });
   for (const button of document.querySelectorAll("button[data-action]")) {

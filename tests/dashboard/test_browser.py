@@ -245,6 +245,29 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     assert "sim-sawyer-2" in refusal.inner_text() and "action: 7 != 4" in refusal.inner_text()
     assert "1–3 of 3" in page.inner_text("nav.pager[data-for=robot-events]")
     _shot(page, "05b-run-robots")
+    # a robot holding for a reset by hand: a Ready button, and the run's human cost table
+    with store.session() as s:
+        r = s.get(Robot, robot.id)
+        assert r is not None
+        r.stats = {
+            "state": "resetting",
+            "run_id": run_id,
+            "human/reach-v3/takeover_s": 12.5,
+            "human/reach-v3/episode_s": 1800.0,
+            "human/reach-v3/autonomous_reset_s": 1800.0,
+            "autonomous/reach-v3/successes": 5.0,
+        }
+    page.reload()
+    held = page.locator("#run-robot-table tbody tr", has_text="sim-sawyer-1")
+    held.locator("button", has_text="Ready").wait_for()
+    cost = page.locator("#human-cost tbody tr", has_text="sim-sawyer-1")
+    cost.wait_for()
+    assert cost.inner_text().split("\t")[-4:] == ["1800.0", "5", "10.0", "5.0"]
+    _shot(page, "05b2-run-human-cost")
+    with store.session() as s:
+        r = s.get(Robot, robot.id)
+        assert r is not None
+        r.stats = {"state": "running", "run_id": run_id, "control_loop_p99_ms": 6.1}
     page.goto(f"{base}/")
     row = page.locator("#robots tbody tr", has_text="sim-sawyer-1")
     row.wait_for()

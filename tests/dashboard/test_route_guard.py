@@ -36,6 +36,7 @@ EXPECTED_ROLE: dict[tuple[str, str], Role] = {
     ("POST", "/api/robots/{robot_id}/clear-estop"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/rerecord"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/discard"): Role.OPERATOR,
+    ("POST", "/api/robots/{robot_id}/ready"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/release"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/retire"): Role.ADMIN,
     ("POST", "/api/sites"): Role.ADMIN,
