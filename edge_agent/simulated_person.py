@@ -95,6 +95,11 @@ class SimulatedPerson:
         """The episode ended (the reset time counts from here)."""
         self._ended_at = time.monotonic()
 
+    def reset_begins(self) -> None:
+        """The robot holds for its reset (``edge_agent.resets``): the person puts the scene
+        back from now on and says :meth:`ready` ``ready_after_s`` later."""
+        self.episode_ended()
+
     def ready(self) -> bool:
         """The scene is back in place: ``ready_after_s`` after the episode ended."""
         return self._ended_at is None or time.monotonic() - self._ended_at >= self.ready_after_s

@@ -189,3 +189,36 @@ def test_the_dashboards_ready_reaches_a_held_robot(tmp_path: Path) -> None:
             listener.close()
             client.close()
     store.close()
+
+
+def test_the_simulated_person_resets_a_blind_meta_world_robot(tmp_path: Path) -> None:
+    """A Meta-World robot that does not reset itself holds until the simulated person has put
+    the scene back (``ready_after_s``); its verdicts count as a person's labels."""
+    from edge_agent.gating import HGDaggerGate
+    from edge_agent.operators import ScriptedOperator
+    from edge_agent.simulated_person import SimulatedPerson
+    from hal.drivers.metaworld import MetaWorldDriver, expert_policy
+
+    steps = 20
+    driver = MetaWorldDriver(
+        "blind-1",
+        tasks=[TASK],
+        max_episode_steps=steps,
+        reward="none",
+        detects_success=False,
+        self_reset=False,
+    )
+    hands = ScriptedOperator(
+        expert_policy(TASK),
+        HGDaggerGate(threshold=0.3, handback_steps=5),
+        bounds=(np.full(4, -1, np.float32), np.ones(4, np.float32)),
+    )
+    person = SimulatedPerson(hands, lambda: False, steps, ready_after_s=0.3)
+    agent = make_agent(
+        tmp_path, driver, BiasPolicy(), operator=person, settings=fast_edge(control_hz=1000.0)
+    )
+    report = agent.run(episodes=2)
+    assert agent.stats.episodes == 2
+    assert report[f"human/{TASK}/resets"] == 1.0
+    assert 0.3 <= report[f"human/{TASK}/reset_s"] < 3.0
+    assert report[f"human/{TASK}/labels"] == float(person.labels) == 2.0  # two failures
