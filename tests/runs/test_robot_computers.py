@@ -234,6 +234,8 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
 
     report = _stop(lab, run_id)
     assert report["acked_lost"] == 0
+    # the robots' human cost, from each computer's final report (runs.human_cost)
+    assert report["human_cost"]["robots"] and set(report["human_cost"]["robots"]) <= set(ARMS)
     wait_until(lambda: _idle(lab, ARMS), 120, lab.fail_text)
     # Each robot's steps landed under its own id, none stored twice.
     rows = _stored_once(run_dir(lab.store, run_id) / "buffer", list(ids.values()))
