@@ -293,6 +293,12 @@ class RunPlan:
         """Every robot of the run must have an operator (the algorithm learns from them)."""
         return self.builder.needs_operator
 
+    @property
+    def learns_from(self) -> str:
+        """``reward``, ``success`` or ``interventions``: what the algorithm's update learns
+        from (its builder's ``learns_from``)."""
+        return self.builder.learns_from
+
 
 def _split(
     spec: RunSpec, builder: AlgorithmBuilder

@@ -32,7 +32,7 @@ from edge_agent.core import (
     WeightSource,
 )
 from edge_agent.episodes import EpisodeLog, MarkOutbox
-from edge_agent.evaluation import SuccessTally, is_evaluation
+from edge_agent.evaluation import SuccessTally, is_evaluation, scored_by
 from edge_agent.heartbeat import HeartbeatLoop
 from edge_agent.holds import Holds
 from edge_agent.human_cost import HumanCost
@@ -504,7 +504,7 @@ class EdgeAgent:
             self.marks.add(EpisodeMark(self.run_id, ep.index, ep.label, ep.label_by))
         self._episodes.log(ep.index, ep.task, ep.frame, ep.label, kind)
         if ep.evaluating:  # an operator's abort of an evaluation episode is a failure
-            self.tally.add("eval", ep.task, False, self.applied_version)
+            self.tally.add("eval", ep.task, False, self.applied_version, "operator")
         return False
 
     def _count_outcome(self, ep: _Episode) -> bool:
@@ -516,7 +516,10 @@ class EdgeAgent:
         else:
             success = ep.label == "success" or ep.succeeded
         if ep.evaluating and not ep.demonstrating:
-            self.tally.add("eval", ep.task, success, self.applied_version)
+            spec = getattr(self.driver, "spec", None)  # hal drivers declare it; fakes may not
+            detects = bool(spec is not None and spec.capabilities.detects_success)
+            scorer = scored_by(ep.label, ep.label_by, ep.succeeded, detects)
+            self.tally.add("eval", ep.task, success, self.applied_version, scorer)
         elif self._autonomous(ep):
             self.tally.add("autonomous", ep.task, success)
         return success

@@ -11,6 +11,7 @@ operator never intervened is **autonomous**, and its outcome is counted too.
 The counts travel in the heartbeat statistics (cumulative, per task)::
 
     eval/<task>/episodes, eval/<task>/successes, eval/version   (last evaluated version)
+    eval/<task>/by/<scorer>   (evaluation episodes scored by each source, :func:`scored_by`)
     autonomous/<task>/episodes, autonomous/<task>/successes
 
 so the cloud (``runs.robot_evals``) turns their increments into the
@@ -28,16 +29,42 @@ def is_evaluation(episode_index: int, every: int) -> bool:
     return every > 0 and episode_index % every == every - 1
 
 
+def scored_by(label: str | None, label_by: str, succeeded: bool, detects_success: bool) -> str:
+    """Who decided an evaluation episode's outcome: ``classifier`` (the reward classifier
+    proposed its success), ``operator`` (a person's label or abort, at the robot or through
+    the cloud), ``driver`` (the robot's own success detection), or ``unscored`` (nobody: no
+    label on a robot that does not detect success, counted as a failure).
+
+    Args:
+        label / label_by: the episode's label and who gave it (``edge_agent.agent``).
+        succeeded: the driver signalled success during the episode.
+        detects_success: the robot declares success detection (``Capabilities``).
+    """
+    if label is not None:
+        return "classifier" if label_by == "classifier" else "operator"
+    return "driver" if succeeded or detects_success else "unscored"
+
+
 class SuccessTally:
     """Cumulative outcomes per task of evaluation and autonomous episodes."""
 
     def __init__(self) -> None:
         self.counts: dict[str, float] = defaultdict(float)
 
-    def add(self, kind: str, task: str, success: bool, version: int | None = None) -> None:
-        """Count one finished episode of ``kind`` (``eval`` or ``autonomous``)."""
+    def add(
+        self,
+        kind: str,
+        task: str,
+        success: bool,
+        version: int | None = None,
+        scorer: str | None = None,
+    ) -> None:
+        """Count one finished episode of ``kind`` (``eval`` or ``autonomous``); ``scorer``: who
+        decided an evaluation episode's outcome (:func:`scored_by`)."""
         self.counts[f"{kind}/{task}/episodes"] += 1.0
         self.counts[f"{kind}/{task}/successes"] += float(success)
+        if kind == "eval" and scorer is not None:
+            self.counts[f"eval/{task}/by/{scorer}"] += 1.0
         if kind == "eval" and version is not None:
             self.counts["eval/version"] = float(version)
 

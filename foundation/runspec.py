@@ -282,9 +282,11 @@ class EvalSpec(_Strict):
     each snapshot of the policy on ``episodes_per_task`` fixed seeds per task (a kind built
     from the run's tasks and episode limit alone, e.g. the simulated Sawyers; a chunked policy
     executes its chunks row by row).
+    ``on: none``: success is not measured (robots that neither detect success nor have an
+    operator, e.g. a Gymnasium benchmark without ``is_success``); the run promotes no version.
     """
 
-    on: Literal["robots", "simulator"] = "robots"
+    on: Literal["robots", "simulator", "none"] = "robots"
     every_seconds: float = Field(default=60.0, gt=0)
     episodes_per_task: int = Field(default=5, ge=1)
     every_episodes: int = Field(default=5, ge=1)

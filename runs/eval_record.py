@@ -4,8 +4,9 @@ A source measures success: :class:`runs.evaluations.SimulatorEvaluations` (snaps
 published policy evaluated in a cloud-side simulator, ``evaluation.on: simulator``) or
 :class:`runs.robot_evals.RobotEvaluations` (the robots' own policy-only episodes,
 ``evaluation.on: robots``). :class:`EvaluationRecorder` owns what a point becomes: a row of
-``evals.jsonl``, ``success_rate`` metrics per task, a ``run.evaluated`` event and the run's
-live figures (``success``, ``success_mean``, ``eval_version``, ``autonomous_success``).
+``evals.jsonl``, ``success_rate`` metrics per task, a ``run.evaluated`` event, the best
+evaluated version kept for promotion (:mod:`runs.promotion`) and the run's live figures
+(``success``, ``success_mean``, ``eval_version``, ``autonomous_success``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
 from runs.clock import RunClock
+from runs.promotion import BestEvaluated
 
 
 @dataclass(frozen=True)
@@ -36,13 +38,16 @@ class Stamp:
 @dataclass(frozen=True)
 class EvalPoint:
     """One measured point: ``success`` (task -> rate 0..1) of ``policy_version`` at ``stamp``;
-    ``extra`` goes into its ``evals.jsonl`` row beside the common fields (a ``source`` there
-    is also named in the event; an ``autonomous`` dict becomes ``autonomous_success``)."""
+    ``extra`` goes into its ``evals.jsonl`` row beside the common fields (``source`` and
+    ``scored_by`` there are also named in the event; an ``autonomous`` dict becomes
+    ``autonomous_success``); ``weights``: that version's safetensors bytes (what the run
+    promotes if the point ranks best, ``runs.promotion``; None: unknown)."""
 
     stamp: Stamp
     policy_version: int
     success: Mapping[str, float]
     extra: Mapping[str, Any] = field(default_factory=dict)
+    weights: bytes | None = field(default=None, repr=False)
 
 
 class EvaluationSource(Protocol):
@@ -66,6 +71,24 @@ class EvaluationSource(Protocol):
     def close(self) -> None: ...
 
 
+class NoEvaluations:
+    """The source of a run that measures no success (``evaluation.on: none``): no points."""
+
+    def offer(
+        self, version: int, weights: bytes, stamp: Callable[[], Stamp], final: bool
+    ) -> int | None:
+        return None
+
+    def poll(self, wait: bool) -> EvalPoint | None:
+        return None
+
+    def pending(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
 class EvaluationRecorder:
     """Records the points of one run's evaluation source.
 
@@ -86,6 +109,7 @@ class EvaluationRecorder:
         self.store, self.run_id, self.run_dir = store, run_id, run_dir
         self.source = source
         self.on_event = on_event
+        self.best = BestEvaluated(run_dir)  # the version the run promotes when it ends
         self.last_at = -1e9  # when the last snapshot was offered (time.monotonic())
 
     def snapshot(
@@ -136,7 +160,8 @@ class EvaluationRecorder:
             for t, v in success.items()
         ]
         insert_metrics(self.store, self.run_id, metrics)
-        source = {"source": row["source"]} if "source" in row else {}
+        self.best.consider(row, point.weights)
+        source = {k: row[k] for k in ("source", "scored_by") if k in row}
         self.on_event(
             "run.evaluated", policy_version=point.policy_version, success_mean=mean, **source
         )

@@ -47,6 +47,7 @@ class SimulatorEvaluations:
             nice,
         )
         self.queue = EvaluationQueue(self.evaluator.evaluate.remote, backlog)
+        self.episodes = spec.evaluation.episodes_per_task
         self._last_version = -1
 
     def offer(
@@ -69,7 +70,13 @@ class SimulatorEvaluations:
             return None
         snap, success = got
         stamp = Stamp(snap.wall_s, snap.robot_hours, snap.env_steps, snap.interventions)
-        return EvalPoint(stamp, snap.version, success)
+        episodes = self.episodes
+        extra = {
+            "episodes": {t: episodes for t in success},
+            "source": "simulator",
+            "scored_by": {"simulator": episodes * len(success)},
+        }
+        return EvalPoint(stamp, snap.version, success, extra, weights=snap.weights)
 
     def pending(self) -> int:
         return len(self.queue)

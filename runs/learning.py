@@ -32,7 +32,7 @@ from foundation.rows import RowFilter
 from foundation.runspec import RunSpec
 from hal.compat import RunFeatures
 from runs.offline import mount_sources
-from runs.starting import initial_weights_path, promote
+from runs.starting import initial_weights_path
 from runs.supervisor import ChildRefused, ProcessSupervisor
 from runs.versions import VersionRecorder
 
@@ -196,12 +196,6 @@ class RunLearning:
         self.version, blob = got
         self.latest_bytes = bytes(blob)  # the distributor owns ``blob``
         return True
-
-    def promote_latest(self) -> None:
-        """The run's newest version becomes its promoted one (what ``policy.init_from_run``
-        of a later run starts from)."""
-        if self.version and self.latest_bytes:
-            promote(self.ctx.store, self.run_id, self.run_dir, self.version, self.latest_bytes)
 
     def close(self) -> None:
         """The learner has stopped: record its last versions and checkpoints, let go of the

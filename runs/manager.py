@@ -53,7 +53,9 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
             retired) than the spec's minimum; matching robots whose enrolled specs one policy
             cannot take (the feature named, ``hal.compat``); a policy that cannot see what the
             robots offer (cameras named); a robot without an operator for an algorithm that
-            learns from interventions or for demonstrations; a task no matching robot runs;
+            learns from interventions or for demonstrations; robots that give no signal the
+            run learns or measures success from (``reward.source``, ``evaluation.on``,
+            ``runs.signals``: the robots named); a task no matching robot runs;
             offline data that is missing
             or does not fit the robots' features and the run's tasks (each feature named,
             ``buffer.offline_data[k]``); starting weights that are missing or do not fit.
@@ -89,6 +91,7 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
         )
         fleet["robots"] = "; ".join(m for m in (too_few, fleet.get("robots")) if m)
     errors.update(fleet)
+    errors.update(_signal_errors(spec, plan, robots))
     if spec.evaluation.on == "simulator" and robots and plan is not None:
         why = _simulator_refusal(spec, plan, robots)
         if why:
@@ -100,6 +103,19 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
         raise RunSpecError(errors)
     assert plan is not None
     return plan.spec
+
+
+def _signal_errors(spec: RunSpec, plan: RunPlan | None, robots: list[Robot]) -> dict[str, str]:
+    """What the robots' declared signals refuse (``runs.signals``); robots whose enrolled
+    specs do not parse are refused by :func:`_fleet_errors` already."""
+    from hal.compat import SpecMismatch
+    from runs.signals import signal_errors
+
+    try:
+        learns_from = None if plan is None else plan.learns_from
+        return signal_errors(spec, learns_from, {r.name: r.spec for r in robots})
+    except SpecMismatch:
+        return {}
 
 
 def _simulator_refusal(spec: RunSpec, plan: RunPlan, robots: list[Robot]) -> str | None:

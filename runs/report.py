@@ -21,7 +21,7 @@ from foundation.runspec import RunSpec
 from runs.accounting import RobotAccount
 from runs.human_cost import human_cost, text_table
 from runs.offline import read_provenance
-from runs.starting import promoted_version
+from runs.starting import promoted_version, read_promotion
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -40,6 +40,7 @@ def write_report(
     elapsed_s: float,
     setup_s: float | None = None,
     robot_reports: Mapping[str, Mapping[str, float]] | None = None,
+    promotion: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write ``report.json`` and the plots; returns the report's summary keys.
 
@@ -48,7 +49,11 @@ def write_report(
     version is out); ``setup_s`` the learner's start-up and BC warm start and the edge agents'
     start-up before it (None when unknown, e.g. a resumed run); ``accounts`` each robot's
     acknowledged, lost and buffered steps (``accounting.robot_accounts``); ``robot_reports``
-    each robot's final heartbeat statistics by name (its human cost, ``runs.human_cost``).
+    each robot's final heartbeat statistics by name (its human cost, ``runs.human_cost``);
+    ``promotion`` what the run's end promoted and on what evidence, or why nothing
+    (``runs.promotion.promote_best``; None: not decided here, e.g. a report written again).
+    Each ``evaluations`` row names who scored its episodes (``scored_by``: ``driver``,
+    ``operator``, ``classifier``, ``simulator``).
     """
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
@@ -89,6 +94,8 @@ def write_report(
         "started_from": _started_from(spec),
         "promoted_version": promoted_version(run_dir),
         "human_cost": human_cost(robot_reports or {}),
+        "promotion": dict(promotion) if promotion is not None else read_promotion(run_dir),
+        "reward_source": spec.reward.source,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.txt").write_text(_text(run_id, summary, report["human_cost"]))

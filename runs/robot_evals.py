@@ -6,8 +6,9 @@ cumulative ``eval/<task>/episodes`` and ``eval/<task>/successes`` ...). At each 
 tick :class:`RobotEvaluations` takes the increments since the previous point, over every robot
 of the run (a robot computer that restarted counts from zero again: its new count is the
 increment), and once every task of the run has at least one new evaluation episode makes a
-point of the success curve (``source: robots``), which :mod:`runs.eval_record` records. Until
-then increments accumulate. The autonomous success of training episodes goes beside it in
+point of the success curve (``source: robots``, and ``scored_by``: its evaluation episodes by
+who decided their outcome: the robots' ``driver``, an ``operator``, the ``classifier``), which
+:mod:`runs.eval_record` records. Until then increments accumulate. The autonomous success of training episodes goes beside it in
 each row (``autonomous``).
 """
 
@@ -68,10 +69,21 @@ class RobotEvaluations:
             "episodes": {t: int(p[f"eval/{t}/episodes"]) for t in self.tasks},
             "autonomous": autonomous,
             "source": "robots",
+            "scored_by": self._scorers(),
         }
-        self._ready.append(EvalPoint(stamp(), version, success, extra))
+        self._ready.append(EvalPoint(stamp(), version, success, extra, weights=weights))
         self._pending.clear()
         return None
+
+    def _scorers(self) -> dict[str, int]:
+        """Evaluation episodes of the pending increments by who scored them (``driver``,
+        ``operator``, ``classifier``, ``unscored``: ``edge_agent.evaluation.scored_by``)."""
+        out: dict[str, int] = defaultdict(int)
+        for key, n in self._pending.items():
+            parts = key.split("/")
+            if len(parts) == 4 and parts[0] == "eval" and parts[2] == "by" and n > 0:
+                out[parts[3]] += int(n)
+        return dict(sorted(out.items()))
 
     def _take_increments(self) -> None:
         names = self.robots()

@@ -44,11 +44,12 @@ from foundation.store.models import RunState
 from foundation.store.runs import set_state
 from runs.assignments import RobotAssignments, split_demonstrations
 from runs.clock import RunClock
-from runs.eval_record import EvaluationRecorder
+from runs.eval_record import EvaluationRecorder, NoEvaluations
 from runs.evaluations import SimulatorEvaluations
 from runs.hold import RobotHold
 from runs.learning import LearnerRefused, RunLearning
 from runs.progress import RunProgress
+from runs.promotion import promote_best
 from runs.robot_evals import RobotEvaluations
 from runs.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
 
@@ -255,8 +256,10 @@ class RunDriver:
         """
         from runs.evaluator import simulator_kind
 
-        source: RobotEvaluations | SimulatorEvaluations
-        if self.spec.evaluation.on == "robots":
+        source: RobotEvaluations | SimulatorEvaluations | NoEvaluations
+        if self.spec.evaluation.on == "none":
+            source = NoEvaluations()
+        elif self.spec.evaluation.on == "robots":
             source = RobotEvaluations(
                 self.ctx.store,
                 self.run_id,
@@ -578,12 +581,12 @@ class RunDriver:
 
         assert self.learning is not None and self.evaluations is not None
         self.learning.publish_new_weights()
-        self.learning.promote_latest()
         self._record_progress()
         if self.learning.version:
             self._snapshot_for_eval(final=True)
         for got in self.evaluations.drain():
             self.progress.update(got)
+        promotion = promote_best(self.ctx.store, self.run_id, self.run_dir, self.spec)
         self.result = write_report(
             self.run_dir,
             self.run_id,
@@ -593,4 +596,5 @@ class RunDriver:
             elapsed_s=self.clock.elapsed(),
             setup_s=self.progress.get("setup_s"),
             robot_reports=self.agents.reports if self.agents is not None else {},
+            promotion=promotion,
         )

@@ -6,9 +6,10 @@ promoted version a finished run leaves for the next one.
   (``.safetensors``, a published version), a robofleet checkpoint directory, or a run
   directory (its latest checkpoint).
 * ``policy.init_from_run``: that run's **promoted** version: ``<run_dir>/promoted.safetensors``
-  (and the ``promoted`` flag of its ``PolicyVersion`` row). A run that ends promotes its last
-  version; ``robofleet run promote RUN --version N`` promotes another one whose weights are
-  still on disk.
+  (and the ``promoted`` flag of its ``PolicyVersion`` row). A run that ends promotes the
+  version its evaluations speak best for (``runs.promotion``), none without evaluations;
+  ``robofleet run promote RUN --version N`` promotes any version whose weights are still on
+  disk (``promoted.json`` says ``"by": "manual"``).
 
 The learner loads the weights before its warm start and refuses (exit 4, the run crashes
 with the reason at once) weights that do not fit, naming each tensor and the spec keys behind
@@ -19,6 +20,7 @@ source exists and is of a form this kind of policy starts from.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +58,9 @@ def check_start(
         if not (Path(run.run_dir) / PROMOTED).is_file():
             return {
                 "policy.init_from_run": (
-                    f"run {p.init_from_run} has no promoted version yet (a run promotes its "
-                    "last version when it ends; robofleet run promote picks another)"
+                    f"run {p.init_from_run} has no promoted version (a run promotes its "
+                    "best evaluated version when it ends, none without evaluations; "
+                    "robofleet run promote RUN --version N picks one)"
                 )
             }
     if p.init_checkpoint is not None:
@@ -110,11 +113,21 @@ def initial_weights_path(spec: RunSpec, data_dir: Path, store: MetadataStore) ->
     return None
 
 
-def promote(store: MetadataStore, run_id: str, run_dir: Path, version: int, blob: bytes) -> None:
+def promote(
+    store: MetadataStore,
+    run_id: str,
+    run_dir: Path,
+    version: int,
+    blob: bytes,
+    based_on: Mapping[str, Any] | None = None,
+) -> None:
     """Make ``version`` (its safetensors ``blob``) the run's promoted version: the file
-    ``promoted.safetensors`` (fsynced, replaced atomically) and the store's flag."""
+    ``promoted.safetensors`` (fsynced, replaced atomically), ``promoted.json`` (``version``
+    and what the promotion was ``based_on``: default ``{"by": "manual"}``; a run's own end:
+    its evaluation evidence, ``runs.promotion.based_on``) and the store's flag."""
+    basis = dict(based_on or {"by": "manual"})
     atomic_write_bytes(run_dir / PROMOTED, blob)
-    atomic_write_text(run_dir / PROMOTED_INFO, json.dumps({"version": version}))
+    atomic_write_text(run_dir / PROMOTED_INFO, json.dumps({"version": version, **basis}))
     with store.session() as s:
         s.execute(
             update(PolicyVersion).where(PolicyVersion.run_id == run_id).values(promoted=False)
@@ -124,7 +137,7 @@ def promote(store: MetadataStore, run_id: str, run_dir: Path, version: int, blob
             .where(PolicyVersion.run_id == run_id, PolicyVersion.version == version)
             .values(promoted=True)
         )
-    store.record_event("run.promoted", run_id=run_id, version=version)
+    store.record_event("run.promoted", run_id=run_id, version=version, **basis)
 
 
 def promote_from_disk(store: MetadataStore, run_id: str, version: int | None = None) -> int:
@@ -157,4 +170,12 @@ def promoted_version(run_dir: Path) -> int | None:
     try:
         return int(json.loads((run_dir / PROMOTED_INFO).read_text())["version"])
     except (FileNotFoundError, KeyError, ValueError):
+        return None
+
+
+def read_promotion(run_dir: Path) -> dict[str, Any] | None:
+    """``promoted.json``: the promoted ``version`` and what it was based on (None: none)."""
+    try:
+        return dict(json.loads((run_dir / PROMOTED_INFO).read_text()))
+    except (FileNotFoundError, ValueError):
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from buffer.sampling.rate_limiter import RateLimiter
 from buffer.sampling.samplers import Sampler
@@ -40,6 +40,11 @@ class AlgorithmBuilder(ABC):
         indicator: its policy takes RECAP's improvement indicator as an input.
         needs_operator: it learns from human interventions (HG-DAgger): every robot of its
             runs must have an operator (keyboard, gamepad, the scripted expert).
+        learns_from: the signal its update learns from: ``reward`` (the stored reward of
+            every step: SAC), ``success`` (each episode's outcome: RECAP's sparse return) or
+            ``interventions`` (the operators' actions: HG-DAgger). Launch refuses
+            ``reward.source: robot`` on robots that give no such signal
+            (``runs.manager.validate_launch``).
         policy_kinds: the run spec's ``policy.kind`` values it trains.
         default_policy_kind: the one a run spec that names none trains.
         needs_next_observation: its update reads ``next.observation.*`` (a critic's target).
@@ -54,6 +59,7 @@ class AlgorithmBuilder(ABC):
     terminate_on_success: ClassVar[bool] = False
     indicator: ClassVar[bool] = False  # its policy is conditioned on an improvement indicator
     needs_operator: ClassVar[bool] = False
+    learns_from: ClassVar[Literal["reward", "success", "interventions"]] = "reward"
     policy_kinds: ClassVar[tuple[str, ...]] = ("mlp", "cnn")
     default_policy_kind: ClassVar[str] = "mlp"
     needs_next_observation: ClassVar[bool] = False

@@ -109,6 +109,7 @@ class HGDAggerBuilder(AlgorithmBuilder):
     learner_name = "hg_dagger"
     display_name = "HG-DAgger"
     needs_operator = True
+    learns_from = "interventions"
     learner_sampler = "intervention"
     # Behaviour cloning trains any policy with a BC loss, LeRobot's included.
     policy_kinds = (

@@ -223,6 +223,7 @@ class RECAPBuilder(AlgorithmBuilder):
     display_name = "RECAP"
     options = RECAPOptions
     terminate_on_success = True
+    learns_from = "success"
     indicator = True
     # Its policy takes the improvement indicator: robofleet's own policies only.
     policy_kinds = ("mlp", "cnn", "flow-chunk")

@@ -302,6 +302,7 @@ class SACBuilder(AlgorithmBuilder):
     policy_kinds = ("gaussian",)  # cameras: policy.cameras
     default_policy_kind = "gaussian"
     needs_next_observation = True
+    learns_from = "reward"
     learner_sampler = "mix"
 
     def build(self, policy: Any, config: dict[str, Any]) -> SACRLPD:

@@ -95,7 +95,8 @@ def test_a_version_still_on_disk_is_promoted_and_an_old_one_refused(
         promote_from_disk(store, old_run, 1)
     assert promote_from_disk(store, old_run) == 3  # the newest by default
     assert promote_from_disk(store, old_run, 2) == 2
-    assert json.loads((Path(run.run_dir) / "promoted.json").read_text()) == {"version": 2}
+    promoted = json.loads((Path(run.run_dir) / "promoted.json").read_text())
+    assert promoted == {"version": 2, "by": "manual"}
     weights = (Path(run.run_dir) / "weights" / "v00000002.safetensors").read_bytes()
     assert (Path(run.run_dir) / "promoted.safetensors").read_bytes() == weights
     with store.session() as s:

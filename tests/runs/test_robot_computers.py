@@ -256,6 +256,9 @@ def test_robot_computers_are_assigned_released_and_reassigned(lab: Lab) -> None:
     assert lab.computers["arm-2"].pid == first_pid  # never restarted
 
     # SAC on the Gymnasium robot (operator none), idle all along: it trains from scratch.
+    # Evaluated on the robot, nothing would score its episodes: refused by field.
+    got = lab.launch({**_sac_on_pendulum(), "evaluation": {"on": "robots"}})
+    assert got.status_code == 422 and "evaluation" in got.text and "pend-1" in got.text
     got = lab.launch(_sac_on_pendulum())
     assert got.status_code == 201, got.text
     sac = got.json()["id"]
@@ -378,5 +381,6 @@ def _sac_on_pendulum() -> dict[str, Any]:
         "robots": {"robot_type": "pendulum-v1", "count": 1},
         "learner": {"num_cpus": 0.5},
         "publish": {"every_updates": 20},
-        "evaluation": {"on": "robots", "every_seconds": 10, "every_episodes": 3},
+        # Pendulum reports no success and nobody labels it: success is not measured.
+        "evaluation": {"on": "none"},
     }
