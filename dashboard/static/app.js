@@ -339,6 +339,27 @@ pages.run = () => {
     document.getElementById("run-tasks").textContent = (r.data.spec.tasks || []).join(", ");
     document.getElementById("run-robots").textContent = r.data.leased_robots.join(", ") || "none leased";
     document.getElementById("run-spec").textContent = JSON.stringify(r.data.spec, null, 2);
+    document.getElementById("run-reward").textContent = (r.data.spec.reward || {}).source || "robot";
+    loadPromotion();
+  }
+  // Who scored each evaluation point (run.evaluated events) and what the run promoted on them.
+  const scorers = (by) => Object.entries(by || {}).map(([k, n]) => `${k} ${n}`).join(", ") || "—";
+  const evalEvents = pager("eval-events", (e) => [
+    el("td", {}, when(e.created_at)), el("td", {}, e.data.policy_version ?? ""),
+    el("td", {}, typeof e.data.success_mean === "number" ? e.data.success_mean.toFixed(2) : ""),
+    el("td", { class: "scored-by" }, scorers(e.data.scored_by)),
+  ]);
+  async function loadPromotion() {
+    const shown = document.getElementById("run-promotion");
+    for (const kind of ["run.promoted", "run.not_promoted"]) {
+      const r = await api("GET", `/api/events?${new URLSearchParams({ run_id: runId, kind, limit: "1" })}`);
+      if (!r.ok || !r.data.length) continue;
+      const d = r.data[0].data;
+      const ev = d.evidence;
+      shown.textContent = kind === "run.not_promoted" ? `none: ${d.why}`
+        : `version ${d.version}` + (ev ? ` (success ${ev.success.toFixed(2)} over ${ev.episodes} episodes, scored by ${scorers(ev.scored_by)})` : ` (${d.by || "manual"})`);
+      return;
+    }
   }
   // The run's robots now, and the events of robots joining, leaving, assigned or refusing it.
   const robotEvents = pager("robot-events", (e) => [
@@ -385,6 +406,7 @@ pages.run = () => {
     ]);
   }
   robotEvents.load("/api/events", { run_id: runId, kind: "robot." });
+  evalEvents.load("/api/events", { run_id: runId, kind: "run.evaluated" });
   for (const button of document.querySelectorAll("button[data-action]")) {
     button.addEventListener("click", async () => {
       const r = await api("POST", `/api/runs/${runId}/${button.dataset.action}`);

@@ -159,6 +159,14 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     _shot(page, "04-launch-errors")
     page.fill("input[name=tasks]", "reach-v3, push-v3")
     page.fill("input[name='robots.count']", "1")
+    # SAC learns from the robots' reward and this robot declares none: refused by field.
+    page.select_option("select[name=algorithm]", "sac")
+    page.click("#launch")
+    reward_err = page.locator(".field-error[data-field='reward.source']")
+    reward_err.filter(has_text="sim-sawyer-1").wait_for()
+    assert "reward.source: labels" in reward_err.inner_text()
+    page.select_option("select[name=algorithm]", "hg-dagger")
+    page.select_option("select[name='reward.source']", "labels")
     page.click("#launch")
     page.wait_for_url(f"{base}/runs/run-*")
     run_id = page.url.rsplit("/", 1)[1]
@@ -166,6 +174,8 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     assert run is not None and run.state == RunState.PENDING
     assert run.spec["tasks"] == ["reach-v3", "push-v3"]
     assert run.spec["buffer"]["min_size"] == 1  # the form's field, as the learner uses it
+    assert run.spec["reward"]["source"] == "labels"
+    page.wait_for_selector("#run-reward:has-text('labels')")
 
     # -- run detail: the success chart updates as the learner writes metrics
     page.wait_for_selector("#stream-status:has-text('connected')")
@@ -219,6 +229,18 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     assert chart.get_attribute("data-points") == "6"
     time.sleep(0.2)  # let the canvas paint before the screenshot
     _shot(page, "05-run-live-charts")
+    # Each evaluation point says who scored its episodes.
+    store.record_event(
+        "run.evaluated",
+        run_id=run_id,
+        policy_version=3,
+        success_mean=0.5,
+        source="robots",
+        scored_by={"driver": 2, "operator": 4},
+    )
+    page.reload()
+    page.wait_for_selector("#eval-events tbody tr:has-text('driver 2, operator 4')")
+    page.select_option("#x-axis", "wall")
 
     # -- the robot joins the run: the run page lists it and its events, the fleet says so
     with store.session() as s:
@@ -333,10 +355,14 @@ def test_operator_journey(page, live_server: LiveServer) -> None:  # type: ignor
     page.wait_for_url(f"{base}/login")
 
     with store.session() as s:
-        # (the robot.* events were written above, as the run driver would)
+        # (the robot.* and run.evaluated events were written above, as the run driver would)
         actors = set(
             s.scalars(
-                select(Event.actor).where(Event.run_id == run_id, ~Event.kind.startswith("robot."))
+                select(Event.actor).where(
+                    Event.run_id == run_id,
+                    ~Event.kind.startswith("robot."),
+                    Event.kind != "run.evaluated",
+                )
             )
         )
     assert actors == {"user:admin"}
