@@ -8,7 +8,8 @@ checkpoint, evaluation and report); with no cloud running the run is marked stop
 ``pause`` asks the cloud to stop the run's edge agents while the run keeps its robots' leases
 (``robofleet resume RUN`` starts them again on the same robots). ``promote`` makes a version
 of a run (default its newest, ``--version N`` one still on disk) the one a later run's
-``policy.init_from_run`` starts from (a run that ends promotes its last version itself).
+``policy.init_from_run`` starts from (a run that ends promotes its best evaluated version
+itself, ``runs.promotion``, and none without evaluations).
 Exit codes: 0 done, 2 invalid spec or request.
 """
 
