@@ -3,6 +3,7 @@ robots and the spec key to set, before anything is recorded or leased (``runs.si
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from tests.fakes.cloud import store_for
 
 def arm_spec(reward: str, detects_success: bool, operator: str) -> dict[str, Any]:
     """A Sawyer's enrolled spec declaring the given signals, as an arm's computer would."""
-    spec = sawyer_spec()
+    spec = copy.deepcopy(sawyer_spec())  # cached: never modified in place
     caps = {**spec["capabilities"], "reward": reward, "detects_success": detects_success}
     return {**spec, "capabilities": caps, "computer": {**spec["computer"], "operator": operator}}
 
@@ -148,7 +149,7 @@ def test_evaluation_on_robots_without_a_success_source_is_refused(tmp_path: Path
 
 
 def test_a_spec_enrolled_before_the_signal_fields_reads_as_giving_none(tmp_path: Path) -> None:
-    old = sawyer_spec()
+    old = copy.deepcopy(sawyer_spec())
     old["capabilities"] = {"can_reset": True, "simulated": True, "multi_task": True}
     store = fleet(tmp_path, {"arm-1": old, "arm-2": old})
     errors = refusal(store, tmp_path, algorithm="sac")
