@@ -98,7 +98,8 @@ def write_report(
         "reward_source": spec.reward.source,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
-    (run_dir / "report.txt").write_text(_text(run_id, summary, report["human_cost"]))
+    lines = {**summary, "promoted": _promoted_line(report["promotion"])}
+    (run_dir / "report.txt").write_text(_text(run_id, lines, report["human_cost"]))
     return {**summary, "report": str(run_dir / "report.json"), "plots": plots}
 
 
@@ -108,6 +109,20 @@ def _text(run_id: str, summary: Mapping[str, Any], cost: Mapping[str, Any]) -> s
     lines.append("human cost (s: seconds; auto: autonomous episodes; ok/h: their successes")
     lines.append("per hour, excluding / including the resets after them)")
     return "\n".join(lines) + "\n" + text_table(cost)
+
+
+def _promoted_line(promotion: Mapping[str, Any] | None) -> str:
+    """What the run promoted, on what evidence, in one line (``runs.promotion``)."""
+    if not promotion or promotion.get("version") is None:
+        return f"none ({(promotion or {}).get('why', 'not decided')})"
+    ev = promotion.get("evidence")
+    if not ev:
+        return f"version {promotion['version']} ({promotion.get('by', 'manual')})"
+    by = ", ".join(f"{k} {n}" for k, n in ev["scored_by"].items()) or "unknown"
+    return (
+        f"version {promotion['version']}: success {ev['success']:.2f} over {ev['episodes']} "
+        f"evaluation episodes (scored by {by})"
+    )
 
 
 def _started_from(spec: RunSpec) -> dict[str, str] | None:

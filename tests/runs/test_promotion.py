@@ -109,6 +109,11 @@ def test_the_best_evaluated_version_is_promoted_not_the_last(
         {"driver": 1},
     ]
     assert report["reward_source"] == "robot"
+    text = (tmp_path / "report.txt").read_text()
+    assert (
+        "promoted: version 2: success 0.80 over 10 evaluation episodes (scored by operator 10)"
+        in text
+    )
 
 
 def test_a_resumed_run_keeps_its_best_and_a_later_tie_wins(
@@ -139,3 +144,4 @@ def test_without_evaluations_nothing_is_promoted_and_the_report_says_why(
     )
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["promoted_version"] is None and report["promotion"]["why"] == got["why"]
+    assert f"promoted: none ({got['why']})" in (tmp_path / "report.txt").read_text()
