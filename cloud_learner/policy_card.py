@@ -21,6 +21,11 @@ unpickled. Card fields::
 The normalisation statistics are tensors of every kind's weights (``state_mean``/``state_std``
 of robofleet's policies, ``norm_*`` of the LeRobot adapter), so they travel with each version.
 
+A version of a ``reward.source: classifier`` run also carries the reward classifier's tensors
+(``cloud_learner.reward_classifier.PREFIX``): :func:`split_card`, through which every loader of
+a version's policy goes (robots, the evaluator, starting weights from ``promoted.safetensors``),
+leaves them out.
+
 Weights without a card (published before cards existed) are HG-DAgger MLP weights: they load
 into the caller's fallback MLP as before.
 """
@@ -40,6 +45,7 @@ from cloud_learner.policies.flow import FlowMatchingPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
 from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter, lerobot_from_card
 from cloud_learner.policies.mlp import MLPPolicy
+from cloud_learner.reward_classifier import strip as strip_classifier
 
 CARD_KEY = "_policy_card"
 CARD_FORMAT = 1
@@ -180,8 +186,9 @@ def card_for(algorithm: str, policy: Any) -> PolicyCard:
 
 
 def split_card(weights: Mapping[str, Any]) -> tuple[PolicyCard | None, dict[str, Any]]:
-    """(card or None, the weights without it). Raises PolicyCardError on an unreadable card."""
-    rest = {k: v for k, v in weights.items() if k != CARD_KEY}
+    """(card or None, the policy's weights: without the card and without a reward classifier's
+    tensors). Raises PolicyCardError on an unreadable card."""
+    rest = {k: v for k, v in strip_classifier(weights).items() if k != CARD_KEY}
     if CARD_KEY not in weights:
         return None, rest
     raw = weights[CARD_KEY]

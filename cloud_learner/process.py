@@ -47,6 +47,7 @@ import torch
 from buffer import StepSchema
 from buffer.service.batches import RemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
+from cloud_learner.classifier_training import ClassifierPublisher, ClassifierTrainer
 from cloud_learner.factory import build_algorithm, model_config
 from cloud_learner.init_weights import card_spec, load_into, read_initial
 from cloud_learner.loop import Learner
@@ -145,8 +146,12 @@ class RunLearner:
         source: TransitionBatchSource,
         remote: RemoteBuffer,
         resumed: bool,
+        classifier: ClassifierTrainer | None = None,
     ):
         self.plan = plan
+        # ``reward.source: classifier``: the reward classifier, retrained every
+        # ``classifier.every_updates`` updates (``cloud_learner.classifier_training``).
+        self.classifier = classifier
         self.params: RunParams = plan.params
         self.learner = learner
         self.source = source  # the learner's batches: the run's buffer service behind ``remote``
@@ -185,8 +190,9 @@ class RunLearner:
         """
         plan = RunPlan.from_spec(parse_run_spec(json.loads((run_dir / "spec.json").read_text())))
         spec = plan.spec
+        features, action_size = run_features(run_dir)
         try:
-            settings = plan.learner_settings(*run_features(run_dir))
+            settings = plan.learner_settings(features, action_size)
             device = learner_device(spec.learner.num_gpus)
             algorithm = build_algorithm(settings, device)
         except (RuntimeError, ValueError) as exc:  # no GPU; a policy that cannot be built
@@ -199,10 +205,14 @@ class RunLearner:
         source = TransitionBatchSource(remote, device=device, reward_scale=plan.reward_scale)
         # Every version carries its policy card, so robots and the evaluator build the right
         # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
-        publisher = CardPublisher(
+        publisher: Any = CardPublisher(
             WeightDirectory(run_dir / "weights", keep=5),
             card_for(settings.algorithm, algorithm.policy),
         )
+        trainer = None
+        if spec.reward.source == "classifier":  # the classifier travels in every version
+            trainer = ClassifierTrainer(spec.reward.classifier, features, run_dir)
+            publisher = ClassifierPublisher(publisher, trainer)
         learner = Learner(
             run_dir,
             algorithm,
@@ -219,7 +229,7 @@ class RunLearner:
         except (CheckpointError, ValueError) as exc:
             remote.close()
             raise Refused(str(exc)) from None
-        return cls(plan, learner, source, remote, resumed)
+        return cls(plan, learner, source, remote, resumed, trainer)
 
     def run(self, should_stop: Callable[[], bool], checkpoint_now: Callable[[], bool]) -> None:
         """Warm start (fresh runs), then update until ``should_stop``; a final checkpoint,
@@ -269,6 +279,8 @@ class RunLearner:
         if batch is not None and self.mix_losses is not None and self.learner.step % 5 == 0:
             self.mix_losses.add(batch, per_row_bc_loss(self.learner.algorithm.policy, batch))
             metrics = {**metrics, **self.mix_losses.stats()}
+        if self.classifier is not None:
+            metrics = {**metrics, **self._train_classifier()}
         # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go to the
         # run driver with the counters.
         self._last.update({k: float(v) for k, v in metrics.items()})
@@ -280,6 +292,17 @@ class RunLearner:
             "updates_per_s": len(self._window) / 5.0,
         }
         return True
+
+    def _train_classifier(self) -> dict[str, float]:
+        """Retrain the reward classifier when due (its figures logged with prefix
+        ``classifier``); the latest version's figures (none before the first)."""
+        trainer, learner = self.classifier, self.learner
+        assert trainer is not None and learner.metrics is not None
+        if trainer.due(learner.step):
+            figures = trainer.train(self.remote)
+            if figures is not None:
+                learner.metrics.write(learner.step, figures, prefix="classifier")
+        return trainer.figures()
 
     def _fit_normalization(self) -> None:
         """State (and a LeRobot policy's action) normalisation from 4,096 sampled rows; kept

@@ -40,7 +40,7 @@ from edge_agent.operators import NoOperator
 from edge_agent.pacing import StepClock
 from edge_agent.recording import EpisodeRecorder
 from edge_agent.resets import ResetHold, needs_person
-from edge_agent.rewards import RewardSource, RobotReward
+from edge_agent.rewards import RewardSource, RobotReward, Scored
 from edge_agent.stats import LoopStats
 from edge_agent.uplink import UplinkWorker
 from edge_agent.weights import WeightApplier
@@ -129,7 +129,7 @@ class EdgeAgent:
         )
         self.state = "idle"
         self._stop = threading.Event()
-        self._applier = WeightApplier(weights, runner, settings, self.stats)
+        self._applier = WeightApplier(weights, runner, settings, self.stats, self.rewards)
         self._holds = Holds(self.control, uplink, self._stop, self.stats)
         self._episodes = EpisodeLog(spool_dir)
         self.tally = SuccessTally()
@@ -222,6 +222,8 @@ class EdgeAgent:
             apply_delay_max_s=s.apply_delay_max,
             hold_s=s.hold_s,
             weights_wait_s=s.weights_wait_s,
+            reward_proposals=float(s.proposals),
+            reward_overrules=float(s.overrules),
         )
         out.update(self.control.report())
         out.update(self.tally.report())
@@ -375,8 +377,7 @@ class EdgeAgent:
         verdict = ep.label if ep.label != labelled and ep.label in ("success", "failure") else None
         scored = self.rewards.score(next_obs, view, verdict)
         if scored.proposed_success and ep.label is None and not ep.demonstrating:
-            ep.label, ep.label_by = "success", self.rewards.name
-            terminated = True
+            scored, terminated = self._proposed_success(ep, scored), True
         ep.recorder.record(
             frame=ep.frame,
             timestamp=ep.clock.timestamp(start),
@@ -409,6 +410,24 @@ class EdgeAgent:
         # A cloud e-stop or pause wakes the loop at once; anything else sleeps on.
         ep.clock.wait_next(now, self.control.wait, self._interrupted)
         return True
+
+    def _proposed_success(self, ep: _Episode, scored: Scored) -> Scored:
+        """The reward source proposed success at this step: the episode ends here, labelled
+        by the source, unless the operator overrules it (``review``: a person's opposite
+        verdict), which makes it the operator's ``failure`` with no reward on this step (a
+        label for the classifier's next training). A keyboard or gamepad operator overrules
+        with its ``n`` at the same step: that verdict reaches the source first, which then
+        proposes nothing."""
+        self.stats.proposals += 1
+        review = getattr(self.operator, "review", None)
+        word = review("success") if callable(review) else None
+        if word == "failure":
+            self.stats.overrules += 1
+            self.human.label(ep.task)  # an overrule is a label a person gave
+            ep.label, ep.label_by = "failure", type(self.operator).__name__
+            return Scored(0.0)
+        ep.label, ep.label_by = "success", self.rewards.name
+        return scored
 
     def _demonstration_step(self, ep: _Episode) -> tuple[np.ndarray, int, OperatorInput]:
         """(proposed, version, operator input) of a demonstration step: the robot would hold

@@ -29,6 +29,8 @@ class LoopStats:
     hold_s: float = 0.0  # seconds held by a cloud e-stop or pause
     weights_wait_s: float = 0.0  # seconds waited for the first policy version
     labels: dict[str, int] = field(default_factory=lambda: {"success": 0, "failure": 0})
+    proposals: int = 0  # successes a reward classifier proposed
+    overrules: int = 0  # of those, the ones the operator overruled
     latencies: deque[float] = field(default_factory=deque)
     periods: deque[float] = field(default_factory=deque)
 

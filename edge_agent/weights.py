@@ -21,6 +21,7 @@ from typing import Any
 
 from edge_agent.config import EdgeSettings
 from edge_agent.core import PolicyRunner, WeightSource
+from edge_agent.rewards import RewardSource
 from edge_agent.stats import LoopStats
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ class StagedWeights:
 class WeightApplier:
     """Moves versions from ``source`` into ``runner`` at safe boundaries (see the module).
 
+    Each version the runner takes is also offered to ``rewards`` (the agent's reward source,
+    ``RewardSource.offer_weights``: a reward classifier shipped beside the policy).
+
     With ``source`` None every method does nothing (a robot without a weight source). A
     version the runner refuses (``set_weights`` raises ValueError) is logged, counted in
     ``weight_errors`` and never tried again; the running version stays.
@@ -57,8 +61,10 @@ class WeightApplier:
         runner: PolicyRunner,
         settings: EdgeSettings,
         stats: LoopStats,
+        rewards: RewardSource | None = None,
     ) -> None:
         self.source = source
+        self.rewards = rewards
         self.runner = runner
         self.settings = settings
         self.stats = stats
@@ -109,6 +115,8 @@ class WeightApplier:
             return
         try:
             self.runner.set_weights(version, tensors)
+            if self.rewards is not None:
+                self.rewards.offer_weights(tensors)
             self.stats.weight_swaps += 1
             delay = time.monotonic() - (self._newer_since or time.monotonic())
             self._newer_since = None

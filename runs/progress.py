@@ -25,6 +25,17 @@ from foundation.store.models import Robot
 from runs.clock import RunClock
 
 
+def classifier_figures(learner: Mapping[str, float]) -> dict[str, float]:
+    """The reward classifier's latest figures among the learner's statistics (``version``,
+    ``train_episodes``, ``holdout_episodes``, ``precision``, ``recall``:
+    ``cloud_learner.classifier_training``); empty before its first version."""
+    return {
+        k.removeprefix("classifier_"): float(v)
+        for k, v in learner.items()
+        if k.startswith("classifier_")
+    }
+
+
 class RunProgress:
     """Counts of the run's buffer, rates between records, and where they are written.
 
@@ -95,6 +106,9 @@ class RunProgress:
         shares = dict(online_shares or {})
         if shares:
             row["online_share"] = shares
+        classifier = classifier_figures(learner)
+        if classifier:
+            row["reward_classifier"] = classifier
         with open(self.run_dir / "progress.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         atomic_write_json(
@@ -132,6 +146,7 @@ class RunProgress:
             "robot_hours": clock.robot_hours,
             "discarded_episodes": row["discarded_episodes"],
             "online_share": shares,
+            "reward_classifier": classifier,
         }
 
     def _rates(self, steps: int, interventions: int) -> tuple[float, float]:
@@ -182,6 +197,10 @@ class RunProgress:
             points.append({"name": "cache_hit_rate", "step": steps, "value": float(hit)})
         if np.isfinite(learner.get("loss", float("nan"))):
             points.append({"name": "loss", "step": step, "value": learner["loss"]})
+        figures = classifier_figures(learner)
+        for name in ("precision", "recall"):  # the run page's reward classifier chart
+            if name in figures:
+                points.append({"name": f"classifier_{name}", "step": step, "value": figures[name]})
         with self.store.session() as sess:
             for robot in sess.scalars(select(Robot).where(Robot.name.in_(list(robots)))):
                 if robot.applied_policy_version is not None:

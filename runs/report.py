@@ -86,6 +86,8 @@ def write_report(
         # Where the run's data and weights came from, and the mix it trained on.
         "offline_data": read_provenance(run_dir),
         "online_share_per_task": last.get("online_share", {}),
+        # reward.source: classifier: the last classifier version's held-out figures.
+        "reward_classifier": last.get("reward_classifier"),
         "online_share_over_time": [
             {"wall_s": p["wall_s"], "env_steps": p["env_steps"], **p["online_share"]}
             for p in progress

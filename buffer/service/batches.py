@@ -5,8 +5,9 @@ process, over ZeroMQ (Reverb keeps its server next to its table the same way).
 gave it; :class:`RemoteBuffer` asks it (it implements ``foundation.contracts.TransitionSource``:
 numpy columns); :class:`ShardedRemoteBuffer` samples across the servers of a buffer's shards.
 Requests are one JSON frame (``op``: ``sample``, ``size``, ``sampler_state``,
-``load_sampler_state``, ``demonstrations``); a ``sample`` reply carries the batch in the
-safetensors layout (never pickle). The wire, the layout of a row, the adaptive mix and the
+``load_sampler_state``, ``demonstrations``, ``labelled_episodes``); a ``sample`` reply carries
+the batch in the safetensors layout (never pickle), a ``labelled_episodes`` reply the
+observations the steps of the episodes people labelled reached (``buffer.table.labels``). The wire, the layout of a row, the adaptive mix and the
 batch keys: docs/buffer.md ("The batch service").
 """
 
@@ -27,6 +28,7 @@ from safetensors.numpy import save as st_save
 
 from buffer.errors import NothingToSample
 from buffer.sampling.samplers import Sampler
+from buffer.table.labels import labelled_episodes
 from buffer.table.reading import sample_across_shards
 from buffer.table.replay_buffer import ReplayBuffer
 
@@ -170,6 +172,8 @@ class BatchServer:
             return self._sizes(), None
         if op == "demonstrations":
             return {"episodes": self.demonstration_episodes(), **self._sizes()}, None
+        if op == "labelled_episodes":
+            return self.labelled_episodes()
         sampler = self.sampler
         if op == "sampler_state":
             get = getattr(sampler, "state_dict", None)
@@ -232,6 +236,32 @@ class BatchServer:
         )
         codes, counts = np.unique(idx.cols["task"][a:b][done], return_counts=True)
         return {idx.tasks.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
+
+    def labelled_episodes(self) -> tuple[dict[str, Any], bytes | None]:
+        """The reply to ``labelled_episodes``: a header listing the episodes (``episodes``:
+        key, verdict, who gave it, ``task_index``, ``steps``) and, when there are any, the
+        safetensors of their steps concatenated in that order: ``next.observation.*`` (the
+        observation each step reached) and ``frame_index``."""
+        found = [e for e in labelled_episodes(self.buffer) if e.task in self.tasks]
+        episodes = [
+            {
+                "run_id": e.key[0],
+                "robot_id": e.key[1],
+                "episode_index": e.key[2],
+                "verdict": e.verdict,
+                "reason": e.reason,
+                "task_index": self.tasks[e.task],
+                "steps": len(e.rows),
+            }
+            for e in found
+        ]
+        if not found:
+            return {"episodes": []}, None
+        rows = np.concatenate([e.rows for e in found])
+        arrays = self.buffer.read_transitions(rows, count=False)
+        keys = [NEXT_PREFIX + k for k in self.buffer.schema.observations]
+        out = {k: np.ascontiguousarray(arrays[k]) for k in (*keys, "frame_index")}
+        return {"episodes": episodes}, st_save(out)
 
     def _batch(
         self, arrays: Mapping[str, np.ndarray], images: Sequence[str] = ()
@@ -328,6 +358,13 @@ class RemoteBuffer:
         header, _ = self._call({"op": "demonstrations", "stats": self.stats})
         self._note_sizes(header)
         return {str(k): int(v) for k, v in dict(header.get("episodes", {})).items()}
+
+    def labelled_episodes(self) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+        """(episodes, arrays): the episodes people labelled and their steps concatenated
+        (:meth:`BatchServer.labelled_episodes`)."""
+        header, payload = self._call({"op": "labelled_episodes"})
+        arrays = dict(st_load(payload)) if payload is not None else {}
+        return list(header.get("episodes", [])), arrays
 
     def _reconnect(self) -> None:
         self._sock.close(0)

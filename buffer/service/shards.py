@@ -197,10 +197,16 @@ class ShardedBuffer:
         return [(k, records.filter(pa.array(key == k))) for k in sorted(shards)]
 
     def mark_episode(
-        self, robot_id: str | int, run_id: str, episode_index: int, kind: str = "discard"
+        self,
+        robot_id: str | int,
+        run_id: str,
+        episode_index: int,
+        kind: str = "discard",
+        reason: str = "",
     ) -> int:
         """:meth:`ReplayBuffer.mark_episode` in the robot's shard."""
-        return self.shard_for(robot_id).mark_episode(robot_id, run_id, episode_index, kind)
+        shard = self.shard_for(robot_id)
+        return shard.mark_episode(robot_id, run_id, episode_index, kind, reason)
 
     def can_accept(self, n: int = 1) -> bool:
         return all(s.can_accept(n) for s in self.shards)

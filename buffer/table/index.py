@@ -133,6 +133,7 @@ class RowIndex:
         self.robot_last_row: dict[int, int] = {}
         self.discards: dict[EpisodeKey, str] = {}  # discarded episode -> the mark's kind
         self.outcomes: dict[EpisodeKey, str] = {}  # episode -> "success" / "failure"
+        self.outcome_by: dict[EpisodeKey, str] = {}  # episode -> who gave its outcome
         self.discarded_steps = 0
         self.interrupted_episodes = 0
 
@@ -378,10 +379,12 @@ class RowIndex:
                 self.discarded_steps += len(mine)
 
     # -- episode outcomes -----------------------------------------------------------------
-    def set_outcome(self, key: EpisodeKey, outcome: str) -> int:
-        """Record episode ``key``'s outcome (``success`` or ``failure``; the latest counts).
-        Returns how many of its rows are stored now."""
+    def set_outcome(self, key: EpisodeKey, outcome: str, reason: str = "") -> int:
+        """Record episode ``key``'s outcome (``success`` or ``failure``; the latest counts)
+        and who gave it (``reason``, ``buffer.table.marks``). Returns how many of its rows
+        are stored now."""
         self.outcomes[key] = outcome
+        self.outcome_by[key] = reason
         run, robot = self.runs.codes.get(key[0]), self.robots.codes.get(key[1])
         if run is None or robot is None:
             return 0

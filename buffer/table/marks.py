@@ -10,7 +10,9 @@ mount can take only those (:meth:`buffer.table.index.RowIndex.set_outcome`); an 
 outcome mark is the one that counts.
 
 Marks are kept in ``episode_marks.jsonl`` in the buffer directory, one JSON line each
-(``{"run_id", "robot_id", "episode_index", "kind", "time"}``), appended and fsynced before
+(``{"run_id", "robot_id", "episode_index", "kind", "reason", "time"}``; ``reason``: who
+gave it, e.g. the operator's class name, ``classifier``, ``driver``, ``cloud: <actor>``; empty
+when unknown), appended and fsynced before
 :func:`record` returns (the file's first line also fsyncs the directory), and applied to the
 row index. Opening a directory applies every stored mark again (:func:`apply_stored`); a line
 torn by a crash (never acknowledged) is dropped.
@@ -37,7 +39,9 @@ KINDS = (*EXCLUDING, *OUTCOMES)
 _write_lock = threading.Lock()  # one writer at a time per process (lines stay whole)
 
 
-def record(state: TableState, robot_id: str, run_id: str, episode_index: int, kind: str) -> int:
+def record(
+    state: TableState, robot_id: str, run_id: str, episode_index: int, kind: str, reason: str = ""
+) -> int:
     """Store the mark durably, then apply it; returns how many stored rows it applies to now:
     rows an excluding mark excludes (0 for an episode already excluded, or none of whose rows
     is stored yet), rows an outcome mark labels (0 when the outcome is already that).
@@ -47,23 +51,32 @@ def record(state: TableState, robot_id: str, run_id: str, episode_index: int, ki
             ``episode_index``.
         OSError: the mark could not be written; nothing changed.
     """
-    return record_many(state, [(robot_id, run_id, episode_index, kind)])
+    return record_many(state, [(robot_id, run_id, episode_index, kind)], reason)
 
 
-def record_many(state: TableState, marks: Sequence[tuple[str, str, int, str]]) -> int:
+def record_many(
+    state: TableState, marks: Sequence[tuple[str, str, int, str]], reason: str = ""
+) -> int:
     """:func:`record` of several ``(robot_id, run_id, episode_index, kind)`` marks with one
-    fsync (an import's outcomes); returns the rows they apply to now, summed. All are checked
-    before any is written."""
+    fsync (an import's outcomes), all given by ``reason``; returns the rows they apply to now,
+    summed. All are checked before any is written."""
     keys = [(_check(*m), m[3]) for m in marks]
     with state.lock:
-        new = [(key, kind) for key, kind in keys if _changes(state, key, kind)]
+        new = [(key, kind) for key, kind in keys if _changes(state, key, kind, reason)]
     if not new:
         return 0
     path = state.directory / MARKS_FILE
     now = time.time()
     lines = "\n".join(
         json.dumps(
-            {"run_id": k[0], "robot_id": k[1], "episode_index": k[2], "kind": kind, "time": now}
+            {
+                "run_id": k[0],
+                "robot_id": k[1],
+                "episode_index": k[2],
+                "kind": kind,
+                "reason": reason,
+                "time": now,
+            }
         )
         for k, kind in new
     )
@@ -73,7 +86,7 @@ def record_many(state: TableState, marks: Sequence[tuple[str, str, int, str]]) -
         if first:
             fsync_dir(state.directory)
     with state.lock:
-        return sum(_apply(state, key, kind) for key, kind in new)
+        return sum(_apply(state, key, kind, reason) for key, kind in new)
 
 
 def _check(robot_id: str, run_id: str, episode_index: int, kind: str) -> EpisodeKey:
@@ -86,16 +99,17 @@ def _check(robot_id: str, run_id: str, episode_index: int, kind: str) -> Episode
     return (run_id, robot_id, int(episode_index))
 
 
-def _changes(state: TableState, key: EpisodeKey, kind: str) -> bool:
+def _changes(state: TableState, key: EpisodeKey, kind: str, reason: str) -> bool:
     """Whether the mark would change the index (a repeated mark is not stored again)."""
     if kind in OUTCOMES:
-        return state.index.outcomes.get(key) != kind
+        index = state.index
+        return index.outcomes.get(key) != kind or index.outcome_by.get(key, "") != reason
     return key not in state.index.discards
 
 
-def _apply(state: TableState, key: EpisodeKey, kind: str) -> int:
+def _apply(state: TableState, key: EpisodeKey, kind: str, reason: str = "") -> int:
     if kind in OUTCOMES:
-        return state.index.set_outcome(key, kind)
+        return state.index.set_outcome(key, kind, reason)
     return state.index.discard(key, kind)
 
 
@@ -112,7 +126,7 @@ def apply_stored(state: TableState) -> None:
     for raw in whole.splitlines():
         m = json.loads(raw)
         key = (str(m["run_id"]), str(m["robot_id"]), int(m["episode_index"]))
-        _apply(state, key, str(m["kind"]))
+        _apply(state, key, str(m["kind"]), str(m.get("reason", "")))
 
 
 def _truncate(path: Path, size: int) -> None:

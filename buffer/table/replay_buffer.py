@@ -220,7 +220,12 @@ class ReplayBuffer:
         self.sealer.flush()
 
     def mark_episode(
-        self, robot_id: str | int, run_id: str, episode_index: int, kind: str = "discard"
+        self,
+        robot_id: str | int,
+        run_id: str,
+        episode_index: int,
+        kind: str = "discard",
+        reason: str = "",
     ) -> int:
         """Mark a robot's episode, durably before returning (``buffer.table.marks``).
 
@@ -229,6 +234,7 @@ class ReplayBuffer:
         and an export skips them. ``success`` / ``failure`` (its outcome): nothing is
         excluded; :meth:`select` and :meth:`mount` with ``RowFilter(success_only=True)`` take
         the rows of successful episodes. Marking an episode the same way twice changes nothing.
+        ``reason``: who gave the mark (kept with it; :func:`buffer.table.labels`).
 
         Returns:
             How many of the episode's stored rows the mark excludes (or, for an outcome,
@@ -242,7 +248,7 @@ class ReplayBuffer:
         """
         if self.state.closed or self.read_only:
             raise BufferClosedError(f"{self.directory}: buffer is closed or read-only")
-        return marks.record(self.state, str(robot_id), run_id, int(episode_index), kind)
+        return marks.record(self.state, str(robot_id), run_id, int(episode_index), kind, reason)
 
     def mark_episodes(self, items: Sequence[tuple[str, str, int, str]]) -> int:
         """:meth:`mark_episode` of several ``(robot_id, run_id, episode_index, kind)`` marks,

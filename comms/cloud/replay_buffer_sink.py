@@ -51,8 +51,10 @@ class ReplayBufferSink:
         last = self.buffer.durable_seq(robot_id)
         return NO_SEQ if last is None else int(last)
 
-    def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
+    def mark_episode(
+        self, robot_id: int, run_id: str, episode_index: int, kind: str, reason: str = ""
+    ) -> int:
         try:
-            return self.buffer.mark_episode(str(robot_id), run_id, episode_index, kind)
+            return self.buffer.mark_episode(str(robot_id), run_id, episode_index, kind, reason)
         except ValueError as exc:
             raise SinkRejected(str(exc)) from None

@@ -69,11 +69,14 @@ class StepSink(Protocol):
         """Highest durable ``seq`` of ``robot_id``, or -1 when there is none."""
         ...
 
-    def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
+    def mark_episode(
+        self, robot_id: int, run_id: str, episode_index: int, kind: str, reason: str = ""
+    ) -> int:
         """Store durably that episode ``episode_index`` of ``robot_id`` in ``run_id`` is never
         to be trained on (``kind``: ``discard`` or ``rerecord``), or how it ended (``success``
         or ``failure``: nothing excluded), its steps stored before or after this call.
-        Marking an episode the same way again changes nothing.
+        Marking an episode the same way again changes nothing. ``reason``: who gave the mark
+        (the operator's class name, ``classifier``, ``driver``, ``cloud: <actor>``), kept.
 
         Returns:
             How many of the episode's steps the mark excludes (an outcome: labels) so far.
@@ -131,7 +134,9 @@ class MemorySink:
             have = self._stored.get(robot_id)
             return have[-1] if have else NO_SEQ
 
-    def mark_episode(self, robot_id: int, run_id: str, episode_index: int, kind: str) -> int:
+    def mark_episode(
+        self, robot_id: int, run_id: str, episode_index: int, kind: str, reason: str = ""
+    ) -> int:
         if kind not in ("discard", "rerecord", "success", "failure"):
             raise SinkRejected(f"unknown episode mark {kind!r}")
         with self._lock:

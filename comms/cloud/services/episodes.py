@@ -46,7 +46,12 @@ class EpisodesServicer(rpc.EpisodesServicer):
         assert sink is not None
         try:
             steps = await asyncio.to_thread(
-                sink.mark_episode, ident.robot_id, request.run_id, request.episode_index, kind
+                sink.mark_episode,
+                ident.robot_id,
+                request.run_id,
+                request.episode_index,
+                kind,
+                request.reason,
             )
         except SinkRejected as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"episode mark: {exc}")
