@@ -58,6 +58,7 @@ BENCHMARKS: dict[str, str] = {
     "fleet": "robofleet.bench.fleet",
     "edge": "edge_agent.latency_report",
     "data": "robofleet.bench.data",
+    "rewards": "robofleet.bench.rewards",
 }
 
 

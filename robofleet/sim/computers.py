@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,9 @@ class SimRobotComputers:
         restarts: when to restart a computer that died.
         cameras: Meta-World cameras each robot renders (``corner``, ``topview``, ...;
             empty: state only), at ``image_size`` (height, width).
+        driver_options: further ``MetaWorldDriver`` options of every robot (JSON values,
+            passed as ``--driver-option``), e.g. ``{"reward": "none", "detects_success":
+            False}`` for robots that hide their reward and success.
     """
 
     def __init__(
@@ -81,8 +84,10 @@ class SimRobotComputers:
         restarts: RestartPolicy | None = None,
         cameras: Sequence[str] = (),
         image_size: tuple[int, int] = (64, 64),
+        driver_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.settings = settings
+        self.driver_options = dict(driver_options or {})
         self.cameras = list(cameras)
         self.image_size = image_size
         self.store = store
@@ -124,6 +129,8 @@ class SimRobotComputers:
                 *("--driver-option", f"cameras={json.dumps(self.cameras)}"),
                 *("--driver-option", f"image_size={json.dumps(list(self.image_size))}"),
             ]
+        for key, value in self.driver_options.items():
+            argv += ["--driver-option", f"{key}={json.dumps(value)}"]
         token = self._token(name, root)
         if token is not None:
             argv.append(f"--token={token}")  # a token may start with "-"
@@ -191,11 +198,15 @@ class SimRobotComputers:
 
 
 def sim_robots(
-    n: int, cameras: Sequence[str] = (), image_size: tuple[int, int] = (64, 64)
+    n: int,
+    cameras: Sequence[str] = (),
+    image_size: tuple[int, int] = (64, 64),
+    driver_options: Mapping[str, Any] | None = None,
 ) -> Callable[[Any, MetadataStore, str], SimRobotComputers]:
     """A ``robofleet.cloud.RobotStarter`` of ``n`` simulated robot computers (named
-    :func:`sim_robot_names`) rendering ``cameras`` at ``image_size`` (height, width): it
-    starts them and waits ``orchestration.robots_ready_timeout_s`` for them to report.
+    :func:`sim_robot_names`) rendering ``cameras`` at ``image_size`` (height, width), with
+    ``driver_options`` (:class:`SimRobotComputers`): it starts them and waits
+    ``orchestration.robots_ready_timeout_s`` for them to report.
 
     Raises (when called):
         RuntimeError: they did not report in time (they are stopped first).
@@ -203,7 +214,13 @@ def sim_robots(
 
     def start(settings: Any, store: MetadataStore, server: str) -> SimRobotComputers:
         computers = SimRobotComputers(
-            settings, store, server, sim_robot_names(n), cameras=cameras, image_size=image_size
+            settings,
+            store,
+            server,
+            sim_robot_names(n),
+            cameras=cameras,
+            image_size=image_size,
+            driver_options=driver_options,
         ).start()
         try:
             computers.wait_reported(settings.orchestration.robots_ready_timeout_s)

@@ -1,0 +1,164 @@
+"""``robofleet bench rewards``: its command line, and the precision/recall pieces on tiny
+known cases (no classifier training, no system run)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from robofleet.bench import reward_pr
+from robofleet.bench.reward_pr import Recorded, measure, step_precision_recall
+from robofleet.bench.reward_runs import driver_options, run_spec
+from robofleet.bench.rewards import summary
+from robofleet.cli import main
+
+STATE = reward_pr.STATE_KEY
+
+
+def test_help_describes_the_bench(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "rewards", "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert "precision" in out and "--labels" in out and "--quick" in out
+
+
+def test_step_precision_recall_counts_every_step() -> None:
+    probs = [np.array([0.1, 0.6, 0.9]), np.array([0.7, 0.2])]
+    truth = [np.array([False, False, True]), np.array([True, True])]
+    # predicted positive: steps 1, 2 of the first; step 0 of the second -> tp 2, fp 1, fn 1
+    assert step_precision_recall(probs, truth, 0.5) == (2 / 3, 2 / 3, 5)
+    # nothing predicted: precision undefined; no true step: recall undefined
+    assert step_precision_recall([np.zeros(2)], [np.array([True, False])], 0.5) == (None, 0.0, 2)
+    assert step_precision_recall([np.ones(2)], [np.zeros(2, bool)], 0.5) == (0.0, None, 2)
+    with pytest.raises(ValueError, match="shape"):
+        step_precision_recall([np.zeros(3)], [np.zeros(2, bool)], 0.5)
+
+
+def _episode(first: int | None, steps: int = 6) -> Recorded:
+    """A synthetic episode whose state's first column is 1.0 exactly on the solved steps
+    (solved from ``first`` on), so a classifier reading that column is always right."""
+    success = np.zeros(steps, bool)
+    if first is not None:
+        success[first:] = True
+    state = np.zeros((steps, 3), np.float32)
+    state[:, 0] = success
+    return Recorded("reach-v3", {STATE: state}, success, first)
+
+
+@dataclass
+class _Labelled:
+    frames: dict[str, np.ndarray]
+    verdict: str
+    verdict_frame: int
+    task: int = 0
+
+
+class _ColumnModel:
+    """P(success) = the state's first column, plus ``bias``."""
+
+    def __init__(self, bias: float) -> None:
+        self.bias = bias
+
+    def success_probability(self, frames: dict[str, np.ndarray]) -> np.ndarray:
+        return np.clip(frames[STATE][:, 0] + self.bias, 0.0, 1.0)
+
+
+@pytest.fixture
+def fake_classifier(monkeypatch):
+    """``cloud_learner.reward_classifier`` replaced by a known model; records what it saw."""
+    seen: dict[str, Any] = {"fits": []}
+    mod = types.ModuleType("cloud_learner.reward_classifier")
+
+    def fit(episodes, features, *, seed=0, **kwargs):
+        seen["fits"].append(list(episodes))
+        return _ColumnModel(seen.get("bias", 0.0))
+
+    def episode_pr(model, episodes, threshold):
+        seen["evaluated"] = list(episodes)
+        return 1.0, 1.0, len(episodes)
+
+    mod.LabelledEpisode = _Labelled  # type: ignore[attr-defined]
+    mod.fit_reward_classifier = fit  # type: ignore[attr-defined]
+    mod.episode_precision_recall = episode_pr  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cloud_learner.reward_classifier", mod)
+    return seen
+
+
+def test_measure_labels_as_the_person_and_scores_every_held_out_step(fake_classifier) -> None:
+    pool = [_episode(None), _episode(None), _episode(2), _episode(4)]
+    heldout = [_episode(3), _episode(None)]
+    rows = measure(pool, heldout, [STATE], {}, [2, 4], threshold=0.5)
+    # the first two labelled episodes are both failures: no classifier, said why
+    assert rows[0]["labelled"] == 2 and rows[0]["error"] == "one verdict only"
+    assert rows[0]["step_precision"] is None and len(fake_classifier["fits"]) == 1
+    # four: a success is cut at its verdict step, a failure kept whole
+    train = fake_classifier["fits"][0]
+    assert [(e.verdict, e.verdict_frame, len(e.frames[STATE])) for e in train] == [
+        ("failure", 5, 6),
+        ("failure", 5, 6),
+        ("success", 2, 3),
+        ("success", 4, 5),
+    ]
+    assert [e.verdict_frame for e in fake_classifier["evaluated"]] == [3, 5]
+    # the column model is right on every one of the 12 held-out steps
+    r = rows[1]
+    assert (r["successes"], r["step_precision"], r["step_recall"], r["steps"]) == (2, 1.0, 1.0, 12)
+
+
+def test_measure_counts_false_alarms_per_step(fake_classifier) -> None:
+    fake_classifier["bias"] = 0.6  # every step >= 0.5: the 9 unsolved held-out steps are false
+    pool = [_episode(None), _episode(1)]
+    rows = measure(pool, [_episode(3), _episode(None)], [STATE], {}, [2], threshold=0.5)
+    assert (rows[0]["step_precision"], rows[0]["step_recall"]) == (round(3 / 12, 3), 1.0)
+    with pytest.raises(ValueError, match="exceed"):
+        measure(pool, [], [STATE], {}, [3])
+
+
+def test_collect_records_the_hidden_verdict_of_each_step() -> None:
+    (ep,) = reward_pr.collect("reach-v3", [0], steps=12, rng_seed=0)
+    assert ep.frames[STATE].shape == (12, 39) and ep.success.shape == (12,)
+    if ep.first_success is None:
+        assert not ep.success.any()
+    else:
+        assert ep.success[ep.first_success] and not ep.success[: ep.first_success].any()
+
+
+def test_runs_differ_only_in_the_reward_they_see() -> None:
+    assert driver_options("robot") == {"reward": "sparse", "detects_success": True}
+    assert driver_options("classifier") == {"reward": "none", "detects_success": False}
+    with pytest.raises(ValueError, match="sky"):
+        driver_options("sky")
+    common = dict(task="reach-v3", robots=2, minutes=1.0, eval_every_s=10.0, eval_episodes=2,
+                  demonstrations=3, labelled_episodes=5, control_hz=20.0,
+                  knobs={"reward_scale": 1.0})  # fmt: skip
+    a, c = run_spec("robot", **common), run_spec("classifier", **common)
+    assert (a.algorithm, a.reward.source, c.reward.source) == ("sac", "robot", "classifier")
+    assert c.reward.classifier.min_labelled_episodes == 10  # 5 per robot, 2 robots
+    assert a.demonstrations.episodes_per_task == 3 and a.evaluation.on == "simulator"
+    assert a.hyperparameters["reward_scale"] == 1.0
+
+
+def test_summary_ratio_of_final_ground_truth_success() -> None:
+    pr = [{"task": "reach-v3", "observation": "state", "labelled": 5, "episode_precision": 0.5,
+           "episode_recall": 1.0, "step_precision": 0.4, "step_recall": 0.9}]  # fmt: skip
+    runs = [
+        {
+            "source": s,
+            "initial_success": 0.1,
+            "final_success": f,
+            "best_success": f,
+            "env_steps": 10,
+            "episodes": 3,
+        }  # fmt: skip
+        for s, f in (("robot", 0.8), ("labels", 0.7), ("classifier", 0.6))
+    ]
+    out = summary(pr, runs)
+    assert out["classifier_vs_robot_final"] == 0.75
+    assert out["precision_recall"]["reach-v3"]["state"]["5"]["step_recall"] == 0.9
+    assert out["runs"]["labels"]["final_success"] == 0.7
