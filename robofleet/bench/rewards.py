@@ -226,8 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sources", type=_words, default=list(SOURCES), help="reward sources")
     p.add_argument("--minutes", type=float, default=None, help="budget of each run")
     p.add_argument("--robots", type=int, default=2, help="robots of each run")
-    p.add_argument("--control-hz", type=float, default=20.0, help="robots' control rate")
-    p.add_argument("--demonstrations", type=int, default=4, help="expert demonstrations")
+    p.add_argument("--control-hz", type=float, default=40.0, help="robots' control rate")
+    p.add_argument("--demonstrations", type=int, default=10, help="expert demonstrations")
     p.add_argument("--labelled-episodes", type=int, default=10,
                    help="classifier: episodes each robot's person labels")  # fmt: skip
     p.add_argument("--eval-every", type=float, default=None, metavar="SECONDS")
@@ -243,7 +243,7 @@ def _defaults(args: argparse.Namespace) -> None:
     args.pr_tasks = args.pr_tasks or (["reach-v3"] if quick else ["reach-v3", "push-v3"])
     args.labels = args.labels or ([5, 10, 20] if quick else [5, 10, 20, 40])
     args.heldout = args.heldout or (10 if quick else 20)
-    args.minutes = args.minutes or (1.5 if quick else 3.5)
+    args.minutes = args.minutes or (1.5 if quick else 3.0)
     args.eval_every = args.eval_every or (15.0 if quick else 20.0)
     args.knob = dict(args.knob) if args.knob else None
 
