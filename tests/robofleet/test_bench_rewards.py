@@ -1,5 +1,6 @@
 """``robofleet bench rewards``: its command line, and the precision/recall pieces on tiny
-known cases (no classifier training, no system run)."""
+known cases (a fake classifier with known answers; the real one on a tiny separable case; no
+system run)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,14 @@ def test_summary_ratio_of_final_ground_truth_success() -> None:
     assert out["classifier_vs_robot_final"] == 0.75
     assert out["precision_recall"]["reach-v3"]["state"]["5"]["step_recall"] == 0.9
     assert out["runs"]["labels"]["final_success"] == 0.7
+
+
+def test_measure_with_the_real_classifier_on_a_separable_case() -> None:
+    # the state's first column says "solved": the classifier must find it from 4 labels
+    pool = [_episode(None, 20), _episode(8, 20), _episode(None, 20), _episode(12, 20)]
+    heldout = [_episode(10, 20), _episode(None, 20)]
+    features = {STATE: {"dtype": "float32", "shape": (3,), "names": None}}
+    (row,) = measure(pool, heldout, [STATE], features, [4], threshold=0.5, epochs=60)
+    assert row["successes"] == 2 and row["episodes"] == 2 and row["steps"] == 40
+    assert row["episode_precision"] == 1.0 and row["episode_recall"] == 1.0
+    assert row["step_precision"] == 1.0 and row["step_recall"] == 1.0
