@@ -174,3 +174,35 @@ def test_measure_with_the_real_classifier_on_a_separable_case() -> None:
     assert row["successes"] == 2 and row["episodes"] == 2 and row["steps"] == 40
     assert row["episode_precision"] == 1.0 and row["episode_recall"] == 1.0
     assert row["step_precision"] == 1.0 and row["step_recall"] == 1.0
+
+
+class _Session:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def scalar(self, _query):
+        return None  # not enrolled yet
+
+
+class _Store:
+    def session(self):
+        return _Session()
+
+    def create_enrollment_token(self, *args, **kwargs):
+        return "tok"
+
+
+def test_sim_robot_computers_pass_driver_options_as_json(tmp_path) -> None:
+    from robofleet.sim.computers import SimRobotComputers
+
+    settings = types.SimpleNamespace(data_dir=tmp_path)
+    options = {"reward": "none", "detects_success": False}
+    computers = SimRobotComputers(settings, _Store(), "127.0.0.1:1", ["sim-00"],
+                                  driver_options=options)  # type: ignore[arg-type]  # fmt: skip
+    argv = computers._argv("sim-00", tmp_path / "edge.yaml", seed=0)
+    given = [argv[i + 1] for i, a in enumerate(argv) if a == "--driver-option"]
+    assert given == ['reward="none"', "detects_success=false"]
+    assert argv[-1] == "--token=tok"
