@@ -194,23 +194,30 @@ def clear_estop(robot_id: int, principal: Operator, request: Request) -> RobotOu
     return out
 
 
-def _episode_command(robot_id: int, kind: str, principal: Principal, request: Request) -> RobotOut:
-    """Push ``kind`` (rerecord / discard) to the robot: it ends its running episode and marks it
-    never to be trained on. 409 when it runs no episode for a run or is not connected here."""
+def _push_to_leased(
+    robot_id: int, kind: str, principal: Principal, request: Request, what: str
+) -> str:
+    """Push control command ``kind`` to a leased, connected robot; its run id. 409 when it is
+    not leased or not connected here (``what``: what it would have done, for the message)."""
     store = store_of(request)
     with store.session() as s:
         robot = get_or_404(s, Robot, robot_id, "robot")
         lease = _active_lease(s, robot_id)
         name, run_id = robot.name, lease.run_id if lease else None
     if run_id is None:
-        raise HTTPException(409, f"robot {name} is not leased: it runs no episode to {kind}")
+        raise HTTPException(409, f"robot {name} is not leased: {what}")
     control = request.app.state.robot_control
     reason = f"dashboard: {principal.actor}"
     if control is None or not control.push_control(robot_id, kind, run_id, reason):
-        raise HTTPException(
-            409, f"robot {name} is not connected to this cloud; its episode cannot be {kind}ed"
-        )
-    store.record_event(
+        raise HTTPException(409, f"robot {name} is not connected to this cloud; {what}")
+    return run_id
+
+
+def _episode_command(robot_id: int, kind: str, principal: Principal, request: Request) -> RobotOut:
+    """Push ``kind`` (rerecord / discard) to the robot: it ends its running episode and marks it
+    never to be trained on. 409 when it runs no episode for a run or is not connected here."""
+    run_id = _push_to_leased(robot_id, kind, principal, request, f"its episode cannot be {kind}ed")
+    store_of(request).record_event(
         f"robot.episode_{kind}", actor=principal.actor, robot_id=robot_id, run_id=run_id
     )
     return get_robot(robot_id, principal, request)
@@ -249,21 +256,10 @@ def discard(robot_id: int, principal: Operator, request: Request) -> RobotOut:
     responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
 )
 def ready(robot_id: int, principal: Operator, request: Request) -> RobotOut:
-    store = store_of(request)
-    with store.session() as s:
-        robot = get_or_404(s, Robot, robot_id, "robot")
-        lease = _active_lease(s, robot_id)
-        name, run_id = robot.name, lease.run_id if lease else None
-    if run_id is None:
-        raise HTTPException(409, f"robot {name} is not leased: it holds for no reset")
-    control = request.app.state.robot_control
-    if control is None or not control.push_control(
-        robot_id, "ready", run_id, f"dashboard: {principal.actor}"
-    ):
-        raise HTTPException(
-            409, f"robot {name} is not connected to this cloud; ready cannot reach it"
-        )
-    store.record_event("robot.ready", actor=principal.actor, robot_id=robot_id, run_id=run_id)
+    run_id = _push_to_leased(robot_id, "ready", principal, request, "ready cannot reach it")
+    store_of(request).record_event(
+        "robot.ready", actor=principal.actor, robot_id=robot_id, run_id=run_id
+    )
     return get_robot(robot_id, principal, request)
 
 

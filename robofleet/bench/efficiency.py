@@ -107,7 +107,6 @@ def run_system(
     Raises:
         RuntimeError: the cloud did not start or the run produced no result.
     """
-    from robofleet.cloud import CloudService
     from robofleet.settings import load_settings
     from robofleet.sim.computers import sim_robots
 
@@ -130,21 +129,8 @@ def run_system(
             publish_every_seconds=publish_every_seconds,
             target_success=target,
         )
-        cloud = CloudService(
-            settings,
-            robots=sim_robots(robots),
-            dashboard_port=None,
-            grpc_port=0,
-            auto_resume=False,
-        )
         t0 = time.monotonic()
-        try:
-            cloud.start()
-            assert cloud.manager is not None
-            run_id = cloud.manager.launch(spec, actor="bench-efficiency")
-            run = _follow(cloud, cloud.manager.drivers[run_id])
-        finally:
-            cloud.close()
+        run = run_in_fresh_cloud(settings, sim_robots(robots), spec, "bench-efficiency")
     if not run.result:
         raise RuntimeError(f"the system run with {robots} robots produced no result")
     return _system_summary(
@@ -166,6 +152,24 @@ class _SystemRun:
     progress: dict[str, Any]
     history: list[dict[str, Any]]
     robot_stats: dict[str, dict[str, Any]]
+
+
+def run_in_fresh_cloud(settings: Any, robots: Any, spec: Any, actor: str) -> _SystemRun:
+    """Launch ``spec`` in a fresh local cloud (no dashboard, any free port, no resume) with
+    ``robots`` (``robofleet.sim.computers.sim_robots``), follow it to its end, close the
+    cloud; the run as :func:`_follow` saw it."""
+    from robofleet.cloud import CloudService
+
+    cloud = CloudService(
+        settings, robots=robots, dashboard_port=None, grpc_port=0, auto_resume=False
+    )
+    try:
+        cloud.start()
+        assert cloud.manager is not None
+        run_id = cloud.manager.launch(spec, actor=actor)
+        return _follow(cloud, cloud.manager.drivers[run_id])
+    finally:
+        cloud.close()
 
 
 def _follow(cloud: CloudService, driver: RunDriver) -> _SystemRun:

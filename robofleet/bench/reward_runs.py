@@ -127,8 +127,7 @@ def run_source(
     Raises:
         RuntimeError: the cloud did not start or the run left no result.
     """
-    from robofleet.bench.efficiency import _follow
-    from robofleet.cloud import CloudService
+    from robofleet.bench.efficiency import run_in_fresh_cloud
     from robofleet.settings import load_settings
     from robofleet.sim.computers import sim_robots
 
@@ -156,21 +155,9 @@ def run_source(
             }
         )
         settings = settings.model_copy(update={"edge": edge})
-        cloud = CloudService(
-            settings,
-            robots=sim_robots(robots, driver_options=driver_options(source)),
-            dashboard_port=None,
-            grpc_port=0,
-            auto_resume=False,
-        )
         t0 = time.monotonic()
-        try:
-            cloud.start()
-            assert cloud.manager is not None
-            run_id = cloud.manager.launch(spec, actor="bench-rewards")
-            run = _follow(cloud, cloud.manager.drivers[run_id])
-        finally:
-            cloud.close()
+        fleet = sim_robots(robots, driver_options=driver_options(source))
+        run = run_in_fresh_cloud(settings, fleet, spec, "bench-rewards")
     if not run.result:
         raise RuntimeError(f"the {source} run left no result")
     history = run.history
