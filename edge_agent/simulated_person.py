@@ -79,7 +79,6 @@ class SimulatedPerson:
         if verdict is None:
             return op
         self.labels += 1
-        self._ended_at = time.monotonic()
         return OperatorInput(op.is_intervention, op.action, verdict, op.reason)
 
     def review(self, proposed: str) -> str | None:
@@ -91,17 +90,13 @@ class SimulatedPerson:
         self.labels += 1
         return seen
 
-    def episode_ended(self) -> None:
-        """The episode ended (the reset time counts from here)."""
-        self._ended_at = time.monotonic()
-
     def reset_begins(self) -> None:
         """The robot holds for its reset (``edge_agent.resets``): the person puts the scene
         back from now on and says :meth:`ready` ``ready_after_s`` later."""
-        self.episode_ended()
+        self._ended_at = time.monotonic()
 
     def ready(self) -> bool:
-        """The scene is back in place: ``ready_after_s`` after the episode ended."""
+        """The scene is back in place: ``ready_after_s`` after the reset hold began."""
         return self._ended_at is None or time.monotonic() - self._ended_at >= self.ready_after_s
 
     def reset(self) -> None:
