@@ -352,13 +352,9 @@ def _operator(
         # the scene it sees (the simulator's ground truth kept aside by the driver).
         from edge_agent.simulated_person import SimulatedPerson
 
-        def sees_success() -> bool:
-            gt = driver.ground_truth
-            return bool(gt is not None and gt.success)
-
-        operator = SimulatedPerson(
+        operator = SimulatedPerson.watching(
+            driver,
             operator,
-            sees_success,
             edge.max_episode_steps or opts.max_episode_steps,
             labelled_episodes=edge.scripted_labelled_episodes,
             ready_after_s=edge.scripted_ready_after_s,

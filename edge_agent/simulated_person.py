@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,24 @@ class SimulatedPerson:
         self.labels = 0
         self._frame = 0
         self._ended_at: float | None = None
+
+    @classmethod
+    def watching(
+        cls,
+        driver: Any,
+        hands: ScriptedOperator,
+        episode_steps: int | None,
+        labelled_episodes: int | None = None,
+        ready_after_s: float = 1.0,
+    ) -> SimulatedPerson:
+        """The person at ``driver``, seeing success in its ``ground_truth`` (hal's
+        Meta-World ``GroundTruth``; None before the first episode)."""
+
+        def sees_success() -> bool:
+            gt = driver.ground_truth
+            return bool(gt is not None and gt.success)
+
+        return cls(hands, sees_success, episode_steps, labelled_episodes, ready_after_s)
 
     @property
     def labelling(self) -> bool:

@@ -42,11 +42,7 @@ def _blind(tmp_path, person: bool, p_logit: float = 8.0):
             HGDaggerGate(threshold=10.0, handback_steps=5),  # never takes over
             bounds=(np.full(4, -1, np.float32), np.ones(4, np.float32)),
         )
-
-        def sees_success() -> bool:
-            return bool(driver.ground_truth is not None and driver.ground_truth.success)
-
-        operator = SimulatedPerson(hands, sees_success, STEPS, labelled_episodes=0)
+        operator = SimulatedPerson.watching(driver, hands, STEPS, labelled_episodes=0)
     staged = StagedWeights()
     policy = BiasPolicy()
     classifier = _always(driver.observation_features, p_logit)

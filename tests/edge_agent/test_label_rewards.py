@@ -30,11 +30,7 @@ def _blind_agent(tmp_path, labelled: int | None):
         HGDaggerGate(threshold=0.3, handback_steps=5),
         bounds=(np.full(4, -1, np.float32), np.ones(4, np.float32)),
     )
-
-    def sees_success() -> bool:
-        return bool(driver.ground_truth is not None and driver.ground_truth.success)
-
-    person = SimulatedPerson(hands, sees_success, STEPS, labelled_episodes=labelled)
+    person = SimulatedPerson.watching(driver, hands, STEPS, labelled_episodes=labelled)
     settings = fast_edge(control_hz=1000.0)
     agent = make_agent(
         tmp_path, driver, BiasPolicy(), operator=person, settings=settings, rewards=LabelReward()
