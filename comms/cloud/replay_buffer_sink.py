@@ -4,15 +4,22 @@
 The buffer acknowledges after fdatasync and reports the highest durable ``seq`` per robot; its
 rate limiter's refusal becomes :class:`~comms.cloud.step_sink.Backpressure`, a full disk
 :class:`~comms.cloud.step_sink.SinkFull`, an invalid batch or episode mark
-:class:`~comms.cloud.step_sink.SinkRejected`. Robots are keyed in the buffer by ``str(robot_id)``.
+:class:`~comms.cloud.step_sink.SinkRejected`, a closed buffer (its run stopping)
+:class:`~comms.cloud.step_sink.SinkClosed`. Robots are keyed in the buffer by ``str(robot_id)``.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from buffer import BackpressureError, DiskFullError, ReplayBuffer, StepValidationError
-from comms.cloud.step_sink import Backpressure, SinkFull, SinkRejected
+from buffer import (
+    BackpressureError,
+    BufferClosedError,
+    DiskFullError,
+    ReplayBuffer,
+    StepValidationError,
+)
+from comms.cloud.step_sink import Backpressure, SinkClosed, SinkFull, SinkRejected
 from comms.wire.steps import NO_SEQ
 
 
@@ -43,6 +50,8 @@ class ReplayBufferSink:
             raise SinkFull(str(exc)) from None
         except StepValidationError as exc:
             raise SinkRejected(str(exc)) from None
+        except BufferClosedError as exc:
+            raise SinkClosed(str(exc)) from None
         return int(result.acked.get(key, self.durable_seq(robot_id)))
 
     def durable_seq(self, robot_id: int) -> int:
@@ -58,3 +67,5 @@ class ReplayBufferSink:
             return self.buffer.mark_episode(str(robot_id), run_id, episode_index, kind, reason)
         except ValueError as exc:
             raise SinkRejected(str(exc)) from None
+        except BufferClosedError as exc:
+            raise SinkClosed(str(exc)) from None

@@ -140,11 +140,15 @@ class CloudServer:
         """Stop serving (open streams are cancelled after ``grace_s``). Distributors keep running."""
         if self._loop is None:
             return
-        if self._server is not None:
-            self._loop.run(self._server.stop(grace_s))
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            self._loop.run(server.stop(grace_s))
+        # grpc's poller lets go of its event loops when the last aio object is freed, from the
+        # thread that frees it; under a running loop that closes the wake-up socket beneath the
+        # loop's reader (an EBADF traceback). So the server goes once its loop has stopped.
         self._loop.stop()
         self._loop = None
+        del server
         if self.state.dataplane is not None:
             self.state.dataplane.close()
             self.state.dataplane = None

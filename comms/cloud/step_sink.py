@@ -40,6 +40,11 @@ class SinkFull(RuntimeError):
     and retries later: the sink takes batches again by itself once space is back."""
 
 
+class SinkClosed(RuntimeError):
+    """The sink was closed (its run stopped, or the cloud is shutting down); nothing of the batch
+    was stored. The robot keeps it and resends once the run takes steps again."""
+
+
 class SinkRejected(ValueError):
     """The sink found the batch invalid (its schema, values or seq order); nothing was stored."""
 
@@ -61,6 +66,7 @@ class StepSink(Protocol):
         Raises:
             Backpressure: nothing was stored; retry later.
             SinkFull: its disk is full; nothing was stored; retry later.
+            SinkClosed: the sink was closed; nothing was stored; retry later.
             SinkRejected: the batch is invalid or a seq is out of order; nothing was stored.
         """
         ...

@@ -47,6 +47,12 @@ def auto_resume(settings: Any, args: argparse.Namespace) -> bool:
     return bool(settings.orchestration.auto_resume) and not args.no_auto_resume
 
 
+def stop_on_signals(done: threading.Event) -> None:
+    """SIGTERM and SIGINT set ``done`` (the main thread then shuts the cloud down)."""
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+
+
 def main(argv: Sequence[str] = ()) -> int:
     args = build_parser().parse_args(list(argv))
     from dashboard.exposure import InsecureNetworkError
@@ -70,13 +76,13 @@ def main(argv: Sequence[str] = ()) -> int:
         eval_every_s=args.eval_every,
     )
     done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
+    stop_on_signals(done)
     try:
         cloud.start()
     except InsecureNetworkError as exc:
         print(f"robofleet cloud: {exc}", file=sys.stderr, flush=True)
         return 2
+    stop_on_signals(done)
     assert cloud.manager is not None
     print(f"robofleet cloud: gRPC on {cloud.manager.ctx.server_address}", flush=True)
     if cloud.dashboard_url:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import grpc
@@ -79,3 +80,41 @@ def test_rows_the_buffer_refuses_get_invalid_argument(tmp_path: Path, store: Met
         ch.close()
         cloud.close()
         buf.close()
+
+
+def test_a_closed_buffer_is_unavailable_without_a_traceback(
+    tmp_path: Path, store: MetadataStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run's buffer closes while its robots upload (the run stops, the cloud shuts down):
+    the robot hears UNAVAILABLE and keeps its steps; the cloud logs no error."""
+    from comms.proto import robofleet_pb2 as pb
+    from comms.proto import robofleet_pb2_grpc as rpc
+    from comms.wire import steps as S
+    from comms.wire.credentials import credential_metadata
+
+    buf = ReplayBuffer.open(tmp_path / "buf", BUFFER_SCHEMA)
+    cloud = Cloud(store, ReplayBufferSink(buf))
+    robot = cloud.robot("arm-1")
+    buf.close()
+    ch = make_channel(cloud.address, cloud.settings)
+    batch = S.encode_batch(buffer_steps(robot.robot_id, 0, 8))
+    try:
+        msgs = [pb.StepBatch(run_id=RUN), pb.StepBatch(run_id=RUN, arrow_ipc=batch)]
+        with pytest.raises(grpc.RpcError) as err:
+            list(
+                rpc.ExperienceStub(ch).Upload(
+                    iter(msgs), metadata=credential_metadata(robot.credential), timeout=10
+                )
+            )
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert "closed" in err.value.details()  # type: ignore[attr-defined]
+        mark = pb.EpisodeMark(run_id=RUN, episode_index=0, kind=pb.EpisodeMark.DISCARD)
+        with pytest.raises(grpc.RpcError) as err:
+            rpc.EpisodesStub(ch).Mark(
+                mark, metadata=credential_metadata(robot.credential), timeout=10
+            )
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    finally:
+        ch.close()
+        cloud.close()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -13,6 +13,7 @@ import pytest
 from foundation.store.models import RunState
 from runs.accounting import acked_total
 from tests.fakes.cloud import RobofleetCloud, cli, store_for
+from tests.fakes.procs import alive, descendants
 from tests.runs.helpers import (
     active_lease_robots,
     events,
@@ -109,3 +110,27 @@ def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) ->
         assert report["env_steps"] > steps
     finally:
         cloud.stop()
+
+
+def test_sigterm_stops_the_cloud_with_one_line_and_no_stack_dump(tmp_path: Path) -> None:
+    """SIGTERM is how a service manager stops the cloud: with a run learning and its robot
+    uploading, exit 0, one line, every process below it gone, and none of the native stack
+    dump (``*** SIGTERM received``, ``PC: @``) that Ray's failure signal handler writes for a
+    crash, nor any traceback of the services closing under it."""
+    cloud = RobofleetCloud(tmp_path, sim_robots=1)
+    store = store_for(tmp_path)
+    try:
+        run_id = launch(tmp_path, spec_file(tmp_path / "spec.yaml", "sigterm", 1))
+        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 20, 150, cloud.fail_text)
+        tree = descendants(cloud.child.pid)
+        cloud.child.proc.send_signal(signal.SIGTERM)
+        assert cloud.child.proc.wait(120) == 0, cloud.fail_text()
+    finally:
+        cloud.stop()
+    log = cloud.child.output(10**9)
+    assert "SIGTERM received" not in log and "PC: @" not in log, log
+    assert "Traceback" not in log and "Exception" not in log, log
+    assert log.count("robofleet cloud: shutting down") == 1, log
+    assert log.split("robofleet cloud: ready\n")[-1].strip().count("\n") == 0, log
+    wait_until(lambda: not any(alive(p) for p in tree), 60, "processes left behind")
+    assert run_state(store, run_id) in LIVE  # left to resume at the next start

@@ -16,7 +16,7 @@ import grpc
 import grpc.aio
 
 from comms.cloud.services.common import ServerState, guarded, identify
-from comms.cloud.step_sink import SinkRejected
+from comms.cloud.step_sink import SinkClosed, SinkRejected
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.wire.marks import MARK_KINDS
@@ -55,6 +55,8 @@ class EpisodesServicer(rpc.EpisodesServicer):
             )
         except SinkRejected as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"episode mark: {exc}")
+        except SinkClosed as exc:  # the run is stopping: the robot resends the mark
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"episode mark: {exc}")
         return pb.EpisodeMarkAck(discarded_steps=steps)
 
 

@@ -30,7 +30,7 @@ from comms.cloud.services.common import OpenStream, ServerState, guarded, identi
 from comms.cloud.services.mailbox import Mailbox
 from comms.cloud.services.requests import BadRequest, read_message, require
 from comms.cloud.services.sink_events import SinkFullEvents
-from comms.cloud.step_sink import Backpressure, SinkFull, SinkRejected, StepSink
+from comms.cloud.step_sink import Backpressure, SinkClosed, SinkFull, SinkRejected, StepSink
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.wire import steps as S
@@ -46,6 +46,7 @@ _REFUSALS: dict[type[Exception], grpc.StatusCode] = {
     S.ForeignRowsError: grpc.StatusCode.PERMISSION_DENIED,
     SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
     SinkFull: grpc.StatusCode.RESOURCE_EXHAUSTED,  # retryable: the robot keeps its steps
+    SinkClosed: grpc.StatusCode.UNAVAILABLE,  # the run is stopping: retryable, as above
 }
 
 
@@ -69,7 +70,8 @@ class _Upload:
         re-syncs, so nothing is stored out of order around the refused batch.
 
         Raises:
-            StepFormatError, ForeignRowsError, SinkRejected: the stream must be ended.
+            StepFormatError, ForeignRowsError, SinkRejected, SinkFull, SinkClosed: the stream
+                must be ended.
         """
         if not len(data):
             self.resync = False  # the client resends from ``durable``
@@ -374,7 +376,7 @@ def _ingest(
         (rows stored, durable seq afterwards).
 
     Raises:
-        StepFormatError, ForeignRowsError, SinkRejected, Backpressure.
+        StepFormatError, ForeignRowsError, SinkRejected, SinkFull, SinkClosed, Backpressure.
     """
     batch = S.decode_batch(data, robot_id, run_id)
     if sink is None:
