@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -81,8 +82,15 @@ def main(argv: Sequence[str]) -> int:
     scheme = "https" if settings.dashboard.tls_cert_file is not None else "http"
     print(f"robofleet dashboard: serving on {scheme}://{shown}:{bound}/", flush=True)
     logging.getLogger("uvicorn.error").propagate = False
+    http = uvicorn.Server(config)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then restores the handlers it found and
+    # raises the signal again: with Python's defaults that kills the process (-15) or raises
+    # KeyboardInterrupt. These handlers make that second delivery a no-op, so a stop exits 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: setattr(http, "should_exit", True))
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        http.run(sockets=[sock])
     finally:
         store.close()
+    print("robofleet dashboard: stopped", flush=True)
     return 0

@@ -86,8 +86,8 @@ def test_latest_migrations_match_models_and_downgrade(tmp_path: Path) -> None:
     assert current_revision(url) == "0004"
 
 
-def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> None:
-    env = {
+def _dashboard_env(tmp_path: Path) -> dict[str, str]:
+    return {
         "ROBOFLEET_DATA_DIR": str(tmp_path / "data"),
         "ROBOFLEET_SECRET_KEY": "k" * 40,
         # `robofleet dashboard --port 0` is refused by the top-level parser (reported to the
@@ -97,26 +97,35 @@ def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> Non
         "HOME": str(tmp_path),
     }
 
+
+def _start_dashboard(env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
+    """``robofleet dashboard`` with ``env``; returns once it printed where it serves."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robofleet.cli", "dashboard"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, f"exited early: {''.join(lines)}"
+        lines.append(line)
+        if "serving on" in line:
+            return proc, lines
+    proc.kill()
+    raise AssertionError("".join(lines))
+
+
+def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> None:
+    env = _dashboard_env(tmp_path)
+
     def start() -> tuple[subprocess.Popen[str], list[str]]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "robofleet.cli", "dashboard"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        lines: list[str] = []
-        deadline = time.monotonic() + 60
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            assert line, f"exited early: {''.join(lines)}"
-            lines.append(line)
-            if "serving on" in line:
-                return proc, lines
-        proc.kill()
-        raise AssertionError("".join(lines))
+        return _start_dashboard(env)
 
     proc, lines = start()
     try:
@@ -152,3 +161,13 @@ def test_robofleet_dashboard_serves_and_prints_admin_once(tmp_path: Path) -> Non
     proc.terminate()
     proc.wait(timeout=20)
     assert "password:" not in "".join(lines)  # printed on the first start only
+
+
+def test_sigterm_stops_robofleet_dashboard_with_one_line_and_exit_0(tmp_path: Path) -> None:
+    """A service manager's SIGTERM (and Ctrl-C) is a clean stop: one line, exit code 0."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc, _ = _start_dashboard(_dashboard_env(tmp_path))
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=30)
+        assert proc.returncode == 0, (sig, proc.returncode, rest)
+        assert rest == "robofleet dashboard: stopped\n", rest
