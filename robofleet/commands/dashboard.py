@@ -74,6 +74,13 @@ def main(argv: Sequence[str]) -> int:
     config = uvicorn_config(
         app, settings.dashboard, log_level=settings.log_level.lower(), timeout_graceful_shutdown=2
     )
+    http = uvicorn.Server(config)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then restores the handlers it found and
+    # raises the signal again: with Python's defaults that kills the process (-15) or raises
+    # KeyboardInterrupt. These handlers make that second delivery a no-op, so a stop exits 0.
+    # Installed before the address is printed: a stop may come as soon as it is.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: setattr(http, "should_exit", True))
     # Listen before printing the address: a client that connects as soon as it reads the line
     # waits in the backlog until uvicorn accepts, instead of being refused.
     sock.listen(config.backlog)
@@ -82,12 +89,6 @@ def main(argv: Sequence[str]) -> int:
     scheme = "https" if settings.dashboard.tls_cert_file is not None else "http"
     print(f"robofleet dashboard: serving on {scheme}://{shown}:{bound}/", flush=True)
     logging.getLogger("uvicorn.error").propagate = False
-    http = uvicorn.Server(config)
-    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then restores the handlers it found and
-    # raises the signal again: with Python's defaults that kills the process (-15) or raises
-    # KeyboardInterrupt. These handlers make that second delivery a no-op, so a stop exits 0.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: setattr(http, "should_exit", True))
     try:
         http.run(sockets=[sock])
     finally:
