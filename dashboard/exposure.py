@@ -10,24 +10,13 @@ its log and the dashboard shows it on every page.
 
 from __future__ import annotations
 
-import ipaddress
-
 from comms.config import CommsSettings
+from comms.exposure import is_loopback
 from dashboard.config import DashboardSettings
 
 
 class InsecureNetworkError(RuntimeError):
     """A server would listen beyond loopback without TLS and ``insecure_network`` is off."""
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` is a loopback address or ``localhost``."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
 
 
 def plaintext_servers(comms: CommsSettings, dashboard: DashboardSettings | None) -> list[str]:
