@@ -158,10 +158,10 @@ def _plots(
                 ax1.plot(
                     xs, [e["success"].get(task, 0.0) for e in evals], "--", alpha=0.6, label=task
                 )
+            ax1.legend(fontsize=7)
         ax1.set_xlabel(xlabel)
         ax1.set_ylabel("success rate (policy alone)")
         ax1.set_ylim(-0.05, 1.05)
-        ax1.legend(fontsize=7)
         ax1.grid(alpha=0.3)
         xs2, rates = _smoothed_rate(progress, xkey)
         if xs2:
