@@ -7,8 +7,8 @@ gave, not the driver's nor the classifier's). A fixed share of them
 (``classifier.holdout_fraction``, chosen by a hash of each episode's key, so an episode is held
 out on every retraining and never trained on) measures the classifier; the others train it
 (``cloud_learner.reward_classifier``) once there are ``classifier.min_labelled_episodes``
-labelled episodes with a success and a failure among those trained on. Each training is the
-next classifier version; it is saved in the run directory (a restarted learner ships it again)
+labelled episodes with a success and a failure among those trained on, and again only when a
+label was added or changed. Each training is the next classifier version; it is saved in the run directory (a restarted learner ships it again)
 and :class:`ClassifierPublisher` adds it to every policy version published from then on.
 
 Figures (``metrics.jsonl`` prefix ``classifier`` and the learner's stats the run page charts):
@@ -91,6 +91,9 @@ class ClassifierTrainer:
         self.path = Path(run_dir) / SAVED
         self.epochs = epochs
         self.classifier: RewardClassifier | None = None
+        # The labelled episodes the latest version saw: the same labels train nothing new
+        # (a refit would cost learner time and ship a version that differs only by its seed).
+        self._trained_on: frozenset[tuple[str, str, int, str, int]] | None = None
         if self.path.is_file():
             self.classifier = RewardClassifier.from_tensors(load_file(str(self.path)))
             log.info("reward classifier version %d loaded", self.classifier.version)
@@ -109,8 +112,20 @@ class ClassifierTrainer:
     def train(self, source: LabelSource) -> dict[str, float] | None:
         """Train the next version from ``source``'s labelled episodes; its figures, or None
         when there are too few labels (fewer than ``min_labelled_episodes``, or no success or
-        no failure to train on)."""
+        no failure to train on) or no label changed since this trainer's latest version."""
         header, arrays = source.labelled_episodes()
+        labels = frozenset(
+            (
+                str(e["run_id"]),
+                str(e["robot_id"]),
+                int(e["episode_index"]),
+                str(e["verdict"]),
+                int(e["steps"]),
+            )  # fmt: skip
+            for e in header
+        )
+        if labels == self._trained_on:
+            return None
         pairs = to_episodes(header, arrays)
         if len(pairs) < self.spec.min_labelled_episodes:
             return None
@@ -142,6 +157,7 @@ class ClassifierTrainer:
         model.info.update(figures)
         atomic_write_bytes(self.path, save(model.to_tensors()))
         self.classifier = model
+        self._trained_on = labels
         log.info(
             "reward classifier version %d: %d episodes trained on, %d held out: "
             "precision %.2f recall %.2f",

@@ -314,7 +314,9 @@ class ClassifierSpec(_Strict):
         "classifier's precision and recall.",
     )
     every_updates: int = Field(
-        default=200, ge=1, description="Learner updates between classifier retrainings."
+        default=200,
+        ge=1,
+        description="Learner updates between checks for new labels (a retraining when any).",
     )
 
 

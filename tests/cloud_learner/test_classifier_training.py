@@ -77,14 +77,15 @@ def test_learner_trains_the_classifier_and_ships_it_in_the_next_version(tmp_path
         server.close()
         buf.close()
     rows = read_metrics(run_dir, prefix="classifier")
-    assert [r["step"] for r in rows] == [5, 10]
-    assert [r["classifier_version"] for r in rows] == [1.0, 2.0]
+    # trained at update 5; at update 10 no label had changed: no second version
+    assert [r["step"] for r in rows] == [5]
+    assert [r["classifier_version"] for r in rows] == [1.0]
     last = rows[-1]
     assert last["classifier_train_episodes"] + last["classifier_holdout_episodes"] == 18
     assert last["classifier_holdout_episodes"] >= 1
     assert 0.0 <= last["classifier_precision"] <= 1.0 and 0.0 <= last["classifier_recall"] <= 1.0
     # version 1 (the warm start) has no classifier yet; the version published at update 10
-    # carries the one trained at update 5 (the one trained at update 10 goes with the next)
+    # carries the one trained at update 5
     weights = run_dir / "weights"
     version = latest_version(weights)
     assert version == 2
@@ -101,7 +102,30 @@ def test_learner_trains_the_classifier_and_ships_it_in_the_next_version(tmp_path
     CardPolicy(39, 4, 1, 16).set_weights(shipped)
     # a restarted learner ships the saved classifier again
     again = ClassifierTrainer(ClassifierSpec(), {"observation.state": STATE}, run_dir)
-    assert (run_dir / SAVED).is_file() and again.version == 2
+    assert (run_dir / SAVED).is_file() and again.version == 1
+
+
+def test_a_new_label_trains_the_next_version_and_the_same_labels_none(tmp_path, reach) -> None:
+    from buffer.service.batches import RemoteBuffer
+
+    run_dir, buf = _run_dir(tmp_path, reach)
+    server = BatchServer(buf, ["reach-v3"])
+    remote = RemoteBuffer(server.address)
+    try:
+        spec = ClassifierSpec(min_labelled_episodes=8, holdout_fraction=0.25)
+        trainer = ClassifierTrainer(spec, {"observation.state": STATE}, tmp_path, epochs=5)
+        assert trainer.train(remote) is not None and trainer.version == 1
+        assert trainer.train(remote) is None and trainer.version == 1  # nothing new
+        # a person labels an episode the driver had ended: a new label, a new version
+        buf.mark_episode("robot-1", "run-1", 3, reach.episodes[3].verdict, "SimulatedPerson")
+        figures = trainer.train(remote)
+        assert figures is not None and trainer.version == 2
+        total = figures["classifier_train_episodes"] + figures["classifier_holdout_episodes"]
+        assert total == 19
+    finally:
+        remote.close()
+        server.close()
+        buf.close()
 
 
 def test_too_few_labels_train_nothing(tmp_path, reach) -> None:
