@@ -33,7 +33,7 @@ from robofleet.settings import load_settings
 from robofleet.sim.computers import sim_robots
 from tests.runs.helpers import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 LABELLED = 10  # episodes the person labels (the scripted expert solves some goals, not others)
 STEPS = 45  # the episode limit: at 100 Hz the expert solves about half the goals within it
@@ -72,7 +72,7 @@ def _spec() -> RunSpec:
                     "threshold": 0.8,
                 },
             },
-            "stop": {"minutes": 2.0},  # a backstop: the test stops it once it has seen enough
+            "stop": {"minutes": 3.0},  # a backstop: the test stops it once it has seen enough
         }
     )
 
