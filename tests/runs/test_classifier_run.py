@@ -153,7 +153,8 @@ def test_a_classifier_trained_from_labels_ends_episodes_and_an_overrule_is_a_lab
         """The episode's stored rows in step order."""
         mine = steps["episode_index"] == index
         order = np.argsort(steps["frame_index"][mine], kind="stable")
-        return {k: steps[k][mine][order] for k in ("reward", "terminated", "frame_index")}
+        keys = ("reward", "terminated", "truncated", "frame_index")
+        return {k: steps[k][mine][order] for k in keys}
 
     # (2) Shipped beside the policy and run on the robot: an episode its proposal ended, with
     # reward 1.0 on that step alone; not a label of the classifier's own training.
@@ -167,7 +168,8 @@ def test_a_classifier_trained_from_labels_ends_episodes_and_an_overrule_is_a_lab
         assert int(mark["episode_index"]) not in labels
 
     # (3) Overrules: the person's failure before the step limit (a verdict of the person's own
-    # comes at the last step); reward 0 throughout, and a label the trainer reads.
+    # comes at the last step); reward 0 throughout, the attempt truncated (no absorbing state:
+    # the critic bootstraps from it), and a label the trainer reads.
     person_failures = [m for m in marks if m["reason"] == PERSON and m["kind"] == "failure"]
     overruled = [
         int(m["episode_index"])
@@ -177,6 +179,7 @@ def test_a_classifier_trained_from_labels_ends_episodes_and_an_overrule_is_a_lab
     assert overruled and report["reward_overrules"] >= len(overruled), report
     for index in overruled:
         rows = episode(index)
-        assert rows["terminated"][-1] and not rows["reward"].any()
+        assert rows["truncated"][-1] and not rows["terminated"].any()
+        assert not rows["reward"].any()
         assert labels[index] == ("failure", PERSON)
     assert report["human/reach-v3/labels"] >= LABELLED + len(overruled)
