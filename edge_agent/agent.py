@@ -377,7 +377,10 @@ class EdgeAgent:
         verdict = ep.label if ep.label != labelled and ep.label in ("success", "failure") else None
         scored = self.rewards.score(next_obs, view, verdict)
         if scored.proposed_success and ep.label is None and not ep.demonstrating:
-            scored, terminated = self._proposed_success(ep, scored), True
+            scored = self._proposed_success(ep, scored)
+            # Confirmed, the task is done (terminal); overruled, the attempt stops (truncated).
+            terminated = terminated or ep.label == "success"
+            truncated = truncated or ep.label == "failure"
         ep.recorder.record(
             frame=ep.frame,
             timestamp=ep.clock.timestamp(start),
@@ -415,7 +418,8 @@ class EdgeAgent:
         """The reward source proposed success at this step: the episode ends here, labelled
         by the source, unless the operator overrules it (``review``: a person's opposite
         verdict), which makes it the operator's ``failure`` with no reward on this step (a
-        label for the classifier's next training). A keyboard or gamepad operator overrules
+        label for the classifier's next training) and ends the episode as truncated, as any
+        failure verdict (:meth:`_outcome`). A keyboard or gamepad operator overrules
         with its ``n`` at the same step: that verdict reaches the source first, which then
         proposes nothing."""
         self.stats.proposals += 1
@@ -466,7 +470,11 @@ class EdgeAgent:
     def _outcome(self, ep: _Episode, view: EpisodeView, op: OperatorInput) -> tuple[bool, bool]:
         """``(terminated, truncated)`` of the step just sent: the driver's, the step limit's,
         and the operator's episode command (the source's, else the cloud's; it also sets
-        ``ep.label``)."""
+        ``ep.label``). A success verdict ends the episode as terminated (the task is done); a
+        failure verdict as truncated: a failed attempt is not an absorbing state, so a critic
+        keeps bootstrapping from it (Pardo et al. 2018, "Time Limits in Reinforcement
+        Learning"); a terminal 0 there would teach that the states where people stop an
+        attempt, often near the goal, are worth nothing."""
         terminated, truncated = bool(view.terminated), bool(view.truncated)
         limit = self.settings.max_episode_steps
         if limit is not None and ep.frame + 1 >= limit:
@@ -481,7 +489,8 @@ class EdgeAgent:
             self._stop.set()
         elif command in ("success", "failure"):
             ep.label, ep.label_by = command, by
-            terminated = True
+            terminated = terminated or command == "success"
+            truncated = truncated or command == "failure"
             if cloud is None:  # a person's verdict, not the cloud's
                 self.human.label(ep.task)
         elif command in ("rerecord", "discard"):

@@ -63,6 +63,7 @@ CLOUD_FILES = frozenset(
     for path in (
         "hal/test_multinode",
         "runs/test_algorithms_runs",
+        "runs/test_classifier_run",
         "runs/test_cloud_runs",
         "runs/test_pause_and_hang",
         "runs/test_pixel_and_chunk_runs",

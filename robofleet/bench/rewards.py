@@ -11,13 +11,16 @@ Two parts, on Meta-World robots that report no reward and no success (as an arm 
 2. SAC/RLPD runs of the full system side by side in the same wall-clock budget, one per
    ``reward.source`` (``robot``: the simulator's true sparse reward; ``labels``: the simulated
    person's verdict on every episode; ``classifier``: the person labels the first episodes,
-   the classifier gives the reward after), with ground-truth success over time from the
-   cloud's simulator evaluation (:mod:`robofleet.bench.reward_runs`).
+   the classifier gives the reward after; ``none``: the control, nobody labels and no reward
+   reaches the learner), with ground-truth success over time from the cloud's simulator
+   evaluation (:mod:`robofleet.bench.reward_runs`).
 
 Prints a table per part, writes the success curves to ``--figure`` (PNG), and prints one JSON
 object as the last stdout line: precision/recall per task, observation and label count,
-initial/final/best ground-truth success per source, and ``classifier_vs_robot_final`` =
-final success with the classifier / final success with the true sparse reward.
+initial/final/best/late ground-truth success per source (late: the mean of the last third of
+the evaluation points), ``classifier_vs_robot_late`` = late success with the classifier /
+late success with the true sparse reward, and ``classifier_minus_none_late`` = late success
+with the classifier minus the control's (what the classifier's reward added).
 """
 
 from __future__ import annotations
@@ -110,6 +113,7 @@ def runs(args: argparse.Namespace) -> list[dict[str, Any]]:
             control_hz=args.control_hz,
             knobs=knobs,
             config=args.config,
+            keep=args.keep,
         )
         for source in args.sources
     ]
@@ -118,7 +122,8 @@ def runs(args: argparse.Namespace) -> list[dict[str, Any]]:
 def summary(pr: list[dict[str, Any]], sourced: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON object: ``precision_recall`` (task -> observation -> label count -> figures),
     ``runs`` (source -> initial/final/best ground-truth success, env steps, episodes) and
-    ``classifier_vs_robot_final`` (None when either run is missing or the robot's is 0)."""
+    ``classifier_vs_robot_late`` (None when either run is missing or the robot's is 0) and
+    ``classifier_minus_none_late`` (None when either run is missing)."""
     nested: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     for r in pr:
         figures = {
@@ -128,21 +133,21 @@ def summary(pr: list[dict[str, Any]], sourced: list[dict[str, Any]]) -> dict[str
         nested.setdefault(r["task"], {}).setdefault(r["observation"], {})[str(r["labelled"])] = (
             figures
         )
-    by_source = {
-        r["source"]: {
-            k: r[k]
-            for k in ("initial_success", "final_success", "best_success", "env_steps", "episodes")
-        }
-        for r in sourced
-    }
-    clf = by_source.get("classifier", {}).get("final_success")
-    true = by_source.get("robot", {}).get("final_success")
-    ratio = None if clf is None or not true else round(float(clf) / float(true), 3)
+    keys = ("initial_success", "final_success", "best_success", "late_success", "env_steps",
+            "episodes", "endings", "classifier")  # fmt: skip
+    by_source = {r["source"]: {k: r.get(k) for k in keys} for r in sourced}
+
+    def late(source: str) -> float | None:
+        v = by_source.get(source, {}).get("late_success")
+        return None if v is None else float(v)
+
+    clf, true, none = late("classifier"), late("robot"), late("none")
     return {
         "bench": "rewards",
         "precision_recall": nested,
         "runs": by_source,
-        "classifier_vs_robot_final": ratio,
+        "classifier_vs_robot_late": None if clf is None or not true else round(clf / true, 3),
+        "classifier_minus_none_late": None if clf is None or none is None else round(clf - none, 3),
     }
 
 
@@ -154,7 +159,8 @@ def plot(sourced: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    names = {"robot": "true sparse reward", "labels": "labels", "classifier": "classifier"}
+    names = {"robot": "true sparse reward", "labels": "labels", "classifier": "classifier",
+             "none": "control: no reward"}  # fmt: skip
     for r in sourced:
         h = r["history"]
         ax.plot([e["wall_s"] for e in h], [e["success_mean"] for e in h], marker=".",
@@ -190,12 +196,23 @@ def _print_tables(pr: list[dict[str, Any]], sourced: list[dict[str, Any]]) -> No
         console.print(t)
     if sourced:
         t = Table(title="SAC/RLPD on blind reach-v3 robots, same budget: ground-truth success")
-        cols = ("source", "initial_success", "final_success", "best_success", "env_steps",
-                "episodes", "minutes")  # fmt: skip
+        cols = ("source", "initial_success", "best_success", "final_success", "late_success",
+                "env_steps", "episodes", "minutes")  # fmt: skip
         for c in cols:
             t.add_column(c.replace("_", " "), justify="right")
         for r in sourced:
             t.add_row(*(fmt(r.get(c)) for c in cols))
+        console.print(t)
+        t = Table(title="how the episodes ended (episode marks), and the last classifier")
+        for c in ("source", "endings", "classifier (held out)"):
+            t.add_column(c)
+        for r in sourced:
+            ends = ", ".join(f"{k}: {v}" for k, v in sorted((r.get("endings") or {}).items()))
+            k = r.get("classifier") or {}
+            clf = (f"v{k['version']:g}: {k['train_episodes']:g} trained on, "
+                   f"{k['holdout_episodes']:g} held out, precision {k['precision']:.2f}, "
+                   f"recall {k['recall']:.2f}") if k else "-"  # fmt: skip
+            t.add_row(r["source"], ends or "-", clf)
         console.print(t)
 
 
@@ -235,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--knob", type=_knob, action="append", default=None, metavar="NAME=NUMBER",
                    help=f"a SAC hyper-parameter (defaults: {SAC_KNOBS})")  # fmt: skip
     p.add_argument("--figure", type=Path, default=FIGURE, help="PNG of the success curves")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="keep each run's data directory under DIR/<source> (default: removed)")  # fmt: skip
     return p
 
 

@@ -196,6 +196,26 @@ def test_operator_label_ends_the_episode(tmp_path):
     assert [m.kind for m in MarkOutbox(agent.uplink.spool.directory).pending()] == ["success"]
 
 
+def test_a_failure_verdict_ends_the_episode_truncated_not_terminated(tmp_path):
+    """A failed attempt is no absorbing state: the step is truncated, so SAC bootstraps."""
+
+    class SayFailed(FixedOperator):
+        def step(self, observation, proposed):
+            out = super().step(observation, proposed)
+            out.command = "failure"
+            return out
+
+    agent = make_agent(
+        tmp_path, PointRobot(episode_steps=50), BiasPolicy(), operator=SayFailed(False)
+    )
+    rows = run_and_rows(agent)
+    assert rows.num_rows == 1
+    assert rows.column("terminated").to_pylist() == [False]
+    assert rows.column("truncated").to_pylist() == [True]
+    (mark,) = agent.marks.pending()
+    assert (mark.episode_index, mark.kind) == (0, "failure")
+
+
 # -- weights -------------------------------------------------------------------------------
 
 

@@ -78,9 +78,11 @@ def test_a_persons_overrule_makes_the_ending_a_failure_label(tmp_path) -> None:
     agent, _ = _blind(tmp_path, person=True)
     agent.run(episodes=2)
     rows = spooled_rows(agent.uplink.spool)
-    # the reach is not solved at the first step: the person says so, the episode ends there
+    # the reach is not solved at the first step: the person says so, the episode ends there,
+    # truncated: the overruled state is no terminal of the task, a critic bootstraps from it
     assert rows.column("reward").to_pylist() == [0.0, 0.0]
-    assert rows.column("terminated").to_pylist() == [True, True]
+    assert rows.column("terminated").to_pylist() == [False, False]
+    assert rows.column("truncated").to_pylist() == [True, True]
     marks = [(m.episode_index, m.kind, m.reason) for m in agent.marks.pending()]
     assert marks == [(0, "failure", "SimulatedPerson"), (1, "failure", "SimulatedPerson")]
     assert agent.stats.labels["failure"] == 2

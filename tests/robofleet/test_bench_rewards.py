@@ -4,6 +4,7 @@ system run)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
 from dataclasses import dataclass
@@ -14,7 +15,14 @@ import pytest
 
 from robofleet.bench import reward_pr
 from robofleet.bench.reward_pr import Recorded, measure, step_precision_recall
-from robofleet.bench.reward_runs import driver_options, run_spec
+from robofleet.bench.reward_runs import (
+    _labelled,
+    classifier_figures,
+    driver_options,
+    episode_endings,
+    late_success,
+    run_spec,
+)
 from robofleet.bench.rewards import summary
 from robofleet.cli import main
 
@@ -145,7 +153,7 @@ def test_runs_differ_only_in_the_reward_they_see() -> None:
     assert a.hyperparameters["reward_scale"] == 1.0
 
 
-def test_summary_ratio_of_final_ground_truth_success() -> None:
+def test_summary_compares_late_ground_truth_success() -> None:
     pr = [{"task": "reach-v3", "observation": "state", "labelled": 5, "episode_precision": 0.5,
            "episode_recall": 1.0, "step_precision": 0.4, "step_recall": 0.9}]  # fmt: skip
     runs = [
@@ -154,15 +162,65 @@ def test_summary_ratio_of_final_ground_truth_success() -> None:
             "initial_success": 0.1,
             "final_success": f,
             "best_success": f,
+            "late_success": f,
             "env_steps": 10,
             "episodes": 3,
         }  # fmt: skip
-        for s, f in (("robot", 0.8), ("labels", 0.7), ("classifier", 0.6))
+        for s, f in (("robot", 0.8), ("labels", 0.7), ("classifier", 0.6), ("none", 0.2))
     ]
     out = summary(pr, runs)
-    assert out["classifier_vs_robot_final"] == 0.75
+    assert out["classifier_vs_robot_late"] == 0.75
+    assert out["classifier_minus_none_late"] == 0.4
     assert out["precision_recall"]["reach-v3"]["state"]["5"]["step_recall"] == 0.9
     assert out["runs"]["labels"]["final_success"] == 0.7
+    # without the control or the robot's run there is nothing to compare with
+    alone = summary([], runs[2:3])
+    assert alone["classifier_vs_robot_late"] is None and alone["classifier_minus_none_late"] is None
+
+
+def test_late_success_is_the_mean_of_the_last_third_after_the_start() -> None:
+    def h(*points: float) -> list[dict[str, float]]:
+        return [{"success_mean": p} for p in points]
+
+    assert late_success(h(0.0, 0.1, 0.2, 0.3, 0.5, 0.6, 0.7)) == 0.65  # last 2 of 6
+    assert late_success(h(0.4, 0.9)) == 0.9
+    assert late_success(h(0.4)) == 0.4  # only the initial policy was evaluated
+    assert late_success([]) is None
+
+
+def test_the_control_run_reaches_the_learner_no_reward() -> None:
+    common = dict(task="reach-v3", robots=2, minutes=1.0, eval_every_s=10.0, eval_episodes=2,
+                  demonstrations=3, labelled_episodes=5, control_hz=20.0,
+                  knobs={"reward_scale": 1.0})  # fmt: skip
+    control = run_spec("none", **common)
+    # blind robots, labels as the source, and nobody labels: no verdict, so no reward
+    assert control.reward.source == "labels"
+    assert driver_options("none") == {"reward": "none", "detects_success": False}
+    assert (_labelled("none", 5), _labelled("classifier", 5), _labelled("labels", 5)) == (
+        0,
+        5,
+        None,
+    )
+
+
+def test_episode_endings_and_classifier_figures_read_the_run_dir(tmp_path) -> None:
+    (tmp_path / "buffer").mkdir()
+    marks = [{"kind": "success", "reason": "classifier"}, {"kind": "failure", "reason": "SimulatedPerson"},
+             {"kind": "success", "reason": "classifier"}]  # fmt: skip
+    (tmp_path / "buffer" / "episode_marks.jsonl").write_text(
+        "".join(json.dumps(m) + "\n" for m in marks)
+    )
+    rows = [{"step": 10, "prefix": "learner", "critic_loss": 0.1},
+            {"step": 20, "prefix": "classifier", "classifier_version": 1.0, "classifier_recall": 0.5},
+            {"step": 40, "prefix": "classifier", "classifier_version": 2.0, "classifier_recall": 0.75}]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert episode_endings(tmp_path) == {
+        "success by classifier": 2,
+        "failure by SimulatedPerson": 1,
+    }
+    assert classifier_figures(tmp_path) == {"version": 2.0, "recall": 0.75}
+    empty = tmp_path / "nothing"
+    assert episode_endings(empty) == {} and classifier_figures(empty) == {}
 
 
 def test_measure_with_the_real_classifier_on_a_separable_case() -> None:
