@@ -59,6 +59,7 @@ BENCHMARKS: dict[str, str] = {
     "edge": "edge_agent.latency_report",
     "data": "robofleet.bench.data",
     "rewards": "robofleet.bench.rewards",
+    "soak": "robofleet.bench.soak",
 }
 
 

@@ -155,3 +155,12 @@ def acked_lost(buffer: Any, spools: Iterable[Path]) -> int:
 def acked_total(spools: Iterable[Path]) -> int:
     """How many steps the robot spools ``spools`` say the cloud acknowledged (all robots)."""
     return sum(len(x.acked) for x in _ledgers(spools))
+
+
+def acked_seqs(spools: Iterable[Path]) -> dict[str, np.ndarray]:
+    """Robot id (the buffer's ``robot_id`` string) -> the seqs its spools among ``spools`` say
+    the cloud acknowledged: int64, ascending, a seq acknowledged to two spools twice."""
+    by_robot: dict[str, list[np.ndarray]] = {}
+    for ledger in _ledgers(spools):
+        by_robot.setdefault(ledger.robot_key, []).append(ledger.acked)
+    return {k: np.sort(np.concatenate(v)) for k, v in sorted(by_robot.items())}

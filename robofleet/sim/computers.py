@@ -73,6 +73,7 @@ class SimRobotComputers:
         driver_options: further ``MetaWorldDriver`` options of every robot (JSON values,
             passed as ``--driver-option``), e.g. ``{"reward": "none", "detects_success":
             False}`` for robots that hide their reward and success.
+        tags: enrollment tags beside ``simulated: "true"`` (run specs select robots by tag).
     """
 
     def __init__(
@@ -85,8 +86,10 @@ class SimRobotComputers:
         cameras: Sequence[str] = (),
         image_size: tuple[int, int] = (64, 64),
         driver_options: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
+        self.tags = {**dict(tags or {}), SIM_TAG: "true"}
         self.driver_options = dict(driver_options or {})
         self.cameras = list(cameras)
         self.image_size = image_size
@@ -150,7 +153,7 @@ class SimRobotComputers:
             timedelta(minutes=10),
             robot_name=name,
             robot_type=ROBOT_TYPE,
-            tags={SIM_TAG: "true"},
+            tags=self.tags,
             actor="simfleet",
         )
 

@@ -1,0 +1,173 @@
+"""Every row a run's buffer ever held, as its sealed segments showed them, and the steps count.
+
+Retention deletes whole sealed segments, so the bench reads each sealed segment once, soon
+after it appears (``robot_id``, ``seq``, ``policy_version`` of its rows), and keeps what it read:
+a row whose segment is gone at the end was deleted by retention, not lost. Rows are keyed by
+their global row number (a segment holds ``[first_row, first_row + rows)``), so one row seen in
+two files (a seal finished after a crash) is one row; two rows with one robot's ``seq`` are a
+step stored twice. Rows in no segment read (sealed and deleted between two scans) are counted
+as ``rows_unseen``: they would show as lost, so that figure says how far to trust the count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from buffer.errors import CorruptDataError
+from buffer.files.sealed import WalSegment, list_sealed
+from buffer.files.segments import list_segments
+from buffer.table.opening import SCHEMA_FILE
+from buffer.table.schema import StepSchema
+
+COLUMNS = ["robot_id", "seq", "policy_version"]
+
+
+@dataclass(frozen=True)
+class SegmentRows:
+    """The scanned columns of one segment: robot ids (str), seqs and policy versions (int64)."""
+
+    robot: np.ndarray
+    seq: np.ndarray
+    version: np.ndarray
+
+
+def _arrays(batch: pa.RecordBatch | pa.Table) -> SegmentRows:
+    return SegmentRows(
+        np.asarray(batch.column("robot_id").to_pylist(), dtype=object).astype(str),
+        np.asarray(batch.column("seq").to_numpy(zero_copy_only=False), dtype=np.int64),
+        np.asarray(batch.column("policy_version").to_numpy(zero_copy_only=False), dtype=np.int64),
+    )
+
+
+class SegmentLedger:
+    """The sealed segments of one buffer directory, each read once (:meth:`scan`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.rows: dict[tuple[int, int], SegmentRows] = {}  # (first row, rows) -> its rows
+        self.unreadable = 0  # segments that vanished (or broke) before they were read
+        self._schema: pa.Schema | None = None
+
+    def _arrow_schema(self) -> pa.Schema | None:
+        if self._schema is None and (self.directory / SCHEMA_FILE).exists():
+            text = (self.directory / SCHEMA_FILE).read_text()
+            self._schema = StepSchema.from_json(text).arrow_schema
+        return self._schema
+
+    def on_disk(self) -> set[tuple[int, int]]:
+        """The segments in the directory now."""
+        if not self.directory.is_dir():
+            return set()
+        found = {(first, n) for first, n, _ in list_segments(self.directory)}
+        return found | set(list_sealed(self.directory))
+
+    def scan(self) -> int:
+        """Read the segments not read yet; returns how many were read."""
+        schema = self._arrow_schema()
+        if schema is None or not self.directory.is_dir():
+            return 0
+        new = 0
+        arrow = {(f, n): p for f, n, p in list_segments(self.directory)}
+        sealed = list_sealed(self.directory)
+        for key in sorted((set(arrow) | set(sealed)) - set(self.rows)):
+            try:
+                if key in arrow:
+                    with pa.memory_map(str(arrow[key])) as src:
+                        table = ipc.open_file(src).read_all().select(COLUMNS)
+                    self.rows[key] = _arrays(table)
+                else:
+                    seg = WalSegment(sealed[key], key[0], key[1], schema)
+                    self.rows[key] = _arrays(seg.scalar_batch(COLUMNS))
+                new += 1
+            except (OSError, CorruptDataError):  # deleted by retention while being read
+                self.unreadable += 1
+        return new
+
+    def rows_unseen(self) -> int:
+        """Rows below the highest one read that no read segment covered."""
+        seen = end = 0
+        for first, n in sorted(self.rows):
+            seen += max(0, first + n - max(first, end))
+            end = max(end, first + n)
+        return end - seen
+
+
+@dataclass(frozen=True)
+class StepCount:
+    """One robot's steps in one run.
+
+    Attributes:
+        acked: steps its spools say were acknowledged.
+        stored: of them, those whose row is in the buffer at the end.
+        retention_deleted: of them, those whose row retention deleted.
+        lost: of them, those with no row, stored or deleted.
+        stored_twice: rows beyond the first of one seq (in the buffer or deleted).
+        unacked_rows: rows of seqs not acknowledged (the ack did not reach the robot).
+        versions: distinct policy versions its rows were acted with (``0``: before any).
+        last_version: the newest of them.
+    """
+
+    acked: int
+    stored: int
+    retention_deleted: int
+    lost: int
+    stored_twice: int
+    unacked_rows: int
+    versions: int
+    last_version: int
+
+
+def count_steps(
+    ledger: SegmentLedger, on_disk: set[tuple[int, int]], acked: Mapping[str, np.ndarray]
+) -> dict[str, StepCount]:
+    """Per robot (the buffer's ``robot_id``) of ``acked`` (its acknowledged seqs, repeats for a
+    seq acknowledged twice): its :class:`StepCount`, ``on_disk`` being the segments left at
+    the end (the rest of the ledger's were deleted by retention)."""
+    out: dict[str, StepCount] = {}
+    for key, acked_seqs in sorted(acked.items()):
+        rows_now: list[np.ndarray] = []
+        rows_gone: list[np.ndarray] = []
+        versions: list[np.ndarray] = []
+        for (first, n), rows in ledger.rows.items():
+            mine = rows.robot == key
+            if not mine.any():
+                continue
+            at = np.arange(first, first + n, dtype=np.int64)[mine]
+            pairs = np.stack([at, rows.seq[mine]], axis=1)
+            (rows_now if (first, n) in on_disk else rows_gone).append(pairs)
+            versions.append(rows.version[mine])
+        now = _unique_rows(rows_now)
+        gone = _unique_rows(rows_gone)
+        gone = gone[~np.isin(gone[:, 0], now[:, 0])]  # a row in a file left on disk is there
+        every = np.concatenate([now[:, 1], gone[:, 1]])
+        seen = np.unique(every)
+        a = np.unique(acked_seqs)
+        in_now = np.isin(a, now[:, 1])
+        in_gone = np.isin(a, gone[:, 1]) & ~in_now
+        v = np.unique(np.concatenate(versions)) if versions else np.empty(0, dtype=np.int64)
+        out[key] = StepCount(
+            acked=len(acked_seqs),
+            stored=int(in_now.sum()),
+            retention_deleted=int(in_gone.sum()),
+            lost=len(acked_seqs) - int(in_now.sum() + in_gone.sum()),
+            stored_twice=len(every) - len(seen),
+            unacked_rows=int((~np.isin(seen, a)).sum()),
+            versions=len(v),
+            last_version=int(v.max()) if len(v) else 0,
+        )
+    return out
+
+
+def _unique_rows(parts: list[np.ndarray]) -> np.ndarray:
+    """(global row, seq) pairs, shape (n, 2), each global row once."""
+    if not parts:
+        return np.empty((0, 2), dtype=np.int64)
+    pairs = np.concatenate(parts)
+    _, first = np.unique(pairs[:, 0], return_index=True)
+    return pairs[np.sort(first)]
