@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from buffer import StepSchema
-from buffer.service.batches import RemoteBuffer
+from buffer.service.batches import RemoteBuffer, RemoteNothingToSample
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.classifier_training import ClassifierPublisher, ClassifierTrainer
 from cloud_learner.factory import build_algorithm, model_config
@@ -161,6 +161,7 @@ class RunLearner:
         # start's excluded, restored with each checkpoint): robots are never blocked.
         self.limiter = plan.rate_limiter()
         self._window: list[float] = []
+        self._starved = False  # the last update found nothing to sample
         self._last: dict[str, float] = {"loss": float("nan")}
         # The warm start clones the demonstrations and offline data; without any, no BC.
         cloned = plan.spec.demonstrations.episodes_per_task or plan.spec.buffer.offline_data
@@ -274,7 +275,16 @@ class RunLearner:
             return False
         if not self.learner.normalized:  # no offline rows, no starting weights: robots' rows
             self._fit_normalization()
-        metrics = self.learner.train_step()
+        try:
+            metrics = self.learner.train_step()
+        except RemoteNothingToSample as exc:
+            # The sampling window holds no row this algorithm trains on (e.g. retention or
+            # the capacity window dropped every labelled row): wait for the robots' next ones.
+            if not self._starved:
+                log.warning("waiting for rows to train on: %s", exc)
+            self._starved = True
+            return False
+        self._starved = False
         batch = self.learner.last_batch
         if batch is not None and self.mix_losses is not None and self.learner.step % 5 == 0:
             self.mix_losses.add(batch, per_row_bc_loss(self.learner.algorithm.policy, batch))

@@ -11,7 +11,7 @@ evaluated version kept for promotion (:mod:`runs.promotion`) and the run's live 
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +21,10 @@ from typing import Any, Protocol
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
 from runs.clock import RunClock
+from runs.progress import append_record
 from runs.promotion import BestEvaluated
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,8 @@ class EvaluationRecorder:
             "success_mean": mean,
             **point.extra,
         }
-        with open(self.run_dir / "evals.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+        if not append_record(self.run_dir / "evals.jsonl", row):  # the disk is full
+            log.warning("run %s: disk full; evaluation point not in evals.jsonl", self.run_id)
         metrics = [
             {"name": "success_rate", "step": point.policy_version, "value": v, "task": t}
             for t, v in success.items()

@@ -3,12 +3,17 @@
 Each record appends a row to ``progress.jsonl`` (the intervention-rate curve of the report;
 ``discarded_episodes``: episodes an operator discarded or rerecorded, never trained on),
 rewrites ``progress.json`` durably (what a resumed run carries on: run time, robot-seconds,
-learner restarts) and inserts metric points for the live charts.
+learner restarts) and inserts metric points for the live charts. A full disk skips the file
+writes of that record (logged when the disk fills), never the run: the metric points still go
+to the metadata store and the next record writes the files again.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +28,38 @@ from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
 from foundation.store.models import Robot
 from runs.clock import RunClock
+
+log = logging.getLogger(__name__)
+
+
+def disk_full(exc: OSError) -> bool:
+    """Whether ``exc`` says the file system is out of space (or quota)."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def append_record(path: Path, row: Mapping[str, Any]) -> bool:
+    """Append ``row`` as one JSON line to ``path``; False (the file as it was) when the disk is
+    full.
+
+    Raises:
+        OSError: any other failure to write.
+    """
+    data = (json.dumps(row) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        end = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            os.ftruncate(fd, end)  # no half line for the next reader
+            return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def classifier_figures(learner: Mapping[str, float]) -> dict[str, float]:
@@ -51,6 +88,21 @@ class RunProgress:
         self.store, self.run_id, self.run_dir = store, run_id, run_dir
         self.offline_rows = offline_rows
         self._prev: tuple[float, int, int] | None = None
+        self.disk_full = False  # the last record's files could not be written
+
+    def _write_files(self, row: dict[str, Any], state: dict[str, Any]) -> None:
+        """``progress.jsonl`` and ``progress.json``; skipped while the disk is full."""
+        try:
+            written = append_record(self.run_dir / "progress.jsonl", row)
+            if written:
+                atomic_write_json(self.run_dir / "progress.json", state)
+        except OSError as exc:
+            if not disk_full(exc):
+                raise
+            written = False
+        if not written and not self.disk_full:
+            log.warning("run %s: disk full; progress files wait for space", self.run_id)
+        self.disk_full = not written
 
     def counts(self, buffer: Any) -> tuple[int, int]:
         """(env steps, operator interventions) the buffer holds from robots (not demos)."""
@@ -109,16 +161,12 @@ class RunProgress:
         classifier = classifier_figures(learner)
         if classifier:
             row["reward_classifier"] = classifier
-        with open(self.run_dir / "progress.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
-        atomic_write_json(
-            self.run_dir / "progress.json",
-            {
-                "elapsed_s": elapsed,
-                "robot_seconds": clock.robot_seconds,
-                "learner_restarts": restarts,
-            },
-        )
+        state = {
+            "elapsed_s": elapsed,
+            "robot_seconds": clock.robot_seconds,
+            "learner_restarts": restarts,
+        }
+        self._write_files(row, state)
         self._metrics(buffer, stats, learner, (steps, offline), rate, steps_per_s, robots)
         if shares:
             insert_metrics(

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file
 from sqlalchemy import select
 
-from buffer import InterventionSampler, ReplayBuffer, StepSchema
+from buffer import BufferSettings, InterventionSampler, ReplayBuffer, StepSchema
 from buffer.service.batches import BatchServer
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.metrics import read_metrics
@@ -264,3 +264,45 @@ def test_online_updates_wait_for_min_size_robot_transitions_not_demonstrations(
     ]
     logged = read_metrics(run_dir)  # the learner's stats keep robot and offline rows apart
     assert logged and all(m["robot_steps"] == 40.0 and m["offline_steps"] == 200.0 for m in logged)
+
+
+def test_a_window_without_labelled_rows_is_waited_out_not_a_crash(tmp_path: Path) -> None:
+    """HG-DAgger trains on the operator's rows only: once the sampling window (here the
+    capacity window; retention deleting segments does the same) holds none, the learner waits
+    for the next ones instead of dying with NothingToSample, then trains on them."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.json").write_text(json.dumps(spec()))
+    schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
+    buffer = ReplayBuffer.open(run_dir / "buffer", schema, BufferSettings(capacity_transitions=100))
+    buffer.append(schema.batch_from_records(rows(200)))  # every other row the operator's
+    server = BatchServer(buffer, TASKS, InterventionSampler())
+    proc = RunLearner.open(run_dir, server.address, None)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            proc.run(stop.is_set, lambda: False)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=work, daemon=True)
+    try:
+        worker.start()
+        _wait_for(lambda: proc.learner.step >= proc.params.bc_updates + 5, timeout=60)
+        autonomous = [{**r, "is_intervention": False} for r in rows(150, first_seq=200)]
+        buffer.append(schema.batch_from_records(autonomous))  # the window: no labelled row
+        seen = server.requests
+        _wait_for(lambda: server.requests >= seen + 20 or not worker.is_alive(), timeout=30)
+        assert worker.is_alive() and not errors, errors
+        step = proc.learner.step
+        buffer.append(schema.batch_from_records(rows(60, first_seq=350)))
+        _wait_for(lambda: proc.learner.step >= step + 5, timeout=60)
+    finally:
+        stop.set()
+        worker.join(timeout=60)
+        proc.close()
+        server.close()
+        buffer.close()
+    assert not errors, errors
