@@ -15,6 +15,7 @@ are ignored and swept on the next start).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -189,9 +190,18 @@ class CheckpointManager:
             "rng": _flatten(state.rng, "rng", tensors),
             "algorithm": _flatten(state.algorithm, "algorithm", tensors),
         }
-        save_file(tensors, str(tmp / "tensors.safetensors"))
-        (tmp / "state.json").write_text(json.dumps(doc))
-        fsync_tree(tmp)
+        try:
+            try:
+                save_file(tensors, str(tmp / "tensors.safetensors"))
+            except Exception as exc:  # safetensors' own error type for an I/O failure
+                if isinstance(exc, OSError) or "os error 28" not in str(exc):
+                    raise
+                raise OSError(errno.ENOSPC, f"{tmp}: no space left on device") from exc
+            (tmp / "state.json").write_text(json.dumps(doc))
+            fsync_tree(tmp)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # no half checkpoint holds the space
+            raise
         if final.exists():  # the same step again (e.g. re-run after resume): replace it
             shutil.rmtree(final)
         os.rename(tmp, final)

@@ -31,6 +31,7 @@ each start removes the last one first.
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import json
 import logging
@@ -162,6 +163,7 @@ class RunLearner:
         self.limiter = plan.rate_limiter()
         self._window: list[float] = []
         self._starved = False  # the last update found nothing to sample
+        self._disk_full = False  # the last turn could not write (checkpoint, version)
         self._last: dict[str, float] = {"loss": float("nan")}
         # The warm start clones the demonstrations and offline data; without any, no BC.
         cloned = plan.spec.demonstrations.episodes_per_task or plan.spec.buffer.offline_data
@@ -240,10 +242,22 @@ class RunLearner:
         period = 1.0 / self.params.updates_per_s if self.params.updates_per_s > 0 else 0.0
         try:
             while not should_stop():
-                if checkpoint_now():
-                    self.learner.save_checkpoint()
                 t0 = time.monotonic()
-                if not self._step(t0):
+                try:
+                    if checkpoint_now():
+                        self.learner.save_checkpoint()
+                    stepped = self._step(t0)
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    # A full disk: checkpoints and versions wait for space, the run goes on.
+                    if not self._disk_full:
+                        log.warning("disk full, training on without writing: %s", exc)
+                    self._disk_full = True
+                    time.sleep(1.0)
+                    continue
+                self._disk_full = False
+                if not stepped:
                     time.sleep(0.05)
                     continue
                 spare = period - (time.monotonic() - t0)

@@ -48,7 +48,7 @@ from runs.eval_record import EvaluationRecorder, NoEvaluations
 from runs.evaluations import SimulatorEvaluations
 from runs.hold import RobotHold
 from runs.learning import LearnerRefused, RunLearning
-from runs.progress import RunProgress
+from runs.progress import RunProgress, disk_full
 from runs.promotion import promote_best
 from runs.robot_evals import RobotEvaluations
 from runs.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
@@ -105,6 +105,7 @@ class RunDriver:
         self.orchestration = ctx.settings.orchestration
         self.stop_reason: str | None = None  # set: end the run (requested or condition)
         self.detach = False  # set: cloud shutting down, leave the run to be resumed
+        self._disk_full_said = -1e9  # when a full disk was last reported
         self.final_state = RunState.FINISHED
         self.result: dict[str, Any] = {}
         self.progress: dict[str, Any] = {"state": "pending"}
@@ -396,33 +397,47 @@ class RunDriver:
         last_metrics = 0.0
         last_reconcile = last_hold = last_follow = time.monotonic()
         while self._going():
-            now = time.monotonic()
-            self.clock.tick(len(self.agents.acting))  # robot-hours count robots acting
-            self._poll_learner()  # CrashLoop ends the run as crashed
-            if self._checkpoint_requested:
-                self._checkpoint_requested = False
-                self.learning.checkpoint()
-            self.learning.publish_new_weights()
-            self._follow_pause()
-            if now - last_hold >= 1.0:
-                last_hold = now
-                self._follow_hold()
-            self._collect_eval()
-            if now - last_metrics >= 2.0:
-                last_metrics = now
-                self._record_progress()
-            if now - last_follow >= 1.0:  # a restarted robot is told to hold by _follow_hold
-                last_follow = now
-                self.agents.follow()
-            if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
-                assert self.evaluations is not None
-                if now - self.evaluations.last_at >= every:
-                    self._snapshot_for_eval()
-                if now - last_reconcile >= reconcile_every:
-                    last_reconcile = now
-                    self._reconcile()
-            self._check_stop_conditions()
+            try:
+                now = time.monotonic()
+                self.clock.tick(len(self.agents.acting))  # robot-hours count robots acting
+                self._poll_learner()  # CrashLoop ends the run as crashed
+                if self._checkpoint_requested:
+                    self._checkpoint_requested = False
+                    self.learning.checkpoint()
+                self.learning.publish_new_weights()
+                self._follow_pause()
+                if now - last_hold >= 1.0:
+                    last_hold = now
+                    self._follow_hold()
+                self._collect_eval()
+                if now - last_metrics >= 2.0:
+                    last_metrics = now
+                    self._record_progress()
+                if now - last_follow >= 1.0:  # a restarted robot is told to hold by _follow_hold
+                    last_follow = now
+                    self.agents.follow()
+                if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
+                    assert self.evaluations is not None
+                    if now - self.evaluations.last_at >= every:
+                        self._snapshot_for_eval()
+                    if now - last_reconcile >= reconcile_every:
+                        last_reconcile = now
+                        self._reconcile()
+                self._check_stop_conditions()
+            except OSError as exc:
+                if not disk_full(exc):
+                    raise
+                self._note_disk_full(exc)
             time.sleep(0.25)
+
+    def _note_disk_full(self, exc: OSError) -> None:
+        """A file of the run (progress, evaluations, the best version) could not be written:
+        the run goes on and writes it at a later turn; said once per minute."""
+        now = time.monotonic()
+        if now - self._disk_full_said >= 60.0:
+            self._disk_full_said = now
+            log.warning("run %s: disk full, its files wait for space: %s", self.run_id, exc)
+            self._event("run.disk_full", reason=str(exc))
 
     def _poll_learner(self) -> None:
         assert self.learning is not None

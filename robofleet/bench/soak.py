@@ -59,6 +59,7 @@ RELEASE_S = 12.0  # a released robot waits this long before it is leased again
 DISK_FULL_S = 15.0
 IDLE_SUBSCRIPTIONS = 8
 RECONNECTS = 300
+WARMUP_S = 30.0  # a process's first seconds after a (re)start are not sampled
 
 
 def fault_schedule(minutes: float) -> list[tuple[float, str]]:
@@ -113,6 +114,8 @@ class Soak:
         self.t0 = time.monotonic()
         self._lock = threading.Lock()
         self._round = 0
+        self._started: dict[str, tuple[object, float]] = {}  # role -> (its start, since)
+        self._samples = 0  # samples taken before this one
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -348,6 +351,17 @@ class Soak:
     def _add(self, name: str, value: float) -> None:
         self.series.setdefault(name, []).append((time.monotonic() - self.t0, float(value)))
 
+    def _warm(self, role: str, started: object) -> bool:
+        """Whether ``role``'s processes run for :data:`WARMUP_S` since they last (re)started
+        (``started`` changes with each start): a process starting up is not a leak."""
+        now = time.monotonic()
+        seen = self._started.get(role)
+        if seen is None or seen[0] != started:
+            first = self._samples == 0  # running since before the soak's first sample
+            self._started[role] = (started, now - WARMUP_S if first else now)
+            return first
+        return now - seen[1] >= WARMUP_S
+
     def sample(self) -> None:
         """One sample of every resource (module docstring); also reads new sealed segments."""
         assert self.cloud is not None
@@ -356,7 +370,11 @@ class Soak:
             for name in group.names:
                 pid = group.pid(name)
                 roles[f"edge {name}"] = [pid] if pid is not None else []
+        cloud = self.cloud.pid
         for role, pids in roles.items():
+            key = (cloud, min(pids)) if role.startswith("learner") else cloud
+            if not self._warm(role, key if not role.startswith("edge") else tuple(pids)):
+                continue
             got = soak_probe.sum_samples(pids)
             if got is None:
                 continue
@@ -375,6 +393,7 @@ class Soak:
         self._add("robot spools MiB", soak_probe.dir_bytes(self.work / "robots") / soak_probe.MIB)
         for ledger in self.ledgers.values():
             ledger.scan()
+        self._samples += 1
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -397,6 +416,9 @@ class Soak:
         if self.store is not None:
             self.store.close()
         if self.disk is not None:
+            if self.args.work is not None:  # kept for a post-mortem: the tmpfs goes
+                self.disk.free()
+                shutil.copytree(self.data, self.work / "data-kept", dirs_exist_ok=True)
             self.disk.close()
 
 

@@ -124,15 +124,21 @@ class StepCount:
 
 
 def count_steps(
-    ledger: SegmentLedger, on_disk: set[tuple[int, int]], acked: Mapping[str, np.ndarray]
+    ledger: SegmentLedger,
+    on_disk: set[tuple[int, int]],
+    acked: Mapping[str, np.ndarray],
+    stored: Mapping[str, np.ndarray],
 ) -> dict[str, StepCount]:
     """Per robot (the buffer's ``robot_id``) of ``acked`` (its acknowledged seqs, repeats for a
-    seq acknowledged twice): its :class:`StepCount`, ``on_disk`` being the segments left at
-    the end (the rest of the ledger's were deleted by retention)."""
+    seq acknowledged twice): its :class:`StepCount`. ``stored``: each robot's seqs in the
+    buffer at the end (``ReplayBuffer.stored_seqs`` of the closed buffer, reopened: its sealed
+    segments and any write-ahead log left); ``on_disk``: the segments left at the end (the
+    ledger's others were deleted by retention)."""
     out: dict[str, StepCount] = {}
+    empty = np.empty(0, dtype=np.int64)
     for key, acked_seqs in sorted(acked.items()):
-        rows_now: list[np.ndarray] = []
-        rows_gone: list[np.ndarray] = []
+        now_rows: list[np.ndarray] = []
+        gone_rows: list[np.ndarray] = []
         versions: list[np.ndarray] = []
         for (first, n), rows in ledger.rows.items():
             mine = rows.robot == key
@@ -140,17 +146,18 @@ def count_steps(
                 continue
             at = np.arange(first, first + n, dtype=np.int64)[mine]
             pairs = np.stack([at, rows.seq[mine]], axis=1)
-            (rows_now if (first, n) in on_disk else rows_gone).append(pairs)
+            (now_rows if (first, n) in on_disk else gone_rows).append(pairs)
             versions.append(rows.version[mine])
-        now = _unique_rows(rows_now)
-        gone = _unique_rows(rows_gone)
-        gone = gone[~np.isin(gone[:, 0], now[:, 0])]  # a row in a file left on disk is there
-        every = np.concatenate([now[:, 1], gone[:, 1]])
+        kept = _unique_rows(now_rows)
+        gone = _unique_rows(gone_rows)
+        gone = gone[~np.isin(gone[:, 0], kept[:, 0])]  # a row in a file left on disk is there
+        now = np.asarray(stored.get(key, empty), dtype=np.int64)
+        every = np.concatenate([now, gone[:, 1]])
         seen = np.unique(every)
         a = np.unique(acked_seqs)
-        in_now = np.isin(a, now[:, 1])
+        in_now = np.isin(a, now)
         in_gone = np.isin(a, gone[:, 1]) & ~in_now
-        v = np.unique(np.concatenate(versions)) if versions else np.empty(0, dtype=np.int64)
+        v = np.unique(np.concatenate(versions)) if versions else empty
         out[key] = StepCount(
             acked=len(acked_seqs),
             stored=int(in_now.sum()),

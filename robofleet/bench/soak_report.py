@@ -38,6 +38,20 @@ def resource_verdicts(series: dict[str, list[tuple[float, float]]]) -> dict[str,
     return out
 
 
+def final_seqs(run_dir: Any, robots: Any) -> dict[str, Any]:
+    """Each robot's seqs in the run's buffer as it was left (opened read-only: its sealed
+    segments and any write-ahead log a crash left); empty when it holds no buffer."""
+    from buffer import ReplayBuffer
+
+    if not (run_dir / "buffer" / "schema.json").exists():
+        return {}
+    buf = ReplayBuffer.open(run_dir / "buffer", read_only=True)
+    try:
+        return {k: buf.stored_seqs(k) for k in robots}
+    finally:
+        buf.close()
+
+
 def _run_figures(soak: Any, name: str, run_id: str) -> dict[str, Any]:
     from sqlalchemy import func, select
 
@@ -46,10 +60,13 @@ def _run_figures(soak: Any, name: str, run_id: str) -> dict[str, Any]:
     from robofleet.bench.soak_ledger import count_steps
     from runs.accounting import acked_seqs
 
-    state, _run_dir, reason = run_row(soak.store, run_id)
+    state, run_dir, reason = run_row(soak.store, run_id)
     ledger = soak.ledgers.get(name)
     spools = sorted(soak.work.glob(f"robots/*/robots/*/runs/{run_id}"))
-    counts = count_steps(ledger, ledger.on_disk(), acked_seqs(spools)) if ledger else {}
+    acked = acked_seqs(spools)
+    counts = (
+        count_steps(ledger, ledger.on_disk(), acked, final_seqs(run_dir, acked)) if ledger else {}
+    )
     with soak.store.session() as s:
         names = {str(i): n for i, n in s.execute(select(Robot.id, Robot.name))}
         published = s.scalar(

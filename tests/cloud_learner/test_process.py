@@ -306,3 +306,40 @@ def test_a_window_without_labelled_rows_is_waited_out_not_a_crash(tmp_path: Path
         server.close()
         buffer.close()
     assert not errors, errors
+
+
+def test_a_full_checkpoint_disk_is_waited_out_not_a_crash(run: Run_, tmp_path: Path) -> None:
+    """The checkpoint directory's disk fills up: the learner keeps training (no exit, no half
+    checkpoint left holding space) and checkpoints again once there is room."""
+    from tests.fakes.disk import TmpfsDisk
+
+    disk = TmpfsDisk(run.dir / "checkpoints", size="1m")
+    manager = CheckpointManager(run.dir)
+    proc = RunLearner.open(run.dir, run.server.address, None)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            proc.run(stop.is_set, lambda: False)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=work, daemon=True)
+    try:
+        worker.start()
+        _wait_for(lambda: len(manager.list()) >= 1, timeout=60)
+        disk.fill()
+        step = proc.learner.step
+        _wait_for(lambda: proc.learner.step >= step + 60 or not worker.is_alive(), timeout=60)
+        assert worker.is_alive() and not errors, errors
+        assert not list(manager.directory.glob(".tmp-*"))
+        disk.free()
+        latest = manager.latest()
+        _wait_for(lambda: manager.latest() != latest, timeout=60)
+    finally:
+        stop.set()
+        worker.join(timeout=60)
+        proc.close()
+        disk.close()
+    assert not errors, errors
