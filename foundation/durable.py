@@ -76,13 +76,25 @@ def atomic_write_json(path: Path, data: Any, mode: int = 0o644) -> None:
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append ``line`` (a newline is added) to ``path`` and fsync before returning."""
+    """Append ``line`` (a newline is added) to ``path`` and fsync before returning.
+
+    Whole or not at all: when the write fails part-way (a full disk), the file is cut back to
+    its size before, so no torn line sits under the next one.
+
+    Raises:
+        OSError: the line could not be written (the file is as it was).
+    """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
+        end = os.fstat(fd).st_size
         data = (line + "\n").encode()
         view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, end)
+            raise
     finally:
         os.close(fd)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import select
 
-from foundation.durable import atomic_write_json
+from foundation.durable import append_line, atomic_write_json
 from foundation.rows import RowFilter
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
@@ -38,27 +37,18 @@ def disk_full(exc: OSError) -> bool:
 
 
 def append_record(path: Path, row: Mapping[str, Any]) -> bool:
-    """Append ``row`` as one JSON line to ``path``; False (the file as it was) when the disk is
-    full.
+    """Append ``row`` as one JSON line to ``path`` (whole or not at all); False (the file as
+    it was) when the disk is full.
 
     Raises:
         OSError: any other failure to write.
     """
-    data = (json.dumps(row) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        end = os.fstat(fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError as exc:
-            if not disk_full(exc):
-                raise
-            os.ftruncate(fd, end)  # no half line for the next reader
-            return False
-    finally:
-        os.close(fd)
+        append_line(path, json.dumps(row))
+    except OSError as exc:
+        if not disk_full(exc):
+            raise
+        return False
     return True
 
 
