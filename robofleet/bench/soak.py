@@ -59,6 +59,7 @@ RELEASE_S = 12.0  # a released robot waits this long before it is leased again
 DISK_FULL_S = 15.0
 IDLE_SUBSCRIPTIONS = 8
 RECONNECTS = 300
+SCAN_S = 0.25  # how often the buffers' new sealed segments are read
 WARMUP_S = 30.0  # a process's first seconds after a (re)start are not sampled
 
 
@@ -116,6 +117,8 @@ class Soak:
         self._round = 0
         self._started: dict[str, tuple[object, float]] = {}  # role -> (its start, since)
         self._samples = 0  # samples taken before this one
+        self._scanning = threading.Event()  # set: the segment scanner stops
+        self._scanner = threading.Thread(target=self._scan, name="soak-ledgers", daemon=True)
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -206,6 +209,7 @@ class Soak:
 
     def run(self) -> dict[str, Any]:
         self.setup()
+        self._scanner.start()
         self.t0 = time.monotonic()
         pending = fault_schedule(self.args.minutes)
         threads: list[threading.Thread] = []
@@ -363,7 +367,7 @@ class Soak:
         return now - seen[1] >= WARMUP_S
 
     def sample(self) -> None:
-        """One sample of every resource (module docstring); also reads new sealed segments."""
+        """One sample of every resource (module docstring)."""
         assert self.cloud is not None
         roles = self.cloud.roles()
         for group in self.groups.values():
@@ -391,9 +395,17 @@ class Soak:
             log.info("metadata sample skipped: %s", exc)
         self._add("data dir MiB", soak_probe.dir_bytes(self.data) / soak_probe.MIB)
         self._add("robot spools MiB", soak_probe.dir_bytes(self.work / "robots") / soak_probe.MIB)
-        for ledger in self.ledgers.values():
-            ledger.scan()
         self._samples += 1
+
+    def _scan(self) -> None:
+        """Read new sealed segments every :data:`SCAN_S` (a burst of uploads after an outage
+        seals and retires segments within seconds) until the soak ends."""
+        while not self._scanning.wait(SCAN_S):
+            for ledger in list(self.ledgers.values()):
+                try:
+                    ledger.scan()
+                except Exception:  # a half-written directory: the next scan reads it
+                    log.exception("scanning %s", ledger.directory)
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -401,6 +413,8 @@ class Soak:
         assert self.cloud is not None
         states = {n: soak_fleet.run_row(self.store, r) for n, r in self.runs.items()}
         self.cloud.stop(180)
+        self._scanning.set()
+        self._scanner.join(30)
         for ledger in self.ledgers.values():
             ledger.scan()
         return soak_report.summary(self, states)
