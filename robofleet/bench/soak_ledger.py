@@ -89,13 +89,19 @@ class SegmentLedger:
                 self.unreadable += 1
         return new
 
-    def rows_unseen(self) -> int:
-        """Rows below the highest one read that no read segment covered."""
-        seen = end = 0
+    def unseen(self) -> list[tuple[int, int]]:
+        """Row ranges ``[start, end)`` below the highest row read that no read segment covered
+        (segments sealed and deleted between two scans)."""
+        gaps, end = [], 0
         for first, n in sorted(self.rows):
-            seen += max(0, first + n - max(first, end))
+            if first > end:
+                gaps.append((end, first))
             end = max(end, first + n)
-        return end - seen
+        return gaps
+
+    def rows_unseen(self) -> int:
+        """How many rows :meth:`unseen` holds."""
+        return sum(b - a for a, b in self.unseen())
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,9 @@ class StepCount:
         acked: steps its spools say were acknowledged.
         stored: of them, those whose row is in the buffer at the end.
         retention_deleted: of them, those whose row retention deleted.
-        lost: of them, those with no row, stored or deleted.
+        lost: of them, those with no row, stored or deleted, that no unseen row range could
+            have held (the robot's rows before and after them were read with none between).
+        unverified: of them, those missing where an unseen row range could have held them.
         stored_twice: rows beyond the first of one seq (in the buffer or deleted).
         unacked_rows: rows of seqs not acknowledged (the ack did not reach the robot).
         versions: distinct policy versions its rows were acted with (``0``: before any).
@@ -117,6 +125,7 @@ class StepCount:
     stored: int
     retention_deleted: int
     lost: int
+    unverified: int
     stored_twice: int
     unacked_rows: int
     versions: int
@@ -158,17 +167,35 @@ def count_steps(
         in_now = np.isin(a, now)
         in_gone = np.isin(a, gone[:, 1]) & ~in_now
         v = np.unique(np.concatenate(versions)) if versions else empty
+        missing = a[~(in_now | in_gone)]
+        unverified = _maybe_unseen(missing, _unique_rows(now_rows + gone_rows), ledger.unseen())
         out[key] = StepCount(
             acked=len(acked_seqs),
             stored=int(in_now.sum()),
             retention_deleted=int(in_gone.sum()),
-            lost=len(acked_seqs) - int(in_now.sum() + in_gone.sum()),
+            lost=len(acked_seqs) - int(in_now.sum() + in_gone.sum()) - unverified,
+            unverified=unverified,
             stored_twice=len(every) - len(seen),
             unacked_rows=int((~np.isin(seen, a)).sum()),
             versions=len(v),
             last_version=int(v.max()) if len(v) else 0,
         )
     return out
+
+
+def _maybe_unseen(missing: np.ndarray, rows: np.ndarray, gaps: list[tuple[int, int]]) -> int:
+    """How many ``missing`` seqs an unseen row range could hold: one robot's seqs grow with
+    its rows, so a seq lies between the rows of its neighbouring seqs that were read."""
+    if not len(missing) or not gaps:
+        return 0
+    rows = rows[np.argsort(rows[:, 1])]
+    at = np.searchsorted(rows[:, 1], missing)
+    below = np.where(at > 0, rows[np.maximum(at - 1, 0), 0], -1)
+    above = np.where(at < len(rows), rows[np.minimum(at, len(rows) - 1), 0], np.iinfo(np.int64).max)
+    starts = np.array([g[0] for g in gaps], dtype=np.int64)
+    ends = np.array([g[1] for g in gaps], dtype=np.int64)
+    hit = (starts[None, :] < above[:, None]) & (ends[None, :] > below[:, None] + 1)
+    return int(hit.any(axis=1).sum())
 
 
 def _unique_rows(parts: list[np.ndarray]) -> np.ndarray:

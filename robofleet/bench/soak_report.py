@@ -9,7 +9,9 @@ from typing import Any
 
 from robofleet.bench.soak_probe import judge
 
-STEP_KEYS = ("acked", "stored", "retention_deleted", "lost", "stored_twice", "unacked_rows")
+STEP_KEYS = (
+    "acked", "stored", "retention_deleted", "lost", "unverified", "stored_twice", "unacked_rows",
+)  # fmt: skip
 # The least change of a series that counts (besides soak_probe.REL_TOL of its median).
 TOLERANCES = (
     ("rss MiB", 16.0),
@@ -118,6 +120,7 @@ def summary(soak: Any, finished_states: dict[str, Any]) -> dict[str, Any]:
     ok = (
         finished
         and steps["lost"] == 0
+        and steps["unverified"] == 0
         and steps["stored_twice"] == 0
         and steps["acked"] > 0
         and all(f["injected"] > 0 and f["failed"] == 0 for f in faults.values())
@@ -144,7 +147,8 @@ def print_tables(s: dict[str, Any]) -> None:
     console = Console(width=None if sys.stdout.isatty() else 160)
     t = Table(title=f"soak: {s['minutes']:g} min, {s['robots']} robots: steps per robot")
     for col in ("run", "robot", "acked", "stored", "deleted by retention", "lost",
-                "stored twice", "unacked rows", "versions applied", "last version"):  # fmt: skip
+                "unverified (unseen rows)", "stored twice", "unacked rows", "versions applied",
+                "last version"):  # fmt: skip
         t.add_column(col, justify="right")
     for run, r in s["runs"].items():
         for robot, c in r["robots"].items():
@@ -178,6 +182,7 @@ def print_tables(s: dict[str, Any]) -> None:
                     f"{v['slope_per_h']:+.3g}", verdict + ("" if unit == "/h" else ""))  # fmt: skip
     console.print(res)
     console.print(
-        f"finished: {s['finished']}  lost: {st['lost']}  stored twice: {st['stored_twice']}  "
+        f"finished: {s['finished']}  lost: {st['lost']}  unverified: {st['unverified']}  "
+        f"stored twice: {st['stored_twice']}  "
         f"growing: {', '.join(s['growing']) or 'none'}"
     )

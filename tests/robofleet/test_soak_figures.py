@@ -83,6 +83,17 @@ def test_rows_deleted_by_retention_are_counted_apart_from_lost_and_twice() -> No
     assert (seven.acked, seven.stored, seven.retention_deleted) == (9, 3, 4)
     assert (seven.lost, seven.stored_twice, seven.unacked_rows) == (2, 1, 0)  # seqs 7, 8
     assert (got["9"].lost, got["9"].stored) == (0, 2)
-    assert ledger.rows_unseen() == 0
-    ledger.rows[(20, 2)] = _rows("9", [5, 6])
-    assert ledger.rows_unseen() == 10  # rows 10..19 were never read
+    assert seven.unverified == 0 and ledger.rows_unseen() == 0
+
+
+def test_missing_steps_where_unread_rows_could_hold_them_are_unverified_not_lost() -> None:
+    ledger = SegmentLedger(Path("/nonexistent"))
+    ledger.rows[(0, 3)] = _rows("9", [0, 1, 2])
+    ledger.rows[(10, 2)] = _rows("9", [8, 9])  # rows 3..9 were sealed and deleted unread
+    ledger.rows[(12, 2)] = _rows("9", [11, 12])  # seq 10 is missing with nothing unread near
+    acked = {"9": np.arange(13, dtype=np.int64)}
+    got = count_steps(
+        ledger, {(0, 3), (10, 2), (12, 2)}, acked, {"9": np.array([0, 1, 2, 8, 9, 11, 12])}
+    )
+    assert ledger.unseen() == [(3, 10)] and ledger.rows_unseen() == 7
+    assert (got["9"].unverified, got["9"].lost) == (5, 1)  # seqs 3..7 could be there; 10 not
