@@ -49,6 +49,7 @@ LeRobot 0.6's ``keyboard`` type reports pressed keys, not an action, and is refu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -416,6 +417,15 @@ def _connect(teleop: Any, config: Any, name: str) -> None:
     if teleop.is_calibrated is False:
         teleop.disconnect()
         raise TeleoperatorUnavailable(f"teleoperator {name}: not calibrated; run {calibrate_cmd}")
+    try:  # one read: a device LeRobot calls connected may still be absent (no gamepad found)
+        teleop.get_action()
+    except Exception as exc:  # serial, HID and listener errors vary by device
+        with contextlib.suppress(Exception):
+            teleop.disconnect()
+        raise TeleoperatorUnavailable(
+            f"teleoperator {name}: connected but reading it failed ({type(exc).__name__}: {exc}); "
+            "check that it is plugged in and powered"
+        ) from exc
 
 
 def _feedback_index(

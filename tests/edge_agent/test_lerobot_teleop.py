@@ -290,3 +290,16 @@ def test_robofleet_edge_takes_operator_options():
     with pytest.raises(ValueError, match="--operator-option is for --operator lerobot"):
         options_from_args(args)
     assert "--operator-option" in build_parser().format_help()
+
+
+def test_a_gamepad_that_is_not_there_is_refused_when_the_agent_is_built(monkeypatch, tmp_path):
+    """LeRobot's gamepad teleop calls itself connected without a gamepad; one read tells."""
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    robot = _named_point(5, AtStep({}))
+    with pytest.raises(TeleoperatorUnavailable, match="gamepad: connected but reading it failed"):
+        make_lerobot_operator(
+            {"type": "gamepad", "calibration_dir": str(tmp_path)},
+            robot.action_features,
+            robot.observation_features,
+            listen=False,
+        )
