@@ -26,22 +26,26 @@ device's, ``(A,) float32`` in the robot's order, and ``is_intervention`` is True
 
 Takeover without a jerk:
 
-* A non-actuated device (keyboard_ee, gamepad, phone) takes over where the follower is:
-  keyboard_ee and gamepad give *relative* actions (end-effector deltas, 0 = hold still), so
-  the first taken-over step moves the follower from its current pose; a device that gives
-  *absolute* targets (phone) commands the target it reports, and the robot's own LeRobot
-  limits (``max_relative_target``) bound that first step.
+* A non-actuated device (keyboard_ee, gamepad, phone, the Koch and OpenArm leaders) takes
+  over where the follower is: keyboard_ee and gamepad give *relative* actions (end-effector
+  deltas, 0 = hold still), so the first taken-over step moves the follower from its current
+  pose; a device that gives *absolute* targets (phone, Koch and OpenArm leader joints)
+  commands the target it reports from the first taken-over step, and the robot's own LeRobot
+  limits (``max_relative_target``) bound that step.
 * An actuated leader (``feedback_features`` plus ``enable_torque`` / ``disable_torque``, as
-  LeRobot's ``teleop_supports_feedback`` checks: SO-101, Koch, OpenArm Mini) is first driven to
+  LeRobot's ``teleop_supports_feedback`` checks: the SO-100/SO-101 leaders, OpenArm Mini) is first driven to
   the follower's current pose (``observation.state`` by name) with LeRobot's
   ``teleop_smooth_move_to`` (its ``send_feedback`` path), then its torque is released for the
-  person; on handback its torque holds it. No leader arm's motor bus can run here, so this
+  person; on handback its torque holds it. The control loop waits for the move (the follower
+  holds, as in LeRobot's DAgger rollout). No leader arm's motor bus can run here, so this
   path is tested with a LeRobot ``Teleoperator`` subclass standing in for the arm.
 
 The device's own episode events (``get_teleop_events``, where it has them: keyboard_ee's
 ``s`` / ``r`` / ``q``, the gamepad's buttons) become the commands ``success``, ``rerecord``
 and ``failure``. Enter on the takeover keyboard says the cell is set up again after a reset
-by hand (``edge_agent.resets``).
+by hand (``edge_agent.resets``). LeRobot's keyboard_ee forgets pressed keys with each events
+read, so a key moves the robot for the step after its press (a held key goes on by the
+keyboard's autorepeat).
 
 LeRobot 0.6's ``keyboard`` type reports pressed keys, not an action, and is refused; its
 ``keyboard_ee`` type gives end-effector deltas.
@@ -476,7 +480,10 @@ def make_lerobot_operator(
     config = teleoperator_config(options)
     action_map = options.get("action_map") or {}
     if isinstance(action_map, str):
-        action_map = json.loads(action_map)
+        try:
+            action_map = json.loads(action_map)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--operator-option action_map: not JSON ({exc})") from None
     if not isinstance(action_map, Mapping):
         raise ValueError(
             f"--operator-option action_map: expected a JSON object, got {action_map!r}"
