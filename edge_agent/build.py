@@ -51,7 +51,9 @@ class AgentOptions:
         run_id: the run the steps belong to.
         server: cloud gRPC ``host:port``; None runs offline (spool only).
         token: one-time enrollment token (only needed before the first credential exists).
-        operator: ``none``, ``scripted``, ``keyboard`` or ``gamepad``.
+        operator: ``none``, ``scripted``, ``keyboard``, ``gamepad`` or ``lerobot``.
+        operator_options: the lerobot operator's options (``type`` and the LeRobot
+            teleoperator config's fields, ``edge_agent.teleop``).
         max_episode_steps: episode length: a driver that takes it ends episodes there; for
             other drivers the agent truncates them there unless ``edge.max_episode_steps`` is
             set.
@@ -87,6 +89,7 @@ class AgentOptions:
     seed: int = 0
     terminate_on_success: bool = False
     driver_options: dict[str, Any] = field(default_factory=dict)
+    operator_options: dict[str, Any] = field(default_factory=dict)
     demonstrations: dict[str, int] = field(default_factory=dict)
     reward_source: str = "robot"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -186,7 +189,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         if not isinstance(driver, ScriptedExpertDriver):
             raise ValueError(
                 "the scripted operator needs a driver that offers a scripted expert; a "
-                f"{opts.driver} robot takes --operator keyboard, gamepad or none"
+                f"{opts.driver} robot takes --operator keyboard, gamepad, lerobot or none"
             )
         experts = {t: driver.expert(t) for t in tasks}
     if "max_episode_steps" not in driver.episode_options and edge.max_episode_steps is None:
@@ -344,7 +347,13 @@ def _operator(
     if spec.action_low is not None and spec.action_high is not None:
         bounds = (np.asarray(spec.action_low, np.float32), np.asarray(spec.action_high, np.float32))
     operator = make_operator(
-        opts.operator, driver.spec.action_dim, expert=expert, gate=gate, bounds=bounds
+        opts.operator,
+        driver.spec.action_dim,
+        expert=expert,
+        gate=gate,
+        bounds=bounds,
+        options=opts.operator_options,
+        robot=driver,
     )
     truth = hasattr(driver, "ground_truth")
     if opts.operator == "scripted" and truth and not spec.capabilities.detects_success:

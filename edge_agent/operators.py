@@ -9,6 +9,8 @@
   task again); ``x`` discards it (ends it, the schedule goes on); ``y`` / ``n`` label it
   success / failure (and end it); ``enter`` says the cell is set up again after a reset by
   hand (``edge_agent.resets``); ``esc`` (or ``k``) e-stops.
+* ``lerobot`` - any LeRobot teleoperator (leader arms, gamepad, keyboard_ee, phone), built by
+  LeRobot's factory: ``edge_agent.teleop``.
 * :class:`GamepadOperator` - a person with a gamepad (pygame joystick events). Hold the
   deadman button (default 4, left bumper) to take over; axes drive action dims; buttons label
   success (0), failure (1), rerecord (2), discard (3); button 5 closes the gripper while held;
@@ -347,13 +349,29 @@ def make_operator(
     expert: Expert | None = None,
     gate: HGDaggerGate | None = None,
     bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    options: Mapping[str, Any] | None = None,
+    robot: Any = None,
 ) -> Any:
     """Build an intervention source by name: ``none``, ``scripted``, ``keyboard``, ``gamepad``
-    (``bounds``: the action bounds the scripted operator gates within).
+    or ``lerobot`` (``bounds``: the action bounds the scripted operator gates within;
+    ``options``: the lerobot operator's ``--operator-option`` pairs and ``robot`` the driver
+    whose action features it maps onto, ``edge_agent.teleop``).
 
     Raises:
-        ValueError: unknown ``kind``, or ``scripted`` without an expert and a gate.
+        ValueError: unknown ``kind``, ``scripted`` without an expert and a gate, options for
+            an operator that takes none, or a lerobot operator that cannot be built
+            (``edge_agent.teleop.make_lerobot_operator``).
     """
+    if options and kind != "lerobot":
+        raise ValueError(f"--operator-option is for --operator lerobot, not {kind}")
+    if kind == "lerobot":
+        if robot is None:
+            raise ValueError("the lerobot operator needs the robot whose actions it gives")
+        from edge_agent.teleop import make_lerobot_operator
+
+        return make_lerobot_operator(
+            options or {}, robot.action_features, robot.observation_features
+        )
     if kind == "none":
         return NoOperator()
     if kind == "scripted":
@@ -364,7 +382,9 @@ def make_operator(
         return KeyboardOperator(action_dim)
     if kind == "gamepad":
         return GamepadOperator(action_dim)
-    raise ValueError(f"unknown operator {kind!r}; choose none, scripted, keyboard or gamepad")
+    raise ValueError(
+        f"unknown operator {kind!r}; choose none, scripted, keyboard, gamepad or lerobot"
+    )
 
 
 __all__: Sequence[str] = (

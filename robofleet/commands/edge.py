@@ -7,6 +7,17 @@ Example (a robot computer: enrolls, goes idle, the cloud assigns it to runs)::
     robofleet edge --server cloud:50051 --robot arm-1 --operator gamepad \\
         --driver lerobot --driver-option type=so101_follower \\
         --driver-option 'config={"port": "/dev/ttyACM0"}'
+    robofleet edge --server cloud:50051 --robot arm-1 --driver lerobot \
+        --driver-option type=so101_follower --driver-option 'config={"port": "/dev/ttyACM0"}' \
+        --operator lerobot --operator-option type=so101_leader \
+        --operator-option port=/dev/ttyACM1 --operator-option id=leader-1
+
+``--operator lerobot`` runs any LeRobot teleoperator as the robot's operator
+(``edge_agent.teleop``): ``type`` names it (``so101_leader``, ``koch_leader``,
+``openarm_mini``, ``gamepad``, ``keyboard_ee``, ``phone``, ...), other options fill its
+LeRobot config's fields; ``takeover_key`` (default space) or ``takeover_pedal`` with
+``pedal_device`` toggles takeover; ``action_map`` renames its action keys onto the robot's;
+an actuated leader is driven to the follower's pose before the person takes over.
 
 Without ``--run`` the robot computer waits for the cloud to assign it (``edge_agent.host``):
 the run's tasks, episode length, control rate and weight rules come with the assignment, and
@@ -45,7 +56,7 @@ if TYPE_CHECKING:
     from edge_agent.build import AgentOptions
 
 # The operator devices a robot computer can run with (edge_agent.operators.make_operator).
-OPERATORS = ("none", "scripted", "keyboard", "gamepad")
+OPERATORS = ("none", "scripted", "keyboard", "gamepad", "lerobot")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +76,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="stream to this one run (default: wait for the cloud to assign runs)",
     )
-    p.add_argument("--operator", default="scripted", choices=OPERATORS)
+    p.add_argument(
+        "--operator",
+        default="scripted",
+        choices=OPERATORS,
+        help="who may take over: scripted expert, keyboard, gamepad, lerobot (a LeRobot "
+        "teleoperator, see --operator-option) or none",
+    )
+    p.add_argument(
+        "--operator-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a lerobot operator option, VALUE as JSON if it parses: type=so101_leader|"
+        "koch_leader|gamepad|keyboard_ee|phone|..., the LeRobot config's fields (port=..., "
+        "id=..., use_gripper=false), takeover_key=space|none, takeover_pedal=KEY_A with "
+        'pedal_device=/dev/input/..., action_map=\'{"delta_x": "dx"}\', handover_s=2.0',
+    )
     p.add_argument("--episodes", type=int, default=None, help="stop after N episodes")
     p.add_argument("--max-steps", type=int, default=500, help="episode length")
     p.add_argument(
@@ -106,12 +133,15 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
     """The agent options a parsed ``robofleet edge`` command line asks for.
 
     Raises:
-        ValueError: a bad ``--driver-option``, or a ``--driver`` that is unknown or cannot be
+        ValueError: a bad ``--driver-option`` or ``--operator-option``, an
+            ``--operator-option`` without ``--operator lerobot``, or a ``--driver`` that is unknown or cannot be
             loaded (``hal.drivers.driver_class``, named).
     """
     from edge_agent.build import AgentOptions
 
     driver_class(args.driver)
+    if args.operator_option and args.operator != "lerobot":
+        raise ValueError(f"--operator-option is for --operator lerobot, not {args.operator}")
 
     # A robot computer takes its tasks from each run; a fixed run without --task runs the
     # driver's own (edge_agent.build).
@@ -120,6 +150,7 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
         tasks=args.task or [],
         driver=args.driver,
         driver_options=driver_options(args.driver_option),
+        operator_options=parse_options(args.operator_option, "--operator-option"),
         run_id=args.run or "offline",
         server=args.server,
         token=args.token,

@@ -1,0 +1,569 @@
+"""LeRobot teleoperators as robofleet operators (``robofleet edge --operator lerobot``).
+
+``--operator-option type=NAME`` picks a LeRobot ``TeleoperatorConfig`` by its registered choice
+name (``so101_leader``, ``koch_leader``, ``openarm_leader``, ``gamepad``, ``keyboard_ee``,
+``phone``, ...); every other option fills a field of that config (``port=/dev/ttyACM1``,
+``id=left_leader``, ``use_gripper=false``), parsed to the field's type by draccus. The device is
+built with LeRobot's ``make_teleoperator_from_config`` and connected once, when the agent is
+built. robofleet's own options (not config fields):
+
+* ``module``: a package to import first that registers ``type`` (a lab's own device).
+* ``takeover_key`` (default ``space``): the key that switches between autonomous and taken
+  over, read with LeRobot's ``create_key_listener`` (pynput on X11, else the terminal);
+  ``none`` reads no key.
+* ``takeover_pedal`` (an evdev code, e.g. ``KEY_A``) with ``pedal_device`` (its
+  ``/dev/input/...`` path): a foot pedal toggles instead, read with LeRobot's
+  ``start_pedal_listener``.
+* ``action_map``: a JSON object ``{teleoperator key: robot action name or null}`` renaming the
+  device's action keys onto the robot's per-dimension action names (null drops a key).
+* ``handover_s`` (default 2.0): seconds an actuated leader takes to reach the follower.
+
+Actions: the device's ``action_features`` name its keys (``{"shoulder_pan.pos": float, ...}``,
+or ``{"dtype", "shape", "names"}`` for end-effector devices); each must name one dimension of
+the robot's single ``action`` vector (its ``names``), and every robot dimension must be named,
+else the build is refused naming the keys. While taken over, the executed action is the
+device's, ``(A,) float32`` in the robot's order, and ``is_intervention`` is True.
+
+Takeover without a jerk:
+
+* A non-actuated device (keyboard_ee, gamepad, phone, the Koch and OpenArm leaders) takes
+  over where the follower is: keyboard_ee and gamepad give *relative* actions (end-effector
+  deltas, 0 = hold still), so the first taken-over step moves the follower from its current
+  pose; a device that gives *absolute* targets (phone, Koch and OpenArm leader joints)
+  commands the target it reports from the first taken-over step, and the robot's own LeRobot
+  limits (``max_relative_target``) bound that step.
+* An actuated leader (``feedback_features`` plus ``enable_torque`` / ``disable_torque``, as
+  LeRobot's ``teleop_supports_feedback`` checks: the SO-100/SO-101 leaders, OpenArm Mini) is first driven to
+  the follower's current pose (``observation.state`` by name) with LeRobot's
+  ``teleop_smooth_move_to`` (its ``send_feedback`` path), then its torque is released for the
+  person; on handback its torque holds it. The control loop waits for the move (the follower
+  holds, as in LeRobot's DAgger rollout). No leader arm's motor bus can run here, so this
+  path is tested with a LeRobot ``Teleoperator`` subclass standing in for the arm.
+
+The device's own episode events (``get_teleop_events``, where it has them: keyboard_ee's
+``s`` / ``r`` / ``q``, the gamepad's buttons) become the commands ``success``, ``rerecord``
+and ``failure``. Enter on the takeover keyboard says the cell is set up again after a reset
+by hand (``edge_agent.resets``). LeRobot's keyboard_ee forgets pressed keys with each events
+read, so a key moves the robot for the step after its press (a held key goes on by the
+keyboard's autorepeat).
+
+LeRobot 0.6's ``keyboard`` type reports pressed keys, not an action, and is refused; its
+``keyboard_ee`` type gives end-effector deltas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import json
+import logging
+import pkgutil
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edge_agent.core import Observation, OperatorInput
+
+log = logging.getLogger(__name__)
+
+# robofleet's options; every other --operator-option is a field of the teleoperator's config.
+OWN_OPTIONS = (
+    "type",
+    "module",
+    "takeover_key",
+    "takeover_pedal",
+    "pedal_device",
+    "action_map",
+    "handover_s",
+)
+
+
+class TeleoperatorUnavailable(ValueError):
+    """The teleoperator could not be connected, is not calibrated, or stopped answering; the
+    message names the device and what to do."""
+
+
+def teleoperator_config_class(type_name: str, module: str | None = None) -> Any:
+    """LeRobot's ``TeleoperatorConfig`` subclass registered as ``type_name``.
+
+    Imports ``module`` first when given (a lab's package), then LeRobot's teleoperator
+    packages and third-party ``lerobot_teleoperator_*`` plugins until one registers the name.
+
+    Raises:
+        ValueError: no config class is registered under ``type_name``; lists the known names.
+    """
+    from lerobot.teleoperators import TeleoperatorConfig
+
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(
+                f"--operator-option module={module}: cannot import it: {exc}"
+            ) from None
+
+    def lookup() -> Any:
+        try:
+            return TeleoperatorConfig.get_choice_class(type_name)
+        except KeyError:
+            return None
+
+    found = lookup()
+    if found is None:
+        import lerobot.teleoperators as pkg
+
+        for info in pkgutil.iter_modules(pkg.__path__):
+            try:
+                importlib.import_module(f"lerobot.teleoperators.{info.name}")
+            except Exception:  # noqa: S112 - an optional dependency of another device is missing
+                continue
+            found = lookup()
+            if found is not None:
+                break
+    if found is None:
+        from lerobot.utils.import_utils import register_third_party_plugins
+
+        register_third_party_plugins()
+        found = lookup()
+    if found is None:
+        known = sorted(TeleoperatorConfig.get_known_choices())
+        raise ValueError(
+            f"--operator-option type={type_name}: no LeRobot teleoperator; known: {known}"
+        )
+    return found
+
+
+def teleoperator_config(options: Mapping[str, Any]) -> Any:
+    """The ``TeleoperatorConfig`` that ``options`` (``--operator-option`` pairs) describe.
+
+    Raises:
+        ValueError: no ``type``, an unknown type, a field the config does not have (listing
+            the known ones) or a value draccus cannot parse to the field's type.
+    """
+    import draccus
+
+    type_name = options.get("type")
+    if not type_name:
+        raise ValueError("--operator lerobot needs --operator-option type=NAME (e.g. so101_leader)")
+    module = options.get("module")
+    cls = teleoperator_config_class(str(type_name), str(module) if module else None)
+    fields = {k: v for k, v in options.items() if k not in OWN_OPTIONS}
+    known = sorted(f.name for f in dataclasses.fields(cls) if f.init)
+    unknown = sorted(set(fields) - set(known))
+    if unknown:
+        raise ValueError(
+            f"--operator-option {', '.join(unknown)}: not a field of LeRobot's {type_name} "
+            f"teleoperator ({cls.__name__}); its fields: {known}; robofleet's: {list(OWN_OPTIONS)}"
+        )
+    try:
+        return draccus.decode(cls, fields)
+    except Exception as exc:  # draccus raises several parsing error types
+        raise ValueError(
+            f"--operator-option: bad {type_name} teleoperator config {fields}: {exc}"
+        ) from None
+
+
+def device_action_names(teleop: Any, type_name: str) -> list[str]:
+    """The keys of the device's ``get_action()`` in its own order, from ``action_features``.
+
+    Raises:
+        ValueError: the device does not describe a float action.
+    """
+    try:
+        features = dict(teleop.action_features)
+    except Exception as exc:  # a device class whose features cannot be read
+        raise ValueError(
+            f"LeRobot's {type_name} teleoperator does not describe its action "
+            f"({type(exc).__name__}: {exc}); for end-effector keys use type=keyboard_ee"
+        ) from None
+    if "names" in features and "shape" in features:  # {"dtype", "shape", "names"} form
+        names = features["names"]
+        if isinstance(names, Mapping):
+            return [str(k) for k, _ in sorted(names.items(), key=lambda kv: kv[1])]
+        return [str(n) for n in names]
+    not_float = sorted(k for k, v in features.items() if v is not float)
+    if not features or not_float:
+        raise ValueError(
+            f"LeRobot's {type_name} teleoperator gives no float action to map "
+            f"(features {features}); robofleet maps float action keys only"
+        )
+    return list(features)
+
+
+def robot_action_names(action_features: Mapping[str, Any]) -> list[str]:
+    """The per-dimension names of a robot's single ``action`` vector (hal drivers' form).
+
+    Raises:
+        ValueError: the robot's action is not one vector with one name per dimension.
+    """
+    feat = action_features.get("action")
+    names = feat.get("names") if isinstance(feat, Mapping) else None
+    if set(action_features) != {"action"} or not names:
+        raise ValueError(
+            "--operator lerobot maps a teleoperator's action keys onto the robot's action "
+            f"names, and this robot's action features name no dimensions: {dict(action_features)}"
+        )
+    return [str(n) for n in names]
+
+
+def action_order(
+    device_names: Sequence[str], robot_names: Sequence[str], action_map: Mapping[str, Any]
+) -> list[str]:
+    """For each robot action dimension, the device key that fills it.
+
+    Raises:
+        ValueError: a device key names no robot dimension, a robot dimension is named by no
+            device key (or by two), or ``action_map`` names a key the device does not have.
+    """
+    stray = sorted(set(action_map) - set(device_names))
+    if stray:
+        raise ValueError(
+            f"action_map names {stray}, which the teleoperator does not give: {list(device_names)}"
+        )
+    by_robot: dict[str, str] = {}
+    unmatched: list[str] = []
+    for key in device_names:
+        target = action_map.get(key, key)
+        if target is None:
+            continue
+        if target not in robot_names:
+            unmatched.append(key if target == key else f"{key} -> {target}")
+        elif target in by_robot:
+            raise ValueError(
+                f"teleoperator keys {by_robot[target]} and {key} both fill robot action {target}"
+            )
+        else:
+            by_robot[target] = key
+    missing = [n for n in robot_names if n not in by_robot]
+    if unmatched or missing:
+        raise ValueError(
+            f"teleoperator action {list(device_names)} does not match the robot's action "
+            f"{list(robot_names)}: no robot action for {unmatched}, no teleoperator key for "
+            f'{missing}; rename with --operator-option action_map=\'{{"key": "name"}}\' '
+            "(null drops a key)"
+        )
+    return [by_robot[n] for n in robot_names]
+
+
+class LeRobotOperator:
+    """A LeRobot ``Teleoperator`` behind robofleet's ``InterventionSource``.
+
+    Args:
+        teleop: a connected LeRobot ``Teleoperator``.
+        name: the device as messages name it (e.g. ``so101_leader on /dev/ttyACM1``).
+        keys: for each robot action dimension, the device key that fills it (``action_order``).
+        feedback: for an actuated leader, device feedback key -> index in the follower's
+            ``observation.state`` (None: not actuated, or not driven to the follower).
+        handover_s: seconds the leader takes to reach the follower (LeRobot's interpolation).
+        takeover_key: the key name that toggles takeover (``on_key``).
+
+    ``toggle`` / ``on_key`` may be called from any thread (a key or pedal listener); the
+    takeover or handback happens at the next ``step``.
+
+    Raises (``step``):
+        TeleoperatorUnavailable: the device stopped answering (unplugged, lost its bus).
+    """
+
+    def __init__(
+        self,
+        teleop: Any,
+        name: str,
+        keys: Sequence[str],
+        *,
+        feedback: Mapping[str, int] | None = None,
+        handover_s: float = 2.0,
+        takeover_key: str | None = "space",
+    ) -> None:
+        self.teleop = teleop
+        self.name = name
+        self.keys = list(keys)
+        self.feedback = dict(feedback) if feedback is not None else None
+        self.handover_s = handover_s
+        self.takeover_key = takeover_key
+        self.active = False
+        self.takeovers = 0
+        self.listeners: list[Any] = []
+        self._lock = threading.Lock()
+        self._flip = False
+        self._ready = False
+
+    def toggle(self) -> None:
+        """Switch between autonomous and taken over at the next step (a second call before
+        that step cancels the first)."""
+        with self._lock:
+            self._flip = not self._flip
+
+    def on_key(self, key: str) -> None:
+        """A key name from LeRobot's key listener (``space``, ``enter``, a character)."""
+        if key == self.takeover_key:
+            self.toggle()
+        elif key == "enter":
+            with self._lock:
+                self._ready = True
+
+    def step(self, observation: Observation, proposed: np.ndarray) -> OperatorInput:
+        with self._lock:
+            flip, self._flip = self._flip, False
+        if flip and not self.active:
+            self._take_over(observation)
+        elif flip:
+            self._hand_back()
+        raw, command = self._read()
+        if not self.active:
+            return OperatorInput(False, None, command, "")
+        action = np.asarray([float(raw[k]) for k in self.keys], dtype=np.float32)
+        return OperatorInput(True, action, command, "teleop")
+
+    def _read(self) -> tuple[Mapping[str, Any], str | None]:
+        """The device's action (read every step, which also drains its event queue) and
+        the episode command its events give."""
+        try:
+            raw = self.teleop.get_action()
+            events = (
+                self.teleop.get_teleop_events() if hasattr(self.teleop, "get_teleop_events") else {}
+            )
+        except Exception as exc:  # serial, HID and listener errors vary by device
+            raise TeleoperatorUnavailable(
+                f"teleoperator {self.name} stopped answering ({type(exc).__name__}: {exc}); "
+                "check its cable and power, then restart the robot's agent"
+            ) from exc
+        from lerobot.teleoperators import TeleopEvents
+
+        command = None
+        if events.get(TeleopEvents.SUCCESS):
+            command = "success"
+        elif events.get(TeleopEvents.RERECORD_EPISODE):
+            command = "rerecord"
+        elif events.get(TeleopEvents.TERMINATE_EPISODE):
+            command = "failure"
+        return raw, command
+
+    def _take_over(self, observation: Observation) -> None:
+        if self.feedback is not None:
+            from lerobot.common.control_utils import teleop_smooth_move_to
+
+            state = np.asarray(observation["observation.state"], dtype=np.float64)
+            target = {k: float(state[i]) for k, i in self.feedback.items()}
+            teleop_smooth_move_to(self.teleop, target, duration_s=self.handover_s)
+            self.teleop.disable_torque()  # the person moves it from here
+        self.active = True
+        self.takeovers += 1
+
+    def _hand_back(self) -> None:
+        if self.feedback is not None:
+            self.teleop.enable_torque()  # the leader holds where the person left it
+        self.active = False
+
+    def reset(self) -> None:
+        """A new episode starts autonomous."""
+        with self._lock:
+            self._flip = False
+        if self.active:
+            self._hand_back()
+
+    def reset_begins(self) -> None:
+        """A reset hold starts: an Enter pressed during the episode means nothing."""
+        with self._lock:
+            self._ready = False
+
+    def ready(self) -> bool:
+        """Enter was pressed since :meth:`reset_begins` (taken once)."""
+        with self._lock:
+            ready, self._ready = self._ready, False
+            return ready
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            stop = getattr(listener, "stop", None)
+            if callable(stop):
+                stop()
+        if self.teleop.is_connected:
+            self.teleop.disconnect()
+
+
+def _device_name(config: Any) -> str:
+    port = getattr(config, "port", None)
+    return (
+        f"{config.type}"
+        + (f" on {port}" if port else "")
+        + (f" (id {config.id})" if config.id else "")
+    )
+
+
+def _connect(teleop: Any, config: Any, name: str) -> None:
+    """Connect without prompting (a fleet robot has no one at its terminal to calibrate)."""
+    calibrate_cmd = (
+        f"lerobot-calibrate --teleop.type={config.type}"
+        + (f" --teleop.port={config.port}" if getattr(config, "port", None) else "")
+        + (f" --teleop.id={config.id}" if config.id else "")
+    )
+    try:
+        if "calibrate" in inspect.signature(teleop.connect).parameters:
+            teleop.connect(calibrate=False)
+        else:
+            teleop.connect()
+    except Exception as exc:  # serial, HID, camera and permission errors vary by device
+        raise TeleoperatorUnavailable(
+            f"teleoperator {name}: LeRobot could not connect it ({type(exc).__name__}: {exc}); "
+            "check that it is plugged in and powered, the port and its permissions, and that it "
+            f"is calibrated ({calibrate_cmd})"
+        ) from exc
+    if not teleop.is_connected:
+        raise TeleoperatorUnavailable(
+            f"teleoperator {name}: not connected after LeRobot's connect(); a keyboard needs an X11 "
+            "session (pynput), a gamepad must be plugged in"
+        )
+    if teleop.is_calibrated is False:
+        teleop.disconnect()
+        raise TeleoperatorUnavailable(f"teleoperator {name}: not calibrated; run {calibrate_cmd}")
+    try:  # one read: a device LeRobot calls connected may still be absent (no gamepad found)
+        teleop.get_action()
+    except Exception as exc:  # serial, HID and listener errors vary by device
+        with contextlib.suppress(Exception):
+            teleop.disconnect()
+        raise TeleoperatorUnavailable(
+            f"teleoperator {name}: connected but reading it failed ({type(exc).__name__}: {exc}); "
+            "check that it is plugged in and powered"
+        ) from exc
+
+
+def _feedback_index(
+    teleop: Any, keys: Mapping[str, str | None], observation_features: Mapping[str, Any], name: str
+) -> dict[str, int]:
+    """Device feedback key -> index of the follower's matching ``observation.state`` entry.
+
+    Raises:
+        ValueError: the follower's state does not name a joint the leader is driven by.
+    """
+    state = observation_features.get("observation.state")
+    state_names = [
+        str(n) for n in (state.get("names") if isinstance(state, Mapping) else None) or []
+    ]
+    index: dict[str, int] = {}
+    for key in teleop.feedback_features:
+        target = keys.get(key, key) or key
+        if target not in state_names:
+            raise ValueError(
+                f"teleoperator {name} is actuated, and the follower's observation.state names no "
+                f"{target!r} to drive it to (state names: {state_names})"
+            )
+        index[key] = state_names.index(target)
+    return index
+
+
+def make_lerobot_operator(
+    options: Mapping[str, Any],
+    action_features: Mapping[str, Any],
+    observation_features: Mapping[str, Any],
+    *,
+    listen: bool = True,
+) -> LeRobotOperator:
+    """Build, check and connect the teleoperator ``options`` name (see the module doc).
+
+    Args:
+        options: ``--operator-option`` pairs, parsed (``hal.drivers.parse_options``).
+        action_features / observation_features: the robot's (a hal driver's) feature dicts.
+        listen: start the takeover key / pedal listener; tests pass False and call
+            ``on_key`` / ``toggle``.
+
+    Raises:
+        ValueError: a bad option (unknown type or field), or actions that do not match.
+        TeleoperatorUnavailable: the device could not be connected or is not calibrated.
+    """
+    from lerobot.teleoperators import make_teleoperator_from_config
+
+    config = teleoperator_config(options)
+    action_map = options.get("action_map") or {}
+    if isinstance(action_map, str):
+        try:
+            action_map = json.loads(action_map)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--operator-option action_map: not JSON ({exc})") from None
+    if not isinstance(action_map, Mapping):
+        raise ValueError(
+            f"--operator-option action_map: expected a JSON object, got {action_map!r}"
+        )
+    handover_s = float(options.get("handover_s", 2.0))
+    name = _device_name(config)
+    try:
+        teleop = make_teleoperator_from_config(config)
+    except Exception as exc:  # a missing optional dependency of the device (pynput, hidapi...)
+        raise TeleoperatorUnavailable(
+            f"teleoperator {name}: LeRobot could not build it: {exc}"
+        ) from exc
+    keys = action_order(
+        device_action_names(teleop, config.type), robot_action_names(action_features), action_map
+    )
+    feedback = None
+    if teleop.feedback_features:
+        from lerobot.common.control_utils import teleop_supports_feedback
+
+        if teleop_supports_feedback(teleop):
+            feedback = _feedback_index(teleop, action_map, observation_features, name)
+    takeover_key = options.get("takeover_key", "space")
+    takeover_key = None if takeover_key in (None, "none") else str(takeover_key)
+    _connect(teleop, config, name)
+    op = LeRobotOperator(
+        teleop, name, keys, feedback=feedback, handover_s=handover_s, takeover_key=takeover_key
+    )
+    if listen:
+        _listen(op, options)
+    return op
+
+
+def _listen(op: LeRobotOperator, options: Mapping[str, Any]) -> None:
+    """Start the takeover pedal and/or key listener (LeRobot's own).
+
+    Raises:
+        TeleoperatorUnavailable: nothing can toggle takeover here (no pedal, and no display
+            or terminal to read the key from).
+    """
+    pedal = options.get("takeover_pedal")
+    if pedal:
+        from lerobot.utils.pedal import start_pedal_listener
+
+        device = options.get("pedal_device")
+        if not device:
+            raise ValueError("--operator-option takeover_pedal needs pedal_device=/dev/input/...")
+        if not Path(str(device)).exists():
+            raise TeleoperatorUnavailable(
+                f"takeover pedal {device}: no such device; check its path"
+            )
+
+        def on_pedal(code: str) -> None:
+            if code == pedal:
+                op.toggle()
+
+        thread = start_pedal_listener(on_pedal, device_path=str(device))
+        if thread is None:
+            raise TeleoperatorUnavailable(
+                f"takeover pedal {device}: LeRobot could not read it (evdev)"
+            )
+        op.listeners.append(thread)
+    if op.takeover_key is not None:
+        from lerobot.utils.keyboard_input import create_key_listener
+
+        listener = create_key_listener(op.on_key, controls_help=f"{op.takeover_key}: takeover")
+        if listener is not None:
+            op.listeners.append(listener)
+        elif not pedal:
+            op.close()
+            raise TeleoperatorUnavailable(
+                f"takeover key {op.takeover_key!r}: no keyboard to read it from (no X11 display and "
+                "stdin is not a terminal); run in a terminal, or use a foot pedal "
+                "(--operator-option takeover_pedal=KEY_A pedal_device=/dev/input/...)"
+            )
+
+
+__all__: Sequence[str] = (
+    "LeRobotOperator",
+    "TeleoperatorUnavailable",
+    "action_order",
+    "make_lerobot_operator",
+    "teleoperator_config",
+)
