@@ -39,10 +39,13 @@ class RobotAccount:
         spools: names (under the run's ``robots`` directory) of the spools with its credential.
         acked: steps its spools say the cloud acknowledged (a seq acknowledged to two spools
             counts twice).
-        lost: acknowledged steps with no buffer row to back them.
-        buffered: rows of this robot in the buffer (acknowledged or not).
+        lost: acknowledged steps with no buffer row to back them, stored or deleted by
+            retention (its record, ``ReplayBuffer.retired_seqs``, survives reopens).
+        buffered: rows of this robot still in the buffer (acknowledged or not).
         dropped_on_robot: steps its spools dropped themselves while full (never acknowledged;
             not the cloud's loss).
+        retention_deleted: acknowledged steps (each seq once) that were stored and then
+            deleted by retention: not lost.
     """
 
     spools: list[str]
@@ -50,6 +53,7 @@ class RobotAccount:
     lost: int
     buffered: int
     dropped_on_robot: int
+    retention_deleted: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,13 +101,19 @@ def _ledgers(spools: Iterable[Path]) -> list[_Ledger]:
     return [x for x in found if x is not None]
 
 
+def _retention_deleted(buffer: Any, key: str, seqs: np.ndarray) -> int:
+    """How many of the distinct ``seqs`` of robot ``key`` retention deleted from ``buffer``."""
+    return int(np.count_nonzero(np.isin(np.unique(seqs), buffer.retired_seqs(key))))
+
+
 def robot_accounts(buffer: Any, spools: Iterable[Path]) -> dict[str, RobotAccount]:
     """Per robot (its id as the buffer's ``robot_id`` string), over the spool directories
     ``spools`` of the run: what was acknowledged, what of it the buffer cannot back, what it
     holds.
 
     Args:
-        buffer: the run's ``buffer.ReplayBuffer`` (``contains``, ``stored_seqs``).
+        buffer: the run's ``buffer.ReplayBuffer`` (``contains``, ``stored_seqs``,
+            ``retired_seqs``).
         spools: the run's spool directories (one or more per robot).
     """
     by_robot: dict[str, list[_Ledger]] = {}
@@ -118,8 +128,9 @@ def robot_accounts(buffer: Any, spools: Iterable[Path]) -> dict[str, RobotAccoun
             spools=[x.name for x in ledgers],
             acked=acked,
             lost=acked - int(np.count_nonzero(stored)),
-            buffered=len(buffer.stored_seqs(key)),
+            buffered=len(buffer.stored_seqs(key, retired=False)),
             dropped_on_robot=sum(x.dropped_steps for x in ledgers),
+            retention_deleted=_retention_deleted(buffer, key, seqs),
         )
     return out
 
@@ -141,8 +152,9 @@ def reported_accounts(
             spools=["final report"],
             acked=acked,
             lost=max(0, acked - stored),
-            buffered=len(buffer.stored_seqs(key)),
+            buffered=len(buffer.stored_seqs(key, retired=False)),
             dropped_on_robot=int(report.get("dropped_steps", 0)),
+            retention_deleted=_retention_deleted(buffer, key, seqs),
         )
     return out
 

@@ -79,6 +79,8 @@ def write_report(
         "setup_s": setup_s,
         "initial_success_per_task": evals[0]["success"] if evals else {},
         "final_success_per_task": evals[-1]["success"] if evals else {},
+        # acknowledged steps retention deleted (stored, so not in acked_lost)
+        "acked_retention_deleted": sum(a.retention_deleted for a in accounts.values()),
         "robots": {key: dataclasses.asdict(a) for key, a in accounts.items()},
         "evaluations": evals,
         "plots": plots,

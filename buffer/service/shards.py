@@ -219,8 +219,11 @@ class ShardedBuffer:
     def durable_seq(self, robot_id: str | int) -> int | None:
         return self.shard_for(robot_id).durable_seq(robot_id)
 
-    def stored_seqs(self, robot_id: str | int) -> NDArray[np.int64]:
-        return self.shard_for(robot_id).stored_seqs(robot_id)
+    def stored_seqs(self, robot_id: str | int, *, retired: bool = True) -> NDArray[np.int64]:
+        return self.shard_for(robot_id).stored_seqs(robot_id, retired=retired)
+
+    def retired_seqs(self, robot_id: str | int) -> NDArray[np.int64]:
+        return self.shard_for(robot_id).retired_seqs(robot_id)
 
     def contains(self, robot_id: str | int, seqs: ArrayLike) -> NDArray[np.bool_]:
         return self.shard_for(robot_id).contains(robot_id, seqs)

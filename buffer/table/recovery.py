@@ -5,7 +5,8 @@ Steps (``recover``): remove ``*.tmp``; finish an interrupted seal (stripes still
 WAL name); map every segment and rebuild the row index from them; delete WAL files already
 covered by a segment; replay the rest (merge stripes by row, keep the contiguous prefix, drop
 torn tails) and seal what they hold in place (truncate or rewrite, fdatasync, rename); apply
-the episode marks (``buffer.table.marks``). A read-only open (a mount) changes nothing: replayed WAL
+the episode marks (``buffer.table.marks``); load the record of what retention deleted
+(``buffer.table.retired``). A read-only open (a mount) changes nothing: replayed WAL
 rows are served from RAM.
 """
 
@@ -49,7 +50,8 @@ def recover(state: TableState, retention: Retention) -> RecoveryReport:
     ``state.directory``; see the module docstring.
 
     Raises:
-        CorruptDataError: a sealed segment is unreadable.
+        CorruptDataError: a sealed segment is unreadable, or a line of the retired record
+            other than its last.
         UnsupportedFormatError: a WAL or segment file has another format version.
     """
     d = state.directory
@@ -66,6 +68,7 @@ def recover(state: TableState, retention: Retention) -> RecoveryReport:
     if state.index.end == state.index.base and not found:
         state.index = RowIndex(base=0)
     marks.apply_stored(state)
+    state.retired.load({first for first, _, _ in retention.segments})
     state.visible = state.index.end
     state.transitions_inserted = int(state.index.publish(state.index.base, state.index.end))
     return report

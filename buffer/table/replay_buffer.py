@@ -136,7 +136,7 @@ class ReplayBuffer:
         if not self.read_only:
             self.writer.start()
         with self.state.lock:
-            self.retention.apply(self.storage)
+            self.retention.apply(self.state)
         self.recovery_seconds = time.monotonic() - t0
 
     def _start_threads(self) -> None:
@@ -267,19 +267,26 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ lookups ------
     def durable_seq(self, robot_id: str | int) -> int | None:
         """Highest ``seq`` of ``robot_id`` stored durably (fdatasync'ed, so acknowledged), or
-        None when this buffer holds none of its steps. ``robot_id`` is compared as a string
-        (the ``robot_id`` column). Thread-safe; O(1) unless an append of this robot is in
-        flight. Rows that retention later deleted still count until the buffer is reopened.
+        None when this buffer never held any of its steps. ``robot_id`` is compared as a
+        string (the ``robot_id`` column). Thread-safe; O(1) unless an append of this robot is
+        in flight. Rows that retention deleted still count, across reopens too (the
+        directory's record, ``buffer.table.retired``).
         """
         with self.state.lock:
-            seqs = lookups.durable_seqs(self.state, robot_id)
-            return int(seqs[-1]) if len(seqs) else None
+            return lookups.last_seq(self.state, robot_id)
 
-    def stored_seqs(self, robot_id: str | int) -> NDArray[np.int64]:
+    def stored_seqs(self, robot_id: str | int, *, retired: bool = True) -> NDArray[np.int64]:
         """Every durable ``seq`` of ``robot_id``, ascending, as a new int64 array of shape
-        (n,) (empty when none). Same scope as :meth:`durable_seq`."""
+        (n,) (empty when none). Same scope as :meth:`durable_seq`; ``retired=False`` leaves
+        out the seqs whose rows retention deleted (those still on disk only)."""
         with self.state.lock:
-            return lookups.durable_seqs(self.state, robot_id).copy()
+            return lookups.stored_seqs(self.state, robot_id, retired)
+
+    def retired_seqs(self, robot_id: str | int) -> NDArray[np.int64]:
+        """The durable seqs of ``robot_id`` whose rows retention deleted (since this
+        directory was made), ascending, a new int64 array of shape (n,)."""
+        with self.state.lock:
+            return self.state.retired.seqs(str(robot_id))
 
     def contains(self, robot_id: str | int, seqs: ArrayLike) -> NDArray[np.bool_]:
         """Which of ``seqs`` (int array-like, shape (n,)) of ``robot_id`` are stored durably:

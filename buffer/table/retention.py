@@ -3,17 +3,24 @@ sealed segments and the deletion of the oldest ones once they pass ``retention_m
 
 Retention deletes whole segments, oldest first, never the newest; their rows leave the
 storage (and so the sampling window) before their files are unlinked, and the directory is
-fsynced after the unlinks.
+fsynced after the unlinks. Before any unlink, each segment's robots and seqs are appended to
+the directory's record (``buffer.table.retired``) and fsynced: a segment is never deleted
+without its line, so a reopen still knows which acknowledged steps were stored.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
+import numpy as np
+
 from buffer.table.chunks import Segment
-from buffer.table.storage import TieredStorage
+from buffer.table.state import TableState
 from foundation.durable import fsync_dir
+
+log = logging.getLogger(__name__)
 
 
 class Retention:
@@ -45,9 +52,12 @@ class Retention:
         """``(first row, rows, path)`` of every segment, for ``RowIndex.summary``."""
         return [(f, n, str(p)) for f, n, p in self.segments]
 
-    def apply(self, storage: TieredStorage) -> None:
+    def apply(self, state: TableState) -> None:
         """Delete the oldest segments (never the last) while the sealed bytes on disk exceed
-        ``max_bytes``: their chunks leave ``storage``, then their files are unlinked."""
+        ``max_bytes``: their rows are recorded (``state.retired``, fsynced), their chunks
+        leave ``state.storage``, then their files are unlinked. When the record cannot be
+        written (a full disk), nothing is deleted and the next call tries again."""
+        storage = state.storage
         limit = self.max_bytes
         if not limit or self.read_only:
             return
@@ -65,6 +75,11 @@ class Retention:
         if not drop:
             return
         gone = self.segments[:drop]
+        try:
+            state.retired.record([(f, *_rows_of(state, f, n)) for f, n, _ in gone])
+        except OSError as exc:
+            log.warning("%s: retention waits, its record is not writable: %s", self.directory, exc)
+            return
         self.segments = self.segments[drop:]
         paths = {p for _, _, p in gone}
         chunks = [c for c in storage.chunks if c.path in paths]
@@ -76,3 +91,14 @@ class Retention:
             for f in self._files.pop(first, (str(p),)):
                 os.unlink(f)
         fsync_dir(self.directory)
+
+
+def _rows_of(state: TableState, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Robot ids (str, shape (n,)) and seqs (int64, shape (n,)) of rows ``[first, first + n)``,
+    from the row index (every sealed row is indexed)."""
+    idx = state.index
+    lo, hi = max(first, idx.base) - idx.base, min(first + n, idx.end) - idx.base
+    names = np.asarray(idx.robots.names, dtype=object)
+    codes = idx.cols["robot"][lo:hi]
+    robots = names[codes].astype(str) if len(codes) else np.empty(0, dtype=str)
+    return robots, idx.cols["seq"][lo:hi].copy()

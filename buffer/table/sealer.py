@@ -169,5 +169,5 @@ class Sealer:
             if chunk.hot:  # newest data in RAM: the last to evict
                 chunk.heat = max([c.heat for c in st.storage.chunks] + [1.0])
             st.storage.enforce_budget()
-            self.retention.apply(st.storage)
+            self.retention.apply(st)
             st.cond.notify_all()

@@ -17,6 +17,7 @@ import pyarrow as pa
 from buffer.columns import StepColumns
 from buffer.config import BufferSettings
 from buffer.table.index import RowIndex
+from buffer.table.retired import RetiredSeqs
 from buffer.table.schema import StepSchema
 from buffer.table.storage import TieredStorage
 
@@ -35,6 +36,7 @@ class TableState:
         closed: set by ``close``; appends refuse from then on.
         stop: tells the background threads to finish.
         rows_per_segment: rows of an open tail (and of the spare tail the sealer prepares).
+        retired: the seqs retention deleted, from the directory's record (``buffer.table.retired``).
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class TableState:
         )
         self.index = RowIndex()
         self.visible = 0
+        self.retired = RetiredSeqs(directory, read_only)
         self.transitions_inserted = 0
         self.closed = False
         self.stop = threading.Event()

@@ -1,12 +1,14 @@
-"""Every row a run's buffer ever held, as its sealed segments showed them, and the steps count.
+"""Every row a run's buffer ever held, as its sealed segments and its record of what
+retention deleted showed them, and the steps count.
 
-Retention deletes whole sealed segments, so the bench reads each sealed segment once, soon
-after it appears (``robot_id``, ``seq``, ``policy_version`` of its rows), and keeps what it read:
-a row whose segment is gone at the end was deleted by retention, not lost. Rows are keyed by
-their global row number (a segment holds ``[first_row, first_row + rows)``), so one row seen in
-two files (a seal finished after a crash) is one row; two rows with one robot's ``seq`` are a
-step stored twice. Rows in no segment read (sealed and deleted between two scans) are counted
-as ``rows_unseen``: they would show as lost, so that figure says how far to trust the count.
+The bench reads each sealed segment once, soon after it appears (``robot_id``, ``seq``,
+``policy_version`` of its rows), and the buffer's record of deleted segments
+(``buffer.table.retired``: written before each unlink, so no deleted segment escapes it): a row
+whose segment is gone at the end was deleted by retention, not lost. Rows are keyed by their
+global row number (a segment holds ``[first_row, first_row + rows)``), so one row seen in two
+files (a seal finished after a crash) is one row; two rows with one robot's ``seq`` are a step
+stored twice. Rows in no segment read nor recorded are counted as ``rows_unseen``: they would
+show as lost, so that figure (0 while the record is kept) says how far to trust the count.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from buffer.errors import CorruptDataError
 from buffer.files.sealed import WalSegment, list_sealed
 from buffer.files.segments import list_segments
 from buffer.table.opening import SCHEMA_FILE
+from buffer.table.retired import RETIRED_FILE, read_lines
 from buffer.table.schema import StepSchema
 
 COLUMNS = ["robot_id", "seq", "policy_version"]
@@ -30,7 +33,8 @@ COLUMNS = ["robot_id", "seq", "policy_version"]
 
 @dataclass(frozen=True)
 class SegmentRows:
-    """The scanned columns of one segment: robot ids (str), seqs and policy versions (int64)."""
+    """The scanned columns of one segment: robot ids (str), seqs and policy versions (int64;
+    -1: not known, a segment known from the retention record only)."""
 
     robot: np.ndarray
     seq: np.ndarray
@@ -51,8 +55,14 @@ class SegmentLedger:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.rows: dict[tuple[int, int], SegmentRows] = {}  # (first row, rows) -> its rows
-        self.unreadable = 0  # segments that vanished (or broke) before they were read
+        self._failed: set[tuple[int, int]] = set()  # segments that broke or vanished on read
         self._schema: pa.Schema | None = None
+
+    @property
+    def unreadable(self) -> int:
+        """Segments that vanished (or broke) before they were read and that the retention
+        record does not hold either."""
+        return len(self._failed - set(self.rows))
 
     def _arrow_schema(self) -> pa.Schema | None:
         if self._schema is None and (self.directory / SCHEMA_FILE).exists():
@@ -68,7 +78,8 @@ class SegmentLedger:
         return found | set(list_sealed(self.directory))
 
     def scan(self) -> int:
-        """Read the segments not read yet; returns how many were read."""
+        """Read the segments not read yet, then the retention record (segments deleted
+        meanwhile); returns how many segments were read."""
         schema = self._arrow_schema()
         if schema is None or not self.directory.is_dir():
             return 0
@@ -86,8 +97,31 @@ class SegmentLedger:
                     self.rows[key] = _arrays(seg.scalar_batch(COLUMNS))
                 new += 1
             except (OSError, CorruptDataError):  # deleted by retention while being read
-                self.unreadable += 1
+                self._failed.add(key)
+        self.read_record()
         return new
+
+    def read_record(self) -> None:
+        """Add the segments of the buffer's retention record not read from disk: each
+        robot's rows are its recorded seqs (a seq stored twice in a segment, the record's row
+        count above its distinct seqs, repeats the segment's last seq of that robot)."""
+        for line in read_lines(self.directory / RETIRED_FILE):
+            key = (line["first_row"], line["rows"])
+            if key in self.rows:
+                continue
+            robots: list[np.ndarray] = []
+            seqs: list[np.ndarray] = []
+            for rid, v in line["robots"].items():
+                mine = [np.arange(a, b + 1, dtype=np.int64) for a, b in v["seqs"]]
+                got = np.concatenate(mine) if mine else np.empty(0, dtype=np.int64)
+                extra = max(int(v["rows"]) - len(got), 0)
+                if extra and len(got):
+                    got = np.concatenate([got, np.full(extra, got[-1], dtype=np.int64)])
+                seqs.append(got)
+                robots.append(np.full(len(got), rid, dtype=object).astype(str))
+            seq = np.concatenate(seqs) if seqs else np.empty(0, dtype=np.int64)
+            robot = np.concatenate(robots) if robots else np.empty(0, dtype=str)
+            self.rows[key] = SegmentRows(robot, seq, np.full(len(seq), -1, dtype=np.int64))
 
     def unseen(self) -> list[tuple[int, int]]:
         """Row ranges ``[start, end)`` below the highest row read that no read segment covered
@@ -141,7 +175,7 @@ def count_steps(
     """Per robot (the buffer's ``robot_id``) of ``acked`` (its acknowledged seqs, repeats for a
     seq acknowledged twice): its :class:`StepCount`. ``stored``: each robot's seqs in the
     buffer at the end (``ReplayBuffer.stored_seqs`` of the closed buffer, reopened: its sealed
-    segments and any write-ahead log left); ``on_disk``: the segments left at the end (the
+    segments and any write-ahead log left, ``retired=False``); ``on_disk``: the segments left at the end (the
     ledger's others were deleted by retention)."""
     out: dict[str, StepCount] = {}
     empty = np.empty(0, dtype=np.int64)
@@ -167,6 +201,7 @@ def count_steps(
         in_now = np.isin(a, now)
         in_gone = np.isin(a, gone[:, 1]) & ~in_now
         v = np.unique(np.concatenate(versions)) if versions else empty
+        v = v[v >= 0]  # -1: a segment known from the retention record only
         missing = a[~(in_now | in_gone)]
         unverified = _maybe_unseen(missing, _unique_rows(now_rows + gone_rows), ledger.unseen())
         out[key] = StepCount(

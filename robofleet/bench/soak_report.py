@@ -42,14 +42,15 @@ def resource_verdicts(series: dict[str, list[tuple[float, float]]]) -> dict[str,
 
 def final_seqs(run_dir: Any, robots: Any) -> dict[str, Any]:
     """Each robot's seqs in the run's buffer as it was left (opened read-only: its sealed
-    segments and any write-ahead log a crash left); empty when it holds no buffer."""
+    segments and any write-ahead log a crash left; not those retention deleted); empty when
+    it holds no buffer."""
     from buffer import ReplayBuffer
 
     if not (run_dir / "buffer" / "schema.json").exists():
         return {}
     buf = ReplayBuffer.open(run_dir / "buffer", read_only=True)
     try:
-        return {k: buf.stored_seqs(k) for k in robots}
+        return {k: buf.stored_seqs(k, retired=False) for k in robots}
     finally:
         buf.close()
 

@@ -97,3 +97,33 @@ def test_missing_steps_where_unread_rows_could_hold_them_are_unverified_not_lost
     )
     assert ledger.unseen() == [(3, 10)] and ledger.rows_unseen() == 7
     assert (got["9"].unverified, got["9"].lost) == (5, 1)  # seqs 3..7 could be there; 10 not
+
+
+def test_segments_retention_deleted_unread_are_known_from_the_buffers_record(tmp_path) -> None:
+    """The ledger reads the buffer's record of deleted segments: a segment sealed and deleted
+    between two scans is counted as deleted by retention, not unseen (before: unverified)."""
+    from buffer import BufferSettings, ReplayBuffer
+    from robofleet.bench.soak_report import final_seqs
+    from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps
+
+    small = BufferSettings(segment_target_bytes=2000, retention_max_bytes=8000)
+    ledger = SegmentLedger(tmp_path / "buffer")
+    with ReplayBuffer.open(tmp_path / "buffer", BUFFER_SCHEMA, small) as buf:
+        for first in range(20, 400, 20):
+            buf.append(buffer_steps(2, first - 20, 20))
+            buf.append(buffer_steps(1, first - 20, 20))
+            if first == 100:
+                ledger.scan()  # some segments read before retention deletes them
+    ledger.scan()  # most segments were deleted unread
+    acked = {"1": np.arange(380, dtype=np.int64), "2": np.arange(380, dtype=np.int64)}
+    stored = final_seqs(tmp_path, acked)
+    got = count_steps(ledger, ledger.on_disk(), acked, stored)
+    assert ledger.rows_unseen() == 0 and ledger.unreadable == 0
+    for key, seqs in acked.items():
+        c = got[key]
+        assert (c.lost, c.unverified, c.stored_twice, c.unacked_rows) == (0, 0, 0, 0)
+        assert c.stored == len(stored[key]) and c.stored + c.retention_deleted == len(seqs)
+        assert c.retention_deleted > 0
+        # policy versions come from segments read; the record does not carry them
+        assert (c.versions, c.last_version) in {(1, 3), (0, 0)}
+    assert any(c.versions == 1 for c in got.values())

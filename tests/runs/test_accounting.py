@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from buffer import ReplayBuffer
+from buffer import BufferSettings, ReplayBuffer
 from edge_agent.credential import RobotCredential, write_credential
 from foundation.runspec import RunSpec
 from runs.accounting import (
@@ -130,9 +130,24 @@ def test_the_report_carries_each_robots_counts(tmp_path: Path, buffer: ReplayBuf
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["acked_lost"] == 2
     assert report["robots"] == {
-        "1": {"spools": ["arm-1"], "acked": 10, "lost": 2, "buffered": 8, "dropped_on_robot": 0},
-        "2": {"spools": ["arm-2"], "acked": 4, "lost": 0, "buffered": 4, "dropped_on_robot": 0},
+        "1": {
+            "spools": ["arm-1"],
+            "acked": 10,
+            "lost": 2,
+            "buffered": 8,
+            "dropped_on_robot": 0,
+            "retention_deleted": 0,
+        },
+        "2": {
+            "spools": ["arm-2"],
+            "acked": 4,
+            "lost": 0,
+            "buffered": 4,
+            "dropped_on_robot": 0,
+            "retention_deleted": 0,
+        },
     }
+    assert report["acked_retention_deleted"] == 0
 
 
 def test_a_robot_computers_final_report_is_counted_like_its_spool(
@@ -152,3 +167,29 @@ def test_a_robot_computers_final_report_is_counted_like_its_spool(
         spools=["final report"], acked=10, lost=0, buffered=10, dropped_on_robot=5
     )
     assert (accounts["5"].acked, accounts["5"].lost) == (10, 2)
+
+
+def test_acked_steps_retention_deleted_before_a_reopen_are_not_lost(tmp_path: Path) -> None:
+    """Retention deletes old segments, then the cloud restarts (the buffer is reopened): the
+    acknowledged steps in those segments were stored, not lost (before: counted lost)."""
+    small = BufferSettings(segment_target_bytes=2000, retention_max_bytes=8000)
+    with ReplayBuffer.open(tmp_path / "buffer", BUFFER_SCHEMA, small) as buf:
+        for first in range(0, 400, 20):
+            buf.append(buffer_steps(1, first, 20))
+            buf.append(buffer_steps(2, first, 20))
+    robots = tmp_path / "robots"
+    _spool(robots, "arm-1", 1, 409)  # 400..409 acknowledged and not stored
+    _spool(robots, "arm-2", 2, 399)
+    reports = {"1": {"acked_seq": 409.0}, "2": {"acked_seq": 399.0}}
+    with ReplayBuffer.open(tmp_path / "buffer") as again:
+        deleted = len(again.retired_seqs("1"))
+        assert deleted > 0 and again.first_row > 0
+        assert acked_lost(again, robots.iterdir()) == 10
+        for accounts in (
+            robot_accounts(again, robots.iterdir()),
+            reported_accounts(again, reports),
+        ):
+            one, two = accounts["1"], accounts["2"]
+            assert (one.acked, one.lost, one.retention_deleted) == (410, 10, deleted)
+            assert one.buffered == 400 - deleted
+            assert (two.acked, two.lost) == (400, 0) and two.retention_deleted > 0
