@@ -137,3 +137,45 @@ def test_a_bad_line_before_the_last_is_corrupt(tmp_path, line) -> None:
     record.write_bytes(line + record.read_bytes())
     with pytest.raises(CorruptDataError, match="line 1"):
         ReplayBuffer.open(tmp_path / "b", read_only=True)
+
+
+_KILLED_AT_UNLINK = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from tests.buffer.helpers import episodes, open_buffer
+real = os.unlink
+def unlink(path, *a, **kw):
+    if os.path.basename(str(path)).startswith("seg-"):
+        os.kill(os.getpid(), signal.SIGKILL)  # the line is fsynced, the file not yet unlinked
+    real(path, *a, **kw)
+buf = open_buffer({path!r}, segment_target_bytes=1300, retention_max_bytes=6000)
+os.unlink = unlink
+for e in range(15):
+    buf.append(episodes(0, [10], seq0=10 * e, ep0=e))
+"""
+
+
+def test_a_kill_between_the_line_and_the_unlink_keeps_the_segment_stored(tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    code = _KILLED_AT_UNLINK.format(root=root, path=str(tmp_path / "b"))
+    proc = subprocess.run([sys.executable, "-c", code], timeout=120, capture_output=True)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    lines = (tmp_path / "b" / RETIRED_FILE).read_text().splitlines()
+    assert len(lines) >= 1  # recorded, and its segment still on disk
+    with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
+        on_disk = ro.stored_seqs("robot-0", retired=False)
+        recorded = [json.loads(x)["first_row"] for x in lines]
+        assert ro.sealed_segments[0][0] in recorded  # the recorded segment is still there
+        assert not np.isin(ro.retired_seqs("robot-0"), on_disk).any()  # not counted retired
+        assert ro.contains("robot-0", on_disk).all()
+    with open_buffer(tmp_path / "b", **SMALL) as again:  # retention deletes it again
+        seqs = again.stored_seqs("robot-0")
+        gone = again.retired_seqs("robot-0")
+        assert np.isin(on_disk[:5], gone).all()
+    with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
+        np.testing.assert_array_equal(ro.stored_seqs("robot-0"), seqs)
+        np.testing.assert_array_equal(seqs, np.arange(len(seqs)))
