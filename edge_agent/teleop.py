@@ -59,7 +59,6 @@ import importlib
 import inspect
 import json
 import logging
-import pkgutil
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -68,6 +67,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.core import Observation, OperatorInput
+from hal.lerobot_registry import find_choice_class
 
 log = logging.getLogger(__name__)
 
@@ -107,29 +107,10 @@ def teleoperator_config_class(type_name: str, module: str | None = None) -> Any:
                 f"--operator-option module={module}: cannot import it: {exc}"
             ) from None
 
-    def lookup() -> Any:
-        try:
-            return TeleoperatorConfig.get_choice_class(type_name)
-        except KeyError:
-            return None
-
-    found = lookup()
-    if found is None:
-        import lerobot.teleoperators as pkg
-
-        for info in pkgutil.iter_modules(pkg.__path__):
-            try:
-                importlib.import_module(f"lerobot.teleoperators.{info.name}")
-            except Exception:  # noqa: S112 - an optional dependency of another device is missing
-                continue
-            found = lookup()
-            if found is not None:
-                break
-    if found is None:
-        from lerobot.utils.import_utils import register_third_party_plugins
-
-        register_third_party_plugins()
-        found = lookup()
+    # Any error importing another device's package means its optional dependency is missing.
+    found = find_choice_class(
+        TeleoperatorConfig, "lerobot.teleoperators", type_name, skip=(Exception,)
+    )
     if found is None:
         known = sorted(TeleoperatorConfig.get_known_choices())
         raise ValueError(

@@ -11,7 +11,6 @@ its own safety clipping (``max_relative_target``); what it returns is what we re
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hal.driver import Applied, DriverError, Observation, RobotDriver
+from hal.lerobot_registry import find_choice_class
 from hal.spec import CameraSpec, Capabilities, Feature, RobotSpec
 
 
@@ -36,29 +36,7 @@ def robot_config_class(type_name: str, module: str | None = None) -> Any:
     if module:
         importlib.import_module(module)
 
-    def lookup() -> Any:
-        try:
-            return RobotConfig.get_choice_class(type_name)
-        except KeyError:
-            return None
-
-    found = lookup()
-    if found is None:
-        import lerobot.robots as pkg
-
-        for info in pkgutil.iter_modules(pkg.__path__):
-            try:
-                importlib.import_module(f"lerobot.robots.{info.name}")
-            except ImportError:
-                continue  # an optional dependency of another robot is missing
-            found = lookup()
-            if found is not None:
-                break
-    if found is None:
-        from lerobot.utils.import_utils import register_third_party_plugins
-
-        register_third_party_plugins()
-        found = lookup()
+    found = find_choice_class(RobotConfig, "lerobot.robots", type_name)
     if found is None:
         known = sorted(RobotConfig.get_known_choices())
         raise ValueError(f"no LeRobot robot type {type_name!r}; known: {known}")
