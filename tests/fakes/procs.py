@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from robofleet.bench.soak_probe import descendants
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -57,26 +59,6 @@ def alive(pid: int) -> bool:
             return f.read().split(") ")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def descendants(root: int) -> list[int]:
-    """Pids of every process below ``root`` now (children, theirs, ...), from ``/proc``."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().split(") ")[-1].split()[1])
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 class Child:
