@@ -146,6 +146,7 @@ class CloudService:
         self._spawn(self._liveness, "fleet-liveness")
         self._spawn(self._poll_runs, "run-requests")
         self._spawn(self._estop_sync, "estop-sync")
+        self._spawn(self._metadata_retention, "metadata-retention")
         return self
 
     def _spawn(self, fn: Any, name: str) -> None:
@@ -180,6 +181,17 @@ class CloudService:
                 sync.sync()
             except Exception:
                 log.exception("e-stop sync failed")
+
+    def _metadata_retention(self) -> None:
+        """Keeps the append-only metadata tables bounded (foundation.store.retention)."""
+        from foundation.store.retention import prune
+
+        assert self.store is not None
+        while not self._stop.wait(self.settings.metadata.every_s):
+            try:
+                prune(self.store, self.settings.metadata)
+            except Exception:
+                log.exception("metadata retention failed")
 
     def _poll_runs(self) -> None:
         assert self.manager is not None

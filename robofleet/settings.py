@@ -27,6 +27,7 @@ from buffer.config import BufferSettings
 from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
 from edge_agent.config import EdgeSettings
+from foundation.store.config import MetadataRetentionSettings
 from hal.config import HalSettings
 from runs.config import OrchestrationSettings
 
@@ -81,6 +82,7 @@ class Settings(BaseSettings):
     edge: EdgeSettings = Field(default_factory=EdgeSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     orchestration: OrchestrationSettings = Field(default_factory=OrchestrationSettings)
+    metadata: MetadataRetentionSettings = Field(default_factory=MetadataRetentionSettings)
 
     @model_validator(mode="after")
     def _default_database(self) -> Settings:

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.loop import PUBLISHED
@@ -45,12 +45,20 @@ class VersionRecorder:
         self._journal = run_dir / PUBLISHED
         self._offset = 0  # bytes of the journal taken
         self._checkpoints = CheckpointManager(run_dir)
+        # High-water marks, not sets: metadata retention thins old rows (foundation.store.
+        # retention), and a version or checkpoint below the mark was recorded, maybe since pruned.
         with store.session() as s:
-            self._versions = set(
-                s.scalars(select(PolicyVersion.version).where(PolicyVersion.run_id == run_id))
+            self._version_mark = int(
+                s.scalar(
+                    select(func.max(PolicyVersion.version)).where(PolicyVersion.run_id == run_id)
+                )
+                or 0
             )
-            self._steps = set(
-                s.scalars(select(Checkpoint.learner_step).where(Checkpoint.run_id == run_id))
+            self._step_mark = int(
+                s.scalar(
+                    select(func.max(Checkpoint.learner_step)).where(Checkpoint.run_id == run_id)
+                )
+                or -1
             )
 
     def poll(self) -> None:
@@ -59,7 +67,7 @@ class VersionRecorder:
             self._record("published", entry)
         for path in self._checkpoints.list():
             step = int(path.name.removeprefix("step-"))
-            if step in self._steps:
+            if step <= self._step_mark:
                 continue
             try:
                 version = self._checkpoints.policy_version(path)
@@ -99,7 +107,7 @@ class VersionRecorder:
         row: PolicyVersion | Checkpoint
         if kind == "published":
             version = int(data["version"])
-            if version in self._versions:
+            if version <= self._version_mark:
                 return
             row = PolicyVersion(
                 run_id=self.run_id,
@@ -118,6 +126,6 @@ class VersionRecorder:
             s.add(row)
             self.store.record_event(f"learner.{kind}", run_id=self.run_id, session=s, **dict(data))
         if kind == "published":
-            self._versions.add(int(data["version"]))
+            self._version_mark = int(data["version"])
         else:
-            self._steps.add(int(data["learner_step"]))
+            self._step_mark = int(data["learner_step"])

@@ -114,6 +114,18 @@ class CloudProcess:
         return out
 
 
+# Metadata retention at caps a 3-minute cycle reaches (like the buffer's small segments), so a
+# soak shows whether the tables stay bounded, not only the defaults' days-long headroom.
+METADATA_CAPS = {
+    "EVERY_S": "10",
+    "METRIC_POINTS_PER_SERIES": "200",
+    "EVENTS_PER_KIND": "40",
+    "RELEASED_LEASES_PER_ROBOT": "4",
+    "CHECKPOINT_ROWS_PER_RUN": "10",
+    "VERSION_ROWS_PER_RUN": "64",
+}
+
+
 def cloud_env(
     data_dir: Path,
     db: Path,
@@ -123,7 +135,8 @@ def cloud_env(
     memory_budget_bytes: int,
 ) -> dict[str, str]:
     """The cloud process's environment: this one, without a config file, with its data in
-    ``data_dir``, its SQLite database at ``db`` and the soak's buffer settings."""
+    ``data_dir``, its SQLite database at ``db``, the soak's buffer settings and
+    :data:`METADATA_CAPS`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROBOFLEET_")}
     env.update(
         ROBOFLEET_DATA_DIR=str(data_dir),
@@ -134,6 +147,7 @@ def cloud_env(
         RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
         HF_HUB_OFFLINE="1",
     )
+    env.update({f"ROBOFLEET_METADATA__{k}": v for k, v in METADATA_CAPS.items()})
     return env
 
 

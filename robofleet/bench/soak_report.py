@@ -72,8 +72,9 @@ def _run_figures(soak: Any, name: str, run_id: str) -> dict[str, Any]:
     )
     with soak.store.session() as s:
         names = {str(i): n for i, n in s.execute(select(Robot.id, Robot.name))}
+        # The newest version, not a count of rows: metadata retention thins old version rows.
         published = s.scalar(
-            select(func.count()).select_from(PolicyVersion).where(PolicyVersion.run_id == run_id)
+            select(func.max(PolicyVersion.version)).where(PolicyVersion.run_id == run_id)
         )
         kinds = dict(
             s.execute(
