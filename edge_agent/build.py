@@ -51,9 +51,11 @@ class AgentOptions:
         run_id: the run the steps belong to.
         server: cloud gRPC ``host:port``; None runs offline (spool only).
         token: one-time enrollment token (only needed before the first credential exists).
-        operator: ``none``, ``scripted``, ``keyboard``, ``gamepad`` or ``lerobot``.
+        operator: ``none``, ``scripted``, ``keyboard``, ``gamepad``, ``lerobot`` or
+            ``spacemouse``.
         operator_options: the lerobot operator's options (``type`` and the LeRobot
-            teleoperator config's fields, ``edge_agent.teleop``).
+            teleoperator config's fields, ``edge_agent.teleop``) or the spacemouse's
+            (``edge_agent.spacemouse``).
         max_episode_steps: episode length: a driver that takes it ends episodes there; for
             other drivers the agent truncates them there unless ``edge.max_episode_steps`` is
             set.
@@ -189,7 +191,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         if not isinstance(driver, ScriptedExpertDriver):
             raise ValueError(
                 "the scripted operator needs a driver that offers a scripted expert; a "
-                f"{opts.driver} robot takes --operator keyboard, gamepad, lerobot or none"
+                f"{opts.driver} robot takes --operator keyboard, gamepad, lerobot, spacemouse or none"
             )
         experts = {t: driver.expert(t) for t in tasks}
     if "max_episode_steps" not in driver.episode_options and edge.max_episode_steps is None:

@@ -11,6 +11,8 @@
   hand (``edge_agent.resets``); ``esc`` (or ``k``) e-stops.
 * ``lerobot`` - any LeRobot teleoperator (leader arms, gamepad, keyboard_ee, phone), built by
   LeRobot's factory: ``edge_agent.teleop``.
+* ``spacemouse`` - a 3Dconnexion SpaceMouse (hidapi) giving end-effector deltas:
+  ``edge_agent.spacemouse``.
 * :class:`GamepadOperator` - a person with a gamepad (pygame joystick events). Hold the
   deadman button (default 4, left bumper) to take over; axes drive action dims; buttons label
   success (0), failure (1), rerecord (2), discard (3); button 5 closes the gripper while held;
@@ -352,18 +354,26 @@ def make_operator(
     options: Mapping[str, Any] | None = None,
     robot: Any = None,
 ) -> Any:
-    """Build an intervention source by name: ``none``, ``scripted``, ``keyboard``, ``gamepad``
-    or ``lerobot`` (``bounds``: the action bounds the scripted operator gates within;
-    ``options``: the lerobot operator's ``--operator-option`` pairs and ``robot`` the driver
-    whose action features it maps onto, ``edge_agent.teleop``).
+    """Build an intervention source by name: ``none``, ``scripted``, ``keyboard``, ``gamepad``,
+    ``lerobot`` or ``spacemouse`` (``bounds``: the action bounds the scripted operator gates
+    within; ``options``: the lerobot or spacemouse operator's ``--operator-option`` pairs and
+    ``robot`` the driver whose action features it maps onto, ``edge_agent.teleop`` /
+    ``edge_agent.spacemouse``).
 
     Raises:
         ValueError: unknown ``kind``, ``scripted`` without an expert and a gate, options for
-            an operator that takes none, or a lerobot operator that cannot be built
-            (``edge_agent.teleop.make_lerobot_operator``).
+            an operator that takes none, or a lerobot or spacemouse operator that cannot be
+            built (``edge_agent.teleop.make_lerobot_operator``,
+            ``edge_agent.spacemouse.make_spacemouse_operator``).
     """
-    if options and kind != "lerobot":
-        raise ValueError(f"--operator-option is for --operator lerobot, not {kind}")
+    if options and kind not in ("lerobot", "spacemouse"):
+        raise ValueError(f"--operator-option is for --operator lerobot or spacemouse, not {kind}")
+    if kind == "spacemouse":
+        if robot is None:
+            raise ValueError("the spacemouse operator needs the robot whose actions it gives")
+        from edge_agent.spacemouse import make_spacemouse_operator
+
+        return make_spacemouse_operator(options or {}, robot.action_features)
     if kind == "lerobot":
         if robot is None:
             raise ValueError("the lerobot operator needs the robot whose actions it gives")
@@ -383,7 +393,8 @@ def make_operator(
     if kind == "gamepad":
         return GamepadOperator(action_dim)
     raise ValueError(
-        f"unknown operator {kind!r}; choose none, scripted, keyboard, gamepad or lerobot"
+        f"unknown operator {kind!r}; choose none, scripted, keyboard, gamepad, lerobot or "
+        "spacemouse"
     )
 
 

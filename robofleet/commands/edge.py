@@ -18,6 +18,10 @@ Example (a robot computer: enrolls, goes idle, the cloud assigns it to runs)::
 LeRobot config's fields; ``takeover_key`` (default space) or ``takeover_pedal`` with
 ``pedal_device`` toggles takeover; ``action_map`` renames its action keys onto the robot's;
 an actuated leader is driven to the follower's pose before the person takes over.
+``--operator spacemouse`` reads a 3Dconnexion SpaceMouse (hidapi) as end-effector deltas
+(``edge_agent.spacemouse``): ``path`` / ``vendor`` / ``product`` pick the device,
+``translation_scale``, ``rotation_scale`` and ``deadzone`` shape its motion; its left button
+toggles takeover, its right one the gripper.
 
 Without ``--run`` the robot computer waits for the cloud to assign it (``edge_agent.host``):
 the run's tasks, episode length, control rate and weight rules come with the assignment, and
@@ -56,7 +60,7 @@ if TYPE_CHECKING:
     from edge_agent.build import AgentOptions
 
 # The operator devices a robot computer can run with (edge_agent.operators.make_operator).
-OPERATORS = ("none", "scripted", "keyboard", "gamepad", "lerobot")
+OPERATORS = ("none", "scripted", "keyboard", "gamepad", "lerobot", "spacemouse")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="scripted",
         choices=OPERATORS,
         help="who may take over: scripted expert, keyboard, gamepad, lerobot (a LeRobot "
-        "teleoperator, see --operator-option) or none",
+        "teleoperator, see --operator-option), spacemouse (end-effector deltas) or none",
     )
     p.add_argument(
         "--operator-option",
@@ -91,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="a lerobot operator option, VALUE as JSON if it parses: type=so101_leader|"
         "koch_leader|gamepad|keyboard_ee|phone|..., the LeRobot config's fields (port=..., "
         "id=..., use_gripper=false), takeover_key=space|none, takeover_pedal=KEY_A with "
-        'pedal_device=/dev/input/..., action_map=\'{"delta_x": "dx"}\', handover_s=2.0',
+        'pedal_device=/dev/input/..., action_map=\'{"delta_x": "dx"}\', handover_s=2.0; '
+        "a spacemouse option: path=/dev/hidrawN, vendor=0x256f, product=0xc635, "
+        "translation_scale=1.0, rotation_scale=1.0, deadzone=0.1, gripper_mode=toggle|hold",
     )
     p.add_argument("--episodes", type=int, default=None, help="stop after N episodes")
     p.add_argument("--max-steps", type=int, default=500, help="episode length")
@@ -134,14 +140,16 @@ def options_from_args(args: argparse.Namespace) -> AgentOptions:
 
     Raises:
         ValueError: a bad ``--driver-option`` or ``--operator-option``, an
-            ``--operator-option`` without ``--operator lerobot``, or a ``--driver`` that is unknown or cannot be
+            ``--operator-option`` without ``--operator lerobot`` or ``spacemouse``, or a ``--driver`` that is unknown or cannot be
             loaded (``hal.drivers.driver_class``, named).
     """
     from edge_agent.build import AgentOptions
 
     driver_class(args.driver)
-    if args.operator_option and args.operator != "lerobot":
-        raise ValueError(f"--operator-option is for --operator lerobot, not {args.operator}")
+    if args.operator_option and args.operator not in ("lerobot", "spacemouse"):
+        raise ValueError(
+            f"--operator-option is for --operator lerobot or spacemouse, not {args.operator}"
+        )
 
     # A robot computer takes its tasks from each run; a fixed run without --task runs the
     # driver's own (edge_agent.build).
