@@ -238,11 +238,14 @@ def open_device(hid: Any, path: str | bytes) -> Any:
         device.set_nonblocking(1)
     except (OSError, ValueError) as exc:
         text = raw_path.decode(errors="replace")
-        denied = text.startswith("/dev/") and not os.access(text, os.R_OK | os.W_OK)
+        why = ""
+        if text.startswith("/dev/") and not os.path.exists(text):
+            why = "; there is no such device node"
+        elif text.startswith("/dev/") and not os.access(text, os.R_OK | os.W_OK):
+            why = "; this user may not read and write it"
         raise SpaceMouseUnavailable(
-            f"SpaceMouse at {text}: cannot open it ({type(exc).__name__}: {exc})"
-            + ("; this user may not read and write it" if denied else "")
-            + f"; if it is plugged in, allow access with the udev rule {UDEV_RULE}"
+            f"SpaceMouse at {text}: cannot open it ({type(exc).__name__}: {exc}){why}; "
+            f"if it is plugged in, allow access with the udev rule {UDEV_RULE}"
         ) from exc
     return device
 
@@ -460,8 +463,9 @@ def make_spacemouse_operator(
     Args:
         options: ``--operator-option`` pairs (``OPTIONS``; see docs/edge_agent.md).
         action_features: the robot's (a hal driver's).
-        hid: the hidapi module (default: ``hid``, or ``hidraw`` with ``backend=hidraw``,
-            imported here); tests pass a stand-in with ``enumerate`` and ``device``.
+        hid: the hidapi module (default: ``hid``, or ``hidraw`` with ``backend=hidraw`` or a
+            ``/dev/hidraw`` path, imported here); tests pass a stand-in with ``enumerate`` and
+            ``device``.
 
     Raises:
         ValueError: an unknown or bad option, or a robot whose actions are not end-effector
@@ -485,7 +489,9 @@ def make_spacemouse_operator(
     if bad:
         raise ValueError(f"--operator-option invert: {bad} are not axes; axes: {names}")
     if hid is None:
-        backend = str(options.get("backend", "hid"))
+        # /dev/hidrawN paths are the hidraw build's; the default build's are USB bus paths.
+        default = "hidraw" if str(options.get("path", "")).startswith("/dev/hidraw") else "hid"
+        backend = str(options.get("backend", default))
         if backend not in ("hid", "hidraw"):
             raise ValueError(f"--operator-option backend={backend!r}: hid or hidraw")
         try:

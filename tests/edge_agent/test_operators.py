@@ -151,7 +151,9 @@ def test_gamepad_deadman_axes_gripper_and_buttons(pg):
 
 
 def test_make_operator_names_the_choices():
-    with pytest.raises(ValueError, match="none, scripted, keyboard, gamepad, lerobot or spacemouse"):
+    with pytest.raises(
+        ValueError, match="none, scripted, keyboard, gamepad, lerobot or spacemouse"
+    ):
         make_operator("joystick", 4)
     with pytest.raises(ValueError, match="expert"):
         make_operator("scripted", 4)

@@ -220,6 +220,9 @@ def test_a_missing_or_forbidden_spacemouse_is_refused_naming_what_was_looked_for
     hid.forbidden.add(hid.plug(b"/dev/hidraw5"))
     with pytest.raises(SpaceMouseUnavailable, match=r"/dev/hidraw5: cannot open it .*udev rule"):
         make_spacemouse_operator({}, feats, hid=hid)
+    # the real hidapi (its hidraw build, for a /dev/hidraw path), imported when needed
+    with pytest.raises(SpaceMouseUnavailable, match=r"/dev/hidraw-none: .*no such device node"):
+        make_operator("spacemouse", 4, options={"path": "/dev/hidraw-none"}, robot=_robot(EE))
     with pytest.raises(ValueError, match="speed: not a spacemouse option"):
         make_spacemouse_operator({"speed": 2}, feats, hid=hid)
     with pytest.raises(ValueError, match=r"invert: \['roll'\] are not axes"):
