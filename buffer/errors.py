@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+from typing import TypeGuard
+
 
 class ReplayBufferError(Exception):
     """Base class of every error the buffer raises on purpose."""
@@ -51,17 +54,23 @@ class BackpressureError(ReplayBufferError):
 
 class DiskFullError(ReplayBufferError, OSError):
     """The buffer's disk has no space (``ENOSPC`` / ``EDQUOT``): nothing of this append was
-    stored or acknowledged; retry it later. Appends are taken again by themselves once space
+    stored or acknowledged (an episode mark: not stored); retry it later. Appends are taken again by themselves once space
     is back (the buffer needs no reopen). ``errno`` is the file system's.
     """
 
-    def __init__(self, directory: object, cause: OSError) -> None:
+    def __init__(
+        self, directory: object, cause: OSError, unstored: str = "nothing of this batch was stored"
+    ) -> None:
         super().__init__(
-            f"buffer disk full: {directory}: {cause.strerror or cause}; nothing of this batch "
-            "was stored (retry)"
+            f"buffer disk full: {directory}: {cause.strerror or cause}; {unstored} (retry)"
         )
         self.errno = cause.errno
         self.directory = directory
+
+
+def out_of_space(exc: BaseException | None) -> TypeGuard[OSError]:
+    """Whether ``exc`` is the file system out of space (ENOSPC) or over a quota (EDQUOT)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 class RateLimiterTimeout(ReplayBufferError, TimeoutError):

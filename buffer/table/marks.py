@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from buffer.errors import DiskFullError, out_of_space
 from buffer.table.index import EpisodeKey
 from buffer.table.state import TableState
 from foundation.durable import append_line, fsync_dir
@@ -49,7 +50,8 @@ def record(
     Raises:
         ValueError: an unknown ``kind``, an empty ``run_id`` / ``robot_id`` or a negative
             ``episode_index``.
-        OSError: the mark could not be written; nothing changed.
+        DiskFullError: the disk has no space for the mark; nothing changed (retry).
+        OSError: the mark could not be written otherwise; nothing changed.
     """
     return record_many(state, [(robot_id, run_id, episode_index, kind)], reason)
 
@@ -82,7 +84,14 @@ def record_many(
     )
     with _write_lock:
         first = not path.exists()
-        append_line(path, lines)
+        try:
+            append_line(path, lines)
+        except OSError as exc:
+            if out_of_space(exc):
+                raise DiskFullError(
+                    state.directory, exc, "the episode mark was not stored"
+                ) from exc
+            raise
         if first:
             fsync_dir(state.directory)
     with state.lock:

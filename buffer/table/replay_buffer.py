@@ -244,7 +244,8 @@ class ReplayBuffer:
             ValueError: an unknown ``kind`` (``buffer.table.marks.KINDS``), an empty ``run_id`` or
                 ``robot_id``, or a negative ``episode_index``.
             BufferClosedError: the buffer is closed or read-only.
-            OSError: the mark could not be written; nothing changed.
+            DiskFullError: the disk has no space for the mark; nothing changed (retry).
+            OSError: the mark could not be written otherwise; nothing changed.
         """
         if self.state.closed or self.read_only:
             raise BufferClosedError(f"{self.directory}: buffer is closed or read-only")

@@ -17,15 +17,14 @@ appends proceed. So the buffer takes appends again by itself once space is back.
 
 from __future__ import annotations
 
-import errno
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import pyarrow as pa
 
 from buffer.columns import StepColumns
-from buffer.errors import BufferClosedError, DiskFullError
+from buffer.errors import BufferClosedError, DiskFullError, out_of_space
 from buffer.files.wal import StripedWal
 from buffer.sampling.rate_limiter import RateLimiter
 from buffer.table.ack_phases import AckPhases
@@ -206,20 +205,20 @@ class Writer:
 
     def raise_disk_full(self, exc: BaseException) -> None:
         """Raise :class:`DiskFullError` when ``exc`` is the file system running out of space."""
-        if _out_of_space(exc):
+        if out_of_space(exc):
             raise DiskFullError(self.state.directory, exc) from exc
 
     def refusal(self) -> OSError:
         """What an append raises while the failure noted is not recovered from."""
         failed = self.failed
-        if _out_of_space(failed):
+        if out_of_space(failed):
             return DiskFullError(self.state.directory, failed)
         return OSError(f"write-ahead log failed: {failed}")
 
     def dropped_meanwhile(self) -> OSError:
         """What a pure retry raises when a recovery ran while it waited (locked)."""
         failed = self.recovered_from
-        if _out_of_space(failed):
+        if out_of_space(failed):
             return DiskFullError(self.state.directory, failed)
         return OSError(
             f"{self.state.directory}: write-ahead log failed ({failed}) while this append "
@@ -231,7 +230,7 @@ class Writer:
         """What an append raises while the sealer cannot seal the queued tail (locked)."""
         failed = self.sealer.failed
         assert failed is not None
-        if isinstance(failed, OSError) and _out_of_space(failed):
+        if isinstance(failed, OSError) and out_of_space(failed):
             return DiskFullError(self.state.directory, failed)
         return OSError(
             f"{self.state.directory}: the full tail cannot be sealed ({failed}); nothing of "
@@ -372,8 +371,3 @@ class Writer:
         flight (locked; ``close``)."""
         while self.unwritten or self.rotating:
             self.state.cond.wait(0.05)
-
-
-def _out_of_space(exc: BaseException | None) -> TypeGuard[OSError]:
-    """Whether ``exc`` is the file system out of space (ENOSPC) or over a quota (EDQUOT)."""
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)

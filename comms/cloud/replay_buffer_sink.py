@@ -65,6 +65,8 @@ class ReplayBufferSink:
     ) -> int:
         try:
             return self.buffer.mark_episode(str(robot_id), run_id, episode_index, kind, reason)
+        except DiskFullError as exc:
+            raise SinkFull(str(exc)) from None
         except ValueError as exc:
             raise SinkRejected(str(exc)) from None
         except BufferClosedError as exc:

@@ -89,6 +89,8 @@ class StepSink(Protocol):
 
         Raises:
             SinkRejected: an unknown ``kind`` or an invalid episode; nothing was stored.
+            SinkFull: its disk is full; nothing was stored; retry later.
+            SinkClosed: the sink was closed; nothing was stored; retry later.
         """
         ...
 

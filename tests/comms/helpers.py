@@ -1,11 +1,12 @@
 """Helpers of the comms tests: step batches (the transport's columns, or the replay buffer's
-whole schema), certificates, gRPC status codes (the cloud, its robots and the fast settings are
+whole schema), certificates, gRPC status codes, a robot's mark outbox (the cloud, its robots and the fast settings are
 the suite's: tests.fakes.cloud, tests.fakes.settings)."""
 
 from __future__ import annotations
 
 import subprocess
 import textwrap
+import threading
 from pathlib import Path
 
 import grpc
@@ -13,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from buffer import StepSchema
+from comms.wire.marks import EpisodeMark
 from tests.fakes.cloud import RUN
 
 # The replay buffer's schema of the tests that upload into a real buffer.
@@ -117,3 +119,20 @@ def self_signed_cert(directory: Path) -> tuple[Path, Path]:
 
 def rpc_code(exc: BaseException) -> grpc.StatusCode | None:
     return exc.code() if isinstance(exc, grpc.RpcError) else None  # type: ignore[attr-defined]
+
+
+class Outbox:
+    """An in-memory ``comms.robot.mark_sender.MarkOutbox``."""
+
+    def __init__(self, *marks: EpisodeMark) -> None:
+        self.marks = list(marks)
+        self.added = threading.Event()
+
+    def pending(self) -> list[EpisodeMark]:
+        return list(self.marks)
+
+    def sent(self, mark: EpisodeMark) -> None:
+        self.marks.remove(mark)
+
+    def wait(self, timeout: float) -> bool:
+        return self.added.wait(timeout)

@@ -4,8 +4,6 @@ through a site relay)."""
 
 from __future__ import annotations
 
-import threading
-
 import grpc
 import pytest
 
@@ -15,26 +13,9 @@ from comms.relay.site_relay import SiteRelay
 from comms.robot.client import EdgeClient, make_channel
 from comms.robot.mark_sender import EpisodeMarkSender
 from comms.wire.marks import EpisodeMark
-from tests.comms.helpers import rpc_code
+from tests.comms.helpers import Outbox, rpc_code
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.procs import wait_until
-
-
-class Outbox:
-    """An in-memory ``comms.robot.mark_sender.MarkOutbox``."""
-
-    def __init__(self, *marks: EpisodeMark) -> None:
-        self.marks = list(marks)
-        self.added = threading.Event()
-
-    def pending(self) -> list[EpisodeMark]:
-        return list(self.marks)
-
-    def sent(self, mark: EpisodeMark) -> None:
-        self.marks.remove(mark)
-
-    def wait(self, timeout: float) -> bool:
-        return self.added.wait(timeout)
 
 
 def test_a_mark_is_stored_for_the_calling_robot_and_bad_ones_are_named(store) -> None:

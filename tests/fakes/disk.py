@@ -5,7 +5,8 @@
   with a ballast file until ``ENOSPC``; :meth:`free` deletes the ballast.
 * ``injected``: the buffer's write-ahead log writes (``buffer.files.wal``'s ``os.writev`` /
   ``os.write``) fail with ``ENOSPC`` while the disk is "full", after writing half of what
-  they were given, as a file system does when it runs out mid-write. It runs anywhere.
+  they were given, as a file system does when it runs out mid-write; ``cover`` adds another
+  module's writes (the episode marks' ``foundation.durable``). It runs anywhere.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class TmpfsDisk:
     def free(self) -> None:
         self._ballast.unlink(missing_ok=True)
 
+    def cover(self, module: Any) -> None:
+        """Every file of the mount is on the full disk already: nothing to add."""
+
     def close(self) -> None:
         subprocess.run(["umount", "-l", str(self.path)], check=True)
 
@@ -91,7 +95,12 @@ class InjectedDisk:
         self.path = root
         root.mkdir(parents=True)
         self._os = _FullOs()
-        monkeypatch.setattr(buffer.files.wal, "os", self._os)
+        self._monkeypatch = monkeypatch
+        self.cover(buffer.files.wal)
+
+    def cover(self, module: Any) -> None:
+        """Let ``module``'s writes (its ``os.write`` / ``os.writev``) fail while full too."""
+        self._monkeypatch.setattr(module, "os", self._os)
 
     def fill(self) -> None:
         self._os.full = True

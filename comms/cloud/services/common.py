@@ -21,13 +21,21 @@ from comms.cloud.dataplane import DataPlaneServer
 from comms.cloud.distributor import WeightDistributor
 from comms.cloud.ratelimit import AsyncByteRate
 from comms.cloud.services.requests import BadRequest, checked
-from comms.cloud.step_sink import SinkResolver
+from comms.cloud.step_sink import SinkClosed, SinkFull, SinkRejected, SinkResolver
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
 from comms.wire.credentials import credential_from
 from foundation.store.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
+
+# A sink's refusals as robots get them (steps and episode marks alike); the retryable ones
+# leave what was refused with the robot, which sends it again.
+SINK_REFUSALS: dict[type[Exception], grpc.StatusCode] = {
+    SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
+    SinkFull: grpc.StatusCode.RESOURCE_EXHAUSTED,  # its disk is full: retry later
+    SinkClosed: grpc.StatusCode.UNAVAILABLE,  # its run is stopping: retry later
+}
 
 # act(run_id, observation {name: array}, task) -> (action chunk (chunk, action_dim), policy_version)
 ActHandler = Callable[[str, dict[str, np.ndarray], str], tuple[np.ndarray, int]]

@@ -15,8 +15,8 @@ import asyncio
 import grpc
 import grpc.aio
 
-from comms.cloud.services.common import ServerState, guarded, identify
-from comms.cloud.step_sink import SinkClosed, SinkRejected
+from comms.cloud.services.common import SINK_REFUSALS, ServerState, guarded, identify
+from comms.cloud.step_sink import SinkClosed, SinkFull, SinkRejected
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.wire.marks import MARK_KINDS
@@ -33,7 +33,8 @@ class EpisodesServicer(rpc.EpisodesServicer):
         self, request: pb.EpisodeMark, context: grpc.aio.ServicerContext
     ) -> pb.EpisodeMarkAck:
         """Store the mark in the run's sink; INVALID_ARGUMENT names a missing or bad field,
-        NOT_FOUND an unknown run."""
+        NOT_FOUND an unknown run, RESOURCE_EXHAUSTED a full buffer disk and UNAVAILABLE a
+        stopping run (both retryable: the robot keeps the mark)."""
         ident = await identify(self.s, context)
         kind = KINDS.get(request.kind)
         bad = _invalid(request)
@@ -53,10 +54,8 @@ class EpisodesServicer(rpc.EpisodesServicer):
                 kind,
                 request.reason,
             )
-        except SinkRejected as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"episode mark: {exc}")
-        except SinkClosed as exc:  # the run is stopping: the robot resends the mark
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"episode mark: {exc}")
+        except (SinkRejected, SinkFull, SinkClosed) as exc:  # full, closed: the robot resends
+            await context.abort(SINK_REFUSALS[type(exc)], f"episode mark: {exc}")
         return pb.EpisodeMarkAck(discarded_steps=steps)
 
 

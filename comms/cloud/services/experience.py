@@ -26,11 +26,18 @@ import grpc.aio
 import numpy as np
 
 from comms.cloud.dataplane import DataPlaneServer
-from comms.cloud.services.common import OpenStream, ServerState, guarded, identify, write
+from comms.cloud.services.common import (
+    SINK_REFUSALS,
+    OpenStream,
+    ServerState,
+    guarded,
+    identify,
+    write,
+)
 from comms.cloud.services.mailbox import Mailbox
 from comms.cloud.services.requests import BadRequest, read_message, require
 from comms.cloud.services.sink_events import SinkFullEvents
-from comms.cloud.step_sink import Backpressure, SinkClosed, SinkFull, SinkRejected, StepSink
+from comms.cloud.step_sink import Backpressure, SinkFull, StepSink
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.wire import steps as S
@@ -44,9 +51,7 @@ _REFUSALS: dict[type[Exception], grpc.StatusCode] = {
     BatchTooLarge: grpc.StatusCode.RESOURCE_EXHAUSTED,
     S.StepFormatError: grpc.StatusCode.INVALID_ARGUMENT,
     S.ForeignRowsError: grpc.StatusCode.PERMISSION_DENIED,
-    SinkRejected: grpc.StatusCode.INVALID_ARGUMENT,
-    SinkFull: grpc.StatusCode.RESOURCE_EXHAUSTED,  # retryable: the robot keeps its steps
-    SinkClosed: grpc.StatusCode.UNAVAILABLE,  # the run is stopping: retryable, as above
+    **SINK_REFUSALS,
 }
 
 
