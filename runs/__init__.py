@@ -7,7 +7,9 @@
   driving: ``learning`` (buffer, batch server, learner process, weight feed), ``agents``
   (the robots' edge agents), ``evaluations`` (over ``evaluator`` and ``evalqueue``),
   ``progress`` (live figures and curves), ``clock`` (run time, robot-hours), ``hold``
-  (pause/resume until the robots' heartbeats agree).
+  (pause/resume until the robots' heartbeats agree), ``leasing`` (robots and learner
+  placement), ``cadence`` (the loop's periodic jobs), ``disk_notice`` (files waiting for
+  space), ``stop_conditions`` (the spec's ``stop``).
 * :mod:`~runs.supervisor` - restart with backoff, crash-loop detection
   and the hung-process watchdog.
 * :mod:`~runs.estop` - e-stops in the store pushed to the robots.

@@ -42,8 +42,11 @@ from foundation.runspec import RunSpec
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import RunState
 from foundation.store.runs import set_state
+from runs import leasing, stop_conditions
 from runs.assignments import RobotAssignments, split_demonstrations
+from runs.cadence import Every
 from runs.clock import RunClock
+from runs.disk_notice import DiskFullNotice
 from runs.eval_record import EvaluationRecorder, NoEvaluations
 from runs.evaluations import SimulatorEvaluations
 from runs.hold import RobotHold
@@ -105,7 +108,6 @@ class RunDriver:
         self.orchestration = ctx.settings.orchestration
         self.stop_reason: str | None = None  # set: end the run (requested or condition)
         self.detach = False  # set: cloud shutting down, leave the run to be resumed
-        self._disk_full_said = -1e9  # when a full disk was last reported
         self.final_state = RunState.FINISHED
         self.result: dict[str, Any] = {}
         self.progress: dict[str, Any] = {"state": "pending"}
@@ -118,6 +120,7 @@ class RunDriver:
         self.agents: RobotAssignments | None = None
         self.evaluations: EvaluationRecorder | None = None
         self.figures = RunProgress(ctx.store, run_id, run_dir)
+        self.disk_full = DiskFullNotice(run_id, self._event)
         self.learner_restarts_base = 0
         self._checkpoint_requested = False
         self._held_reported = False
@@ -287,61 +290,27 @@ class RunDriver:
 
     def _lease(self, patient: bool) -> None:
         """Lease the robots beside the learner's resources (after a cloud restart robots may
-        be offline until their next heartbeat: ``patient`` waits for them)."""
-        from hal.scheduler import LearnerRequest, RobotAllocation, RobotRequest, SchedulingError
+        be offline until their next heartbeat: ``patient`` waits for them).
 
-        ctx, spec = self.ctx, self.spec
-        # Leases left by a cloud that died are stale: give them back, then lease afresh.
-        ctx.store.release_leases(self.run_id, actor="run-manager")
-        self.allocation = RobotAllocation(
-            ctx.store,
-            self.run_id,
-            RobotRequest(
-                count=spec.robots.count,
-                robot_type=spec.robots.robot_type,
-                tags=dict(spec.robots.tags),
-                min_count=spec.robots.min_count,
-            ),
-            LearnerRequest(spec.learner.num_cpus, spec.learner.num_gpus),
-            actor="run-manager",
-        )
-        hal = ctx.settings.hal
-        deadline = time.monotonic() + (3 * hal.offline_after_s if patient else 0)
-        while True:
-            try:
-                self.allocation.acquire(timeout_s=hal.placement_timeout_s)
-                break
-            except SchedulingError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
+        Raises:
+            hal.scheduler.SchedulingError: not enough robots or no learner placement.
+            hal.compat.SpecMismatch: two leased robots differ in a feature (named).
+        """
+        from hal.compat import run_features
+
+        ctx = self.ctx
+        self.allocation = leasing.allocation_for(ctx.store, self.run_id, self.spec)
+        leasing.acquire(self.allocation, ctx.settings.hal, patient)
         try:
-            self.features = self._features()
+            self.features = run_features(self._robot_specs())
         except BaseException:
             self.allocation.release()  # all or nothing: robots that cannot share a policy
             raise
         ctx.server.invalidate_auth()
 
-    def _features(self) -> Any:
-        """The features the leased robots share (their enrolled specs).
-
-        Raises:
-            hal.compat.SpecMismatch: two robots differ in a feature (named).
-        """
-        from hal.compat import run_features
-
-        return run_features(self._robot_specs())
-
     def _robot_specs(self) -> dict[str, dict[str, Any]]:
         """Name -> enrolled spec of each leased robot."""
-        from sqlalchemy import select
-
-        from foundation.store.models import Robot
-
-        names = list(self.allocation.members)
-        with self.ctx.store.session() as s:
-            rows = s.execute(select(Robot.name, Robot.spec).where(Robot.name.in_(names)))
-            return {name: dict(spec or {}) for name, spec in rows}
+        return leasing.robot_specs(self.ctx.store, self.allocation.members)
 
     def assignment(self) -> Assignment:
         """What every robot of the run is told (each gets its own seed)."""
@@ -393,9 +362,10 @@ class RunDriver:
     def _loop(self) -> None:
         assert self.learning is not None and self.agents is not None
         every = self.ctx.eval_every_s or self.spec.evaluation.every_seconds
-        reconcile_every = self.ctx.settings.hal.heartbeat_interval_s * 5
-        last_metrics = 0.0
-        last_reconcile = last_hold = last_follow = time.monotonic()
+        start = time.monotonic()
+        metrics = Every(2.0)  # the first turn records
+        hold, follow = Every(1.0, start), Every(1.0, start)
+        reconcile = Every(self.ctx.settings.hal.heartbeat_interval_s * 5, start)
         while self._going():
             try:
                 now = time.monotonic()
@@ -406,38 +376,27 @@ class RunDriver:
                     self.learning.checkpoint()
                 self.learning.publish_new_weights()
                 self._follow_pause()
-                if now - last_hold >= 1.0:
-                    last_hold = now
+                if hold.due(now):
                     self._follow_hold()
                 self._collect_eval()
-                if now - last_metrics >= 2.0:
-                    last_metrics = now
+                if metrics.due(now):
                     self._record_progress()
-                if now - last_follow >= 1.0:  # a restarted robot is told to hold by _follow_hold
-                    last_follow = now
+                if follow.due(now):  # a restarted robot is told to hold by _follow_hold
                     self.agents.follow()
                 if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
                     assert self.evaluations is not None
                     if now - self.evaluations.last_at >= every:
                         self._snapshot_for_eval()
-                    if now - last_reconcile >= reconcile_every:
-                        last_reconcile = now
+                    if reconcile.due(now):
                         self._reconcile()
                 self._check_stop_conditions()
             except OSError as exc:
                 if not disk_full(exc):
                     raise
-                self._note_disk_full(exc)
+                # A file of the run (progress, evaluations, the best version) could not be
+                # written: the run goes on and writes it at a later turn.
+                self.disk_full.note(exc)
             time.sleep(0.25)
-
-    def _note_disk_full(self, exc: OSError) -> None:
-        """A file of the run (progress, evaluations, the best version) could not be written:
-        the run goes on and writes it at a later turn; said once per minute."""
-        now = time.monotonic()
-        if now - self._disk_full_said >= 60.0:
-            self._disk_full_said = now
-            log.warning("run %s: disk full, its files wait for space: %s", self.run_id, exc)
-            self._event("run.disk_full", reason=str(exc))
 
     def _poll_learner(self) -> None:
         assert self.learning is not None
@@ -487,16 +446,9 @@ class RunDriver:
             self._event("run.robots_held", robots=held, leases_kept=sorted(self._members()))
 
     def _check_stop_conditions(self) -> None:
-        stop = self.spec.stop
-        if stop.minutes is not None and self.clock.elapsed() >= stop.minutes * 60:
-            self.request_stop(f"reached {stop.minutes} minutes", RunState.FINISHED)
-        elif stop.env_steps is not None and self.progress.get("env_steps", 0) >= stop.env_steps:
-            self.request_stop(f"reached {stop.env_steps} env steps", RunState.FINISHED)
-        elif (
-            stop.target_success is not None
-            and self.progress.get("success_mean", 0.0) >= stop.target_success
-        ):
-            self.request_stop(f"reached success {stop.target_success}", RunState.FINISHED)
+        reason = stop_conditions.reached(self.spec.stop, self.clock.elapsed(), self.progress)
+        if reason is not None:
+            self.request_stop(reason, RunState.FINISHED)
 
     def _reconcile(self) -> None:
         assert self.agents is not None
