@@ -232,13 +232,26 @@ class ProcessSupervisor:
     def stop(self, timeout_s: float = 30.0) -> int | None:
         """Ask the child to finish (SIGTERM), wait, SIGKILL when late; returns its exit code."""
         self._wanted = False
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return None if self.proc is None else terminate(self.proc, timeout_s)
+
+
+def terminate(
+    proc: subprocess.Popen[bytes], timeout_s: float, kill: Callable[[], object] | None = None
+) -> int | None:
+    """Ask ``proc`` to finish (SIGTERM) and wait up to ``timeout_s`` seconds; when it is late,
+    ``kill`` it (default: SIGKILL and wait; a caller may end its whole process tree).
+
+    Returns:
+        Its exit code (negative: the signal that ended it); None when ``kill`` left it running.
+    """
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            if kill is None:
+                proc.kill()
+                proc.wait()
+            else:
+                kill()
+    return proc.returncode

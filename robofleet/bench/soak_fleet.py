@@ -19,6 +19,7 @@ from foundation.runspec import RunSpec
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Run, RunState
 from robofleet.bench.soak_probe import children_map, cmdline, descendants
+from runs.supervisor import terminate
 
 LIVE = (RunState.RUNNING, RunState.DEGRADED)
 ENDED = (RunState.FINISHED, RunState.STOPPED, RunState.CRASHED)
@@ -71,11 +72,7 @@ class CloudProcess:
         if self.proc is None:
             return 0
         pids = [*descendants(self.proc.pid), self.proc.pid]
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _sigkill(pids)
         self.proc.wait(30)
         return len(pids)
 
@@ -83,18 +80,8 @@ class CloudProcess:
         """SIGTERM (runs checkpoint and let go), wait, else :meth:`kill`; its exit code."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        left = descendants(self.proc.pid)
-        for pid in left:  # Ray's processes that outlived their driver
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        terminate(self.proc, timeout_s, self.kill)
+        _sigkill(descendants(self.proc.pid))  # Ray's processes that outlived their driver
         return self.proc.returncode
 
     def roles(self) -> dict[str, list[int]]:
@@ -112,6 +99,15 @@ class CloudProcess:
             else:
                 out["ray"].append(child)
         return out
+
+
+def _sigkill(pids: Sequence[int]) -> None:
+    """SIGKILL each of ``pids``; one that is gone already is skipped."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 # Metadata retention at caps a 3-minute cycle reaches (like the buffer's small segments), so a

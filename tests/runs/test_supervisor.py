@@ -1,9 +1,10 @@
 """ProcessSupervisor with real child processes: restart with backoff, crash loop, a child's
-refusal (never restarted), clean stop."""
+refusal (never restarted), clean stop; ``terminate`` of a child late to exit."""
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from runs.supervisor import (
     CrashWindow,
     ProcessSupervisor,
     RestartPolicy,
+    terminate,
 )
 
 FAST = RestartPolicy(initial_s=0.1, max_s=0.4, stable_after_s=60, max_restarts=3, window_s=60)
@@ -169,3 +171,28 @@ def test_crash_window_counts_crashes_within_the_window_only() -> None:
     assert window.looping  # 3 crashes > 2 restarts within 10 s
     assert window.record(11.5) == 2  # the crashes at 0 and 1 s left the window
     assert not window.looping
+
+
+def _ignoring_sigterm() -> subprocess.Popen[bytes]:
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+    code += " print('ready', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_terminate_kills_a_child_that_ignores_sigterm_its_callers_way() -> None:
+    plain = _ignoring_sigterm()
+    assert terminate(plain, 0.5) == -signal.SIGKILL  # SIGKILL after the wait
+    own = _ignoring_sigterm()
+    killed: list[int] = []
+
+    def kill() -> None:  # e.g. the soak's cloud: its whole process tree
+        killed.append(own.pid)
+        own.kill()
+        own.wait()
+
+    assert terminate(own, 0.5, kill) == -signal.SIGKILL and killed == [own.pid]
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    assert terminate(done, 0.5, kill) == 0 and killed == [own.pid]  # nothing to end
