@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 from comms.cloud.enrollment_tokens import DRIVER_PATTERN, KEY_PATTERN
 from foundation.store.accounts import Role
@@ -186,8 +186,21 @@ class EnrollmentRequest(BaseModel):
         description="--driver-option KEY=VALUE each (a value not a string is written as JSON)",
     )
     operator: str | None = Field(
-        default=None, pattern=_KIND, description="none, scripted, keyboard, gamepad, ..."
+        default=None,
+        pattern=_KIND,
+        description="none, scripted, keyboard, gamepad, lerobot, spacemouse",
     )
+    operator_options: dict[Key, JsonValue] = Field(
+        default_factory=dict,
+        description="--operator-option KEY=VALUE each, for lerobot or spacemouse "
+        "(a value not a string is written as JSON)",
+    )
+
+    @model_validator(mode="after")
+    def _options_need_an_operator(self) -> EnrollmentRequest:
+        if self.operator_options and not self.operator:
+            raise ValueError("operator_options need an operator (lerobot, spacemouse)")
+        return self
 
 
 class EnrollmentCreated(BaseModel):

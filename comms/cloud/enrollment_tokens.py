@@ -46,34 +46,40 @@ def edge_command(
     driver: str | None = None,
     driver_options: Mapping[str, Any] | None = None,
     operator: str | None = None,
+    operator_options: Mapping[str, Any] | None = None,
 ) -> str:
     """The shell line ``robofleet edge --server S --token T --robot R [--driver D]
-    [--driver-option K=V ...] [--operator O]``, every argument quoted for a POSIX shell.
+    [--driver-option K=V ...] [--operator O [--operator-option K=V ...]]``, every argument
+    quoted for a POSIX shell.
 
-    A driver option whose value is not a string is written as JSON, which ``robofleet edge``
-    parses back to the same value; options left out take the robot computer's defaults.
+    An option whose value is not a string is written as JSON, which ``robofleet edge`` parses
+    back to the same value; options left out take the robot computer's defaults.
 
     Raises:
-        ValueError: a driver option's key is not ``KEY_PATTERN``, named.
+        ValueError: a driver or operator option's key is not ``KEY_PATTERN``, named; operator
+            options without an operator.
     """
     # ``--token=T``: a token may start with "-", which argparse would take for an option.
     args = ["robofleet", "edge", "--server", server, f"--token={token}", "--robot", robot_name]
     if driver:
         args += ["--driver", driver]
-    args += _driver_option_args(driver_options or {})
+    args += _option_args(driver_options or {}, "driver")
     if operator:
         args += ["--operator", operator]
+    args += _option_args(operator_options or {}, "operator")
+    if operator_options and not operator:
+        raise ValueError("operator options need an operator (lerobot, spacemouse)")
     return shlex.join(args)
 
 
-def _driver_option_args(options: Mapping[str, Any]) -> list[str]:
-    """``--driver-option KEY=VALUE`` for each option (VALUE as JSON unless a string)."""
+def _option_args(options: Mapping[str, Any], of: str) -> list[str]:
+    """``--{of}-option KEY=VALUE`` for each option (VALUE as JSON unless a string)."""
     out: list[str] = []
     for key, value in options.items():
         if not _KEY.match(key):
-            raise ValueError(f"driver option {key!r}: a key is 1-64 of [A-Za-z0-9_.-]")
+            raise ValueError(f"{of} option {key!r}: a key is 1-64 of [A-Za-z0-9_.-]")
         text = value if isinstance(value, str) else json.dumps(value)
-        out += ["--driver-option", f"{key}={text}"]
+        out += [f"--{of}-option", f"{key}={text}"]
     return out
 
 
@@ -88,6 +94,7 @@ def issue_enrollment(
     driver: str | None = None,
     driver_options: Mapping[str, Any] | None = None,
     operator: str | None = None,
+    operator_options: Mapping[str, Any] | None = None,
     actor: str = "system",
 ) -> IssuedEnrollment:
     """Create a one-time token valid for ``ttl`` and the command a robot computer runs with it
@@ -96,10 +103,18 @@ def issue_enrollment(
     ``robot_type`` (else its driver's) and gets ``tags`` (what run specs select robots by).
 
     Raises:
-        ValueError: a driver option's key or the driver's form is invalid (nothing is
-            created).
+        ValueError: a driver or operator option's key or the driver's form is invalid, or
+            operator options come without an operator (nothing is created).
     """
-    _driver_option_args(driver_options or {})  # a bad option creates no token
+    # A bad option creates no token: the command is checked first.
+    edge_command(
+        server,
+        "T",
+        "NAME",
+        driver_options=driver_options,
+        operator=operator,
+        operator_options=operator_options,
+    )
     if driver and not _DRIVER.match(driver):
         raise ValueError(
             f"driver {driver!r}: a built-in kind or entry point name, or module.path:ClassName"
@@ -115,5 +130,6 @@ def issue_enrollment(
         driver=driver,
         driver_options=driver_options,
         operator=operator,
+        operator_options=operator_options,
     )
     return IssuedEnrollment(token=token, expires_at=expires, command=command)

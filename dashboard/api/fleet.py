@@ -356,6 +356,7 @@ def create_enrollment_token(
         driver=body.driver,
         driver_options=body.driver_options,
         operator=body.operator,
+        operator_options=body.operator_options,
         actor=principal.actor,
     )
     return EnrollmentCreated(

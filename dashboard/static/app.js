@@ -261,7 +261,7 @@ pages.enroll = () => {
     ]);
   }
   onSubmit(form, async () => {
-    const body = readForm(form, [], ["tags"], ["driver_options"]);
+    const body = readForm(form, [], ["tags"], ["driver_options", "operator_options"]);
     if (body.ttl_minutes !== undefined) body.ttl_s = Math.round(body.ttl_minutes * 60);
     delete body.ttl_minutes;
     const r = await api("POST", "/api/enrollment-tokens", body);

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from comms.cloud.enrollment_tokens import DRIVER_PATTERN, KEY_PATTERN, issue_enrollment
-from hal.drivers import KINDS_HELP
+from hal.drivers import KINDS_HELP, parse_options
 from robofleet.commands.edge import OPERATORS, driver_options
 
 
@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a driver option, as `robofleet edge --driver-option` takes it",
     )
     e.add_argument("--operator", default=None, choices=OPERATORS, help="its operator device")
+    e.add_argument(
+        "--operator-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an operator option, as `robofleet edge --operator-option` takes it",
+    )
     e.add_argument(
         "--server",
         default=None,
@@ -86,6 +93,7 @@ def main(argv: Sequence[str] = ()) -> int:
         if args.ttl_minutes is not None and not 0 < args.ttl_minutes <= 30 * 24 * 60:
             raise ValueError(f"--ttl-minutes {args.ttl_minutes:g}: between 0 and 30 days")
         tags, options = tags_from(args.tag), driver_options(args.driver_option)
+        operator_options = parse_options(args.operator_option, "--operator-option")
         # Only the form: the lab's own driver is installed on its robot computer, not here.
         if args.driver is not None and not re.match(DRIVER_PATTERN, args.driver):
             raise ValueError(f"--driver {args.driver!r}: {KINDS_HELP}")
@@ -110,6 +118,7 @@ def main(argv: Sequence[str] = ()) -> int:
             driver=args.driver,
             driver_options=options,
             operator=args.operator,
+            operator_options=operator_options,
             actor="cli",
         )
     finally:

@@ -96,7 +96,8 @@ def test_enroll_with_tags_driver_and_operator_shows_the_edge_command(
         "tags": {"site": "lab-a"},
         "driver": "gymnasium",
         "driver_options": options,
-        "operator": "keyboard",
+        "operator": "lerobot",
+        "operator_options": {"type": "so101_leader", "port": "/dev/ttyACM0"},
     }
     r = op.post("/api/enrollment-tokens", json=body)
     assert r.status_code == 201, r.text
@@ -107,7 +108,8 @@ def test_enroll_with_tags_driver_and_operator_shows_the_edge_command(
         "panda-1",
         driver="gymnasium",
         driver_options=options,
-        operator="keyboard",
+        operator="lerobot",
+        operator_options={"type": "so101_leader", "port": "/dev/ttyACM0"},
     )
     assert "--run" not in command
     assert op.get("/api/enrollment-tokens").json()[0]["tags"] == {"site": "lab-a"}
@@ -118,6 +120,7 @@ def test_enroll_with_tags_driver_and_operator_shows_the_edge_command(
         ({"tags": {"bad key": "v"}}, ["body", "tags", "bad key", "[key]"]),
         ({"driver": "Meta World"}, ["body", "driver"]),
         ({"operator": "--run"}, ["body", "operator"]),
+        ({"operator_options": {"type": "so101_leader"}}, ["body"]),
     ]:
         r = op.post("/api/enrollment-tokens", json=bad)
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == loc, (bad, r.text)

@@ -118,3 +118,19 @@ def test_edge_command_round_trips_through_the_edge_parser() -> None:
     assert driver_options(args.driver_option) == options
     with pytest.raises(ValueError, match="driver option 'a=b'"):
         edge_command("cloud:50051", "t", "arm-1", driver_options={"a=b": 1})
+
+
+def test_operator_options_reach_the_edge_command_from_the_cli(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--config", str(config), "robots", "enroll", "arm-1", "--operator", "spacemouse"]
+    argv += ["--operator-option", "deadzone=0.1", "--operator-option", "path=/dev/hidraw3"]
+    assert main([*argv, "--json"]) == 0
+    args = _edge_args(json.loads(capsys.readouterr().out)["command"])
+    assert args.operator == "spacemouse"
+    assert driver_options(args.operator_option) == {"deadzone": 0.1, "path": "/dev/hidraw3"}
+    # Options with no operator to take them are refused, and no token is made.
+    with pytest.raises(ValueError, match="operator options need an operator"):
+        edge_command("cloud:50051", "t", "arm-1", operator_options={"type": "so101_leader"})
+    with pytest.raises(ValueError, match="operator option 'a b'"):
+        edge_command("c:1", "t", "arm-1", operator="lerobot", operator_options={"a b": 1})
