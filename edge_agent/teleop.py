@@ -17,6 +17,11 @@ built. robofleet's own options (not config fields):
 * ``action_map``: a JSON object ``{teleoperator key: robot action name or null}`` renaming the
   device's action keys onto the robot's per-dimension action names (null drops a key).
 * ``handover_s`` (default 2.0): seconds an actuated leader takes to reach the follower.
+* ``gripper_values`` (default ``[1, -1]`` for ``gamepad`` and ``keyboard_ee``): the robot's
+  gripper action for LeRobot's close and open commands. Those devices give a gripper
+  *command* (LeRobot's ``GripperAction``: 0 close, 1 stay, 2 open), not a position; the
+  operator turns it into the robot's value, holding the last one on "stay" (a new episode
+  starts open). ``none`` passes the device's value through.
 
 Actions: the device's ``action_features`` name its keys (``{"shoulder_pan.pos": float, ...}``,
 or ``{"dtype", "shape", "names"}`` for end-effector devices); each must name one dimension of
@@ -46,6 +51,10 @@ and ``failure``. Enter on the takeover keyboard says the cell is set up again af
 by hand (``edge_agent.resets``). LeRobot's keyboard_ee forgets pressed keys with each events
 read, so a key moves the robot for the step after its press (a held key goes on by the
 keyboard's autorepeat).
+
+A device that stops answering (unplugged, its bus lost) never ends the run: while taken over
+the robot holds (end-effector deltas of 0, or the follower's own pose for joint targets) with
+the reason ``device_lost``; an autonomous robot goes on; each step tries the device again.
 
 LeRobot 0.6's ``keyboard`` type reports pressed keys, not an action, and is refused; its
 ``keyboard_ee`` type gives end-effector deltas.
@@ -80,7 +89,11 @@ OWN_OPTIONS = (
     "pedal_device",
     "action_map",
     "handover_s",
+    "gripper_values",
 )
+# Devices whose "gripper" is LeRobot's GripperAction command (0 close, 1 stay, 2 open).
+GRIPPER_COMMAND_TYPES = ("gamepad", "keyboard_ee")
+CLOSE, STAY, OPEN = 0, 1, 2
 
 
 class TeleoperatorUnavailable(ValueError):
@@ -242,12 +255,16 @@ class LeRobotOperator:
             ``observation.state`` (None: not actuated, or not driven to the follower).
         handover_s: seconds the leader takes to reach the follower (LeRobot's interpolation).
         takeover_key: the key name that toggles takeover (``on_key``).
+        gripper: ``(index in keys, close value, open value)`` when the device gives LeRobot's
+            gripper command (``GRIPPER_COMMAND_TYPES``), else None.
+        hold_state: for joint-target robots, each action dimension's index in
+            ``observation.state`` (a lost device holds the follower there); None: the
+            actions are deltas and a lost device holds with zeros.
 
     ``toggle`` / ``on_key`` may be called from any thread (a key or pedal listener); the
-    takeover or handback happens at the next ``step``.
-
-    Raises (``step``):
-        TeleoperatorUnavailable: the device stopped answering (unplugged, lost its bus).
+    takeover or handback happens at the next ``step``. A device that stops answering holds
+    the robot while taken over (reason ``device_lost``, ``lost`` says why) and is read again
+    each step.
     """
 
     def __init__(
@@ -259,6 +276,8 @@ class LeRobotOperator:
         feedback: Mapping[str, int] | None = None,
         handover_s: float = 2.0,
         takeover_key: str | None = "space",
+        gripper: tuple[int, float, float] | None = None,
+        hold_state: Sequence[int] | None = None,
     ) -> None:
         self.teleop = teleop
         self.name = name
@@ -272,6 +291,10 @@ class LeRobotOperator:
         self._lock = threading.Lock()
         self._flip = False
         self._ready = False
+        self.gripper = gripper
+        self._grip = gripper[2] if gripper else 0.0
+        self.hold_state = list(hold_state) if hold_state is not None else None
+        self.lost: str | None = None
 
     def toggle(self) -> None:
         """Switch between autonomous and taken over at the next step (a second call before
@@ -294,11 +317,41 @@ class LeRobotOperator:
             self._take_over(observation)
         elif flip:
             self._hand_back()
-        raw, command = self._read()
+        try:
+            raw, command = self._read()
+        except TeleoperatorUnavailable as exc:
+            if self.lost is None:
+                log.warning("%s; %s", exc, "holding" if self.active else "the policy goes on")
+            self.lost = str(exc)
+            if not self.active:
+                return OperatorInput(False, None, None, "")
+            return OperatorInput(True, self._hold(observation), None, "device_lost")
+        if self.lost is not None:
+            log.warning("teleoperator %s answers again", self.name)
+            self.lost = None
         if not self.active:
             return OperatorInput(False, None, command, "")
         action = np.asarray([float(raw[k]) for k in self.keys], dtype=np.float32)
+        if self.gripper is not None:
+            index, close, open_ = self.gripper
+            command_value = round(float(action[index]))
+            if command_value == CLOSE:
+                self._grip = close
+            elif command_value == OPEN:
+                self._grip = open_
+            action[index] = self._grip
         return OperatorInput(True, action, command, "teleop")
+
+    def _hold(self, observation: Observation) -> np.ndarray:
+        """The action that keeps the robot where it is: the follower's pose for joint
+        targets, zero deltas (the gripper as last commanded) otherwise."""
+        if self.hold_state is not None:
+            state = np.asarray(observation["observation.state"], dtype=np.float32)
+            return state[self.hold_state].astype(np.float32)
+        action = np.zeros(len(self.keys), dtype=np.float32)
+        if self.gripper is not None:
+            action[self.gripper[0]] = self._grip
+        return action
 
     def _read(self) -> tuple[Mapping[str, Any], str | None]:
         """The device's action (read every step, which also drains its event queue) and
@@ -336,14 +389,19 @@ class LeRobotOperator:
         self.takeovers += 1
 
     def _hand_back(self) -> None:
-        if self.feedback is not None:
-            self.teleop.enable_torque()  # the leader holds where the person left it
         self.active = False
+        if self.feedback is not None:
+            try:
+                self.teleop.enable_torque()  # the leader holds where the person left it
+            except Exception as exc:  # a lost bus: the robot is autonomous regardless
+                log.warning("teleoperator %s: torque not re-enabled (%s)", self.name, exc)
 
     def reset(self) -> None:
-        """A new episode starts autonomous."""
+        """A new episode starts autonomous, its gripper open."""
         with self._lock:
             self._flip = False
+        if self.gripper is not None:
+            self._grip = self.gripper[2]
         if self.active:
             self._hand_back()
 
@@ -488,13 +546,64 @@ def make_lerobot_operator(
             feedback = _feedback_index(teleop, action_map, observation_features, name)
     takeover_key = options.get("takeover_key", "space")
     takeover_key = None if takeover_key in (None, "none") else str(takeover_key)
+    gripper = _gripper_command(config.type, keys, options.get("gripper_values", "default"))
+    hold_state = _state_indices(robot_action_names(action_features), observation_features)
     _connect(teleop, config, name)
     op = LeRobotOperator(
-        teleop, name, keys, feedback=feedback, handover_s=handover_s, takeover_key=takeover_key
+        teleop,
+        name,
+        keys,
+        feedback=feedback,
+        handover_s=handover_s,
+        takeover_key=takeover_key,
+        gripper=gripper,
+        hold_state=hold_state,
     )
     if listen:
         _listen(op, options)
     return op
+
+
+def _gripper_command(
+    type_name: str, keys: Sequence[str], values: Any
+) -> tuple[int, float, float] | None:
+    """``(index, close, open)`` of the robot dimension filled by the device's gripper command.
+
+    Raises:
+        ValueError: ``gripper_values`` is not ``none`` or a JSON list of two numbers.
+    """
+    if "gripper" not in keys or values in (None, "none"):
+        return None
+    if values == "default":
+        if type_name not in GRIPPER_COMMAND_TYPES:
+            return None
+        values = [1.0, -1.0]
+    parsed = values
+    if isinstance(values, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            parsed = json.loads(values)
+    if not (
+        isinstance(parsed, list)
+        and len(parsed) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in parsed)
+    ):
+        raise ValueError(
+            f"--operator-option gripper_values={values!r}: expected [close, open] (two numbers) "
+            "or none"
+        )
+    return keys.index("gripper"), float(parsed[0]), float(parsed[1])
+
+
+def _state_indices(
+    keys: Sequence[str], observation_features: Mapping[str, Any]
+) -> list[int] | None:
+    """Each action dimension's index in ``observation.state`` when every one is there by
+    name (joint targets), else None (deltas)."""
+    state = observation_features.get("observation.state")
+    names = [str(n) for n in (state.get("names") if isinstance(state, Mapping) else None) or []]
+    if not names or any(k not in names for k in keys):
+        return None
+    return [names.index(k) for k in keys]
 
 
 def _listen(op: LeRobotOperator, options: Mapping[str, Any]) -> None:

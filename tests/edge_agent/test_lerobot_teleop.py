@@ -152,8 +152,9 @@ def test_keyboard_takes_over_a_metaworld_arm_and_hands_back(kb, tmp_path):
     # the person's "s" at step 5 ends the episode after step 6 as a success
     assert rows.column("is_intervention").to_pylist() == [False] * 2 + [True] * 2 + [False] * 3
     executed = np.stack(rows.column("action").to_numpy(zero_copy_only=False))
-    # keyboard_ee: left = +x; right shift = +z; gripper 1 = stay, left ctrl = 0 (close)
-    assert np.allclose(executed[2], [1, 0, 0, 1]) and np.allclose(executed[3], [0, 0, 1, 0])
+    # keyboard_ee: left = +x; right shift = +z; its gripper command 1 (stay) keeps the episode's
+    # open gripper (-1), left ctrl's 0 (close) closes it (+1): gripper_values' default
+    assert np.allclose(executed[2], [1, 0, 0, -1]) and np.allclose(executed[3], [0, 0, 1, 1])
     assert np.allclose(executed[[0, 1, 4, 5, 6]], -0.25)
     assert rows.column("terminated").to_pylist()[-1] is True
     op.close()  # LeRobot's disconnect stops its listener
@@ -183,7 +184,7 @@ def test_a_keyboard_takeover_hands_back_to_a_fresh_chunk(kb, tmp_path):
     assert planned[:5] == [(1, 0), (1, 1), (1, 2), (2, 0), (3, 0)]
     assert planned[5:8] == [(3, 1), (3, 2), (3, 3)]
     executed = np.stack(rows.column("action").to_numpy(zero_copy_only=False))
-    assert np.allclose(executed[2:4], [0, 0, 0, 1])  # no key held: hold still, gripper stays
+    assert np.allclose(executed[2:4], [0, 0, 0, -1])  # no key held: hold still, gripper open
     op.close()
 
 
@@ -214,6 +215,13 @@ def test_an_actuated_leader_is_driven_to_the_follower_before_the_person_takes_ov
     assert out.is_intervention and np.allclose(out.action, obs["observation.state"])
     leader.move(shoulder_pan=32.0)  # the person moves it
     assert op.step(obs, proposed).action[0] == 32.0
+    # The leader's bus fails mid-takeover: the follower holds at its own pose, nothing raises.
+    leader.fail_reads = True
+    held = op.step(obs, proposed)
+    assert held.reason == "device_lost" and np.allclose(held.action, obs["observation.state"])
+    assert op.lost is not None and "fake_leader" in op.lost
+    leader.fail_reads = False
+    assert op.step(obs, proposed).action[0] == 32.0 and op.lost is None
     op.toggle()
     assert not op.step(obs, proposed).is_intervention and leader.torque  # held again
     op.close()
@@ -303,3 +311,51 @@ def test_a_gamepad_that_is_not_there_is_refused_when_the_agent_is_built(monkeypa
             robot.observation_features,
             listen=False,
         )
+
+
+def test_a_lost_keyboard_holds_a_taken_over_arm_and_the_run_goes_on(kb, tmp_path, caplog):
+    def unplug() -> None:
+        def gone() -> None:
+            raise OSError("No such device")
+
+        op.teleop.get_action = gone
+
+    def replug() -> None:
+        del op.teleop.get_action  # the class's own method again
+
+    at = AtStep(
+        {
+            1: lambda: (op.on_key("space"), kb.press(kb.Key.left)),
+            2: lambda: (kb.press(kb.Key.ctrl_l), unplug()),
+            4: replug,
+            5: lambda: op.on_key("space"),
+        }
+    )
+    robot = _named_point(10, at)
+    op = _keyboard_ee(robot, tmp_path)
+    policy = BiasPolicy()
+    policy.bias[:] = 0.5
+    agent = make_agent(tmp_path, robot, policy, operator=op)
+    with caplog.at_level("WARNING"):
+        agent.run(episodes=1)
+    rows = spooled_rows(agent.uplink.spool)
+    assert rows.num_rows == 10  # the episode ran to its end
+    flags = rows.column("is_intervention").to_pylist()
+    assert flags == [False, False, True, True, True, True, False, False, False, False]
+    executed = np.stack(rows.column("action").to_numpy(zero_copy_only=False))
+    assert np.allclose(executed[3:5], [0, 0, 0, -1])  # held still while the device is gone
+    assert np.allclose(executed[6:], 0.5)
+    assert "stopped answering" in caplog.text and "answers again" in caplog.text
+    op.close()
+
+
+def test_gripper_values_are_checked_by_name(kb, tmp_path):
+    robot = _named_point(5, AtStep({}))
+    with pytest.raises(ValueError, match="gripper_values='wide'"):
+        _keyboard_ee(robot, tmp_path, gripper_values="wide")
+    op = _keyboard_ee(robot, tmp_path, gripper_values="[0.0, 1.0]")
+    assert op.gripper == (3, 0.0, 1.0)
+    op.close()
+    op = _keyboard_ee(robot, tmp_path, gripper_values="none")
+    assert op.gripper is None
+    op.close()

@@ -28,6 +28,7 @@ class FakeLeader(Teleoperator):
         self.torque = False
         self.positions = dict.fromkeys(MOTORS, 0.0)
         self.feedback: list[dict[str, float]] = []
+        self.fail_reads = False  # the bus stops answering (a cable pulled mid-takeover)
 
     @property
     def action_features(self) -> dict[str, type]:
@@ -59,6 +60,10 @@ class FakeLeader(Teleoperator):
     def get_action(self) -> dict[str, float]:
         if not self._connected:
             raise RuntimeError(f"{self} is not connected")
+        if self.fail_reads:
+            raise ConnectionError(
+                "Failed to sync read 'Present_Position' on ids=[1, 2, 3, 4, 5, 6]"
+            )
         return {f"{m}.pos": v for m, v in self.positions.items()}
 
     def send_feedback(self, feedback: dict[str, Any]) -> None:
