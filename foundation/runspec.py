@@ -334,6 +334,43 @@ class RewardSpec(_Strict):
     classifier: ClassifierSpec = Field(default_factory=ClassifierSpec)
 
 
+class HelpSpec(_Strict):
+    """When a robot asks a person for help (``help:``), before it fails.
+
+    ``risk`` is the signal the robot computes at every step, without a simulator's help:
+    ``probe`` (a small probe on the policy's hidden activations, trained in the cloud from the
+    run's own steps: positive when an operator took over or a failure verdict came within
+    ``probe_horizon`` steps; shipped beside the policy like the reward classifier) or
+    ``ensemble`` (the spread of the actions of the last ``ensemble_members`` policy versions
+    the robot applied, on the same observation); ``none``: robots never ask. A risk at or
+    above ``threshold`` opens one request; the next needs the risk to fall below
+    ``threshold - hysteresis`` first and ``cooldown_steps`` steps after the last one ended.
+    """
+
+    risk: Literal["probe", "ensemble", "none"] = "none"
+    threshold: float = Field(default=0.5, ge=0, le=1, description="Risk (0-1) that asks.")
+    hysteresis: float = Field(
+        default=0.1, ge=0, le=1, description="How far the risk falls before it may ask again."
+    )
+    cooldown_steps: int = Field(
+        default=20, ge=0, description="Steps after a request ends before the next may open."
+    )
+    while_waiting: Literal["hold", "continue"] = Field(
+        default="hold",
+        description="hold: the robot sends no action until answered or expired; continue: the "
+        "policy goes on acting.",
+    )
+    timeout_s: float = Field(
+        default=60.0, gt=0, description="Seconds a request waits before it expires."
+    )
+    probe_horizon: int = Field(
+        default=10, ge=1, le=1000, description="K: steps ahead a probe label looks."
+    )
+    ensemble_members: int = Field(
+        default=3, ge=2, le=8, description="Policy versions the ensemble compares."
+    )
+
+
 class StopSpec(_Strict):
     minutes: float | None = Field(default=None, gt=0)
     env_steps: int | None = Field(default=None, gt=0)
@@ -360,6 +397,7 @@ class RunSpec(_Strict):
     publish: PublishSpec = Field(default_factory=PublishSpec)
     evaluation: EvalSpec = Field(default_factory=EvalSpec)
     reward: RewardSpec = Field(default_factory=RewardSpec)
+    help: HelpSpec = Field(default_factory=HelpSpec)
     stop: StopSpec = Field(default_factory=StopSpec)
 
     @field_validator("tasks")

@@ -4,4 +4,4 @@ tokens (``accounts``), run metrics (``metrics``), run records and their state ch
 
 # Every table module, so Base.metadata (and Alembic's comparison) holds the whole schema
 # whichever module a process imports first.
-from foundation.store import accounts, metrics, models  # noqa: F401
+from foundation.store import accounts, help_requests, metrics, models  # noqa: F401

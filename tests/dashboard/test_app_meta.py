@@ -69,10 +69,13 @@ def test_pages_load_only_local_assets(anon: TestClient) -> None:
 def test_latest_migrations_match_models_and_downgrade(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/m.db"
     upgrade(url)
-    assert current_revision(url) == "0004"
+    assert current_revision(url) == "0005"
     engine = make_engine(url)
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    command.downgrade(alembic_config(url), "0004")  # 0005: robots' help requests
+    with engine.connect() as conn:
+        assert "help_requests" not in inspect(conn).get_table_names()
     command.downgrade(alembic_config(url), "0003")  # 0004: tokens give their tags to robots
     with engine.connect() as conn:
         columns = {c["name"] for c in inspect(conn).get_columns("enrollment_tokens")}
@@ -83,7 +86,7 @@ def test_latest_migrations_match_models_and_downgrade(tmp_path: Path) -> None:
     assert not {"users", "api_tokens", "metrics"} & tables and "runs" in tables
     engine.dispose()
     upgrade(url)
-    assert current_revision(url) == "0004"
+    assert current_revision(url) == "0005"
 
 
 def _dashboard_env(tmp_path: Path) -> dict[str, str]:
