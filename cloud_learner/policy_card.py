@@ -24,7 +24,7 @@ of robofleet's policies, ``norm_*`` of the LeRobot adapter), so they travel with
 A version of a ``reward.source: classifier`` run also carries the reward classifier's tensors
 (``cloud_learner.reward_classifier.PREFIX``): :func:`split_card`, through which every loader of
 a version's policy goes (robots, the evaluator, starting weights from ``promoted.safetensors``),
-leaves them out.
+leaves them out, and those of a ``help.risk: probe`` run's probe (``cloud_learner.help_probe``).
 
 Weights without a card (published before cards existed) are HG-DAgger MLP weights: they load
 into the caller's fallback MLP as before.
@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from cloud_learner.help_probe import strip as strip_probe
 from cloud_learner.policies.base import INDICATOR_POSITIVE, PolicySpec, TorchPolicy
 from cloud_learner.policies.flow import FlowMatchingPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
@@ -187,8 +188,8 @@ def card_for(algorithm: str, policy: Any) -> PolicyCard:
 
 def split_card(weights: Mapping[str, Any]) -> tuple[PolicyCard | None, dict[str, Any]]:
     """(card or None, the policy's weights: without the card and without a reward classifier's
-    tensors). Raises PolicyCardError on an unreadable card."""
-    rest = {k: v for k, v in strip_classifier(weights).items() if k != CARD_KEY}
+    tensors nor a help probe's). Raises PolicyCardError on an unreadable card."""
+    rest = {k: v for k, v in strip_probe(strip_classifier(weights)).items() if k != CARD_KEY}
     if CARD_KEY not in weights:
         return None, rest
     raw = weights[CARD_KEY]

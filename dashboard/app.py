@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dashboard import accounts, bodies
 from dashboard.accounts import Principal
-from dashboard.api import audit, auth, fleet, policies, runs
+from dashboard.api import audit, auth, fleet, help_requests, policies, runs
 from dashboard.api.common import AUTH_ERRORS
 from dashboard.config import AppSettings
 from dashboard.deps import SESSION_COOKIE, require_viewer
@@ -89,7 +89,7 @@ def create_app(
     )
     registry = make_registry(store)
 
-    for module in (auth, fleet, runs, policies, audit):
+    for module in (auth, fleet, runs, help_requests, policies, audit):
         app.include_router(module.router, prefix="/api")
     generate = app.openapi
 

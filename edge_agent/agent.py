@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -34,6 +35,8 @@ from edge_agent.core import (
 from edge_agent.episodes import EpisodeLog, MarkOutbox
 from edge_agent.evaluation import SuccessTally, is_evaluation, scored_by
 from edge_agent.heartbeat import HeartbeatLoop
+from edge_agent.help import HelpDesk
+from edge_agent.help_risk import RiskSource
 from edge_agent.holds import Holds
 from edge_agent.human_cost import HumanCost
 from edge_agent.operators import NoOperator
@@ -85,6 +88,8 @@ class EdgeAgent:
         demonstrations: task -> demonstration episodes to record first (module docstring).
         rewards: where each stored step's reward comes from (the run's ``reward.source``,
             :mod:`edge_agent.rewards`; default: the driver's).
+        helpdesk / risk: the run's help requests (:mod:`edge_agent.help`) and the risk they
+            come from (:mod:`edge_agent.help_risk`); None: the robot never asks.
     """
 
     def __init__(
@@ -102,6 +107,8 @@ class EdgeAgent:
         heartbeat: Heartbeat | None = None,
         demonstrations: Mapping[str, int] | None = None,
         rewards: RewardSource | None = None,
+        helpdesk: HelpDesk | None = None,
+        risk: RiskSource | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("an edge agent needs at least one task")
@@ -129,12 +136,21 @@ class EdgeAgent:
         )
         self.state = "idle"
         self._stop = threading.Event()
-        self._applier = WeightApplier(weights, runner, settings, self.stats, self.rewards)
+        self.helpdesk = helpdesk
+        self.risk = risk
+        if helpdesk is not None:
+            helpdesk.on_change = self._heartbeats.soon
+            self.control.on_help = helpdesk.answered
+        offers = [risk.offer_weights] if risk is not None else []
+        self._applier = WeightApplier(
+            weights, runner, settings, self.stats, self.rewards, also=offers
+        )
         self._holds = Holds(self.control, uplink, self._stop, self.stats)
         self._episodes = EpisodeLog(spool_dir)
         self.tally = SuccessTally()
         self.marks = MarkOutbox(spool_dir)
         self._redo: str | None = None  # the task of a rerecorded episode, recorded next
+        self._help_hold_s = 0.0
         done = self._episodes.demonstrations()
         self._demos_left = {
             t: n - done.get(t, 0) for t, n in (demonstrations or {}).items() if n > done.get(t, 0)
@@ -230,6 +246,9 @@ class EdgeAgent:
         out.update(self.human.report())
         out["reset_paused"] = float(self._resets.timed_out)
         out["reset_timeouts"] = float(self._resets.timeouts)
+        if self.helpdesk is not None:
+            out.update(self.helpdesk.report())
+            out["help_hold_s"] = self._help_hold_s
         return out
 
     def run(self, episodes: int | None = None, task: str | None = None) -> dict[str, float]:
@@ -327,6 +346,8 @@ class EdgeAgent:
         self.runner.reset()
         self.operator.reset()
         self.rewards.reset()
+        if self.helpdesk is not None:
+            self.helpdesk.begin_episode()
         ids = {
             "robot_id": self.robot_id,
             "run_id": self.run_id,
@@ -349,9 +370,15 @@ class EdgeAgent:
         else:
             if self._applier.due(ep.frame):
                 self._applier.apply()
+            fresh = self.runner.at_chunk_boundary
             proposed, version = self.runner.act(ep.obs, ep.task_index)
             self._applier.account(version)
             op = self.operator.step(ep.obs, proposed)
+            if self.helpdesk is not None:
+                op, held = self._ask_for_help(ep, proposed, op, fresh)
+                if held:  # the step starts after the hold; timestamps skip it, as a pause's
+                    ep.clock.skip(held)
+                    start = time.monotonic()
         if ep.evaluating:  # the policy alone acts; the operator may only end the episode
             op = replace(op, is_intervention=False, action=None)
         command = op.action if (op.is_intervention and op.action is not None) else proposed
@@ -368,6 +395,8 @@ class EdgeAgent:
         self._resets.moved()
         intervening = self._claimed_by_operator(op)
         self.human.step(ep.task, intervening)
+        if self.helpdesk is not None:
+            self.helpdesk.operator_step(intervening, type(self.operator).__name__)
         if hasattr(self.runner, "last_executed"):
             self.runner.last_executed = executed
         next_obs = self.driver.get_observation()
@@ -413,6 +442,34 @@ class EdgeAgent:
         # A cloud e-stop or pause wakes the loop at once; anything else sleeps on.
         ep.clock.wait_next(now, self.control.wait, self._interrupted)
         return True
+
+    def _ask_for_help(
+        self, ep: _Episode, proposed: np.ndarray, op: OperatorInput, fresh: bool
+    ) -> tuple[OperatorInput, float]:
+        """The step's risk to the help desk; while a request waits and the run says ``hold``,
+        the robot sends nothing and polls its operator every control period until a person
+        takes over (that input acts at this step), the request is answered or expires (the
+        policy's action goes on), or a stop or cloud hold comes. Returns the step's operator
+        input and the seconds held."""
+        assert self.helpdesk is not None
+        desk = self.helpdesk
+        risk = None
+        if self.risk is not None and ep.demonstrating is False:
+            risk = self.risk.risk(ep.obs, ep.task_index, proposed, fresh)
+        eligible = not ep.evaluating and not op.is_intervention
+        desk.observe(risk, ep.index, ep.frame, eligible)
+        if not desk.holds or op.is_intervention:
+            return op, 0.0
+        t0 = time.monotonic()
+        while desk.holds and not self._interrupted():
+            self.control.wait(self.period)
+            desk.expire_due()
+            op = self.operator.step(ep.obs, proposed)
+            if op.is_intervention or op.command:
+                break
+        held = time.monotonic() - t0
+        self._help_hold_s += held
+        return op, held
 
     def _proposed_success(self, ep: _Episode, scored: Scored) -> Scored:
         """The reward source proposed success at this step: the episode ends here, labelled
@@ -505,6 +562,8 @@ class EdgeAgent:
             self._episodes.forget()
             return False
         self.stats.episodes += 1
+        if self.helpdesk is not None:
+            self.helpdesk.end_episode(ep.label)
         kept = ep.label not in ("rerecord", "discard")
         self.human.episode(ep.task, ep.frame, kept and self._autonomous(ep))
         if ep.label in ("success", "failure"):
@@ -562,7 +621,16 @@ class EdgeAgent:
 
     def _send_heartbeat(self) -> None:
         assert self.heartbeat is not None
-        self.heartbeat(self.heartbeat_state, self.applied_version, self.report())
+        state, version, report = self.heartbeat_state, self.applied_version, self.report()
+        reports, token = self.helpdesk.outbox() if self.helpdesk is not None else ([], {})
+        if not reports:
+            self.heartbeat(state, version, report)
+            return
+        # The requests ride in the heartbeat's info (foundation.store.help_requests); they
+        # count as delivered once the call returned.
+        self.heartbeat(state, version, report, info={"help": reports})  # type: ignore[call-arg]
+        assert self.helpdesk is not None
+        self.helpdesk.delivered(token)
 
 
 def _set_realtime(priority: int) -> None:

@@ -58,6 +58,8 @@ class Assignment(BaseModel):
             ``reward.source``, ``edge_agent.rewards``): ``robot`` (the driver's),
             ``labels`` (1 on the verdict step of a success episode) or ``classifier`` (the
             reward classifier shipped beside the policy).
+        help: the run's ``help:`` section (``edge_agent.help.HelpSettings`` fields; empty:
+            the robot never asks for help).
         edge: the run's edge settings, keys of :data:`RUN_EDGE_FIELDS` only.
     """
 
@@ -72,6 +74,7 @@ class Assignment(BaseModel):
     needs_operator: bool = False
     demonstrations: dict[str, int] = Field(default_factory=dict)
     reward_source: Literal["robot", "labels", "classifier"] = "robot"
+    help: dict[str, Any] = Field(default_factory=dict)
     edge: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("demonstrations")

@@ -23,6 +23,8 @@ from edge_agent.credential import (
     write_credential,
 )
 from edge_agent.gating import HGDaggerGate
+from edge_agent.help import HelpDesk, HelpSettings
+from edge_agent.help_risk import make_risk
 from edge_agent.inference import LocalPolicyRunner, RemotePolicyRunner
 from edge_agent.operators import Expert, make_operator
 from edge_agent.rewards import make_reward_source
@@ -76,6 +78,7 @@ class AgentOptions:
             run's demonstration phase; ``edge_agent.agent``).
         reward_source: the run's ``reward.source`` (``edge_agent.rewards``): ``robot``,
             ``labels`` or ``classifier``.
+        help: the run's ``help:`` (``edge_agent.help.HelpSettings`` fields; empty: never ask).
     """
 
     robot_name: str
@@ -94,6 +97,7 @@ class AgentOptions:
     operator_options: dict[str, Any] = field(default_factory=dict)
     demonstrations: dict[str, int] = field(default_factory=dict)
     reward_source: str = "robot"
+    help: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     credential_dir: Path | None = None
 
@@ -235,6 +239,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         heartbeat=heartbeat,
         demonstrations=opts.demonstrations,
         rewards=make_reward_source(opts.reward_source),
+        **_help(opts, runner, str(robot_id)),
     )
     if client is not None:
         from comms.robot.mark_sender import EpisodeMarkSender
@@ -246,6 +251,20 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         closers.append(listen(client, agent.control).close)  # closed before the client
     closers.insert(0, driver.disconnect)
     return BuiltAgent(agent, closers)
+
+
+def _help(opts: AgentOptions, runner: Any, robot_id: str) -> dict[str, Any]:
+    """The agent's ``helpdesk`` and ``risk`` keywords for the run's ``help:`` (none when it
+    asks for no help).
+
+    Raises:
+        ValueError: a risk this robot cannot compute (e.g. remote inference), named.
+    """
+    if not opts.help or opts.help.get("risk", "none") == "none":
+        return {}
+    settings = HelpSettings(**opts.help)
+    risk = make_risk(settings.risk, runner, settings.ensemble_members)
+    return {"helpdesk": HelpDesk(settings, robot_id), "risk": risk}
 
 
 def _connect(

@@ -16,6 +16,9 @@ and read by the control loop. The split of work:
   rerecord` / ``discard`` at the robot) are the operator's episode commands: the next step
   taken ends its episode and marks it never to be trained on, as the keyboard's and the
   gamepad's do (:meth:`CloudControl.take_command`).
+* **help_answered** (a person answered or dismissed a help request in the dashboard; the
+  reason is JSON ``{"key", "outcome", "by"}``) ends the robot's waiting request
+  (:mod:`edge_agent.help`).
 * **ready** (the dashboard's Ready button) tells a robot that cannot reset itself that its
   operator has set the cell up again (:mod:`edge_agent.resets`); it is taken once by the hold
   between two episodes (:meth:`CloudControl.take_ready`) and means nothing at any other time.
@@ -49,6 +52,7 @@ KINDS = (
     "rerecord",
     "discard",
     "ready",
+    "help_answered",
 )
 EPISODE_COMMANDS = ("rerecord", "discard")  # taken by the control loop at its next step
 
@@ -82,6 +86,8 @@ class CloudControl:
         self.unknown = 0
         self._command: tuple[str, str] | None = None  # episode command for the next step
         self._ready = False  # an operator's "ready" (edge_agent.resets) not yet taken
+        # Where a person's answer to a help request goes (edge_agent.help.HelpDesk.answered).
+        self.on_help: Callable[[str], object] | None = None
 
     @property
     def estopped(self) -> bool:
@@ -136,6 +142,10 @@ class CloudControl:
             with self._lock:
                 self._ready = True
             self.changed.set()  # wakes the reset hold at once
+        elif kind == "help_answered":
+            if self.on_help is not None:
+                self.on_help(reason)
+            self.changed.set()  # wakes a robot holding for help
         elif kind not in KINDS:
             self.unknown += 1
             log.warning("ignoring unknown control command %r (seq %d)", kind, seq)

@@ -26,6 +26,7 @@ class HeartbeatLoop:
     def __init__(self, beat: Callable[[], object], interval_s: float) -> None:
         self._send = beat
         self.interval_s = interval_s
+        self._soon = threading.Event()
 
     def beat(self) -> None:
         """Send one heartbeat now (from any thread); never raises."""
@@ -33,6 +34,11 @@ class HeartbeatLoop:
             self._send()
         except Exception as exc:  # a cloud outage must not stop the robot
             log.info("heartbeat failed: %s", exc)
+
+    def soon(self) -> None:
+        """Ask the background thread for a beat now (from the control loop, which must not
+        wait for the network); outside :meth:`running` the next beat carries it."""
+        self._soon.set()
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -47,9 +53,14 @@ class HeartbeatLoop:
             yield
         finally:
             stop.set()
+            self._soon.set()  # wakes the thread at once
             thread.join(5)
             self.beat()
 
     def _loop(self, stop: threading.Event) -> None:
-        while not stop.wait(self.interval_s):
+        while not stop.is_set():
+            self._soon.wait(self.interval_s)
+            self._soon.clear()
+            if stop.is_set():
+                return
             self.beat()

@@ -282,6 +282,7 @@ class RobotComputer:
             terminate_on_success=a.terminate_on_success,
             demonstrations=dict(a.demonstrations),
             reward_source=a.reward_source,
+            help=dict(a.help),
             spool_dir=spool,
             credential_dir=self.root,
             token=None,

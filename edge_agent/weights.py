@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edge_agent.config import EdgeSettings
@@ -48,7 +48,8 @@ class WeightApplier:
     """Moves versions from ``source`` into ``runner`` at safe boundaries (see the module).
 
     Each version the runner takes is also offered to ``rewards`` (the agent's reward source,
-    ``RewardSource.offer_weights``: a reward classifier shipped beside the policy).
+    ``RewardSource.offer_weights``: a reward classifier shipped beside the policy) and to each
+    of ``also`` (the help risk's ``offer_weights``: a probe shipped beside it, an ensemble).
 
     With ``source`` None every method does nothing (a robot without a weight source). A
     version the runner refuses (``set_weights`` raises ValueError) is logged, counted in
@@ -62,9 +63,11 @@ class WeightApplier:
         settings: EdgeSettings,
         stats: LoopStats,
         rewards: RewardSource | None = None,
+        also: Sequence[Callable[[Mapping[str, Any]], None]] = (),
     ) -> None:
         self.source = source
         self.rewards = rewards
+        self.also = list(also)
         self.runner = runner
         self.settings = settings
         self.stats = stats
@@ -117,6 +120,8 @@ class WeightApplier:
             self.runner.set_weights(version, tensors)
             if self.rewards is not None:
                 self.rewards.offer_weights(tensors)
+            for offer in self.also:
+                offer(tensors)
             self.stats.weight_swaps += 1
             delay = time.monotonic() - (self._newer_since or time.monotonic())
             self._newer_since = None

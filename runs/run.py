@@ -323,6 +323,9 @@ class RunDriver:
             terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
             needs_operator=self.plan.needs_operator,
             reward_source=self.spec.reward.source,
+            help=self.spec.help.model_dump(exclude={"probe_horizon"})
+            if self.spec.help.risk != "none"
+            else {},
             edge=run_edge_settings(
                 self.ctx.settings.edge,
                 self.params.control_hz,

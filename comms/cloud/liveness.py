@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from foundation.store.help_requests import HelpRequestError, record_reports
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Lease, Robot, RobotStatus, utcnow
 
@@ -28,7 +29,18 @@ def record_heartbeat(
     ``robot.stats`` keeps the stats with the reported ``state`` and ``run_id`` beside them
     (what the run driver reads to see which run a robot acts in), and ``info["refused"]``
     when there is one; ``info["robot"]`` (an idle robot computer's description: ``spec``,
-    ``driver``, ``operator``) refreshes the robot's stored spec."""
+    ``driver``, ``operator``) refreshes the robot's stored spec; ``info["help"]`` (the robot's
+    help requests, ``edge_agent.help``) goes to ``foundation.store.help_requests``.
+
+    Raises:
+        HelpRequestError: ``info["help"]`` is not a list of valid reports (named).
+    """
+    reports = (info or {}).get("help")
+    if reports is not None:
+        if not isinstance(reports, list):
+            raise HelpRequestError("info.help must be a list of help request reports")
+        if run_id:
+            record_reports(store, robot_id, run_id, reports)
     with store.session() as s:
         robot = s.get(Robot, robot_id)
         if robot is None:

@@ -47,6 +47,7 @@ CONTROL_KINDS = {
     "rerecord": pb.ControlCommand.RERECORD,
     "discard": pb.ControlCommand.DISCARD,
     "ready": pb.ControlCommand.READY,
+    "help_answered": pb.ControlCommand.HELP_ANSWERED,
 }
 
 
@@ -179,7 +180,8 @@ class CloudServer:
 
         Raises:
             ValueError: ``kind`` is not one of :data:`CONTROL_KINDS` (estop, pause, resume,
-                lease_changed, clear_estop, assign, release, rerecord, discard, ready).
+                lease_changed, clear_estop, assign, release, rerecord, discard, ready,
+                help_answered).
         """
         if kind not in CONTROL_KINDS:
             raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")

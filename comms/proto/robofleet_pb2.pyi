@@ -239,6 +239,7 @@ class ControlCommand(_message.Message):
         RERECORD: _ClassVar[ControlCommand.Kind]
         DISCARD: _ClassVar[ControlCommand.Kind]
         READY: _ClassVar[ControlCommand.Kind]
+        HELP_ANSWERED: _ClassVar[ControlCommand.Kind]
     NOOP: ControlCommand.Kind
     ESTOP: ControlCommand.Kind
     PAUSE: ControlCommand.Kind
@@ -250,6 +251,7 @@ class ControlCommand(_message.Message):
     RERECORD: ControlCommand.Kind
     DISCARD: ControlCommand.Kind
     READY: ControlCommand.Kind
+    HELP_ANSWERED: ControlCommand.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]

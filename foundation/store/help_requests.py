@@ -158,7 +158,14 @@ def record_reports(
                     step=step,
                 )
             if outcome is not None and row.outcome is None:
-                _end(s, store, row, outcome, str(rep.get("by", "")), _time(rep["ended_at"], "ended_at"))
+                _end(
+                    s,
+                    store,
+                    row,
+                    outcome,
+                    str(rep.get("by", "")),
+                    _time(rep["ended_at"], "ended_at"),
+                )
             row.takeover_steps = max(row.takeover_steps, int(rep.get("takeover_steps", 0)))
             if rep.get("label"):
                 row.label = str(rep["label"])[:16]
@@ -232,7 +239,11 @@ def figures(store: MetadataStore, run_id: str) -> dict[str, float | int | None]:
     with store.session() as s:
         rows = s.scalars(select(HelpRequest).where(HelpRequest.run_id == run_id)).all()
         counts = {o: sum(1 for r in rows if r.outcome == o) for o in OUTCOMES}
-        waits = [r.wait_s for r in rows if r.outcome in ("took_over", "dismissed") and r.wait_s is not None]
+        waits = [
+            r.wait_s
+            for r in rows
+            if r.outcome in ("took_over", "dismissed") and r.wait_s is not None
+        ]
         return {
             "requests": len(rows),
             "open": sum(1 for r in rows if r.outcome is None),

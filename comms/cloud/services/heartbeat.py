@@ -13,6 +13,7 @@ from comms.cloud.liveness import record_heartbeat
 from comms.cloud.services.common import ServerState, guarded, identify
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
+from foundation.store.help_requests import HelpRequestError
 
 
 class HeartbeatServicer(rpc.HeartbeatServicer):
@@ -33,14 +34,17 @@ class HeartbeatServicer(rpc.HeartbeatServicer):
         applied = (
             None if request.applied_policy_version < 0 else int(request.applied_policy_version)
         )
-        await asyncio.to_thread(
-            record_heartbeat,
-            self.s.store,
-            ident.robot_id,
-            request.state,
-            applied,
-            dict(request.stats),
-            request.run_id,
-            info,
-        )
+        try:
+            await asyncio.to_thread(
+                record_heartbeat,
+                self.s.store,
+                ident.robot_id,
+                request.state,
+                applied,
+                dict(request.stats),
+                request.run_id,
+                info,
+            )
+        except HelpRequestError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"info_json: {exc}")
         return pb.HeartbeatReply(server_time=time.time())
