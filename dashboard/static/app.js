@@ -382,6 +382,37 @@ pages.run = () => {
     }
     if (robotEvents.onFirstPage()) robotEvents.refresh();
     loadHumanCost();
+    loadHelp();
+  }
+  // Help requests: figures, then open requests by risk, then the rest newest first; a bar
+  // (<progress>, no inline style under the CSP) beside each wait draws it against the longest.
+  async function loadHelp() {
+    const r = await api("GET", `/api/runs/${runId}/help/summary`);
+    if (!r.ok) return;
+    const f = r.data.figures;
+    const secs = (v) => (v === null || v === undefined ? "—" : `${Number(v).toFixed(1)} s`);
+    document.getElementById("help-figures").textContent =
+      `${f.requests} requests: ${f.open} open, ${f.answered} answered (${f.took_over} taken over), ` +
+      `${f.expired} expired; median wait ${secs(f.median_wait_s)}, longest ${secs(f.max_wait_s)}.`;
+    const rows = [...r.data.recent].sort((a, b) =>
+      (a.outcome === null) !== (b.outcome === null) ? (a.outcome === null ? -1 : 1)
+        : a.outcome === null ? b.risk - a.risk : 0);
+    const longest = Math.max(1e-9, ...rows.map((q) => q.wait_s ?? 0));
+    fillTable("help-requests", rows, (q) => [
+      el("td", {}, `robot ${q.robot_id}`), el("td", {}, `${q.episode_index} · ${q.step}`),
+      el("td", {}, Number(q.risk).toFixed(2)), el("td", {}, new Date(q.requested_at).toLocaleTimeString()),
+      el("td", {}, q.outcome ?? "waiting"),
+      el("td", {}, q.wait_s === null ? "—" : [Number(q.wait_s).toFixed(1), " ",
+        el("progress", { max: String(longest), value: String(q.wait_s), title: "wait against the longest" })]),
+      el("td", {}, q.answered_by || "—"), el("td", {}, q.takeover_steps), el("td", {}, q.label || "—"),
+      el("td", { class: "actions" }, canAct("operator") && q.outcome === null
+        ? el("button", { onclick: () => answerHelp(q) }, "Dismiss") : null),
+    ]);
+  }
+  async function answerHelp(q) {
+    const r = await api("POST", `/api/runs/${runId}/help/${q.id}/answer`, { outcome: "dismissed" });
+    flash(r.ok ? `help request ${q.id}: dismissed` : errorText(r.data), r.ok ? "info" : "error");
+    loadHelp();
   }
   async function robotReady(robot) {
     const r = await api("POST", `/api/robots/${robot.id}/ready`);

@@ -63,6 +63,7 @@ def make_agent(
     tasks: tuple[str, ...] = ("reach-v3",),
     demonstrations: dict[str, int] | None = None,
     rewards: RewardSource | None = None,
+    **more: Any,
 ) -> EdgeAgent:
     settings = settings or fast_edge()
     schema = StepSchema.from_features(driver.observation_features, driver.action_features)
@@ -81,6 +82,7 @@ def make_agent(
         weights=weights,
         demonstrations=demonstrations,
         rewards=rewards,
+        **more,
     )
 
 
