@@ -193,8 +193,10 @@ class TakesOverAt(Hands):
 def test_probe_trained_on_the_robots_steps_asks_before_the_takeover(tmp_path: Path) -> None:
     torch.manual_seed(0)
     policy = MLPPolicy(PolicySpec(3, 4, hidden=16))
+    last = policy.head[-1]
+    assert isinstance(last, torch.nn.Linear)
     with torch.no_grad():
-        policy.head[-1].bias.copy_(torch.tensor([0.8, 0.3, 0.0, 0.0]))  # drifts steadily
+        last.bias.copy_(torch.tensor([0.8, 0.3, 0.0, 0.0]))  # drifts steadily
     staged = StagedWeights()
     published = with_card(policy.get_weights(), card_for("hg_dagger", policy))
     staged.offer(1, published)
