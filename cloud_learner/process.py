@@ -50,6 +50,7 @@ from buffer.service.batches import RemoteBuffer, RemoteNothingToSample
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.classifier_training import ClassifierPublisher, ClassifierTrainer
 from cloud_learner.factory import build_algorithm, model_config
+from cloud_learner.help_probe_training import ProbePublisher, ProbeTrainer
 from cloud_learner.init_weights import card_spec, load_into, read_initial
 from cloud_learner.loop import Learner
 from cloud_learner.mix_losses import TaskLossWindow, per_row_bc_loss
@@ -148,11 +149,15 @@ class RunLearner:
         remote: RemoteBuffer,
         resumed: bool,
         classifier: ClassifierTrainer | None = None,
+        probe: ProbeTrainer | None = None,
     ):
         self.plan = plan
         # ``reward.source: classifier``: the reward classifier, retrained every
         # ``classifier.every_updates`` updates (``cloud_learner.classifier_training``).
         self.classifier = classifier
+        # ``help.risk: probe``: the help probe, retrained every ``help.probe_every_updates``
+        # updates (``cloud_learner.help_probe_training``).
+        self.probe = probe
         self.params: RunParams = plan.params
         self.learner = learner
         self.source = source  # the learner's batches: the run's buffer service behind ``remote``
@@ -216,6 +221,10 @@ class RunLearner:
         if spec.reward.source == "classifier":  # the classifier travels in every version
             trainer = ClassifierTrainer(spec.reward.classifier, features, run_dir)
             publisher = ClassifierPublisher(publisher, trainer)
+        probe = None
+        if spec.help.risk == "probe":  # the probe travels in every version too
+            probe = ProbeTrainer(spec.help, run_dir)
+            publisher = ProbePublisher(publisher, probe)
         learner = Learner(
             run_dir,
             algorithm,
@@ -232,7 +241,7 @@ class RunLearner:
         except (CheckpointError, ValueError) as exc:
             remote.close()
             raise Refused(str(exc)) from None
-        return cls(plan, learner, source, remote, resumed, trainer)
+        return cls(plan, learner, source, remote, resumed, trainer, probe)
 
     def run(self, should_stop: Callable[[], bool], checkpoint_now: Callable[[], bool]) -> None:
         """Warm start (fresh runs), then update until ``should_stop``; a final checkpoint,
@@ -305,6 +314,8 @@ class RunLearner:
             metrics = {**metrics, **self.mix_losses.stats()}
         if self.classifier is not None:
             metrics = {**metrics, **self._train_classifier()}
+        if self.probe is not None:
+            metrics = {**metrics, **self._train_probe()}
         # The algorithm's own losses (e.g. SAC's critic_loss, RECAP's value_loss) go to the
         # run driver with the counters.
         self._last.update({k: float(v) for k, v in metrics.items()})
@@ -326,6 +337,17 @@ class RunLearner:
             figures = trainer.train(self.remote)
             if figures is not None:
                 learner.metrics.write(learner.step, figures, prefix="classifier")
+        return trainer.figures()
+
+    def _train_probe(self) -> dict[str, float]:
+        """Retrain the help probe when due (figures logged with prefix ``help_probe``); the
+        latest version's figures (none before the first)."""
+        trainer, learner = self.probe, self.learner
+        assert trainer is not None and learner.metrics is not None
+        if trainer.due(learner.step):
+            figures = trainer.train(self.remote, learner.algorithm.policy)
+            if figures is not None:
+                learner.metrics.write(learner.step, figures, prefix="help_probe")
         return trainer.figures()
 
     def _fit_normalization(self) -> None:

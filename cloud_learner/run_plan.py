@@ -72,9 +72,18 @@ def resolve(spec: RunSpec) -> RunSpec:
     errors = name_errors(spec.algorithm, spec.policy.kind)
     if errors:
         raise RunSpecError(errors)
+    kind = spec.policy.kind or BUILDERS[spec.algorithm].policy_kind
+    if spec.help.risk != "none" and kind.startswith("lerobot"):
+        # The probe reads a robofleet head's activations; the ensemble copies its versions.
+        raise RunSpecError(
+            {
+                "help.risk": f"{spec.help.risk} needs a robofleet policy (mlp, cnn, gaussian, "
+                f"flow-chunk), not {kind}; use help.risk: none"
+            }
+        )
     if spec.policy.kind:
         return spec
-    policy = spec.policy.model_copy(update={"kind": BUILDERS[spec.algorithm].policy_kind})
+    policy = spec.policy.model_copy(update={"kind": kind})
     return spec.model_copy(update={"policy": policy})
 
 

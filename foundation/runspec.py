@@ -369,6 +369,12 @@ class HelpSpec(_Strict):
     ensemble_members: int = Field(
         default=3, ge=2, le=8, description="Policy versions the ensemble compares."
     )
+    probe_every_updates: int = Field(
+        default=200, ge=1, description="Learner updates between trainings of the probe."
+    )
+    probe_episodes: int = Field(
+        default=50, ge=2, le=1000, description="Latest policy episodes a probe learns from."
+    )
 
 
 class StopSpec(_Strict):

@@ -323,7 +323,9 @@ class RunDriver:
             terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
             needs_operator=self.plan.needs_operator,
             reward_source=self.spec.reward.source,
-            help=self.spec.help.model_dump(exclude={"probe_horizon"})
+            help=self.spec.help.model_dump(
+                exclude={"probe_horizon", "probe_every_updates", "probe_episodes"}
+            )
             if self.spec.help.risk != "none"
             else {},
             edge=run_edge_settings(

@@ -5,9 +5,11 @@ process, over ZeroMQ (Reverb keeps its server next to its table the same way).
 gave it; :class:`RemoteBuffer` asks it (it implements ``foundation.contracts.TransitionSource``:
 numpy columns); :class:`ShardedRemoteBuffer` samples across the servers of a buffer's shards.
 Requests are one JSON frame (``op``: ``sample``, ``size``, ``sampler_state``,
-``load_sampler_state``, ``demonstrations``, ``labelled_episodes``); a ``sample`` reply carries
-the batch in the safetensors layout (never pickle), a ``labelled_episodes`` reply the
-observations the steps of the episodes people labelled reached (``buffer.table.labels``). The wire, the layout of a row, the adaptive mix and the
+``load_sampler_state``, ``demonstrations``, ``labelled_episodes``, ``policy_episodes``); a
+``sample`` reply carries the batch in the safetensors layout (never pickle), a
+``labelled_episodes`` reply the observations the steps of the episodes people labelled reached
+(``buffer.table.labels``), a ``policy_episodes`` reply the observations and intervention flags
+of the latest episodes a policy acted in (a help probe's training data). The wire, the layout of a row, the adaptive mix and the
 batch keys: docs/buffer.md ("The batch service").
 """
 
@@ -28,7 +30,7 @@ from safetensors.numpy import save as st_save
 
 from buffer.errors import NothingToSample
 from buffer.sampling.samplers import Sampler
-from buffer.table.labels import labelled_episodes
+from buffer.table.labels import labelled_episodes, recent_policy_episodes
 from buffer.table.reading import sample_across_shards
 from buffer.table.replay_buffer import ReplayBuffer
 
@@ -174,6 +176,8 @@ class BatchServer:
             return {"episodes": self.demonstration_episodes(), **self._sizes()}, None
         if op == "labelled_episodes":
             return self.labelled_episodes()
+        if op == "policy_episodes":
+            return self.policy_episodes(int(req.get("limit", 100)))
         sampler = self.sampler
         if op == "sampler_state":
             get = getattr(sampler, "state_dict", None)
@@ -262,6 +266,30 @@ class BatchServer:
         keys = [NEXT_PREFIX + k for k in self.buffer.schema.observations]
         out = {k: np.ascontiguousarray(arrays[k]) for k in (*keys, "frame_index")}
         return {"episodes": episodes}, st_save(out)
+
+    def policy_episodes(self, limit: int) -> tuple[dict[str, Any], bytes | None]:
+        """The reply to ``policy_episodes``: the latest ``limit`` ended episodes a policy
+        acted in (``buffer.table.labels.recent_policy_episodes``): a header listing them
+        (key, ``failed``, ``task_index``, ``steps``) and the safetensors of their steps
+        concatenated in that order: ``observation.*`` (what each step acted on) and
+        ``is_intervention``."""
+        found = [e for e in recent_policy_episodes(self.buffer, limit) if e.task in self.tasks]
+        episodes = [
+            {
+                "run_id": e.key[0],
+                "robot_id": e.key[1],
+                "episode_index": e.key[2],
+                "failed": e.failed,
+                "task_index": self.tasks[e.task],
+                "steps": len(e.rows),
+            }
+            for e in found
+        ]
+        if not found:
+            return {"episodes": []}, None
+        arrays = self.buffer.read_transitions(np.concatenate([e.rows for e in found]), count=False)
+        keys = [*self.buffer.schema.observations, "is_intervention"]
+        return {"episodes": episodes}, st_save({k: np.ascontiguousarray(arrays[k]) for k in keys})
 
     def _batch(
         self, arrays: Mapping[str, np.ndarray], images: Sequence[str] = ()
@@ -363,6 +391,15 @@ class RemoteBuffer:
         """(episodes, arrays): the episodes people labelled and their steps concatenated
         (:meth:`BatchServer.labelled_episodes`)."""
         header, payload = self._call({"op": "labelled_episodes"})
+        arrays = dict(st_load(payload)) if payload is not None else {}
+        return list(header.get("episodes", [])), arrays
+
+    def policy_episodes(
+        self, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+        """(episodes, arrays): the latest ended episodes a policy acted in and their steps
+        concatenated (:meth:`BatchServer.policy_episodes`)."""
+        header, payload = self._call({"op": "policy_episodes", "limit": int(limit)})
         arrays = dict(st_load(payload)) if payload is not None else {}
         return list(header.get("episodes", [])), arrays
 
