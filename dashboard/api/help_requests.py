@@ -70,16 +70,21 @@ def help_summary(run_id: str, _: Viewer, request: Request) -> dict[str, Any]:
     response_model=dict[str, Any],
     summary="Answer or dismiss one open help request",
     description=(
-        "Stores the answer (who, when, the wait) and tells the robot on its Control stream, "
+        "Body optional (default `dismissed`). Stores the answer (who, when, the wait) and tells the robot on its Control stream, "
         "which stops holding. 409 when the request already ended; the answer is stored even "
         "when the robot is not connected here (its request then expires on the robot)."
     ),
     responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
 )
 def answer_help(
-    run_id: str, request_id: int, body: HelpAnswer, principal: Operator, request: Request
+    run_id: str,
+    request_id: int,
+    principal: Operator,
+    request: Request,
+    body: HelpAnswer | None = None,
 ) -> dict[str, Any]:
     _run(request, run_id)
+    body = body or HelpAnswer()
     store = store_of(request)
     try:
         row = store_help.answer(store, run_id, request_id, body.outcome, principal.actor)

@@ -87,7 +87,8 @@ def test_queue_by_risk_answer_and_figures(settings: Any, store: MetadataStore) -
     fig = summary["figures"]
     assert (fig["requests"], fig["open"], fig["answered"], fig["expired"]) == (3, 0, 2, 1)
     assert fig["took_over"] == 1 and fig["takeover_steps"] == 12
-    assert fig["median_wait_s"] == pytest.approx(1.0, abs=0.5)
+    waits = sorted(q["wait_s"] for q in summary["recent"] if q["outcome"] != "expired")
+    assert fig["median_wait_s"] == pytest.approx(sum(waits) / 2) and waits[0] >= 1.0
     assert summary["recent"][0]["key"] in {"a:3:7", "b:3:7"}
     with store.session() as s:
         kinds = sorted(e.kind for e in s.scalars(select(Event)) if e.kind.startswith("help."))

@@ -37,6 +37,7 @@ EXPECTED_ROLE: dict[tuple[str, str], Role] = {
     ("POST", "/api/robots/{robot_id}/rerecord"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/discard"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/ready"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/help/{request_id}/answer"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/release"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/retire"): Role.ADMIN,
     ("POST", "/api/sites"): Role.ADMIN,
