@@ -93,3 +93,23 @@ def test_bad_task_names_are_named() -> None:
         parse_run_spec({**GOOD, "tasks": ["reach-v3", "bad task!", "reach-v3"]})
     msg = err.value.errors["tasks"]
     assert "'bad task!'" in msg and "listed twice" in msg and "reach-v3" in msg
+
+
+def test_help_section_defaults_and_bad_values_named() -> None:
+    spec = parse_run_spec(GOOD)
+    assert (spec.help.risk, spec.help.while_waiting) == ("none", "hold")
+    ok = parse_spec({**GOOD, "help": {"risk": "probe", "threshold": 0.8, "timeout_s": 30}})
+    assert (ok.help.risk, ok.help.threshold, ok.help.timeout_s) == ("probe", 0.8, 30.0)
+    bad = {"risk": "critic", "threshold": 1.5, "while_waiting": "wander", "timeout_s": 0}
+    with pytest.raises(RunSpecError) as err:
+        parse_run_spec({**GOOD, "help": {**bad, "colour": 1}})
+    assert set(err.value.errors) == {
+        "help.risk",
+        "help.threshold",
+        "help.while_waiting",
+        "help.timeout_s",
+        "help.colour",
+    }
+    with pytest.raises(RunSpecError) as err:  # the probe reads a robofleet head
+        parse_spec({**GOOD, "help": {"risk": "probe"}, "policy": {"kind": "lerobot-act"}})
+    assert set(err.value.errors) == {"help.risk"}
