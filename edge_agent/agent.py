@@ -627,8 +627,13 @@ class EdgeAgent:
             self.heartbeat(state, version, report)
             return
         # The requests ride in the heartbeat's info (foundation.store.help_requests); they
-        # count as delivered once the call returned.
-        self.heartbeat(state, version, report, info={"help": reports})  # type: ignore[call-arg]
+        # count as delivered once the call returned. A beat refused with them goes again
+        # without them: the robot's liveness never waits on its reports.
+        try:
+            self.heartbeat(state, version, report, info={"help": reports})  # type: ignore[call-arg]
+        except Exception:
+            self.heartbeat(state, version, report)
+            raise
         assert self.helpdesk is not None
         self.helpdesk.delivered(token)
 

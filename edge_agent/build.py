@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -262,7 +262,8 @@ def _help(opts: AgentOptions, runner: Any, robot_id: str) -> dict[str, Any]:
     """
     if not opts.help or opts.help.get("risk", "none") == "none":
         return {}
-    settings = HelpSettings(**opts.help)
+    known = {f.name for f in fields(HelpSettings)}  # a newer cloud's keys are ignored
+    settings = HelpSettings(**{k: v for k, v in opts.help.items() if k in known})
     risk = make_risk(settings.risk, runner, settings.ensemble_members)
     return {"helpdesk": HelpDesk(settings, robot_id), "risk": risk}
 

@@ -25,7 +25,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import wraps
 from typing import Any, Literal
+
+
+def _locked[**P, R](method: Callable[P, R]) -> Callable[P, R]:
+    """Run ``method`` under its desk's lock (the loop's thread and the listener's meet here)."""
+
+    @wraps(method)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with args[0]._lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ class HelpDesk:
         self.robot_id = robot_id
         self.on_change = on_change
         self.clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the control loop and the Control listener
         self.requests: list[HelpRequest] = []
         self.open: HelpRequest | None = None
         self._armed = True
@@ -113,6 +125,7 @@ class HelpDesk:
     def begin_episode(self) -> None:
         self._armed, self._quiet = True, 0
 
+    @_locked
     def observe(self, risk: float | None, episode: int, step: int, eligible: bool) -> bool:
         """The step's risk; True when it opened a request. ``eligible``: an autonomous step
         of a training episode (no person acting, no evaluation or demonstration)."""
@@ -138,6 +151,7 @@ class HelpDesk:
         self._changed(req)
         return True
 
+    @_locked
     def operator_step(self, intervening: bool, by: str) -> None:
         """The step's operator flag: a takeover ends the waiting request as ``took_over`` and
         its steps are counted until the person hands back."""
@@ -154,6 +168,7 @@ class HelpDesk:
         elif req.outcome is not None:
             self._close()
 
+    @_locked
     def end_episode(self, label: str | None) -> None:
         """The episode ended with the operator's verdict ``label`` (None: none): the request
         a person took over in it keeps the verdict; a waiting request stays open."""
@@ -164,6 +179,7 @@ class HelpDesk:
         if self.open is not None and self.open.outcome is not None:
             self._close()
 
+    @_locked
     def expire_due(self) -> None:
         """End the waiting request as ``expired`` once its timeout passed."""
         req = self.open
@@ -172,6 +188,7 @@ class HelpDesk:
                 self._end(req, "expired", "")
                 self._close()
 
+    @_locked
     def answered(self, reason: str) -> None:
         """A person's answer from the cloud (``help_answered``; ``reason`` is JSON ``{"key",
         "outcome", "by"}``); answers to other or ended requests change nothing."""

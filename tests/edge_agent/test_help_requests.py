@@ -234,3 +234,19 @@ def test_probe_trained_on_the_robots_steps_asks_before_the_takeover(tmp_path: Pa
     [req] = desk.requests
     assert 12 <= req.step < 20 and req.episode == 1  # asked before the person stepped in
     assert (req.outcome, req.takeover_steps) == ("took_over", 10)
+
+
+def test_a_beat_refused_with_reports_goes_again_without_them(tmp_path: Path) -> None:
+    agent, desk = _agent(tmp_path, [0.9] + [0.0] * 4, 5, timeout_s=30.0, while_waiting="continue")
+    agent.run(episodes=1)
+    beats: list[Any] = []
+
+    def heartbeat(state: str, version: int, stats: Any, info: Any = None) -> None:
+        beats.append(info)
+        if info is not None:
+            raise RuntimeError("refused")
+
+    agent.heartbeat = heartbeat
+    agent._heartbeats.beat()  # logs the refusal, never raises
+    assert beats[0]["help"][0]["key"] == "robot-1:0:0" and beats[1] is None
+    assert len(desk.outbox()[0]) == 1  # still to send
