@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from cloud_learner.help_probe import fit_probe, head_activations, probe_labels
@@ -250,3 +251,27 @@ def test_a_beat_refused_with_reports_goes_again_without_them(tmp_path: Path) -> 
     agent._heartbeats.beat()  # logs the refusal, never raises
     assert beats[0]["help"][0]["key"] == "robot-1:0:0" and beats[1] is None
     assert len(desk.outbox()[0]) == 1  # still to send
+
+
+def test_ensemble_risk_is_the_spread_of_the_applied_versions(tmp_path: Path) -> None:
+    from edge_agent.help_risk import EnsembleRisk
+
+    torch.manual_seed(0)
+    policy = MLPPolicy(PolicySpec(3, 4, hidden=8))
+    card = card_for("hg_dagger", policy)
+    runner = LocalPolicyRunner(CardPolicy(3, 4, 1, hidden=8, stochastic=False), 4)
+    risk = EnsembleRisk(runner, members=2)
+    obs = {"observation.state": np.array([0.1, 0.2, 0.3], np.float32)}
+    runner.set_weights(1, with_card(policy.get_weights(), card))
+    risk.offer_weights({})
+    first, _ = runner.act(obs, 0)
+    assert risk.risk(obs, 0, first, fresh=True) is None  # one version: no ensemble yet
+    moved = {k: v + 0.5 if k.startswith("head.") else v for k, v in policy.get_weights().items()}
+    runner.set_weights(2, with_card(moved, card))
+    risk.offer_weights({})
+    runner.reset()
+    second, _ = runner.act(obs, 0)
+    got = risk.risk(obs, 0, second, fresh=True)
+    want = float(np.clip(np.stack([second, first]).std(axis=0).mean(), 0, 1))
+    assert got is not None and got == pytest.approx(want) and got > 0.01
+    assert risk.risk(obs, 0, second, fresh=False) == got  # the chunk's steps share it
