@@ -399,7 +399,7 @@ pages.run = () => {
         : a.outcome === null ? b.risk - a.risk : 0);
     const longest = Math.max(1e-9, ...rows.map((q) => q.wait_s ?? 0));
     fillTable("help-requests", rows, (q) => [
-      el("td", {}, `robot ${q.robot_id}`), el("td", {}, `${q.episode_index} · ${q.step}`),
+      el("td", {}, q.robot_name || `robot ${q.robot_id}`), el("td", {}, `${q.episode_index} · ${q.step}`),
       el("td", {}, Number(q.risk).toFixed(2)), el("td", {}, new Date(q.requested_at).toLocaleTimeString()),
       el("td", {}, q.outcome ?? "waiting"),
       el("td", {}, q.wait_s === null ? "—" : [Number(q.wait_s).toFixed(1), " ",

@@ -22,6 +22,7 @@ from sqlalchemy import Double, ForeignKey, Integer, String, UniqueConstraint, se
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from foundation.store.base import Base, utcnow
+from foundation.store.models import Robot
 
 if TYPE_CHECKING:
     from foundation.store.metadata_store import MetadataStore
@@ -55,11 +56,12 @@ class HelpRequest(Base):
     takeover_steps: Mapped[int] = mapped_column(Integer, default=0)
     label: Mapped[str] = mapped_column(String(16), default="")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, robot_name: str = "") -> dict[str, Any]:
         return {
             "id": self.id,
             "run_id": self.run_id,
             "robot_id": self.robot_id,
+            "robot_name": robot_name,
             "key": self.key,
             "episode_index": self.episode_index,
             "step": self.step,
@@ -190,7 +192,8 @@ def answer(
         if row.outcome is not None:
             raise HelpRequestError(f"help request {request_id} already ended ({row.outcome})")
         _end(s, store, row, outcome, by, utcnow())
-        return row.to_json()
+        robot = s.get(Robot, row.robot_id)
+        return row.to_json(robot.name if robot is not None else "")
 
 
 def expire_overdue(store: MetadataStore, run_id: str, now: datetime | None = None) -> int:
@@ -213,24 +216,26 @@ def expire_overdue(store: MetadataStore, run_id: str, now: datetime | None = Non
 def open_requests(store: MetadataStore, run_id: str) -> list[dict[str, Any]]:
     """The run's queue: open requests, highest risk first (then oldest)."""
     with store.session() as s:
-        rows = s.scalars(
-            select(HelpRequest)
+        rows = s.execute(
+            select(HelpRequest, Robot.name)
+            .join(Robot, Robot.id == HelpRequest.robot_id)
             .where(HelpRequest.run_id == run_id, HelpRequest.outcome.is_(None))
             .order_by(HelpRequest.risk.desc(), HelpRequest.requested_at)
         ).all()
-        return [r.to_json() for r in rows]
+        return [r.to_json(name) for r, name in rows]
 
 
 def recent_requests(store: MetadataStore, run_id: str, limit: int = 50) -> list[dict[str, Any]]:
     """The run's latest ``limit`` requests, newest first."""
     with store.session() as s:
-        rows = s.scalars(
-            select(HelpRequest)
+        rows = s.execute(
+            select(HelpRequest, Robot.name)
+            .join(Robot, Robot.id == HelpRequest.robot_id)
             .where(HelpRequest.run_id == run_id)
             .order_by(HelpRequest.requested_at.desc(), HelpRequest.id.desc())
             .limit(limit)
         ).all()
-        return [r.to_json() for r in rows]
+        return [r.to_json(name) for r, name in rows]
 
 
 def figures(store: MetadataStore, run_id: str) -> dict[str, float | int | None]:

@@ -61,7 +61,10 @@ def test_queue_by_risk_answer_and_figures(settings: Any, store: MetadataStore) -
     viewer = login(app, Role.VIEWER.value)
     queue = viewer.get("/api/runs/run-a/help").json()
     # the 120 s old request outlived its 60 s timeout: expired, not queued
-    assert [(q["key"], q["risk"]) for q in queue] == [("b:3:7", 0.9), ("a:3:7", 0.6)]
+    assert [(q["key"], q["risk"], q["robot_name"]) for q in queue] == [
+        ("b:3:7", 0.9, "arm-2"),
+        ("a:3:7", 0.6, "arm-1"),
+    ]
     assert viewer.post(f"/api/runs/run-a/help/{queue[0]['id']}/answer", json={}).status_code == 403
 
     op = login(app, Role.OPERATOR.value)
