@@ -460,16 +460,14 @@ class EdgeAgent:
         desk.observe(risk, ep.index, ep.frame, eligible)
         if not desk.holds or op.is_intervention:
             return op, 0.0
-        t0 = time.monotonic()
-        while desk.holds and not self._interrupted():
-            self.control.wait(self.period)
-            desk.expire_due()
-            op = self.operator.step(ep.obs, proposed)
-            if op.is_intervention or op.command:
-                break
-        held = time.monotonic() - t0
+        polled, held = self._holds.for_help(
+            lambda: desk.holds and not self._interrupted(),
+            desk.expire_due,
+            lambda: self.operator.step(ep.obs, proposed),
+            self.period,
+        )
         self._help_hold_s += held
-        return op, held
+        return polled or op, held
 
     def _proposed_success(self, ep: _Episode, scored: Scored) -> Scored:
         """The reward source proposed success at this step: the episode ends here, labelled

@@ -1,4 +1,5 @@
-"""Where the control loop waits without acting: cloud holds and the first policy version.
+"""Where the control loop waits without acting: cloud holds, the first policy version, and a
+help request nobody answered yet (``help.while_waiting: hold``, :mod:`edge_agent.help`).
 
 While it waits the robot sends nothing and the uplink keeps draining the spool (a cloud hold
 first flushes what was recorded so far to it). Both waits return at once on the agent's stop
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 
 from edge_agent.control import CloudControl
+from edge_agent.core import OperatorInput
 from edge_agent.stats import LoopStats
 from edge_agent.uplink import UplinkWorker
 
@@ -56,3 +58,25 @@ class Holds:
                 break
             self.control.wait(0.05)
         self.stats.weights_wait_s += time.monotonic() - t0
+
+    def for_help(
+        self,
+        waiting: Callable[[], bool],
+        expire: Callable[[], object],
+        poll: Callable[[], OperatorInput],
+        period: float,
+    ) -> tuple[OperatorInput | None, float]:
+        """Wait while ``waiting()``: every ``period`` seconds (or at once on a cloud command)
+        ``expire()`` ends an overdue request and ``poll()`` asks the operator; a takeover or an
+        episode command ends the wait. Returns (the last operator input, None when never
+        polled; the seconds held)."""
+        t0 = time.monotonic()
+        self.uplink.flush()
+        op: OperatorInput | None = None
+        while waiting():
+            self.control.wait(period)
+            expire()
+            op = poll()
+            if op.is_intervention or op.command:
+                break
+        return op, time.monotonic() - t0
