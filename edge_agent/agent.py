@@ -376,6 +376,13 @@ class EdgeAgent:
             op = self.operator.step(ep.obs, proposed)
             if self.helpdesk is not None:
                 op, held = self._ask_for_help(ep, proposed, op, fresh)
+                if held and (self.control.holding or self._stop.is_set()):
+                    # A stop or a cloud hold ended the wait: this step sends nothing; the
+                    # next boundary honours the hold (or the episode closes here on a stop).
+                    if self._stop.is_set() and not self.control.holding:
+                        ep.recorder.close(ep.obs)
+                        return False
+                    return True
                 if held:  # the step starts after the hold; timestamps skip it, as a pause's
                     ep.clock.skip(held)
                     start = time.monotonic()
@@ -450,7 +457,8 @@ class EdgeAgent:
         the robot sends nothing and polls its operator every control period until a person
         takes over (that input acts at this step), the request is answered or expires (the
         policy's action goes on), or a stop or cloud hold comes. Returns the step's operator
-        input and the seconds held."""
+        input and the seconds held. A person's episode command (a verdict, a discard) while
+        the robot waits answers the request."""
         assert self.helpdesk is not None
         desk = self.helpdesk
         risk = None
@@ -467,6 +475,8 @@ class EdgeAgent:
             self.period,
         )
         self._help_hold_s += held
+        if polled is not None and polled.command and not polled.is_intervention:
+            desk.person_answered(type(self.operator).__name__, polled.command)
         return polled or op, held
 
     def _proposed_success(self, ep: _Episode, scored: Scored) -> Scored:

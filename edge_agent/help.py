@@ -208,6 +208,17 @@ class HelpDesk:
         if outcome == "dismissed":
             self._close()
 
+    @_locked
+    def person_answered(self, by: str, label: str) -> None:
+        """The robot's operator answered the waiting request with an episode command
+        (``label``: success, failure, rerecord, discard): ``dismissed``, the command kept."""
+        req = self.open
+        if req is None or req.outcome is not None:
+            return
+        req.label = label[:16]
+        self._end(req, "dismissed", by)
+        self._close()
+
     # -- the heartbeat ---------------------------------------------------------------------
 
     def outbox(self) -> tuple[list[dict[str, Any]], dict[str, int]]:

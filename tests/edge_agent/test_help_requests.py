@@ -275,3 +275,26 @@ def test_ensemble_risk_is_the_spread_of_the_applied_versions(tmp_path: Path) -> 
     want = float(np.clip(np.stack([second, first]).std(axis=0).mean(), 0, 1))
     assert got is not None and got == pytest.approx(want) and got > 0.01
     assert risk.risk(obs, 0, second, fresh=False) == got  # the chunk's steps share it
+
+
+class SaysFailure(Hands):
+    """A person who, polled while the robot waits, gives a failure verdict."""
+
+    def step(self, observation: Any, proposed: np.ndarray) -> OperatorInput:
+        self.calls += 1
+        return OperatorInput(False, None, "failure" if self.calls > 3 else None, "")
+
+
+def test_a_stop_ends_the_hold_without_acting_and_a_verdict_answers(tmp_path: Path) -> None:
+    schedule = [0.0, 0.0, 0.9] + [0.0] * 7
+    agent, desk = _agent(tmp_path / "stop", schedule, 10, Hands(), timeout_s=30.0)
+    threading.Timer(0.2, agent.stop).start()
+    agent.run(episodes=1)
+    assert len(agent.driver.sent) == 2  # the held step 2 never acted
+    assert desk.waiting and agent.report()["help_hold_s"] >= 0.15
+
+    agent, desk = _agent(tmp_path / "verdict", schedule, 10, SaysFailure(), timeout_s=30.0)
+    agent.run(episodes=1)
+    req = desk.requests[0]
+    assert (req.outcome, req.by, req.label) == ("dismissed", "SaysFailure", "failure")
+    assert len(agent.driver.sent) == 3  # the verdict's step ends the episode
