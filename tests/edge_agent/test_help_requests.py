@@ -298,3 +298,26 @@ def test_a_stop_ends_the_hold_without_acting_and_a_verdict_answers(tmp_path: Pat
     req = desk.requests[0]
     assert (req.outcome, req.by, req.label) == ("dismissed", "SaysFailure", "failure")
     assert len(agent.driver.sent) == 3  # the verdict's step ends the episode
+
+
+def test_the_runs_help_section_builds_the_agents_desk_and_risk(tmp_path: Path) -> None:
+    from edge_agent.build import AgentOptions, build_agent
+    from edge_agent.help_risk import EnsembleRisk
+
+    def built(name: str, help: dict[str, Any]) -> Any:
+        opts = AgentOptions(
+            robot_name=name, tasks=["reach-v3"], driver="metaworld", operator="none",
+            max_episode_steps=2, spool_dir=tmp_path / name, help=help,
+        )  # fmt: skip
+        return build_agent(fast_edge(control_hz=1000.0), None, opts)
+
+    asks = built("asks", {"risk": "ensemble", "threshold": 0.3, "from_a_newer_cloud": 1})
+    never = built("never", {})
+    try:
+        assert isinstance(asks.agent.risk, EnsembleRisk)
+        assert asks.agent.helpdesk is not None and asks.agent.helpdesk.settings.threshold == 0.3
+        assert never.agent.helpdesk is None and never.agent.risk is None
+        assert asks.agent.control.on_help == asks.agent.helpdesk.answered
+    finally:
+        asks.close()
+        never.close()
