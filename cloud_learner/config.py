@@ -12,11 +12,13 @@ from pydantic import BaseModel, Field
 class PolicySettings(BaseModel):
     """Which policy the learner trains and its sizes (see ``cloud_learner.policies``)."""
 
-    kind: Literal["mlp", "flow", "gaussian", "lerobot"] = Field(
+    kind: Literal["mlp", "flow", "gaussian", "lerobot", "lerobot_gaussian"] = Field(
         default="mlp",
         description="mlp: regression (CNN+MLP with cameras); flow: flow-matching "
         "action chunks; gaussian: SAC's tanh-Gaussian actor; lerobot: a LeRobot policy "
-        "(lerobot_kind) behind cloud_learner.policies.lerobot_adapter.",
+        "(lerobot_kind) behind cloud_learner.policies.lerobot_adapter; lerobot_gaussian: "
+        "LeRobot's HIL-SERL Gaussian actor (cloud_learner.policies.lerobot_gaussian, "
+        "lerobot_config: its GaussianActorConfig fields and bounds).",
     )
     state_dim: int = Field(default=39, ge=1, description="D of observation.state.")
     action_dim: int = Field(default=4, ge=1, description="A of action.")
@@ -33,7 +35,7 @@ class PolicySettings(BaseModel):
         default=None, description="The LeRobot policy of kind lerobot."
     )
     lerobot_config: dict[str, Any] = Field(
-        default_factory=dict, description="LeRobot config fields (kind lerobot)."
+        default_factory=dict, description="LeRobot config fields (kinds lerobot, lerobot_gaussian)."
     )
     pretrained_path: str | None = Field(
         default=None,
@@ -52,7 +54,7 @@ class LearnerSettings(BaseModel):
         default="auto", description="'auto' picks CUDA when present, else CPU."
     )
     keep_checkpoints: int = Field(default=3, ge=1, description="Checkpoints kept per run.")
-    algorithm: Literal["hg_dagger", "recap", "sac_rlpd"] = "hg_dagger"
+    algorithm: Literal["hg_dagger", "recap", "sac_rlpd", "lerobot_sac"] = "hg_dagger"
     algorithm_config: dict[str, Any] = Field(
         default_factory=dict, description="Hyper-parameters of the algorithm's config dataclass."
     )

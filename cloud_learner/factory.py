@@ -6,13 +6,14 @@ from typing import Any
 
 import torch
 
-from cloud_learner.algorithms import BY_LEARNER_NAME, RECAP, SACRLPD, HGDAgger
+from cloud_learner.algorithms import BY_LEARNER_NAME, RECAP, SACRLPD, HGDAgger, LeRobotSAC
 from cloud_learner.config import LearnerSettings
 from cloud_learner.policies import FlowMatchingPolicy, MLPPolicy, PolicySpec, TorchPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
 from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter, make_lerobot_policy
+from cloud_learner.policies.lerobot_gaussian import LeRobotGaussianActor, gaussian_actor_config
 
-AlgorithmT = HGDAgger | RECAP | SACRLPD
+AlgorithmT = HGDAgger | RECAP | SACRLPD | LeRobotSAC
 
 
 def resolve_device(name: str) -> torch.device:
@@ -41,11 +42,14 @@ def policy_spec(settings: LearnerSettings) -> PolicySpec:
     )
 
 
-def build_policy(settings: LearnerSettings) -> TorchPolicy | LeRobotPolicyAdapter:
+def build_policy(
+    settings: LearnerSettings,
+) -> TorchPolicy | LeRobotPolicyAdapter | LeRobotGaussianActor:
     """The policy the settings name (``policy.kind``; SAC always trains its Gaussian actor).
 
     Raises:
-        ValueError: a LeRobot policy whose config or pretrained directory does not fit.
+        ValueError: a LeRobot policy whose config or pretrained directory does not fit;
+            features LeRobot's Gaussian actor cannot take (each named).
         cloud_learner.policies.lerobot_adapter.LeRobotUnavailable: a LeRobot policy that
             needs the hub or a package this environment lacks.
     """
@@ -56,6 +60,17 @@ def build_policy(settings: LearnerSettings) -> TorchPolicy | LeRobotPolicyAdapte
         return GaussianPolicy(spec)
     if kind == "flow":
         return FlowMatchingPolicy(spec)
+    if kind == "lerobot_gaussian":
+        p = settings.policy
+        config = gaussian_actor_config(
+            p.state_dim,
+            p.action_dim,
+            list(p.image_keys),
+            p.image_shape,
+            list(p.hidden_sizes) or [p.hidden] * p.depth,
+            p.lerobot_config,
+        )
+        return LeRobotGaussianActor(config)
     if kind == "lerobot":
         p = settings.policy
         if p.lerobot_kind is None:

@@ -17,6 +17,7 @@ unpickled. Card fields::
      "spec": {...PolicySpec...},              # shapes, cameras, sizes (PolicySpec.to_json)
      "guidance_weight": 1.0,                  # RECAP's CFG weight (inference on "positive")
      "lerobot": {"kind": "act", "config": {...}}}   # kind lerobot only: LeRobot's config
+                                              # (kind gaussian_actor: LeRobot SAC's actor)
 
 The normalisation statistics are tensors of every kind's weights (``state_mean``/``state_std``
 of robofleet's policies, ``norm_*`` of the LeRobot adapter), so they travel with each version.
@@ -45,6 +46,11 @@ from cloud_learner.policies.base import INDICATOR_POSITIVE, PolicySpec, TorchPol
 from cloud_learner.policies.flow import FlowMatchingPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
 from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter, lerobot_from_card
+from cloud_learner.policies.lerobot_gaussian import (
+    LEROBOT_TYPE,
+    LeRobotGaussianActor,
+    actor_from_card,
+)
 from cloud_learner.policies.mlp import MLPPolicy
 from cloud_learner.reward_classifier import strip as strip_classifier
 
@@ -146,7 +152,7 @@ class PolicyCard:
         raw = json.dumps(self.to_json(), sort_keys=True).encode()
         return torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).copy())
 
-    def build(self) -> TorchPolicy | LeRobotPolicyAdapter:
+    def build(self) -> TorchPolicy | LeRobotPolicyAdapter | LeRobotGaussianActor:
         """A fresh policy of this card's kind and spec, set up for inference as the card says.
 
         Raises:
@@ -154,6 +160,8 @@ class PolicyCard:
         """
         if self.lerobot is not None:
             try:
+                if self.lerobot.get("kind") == LEROBOT_TYPE:
+                    return actor_from_card(self.lerobot)
                 return lerobot_from_card(self.lerobot)
             except (ValueError, RuntimeError) as exc:
                 raise PolicyCardError(str(exc)) from None
@@ -170,6 +178,9 @@ def card_for(algorithm: str, policy: Any) -> PolicyCard:
     Raises:
         PolicyCardError: the policy is none of :data:`KINDS` nor a LeRobot adapter.
     """
+    if isinstance(policy, LeRobotGaussianActor):
+        spec = PolicySpec(policy.state_dim, policy.action_dim, image_keys=list(policy.image_keys))
+        return PolicyCard(algorithm, LEROBOT, spec, 1.0, policy.card_data())
     if isinstance(policy, LeRobotPolicyAdapter):
         spec = PolicySpec(
             policy.state_dim,

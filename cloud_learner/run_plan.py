@@ -40,12 +40,19 @@ POLICY_KINDS = (
     "lerobot-diffusion",
     "lerobot-smolvla",
     "lerobot-pi0",
+    "lerobot-gaussian-actor",
 )
 # LeRobot policies whose configs load a pretrained VLM: a run builds them only from a local
 # checkpoint directory (``policy.init_checkpoint``), never a hub download.
 PRETRAINED_ONLY_KINDS = ("lerobot-smolvla", "lerobot-pi0")
 # The run spec's policy kinds -> the learner settings' (cnn is the MLP with a camera encoder).
-_LEARNER_KINDS = {"mlp": "mlp", "cnn": "mlp", "gaussian": "gaussian", "flow-chunk": "flow"}
+_LEARNER_KINDS = {
+    "mlp": "mlp",
+    "cnn": "mlp",
+    "gaussian": "gaussian",
+    "flow-chunk": "flow",
+    "lerobot-gaussian-actor": "lerobot_gaussian",
+}
 IMAGE_PREFIX = "observation.images."
 
 
@@ -190,6 +197,24 @@ class RunPlan:
             )
         return keys
 
+    def feature_errors(
+        self, observation_features: Mapping[str, Mapping[str, Any]], action_dim: int
+    ) -> dict[str, str]:
+        """What the policy cannot take of the robots' features, by field or feature name
+        (empty: it can). LeRobot's Gaussian actor: its config fields, the normaliser's bounds
+        against the state and action sizes, vector state, 3-channel cameras
+        (``cloud_learner.policies.lerobot_gaussian.feature_errors``); other kinds: none here.
+
+        Raises:
+            RunSpecError: the cameras the spec names do not fit (:meth:`cameras`).
+        """
+        if self.spec.policy.kind != "lerobot-gaussian-actor":
+            return {}
+        from cloud_learner.policies.lerobot_gaussian import feature_errors
+
+        cameras = self.cameras(observation_features)
+        return feature_errors(self.spec.policy.config, observation_features, cameras, action_dim)
+
     def learner_settings(
         self, observation_features: Mapping[str, Mapping[str, Any]], action_dim: int
     ) -> LearnerSettings:
@@ -239,6 +264,8 @@ class RunPlan:
     def _policy_kind(self) -> dict[str, Any]:
         """The learner settings' policy kind fields for the spec's ``policy.kind``."""
         p = self.spec.policy
+        if p.kind == "lerobot-gaussian-actor":  # LeRobot's HIL-SERL actor: fields and bounds
+            return {"kind": _LEARNER_KINDS[p.kind], "lerobot_config": dict(p.config)}
         if p.kind.startswith("lerobot-"):
             lerobot = p.kind.removeprefix("lerobot-")
             config = dict(p.config)
@@ -350,6 +377,8 @@ def _policy_errors(spec: RunSpec, builder: AlgorithmBuilder) -> dict[str, str]:
             "and model.safetensors, saved by LeRobot's save_pretrained): set "
             "policy.init_checkpoint to one; nothing is downloaded"
         )
+    if p.kind == "lerobot-gaussian-actor":
+        errors.update(_lerobot_gaussian_errors(p.config, p.chunk_size))
     if p.kind == "gaussian" and p.chunk_size != 1:
         errors["policy.chunk_size"] = (
             f"SAC's Gaussian actor acts one step at a time; got {p.chunk_size}"
@@ -358,6 +387,24 @@ def _policy_errors(spec: RunSpec, builder: AlgorithmBuilder) -> dict[str, str]:
         errors["policy.config"] = f"LeRobot config fields apply to lerobot-* kinds, not {p.kind!r}"
     if p.kind == "lerobot-act" and "chunk_size" in p.config:
         errors["policy.config"] = "set ACT's chunk with policy.chunk_size, not policy.config"
+    return errors
+
+
+def _lerobot_gaussian_errors(config: Mapping[str, Any], chunk_size: int) -> dict[str, str]:
+    """What LeRobot's Gaussian actor refuses of the spec alone (the features are checked
+    against the robots' at launch, :meth:`RunPlan.feature_errors`)."""
+    from cloud_learner.policies.lerobot_gaussian import BOUND_FIELDS, config_field_names
+
+    errors: dict[str, str] = {}
+    if chunk_size != 1:
+        errors["policy.chunk_size"] = (
+            f"LeRobot's Gaussian actor acts one step at a time; got {chunk_size}"
+        )
+    known = config_field_names()
+    for key in sorted(set(config) - known - set(BOUND_FIELDS)):
+        errors[f"policy.config.{key}"] = (
+            f"not a field of LeRobot's GaussianActorConfig nor a bound ({', '.join(BOUND_FIELDS)})"
+        )
     return errors
 
 

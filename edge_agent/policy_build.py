@@ -35,6 +35,7 @@ from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.policies.base import TorchPolicy
 from cloud_learner.policies.gaussian import GaussianPolicy
 from cloud_learner.policies.lerobot_adapter import LeRobotPolicyAdapter
+from cloud_learner.policies.lerobot_gaussian import LeRobotGaussianActor
 from cloud_learner.policy_card import PolicyCard, PolicyCardError, split_card, with_card
 
 
@@ -69,7 +70,7 @@ class CardPolicy:
         self.stochastic = stochastic
         self.cameras = {k: tuple(v) for k, v in (cameras or {}).items()}
         self.card: PolicyCard | None = None
-        self.policy: TorchPolicy | LeRobotPolicyAdapter = self._fallback()
+        self.policy: TorchPolicy | LeRobotPolicyAdapter | LeRobotGaussianActor = self._fallback()
         self._generator = torch.Generator().manual_seed(seed)
 
     def _fallback(self) -> TorchPolicy:

@@ -52,7 +52,7 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
             named, ``cloud_learner.run_plan``); an unsupported knob; fewer robots in the fleet (of any status but
             retired) than the spec's minimum; matching robots whose enrolled specs one policy
             cannot take (the feature named, ``hal.compat``); a policy that cannot see what the
-            robots offer (cameras named); a robot without an operator for an algorithm that
+            robots offer (cameras named) or take their features (``RunPlan.feature_errors``); a robot without an operator for an algorithm that
             learns from interventions or for demonstrations; robots that give no signal the
             run learns or measures success from (``reward.source``, ``evaluation.on``,
             ``runs.signals``: the robots named); a task no matching robot runs;
@@ -75,6 +75,8 @@ def validate_launch(store: MetadataStore, spec: RunSpec, data_dir: Path | None =
     if plan is not None and features is not None:
         try:
             plan.cameras(features)
+            action = (_with_action(robots, features) or {}).get("action", {})
+            errors.update(plan.feature_errors(features, int((action.get("shape") or [1])[0])))
         except RunSpecError as exc:
             errors.update(exc.errors)
     if data_dir is not None:

@@ -1,0 +1,259 @@
+"""LeRobot's own SAC and HIL-SERL actor trained by robofleet's learner (algorithm ``lerobot-sac``):
+it trains from a real replay buffer, its versions load into an unmodified LeRobot actor-side
+algorithm through LeRobot's own ``update_policy_parameters`` and then act as the learner's,
+features LeRobot's policy cannot take are refused by name, and checkpoints resume exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from queue import Queue
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from buffer import MixSampler, ReplayBuffer, StepSchema
+from cloud_learner.factory import build_algorithm, model_config
+from cloud_learner.lerobot_parameters import NotALeRobotVersion, parameter_bytes
+from cloud_learner.loop import Learner
+from cloud_learner.policy_card import CardPublisher, card_for, split_card
+from cloud_learner.publisher import InMemoryWeightPublisher
+from cloud_learner.run_plan import RunPlan, parse_spec
+from cloud_learner.sources import BufferSource
+from foundation.runspec import RunSpecError
+
+STATE_MIN, STATE_MAX = [-3.0, -3.0, -3.0], [3.0, 3.0, 3.0]
+FEATURES = {"observation.state": {"dtype": "float32", "shape": (3,)}}
+ACTION = {"action": {"dtype": "float32", "shape": (2,)}}
+
+
+def _spec(**config: Any) -> dict[str, Any]:
+    bounds = {
+        "state_min": STATE_MIN,
+        "state_max": STATE_MAX,
+        "action_min": [-1.0, -1.0],
+        "action_max": [1.0, 1.0],
+    }
+    return {
+        "algorithm": "lerobot-sac",
+        "tasks": ["pick-cube"],
+        "robots": {"robot_type": "so101"},
+        "policy": {"hidden_sizes": [16, 16], "config": {"latent_dim": 8, **bounds, **config}},
+        "hyperparameters": {"batch_size": 16, "checkpoint_every_updates": 5, "lr": 1e-3},
+        "buffer": {"min_size": 20},
+    }
+
+
+def _plan(**config: Any) -> RunPlan:
+    return RunPlan.from_spec(parse_spec(_spec(**config)))
+
+
+def _steps(n: int) -> list[dict[str, Any]]:
+    """``n`` buffer steps of 20-step episodes ending in success (reward 1, terminated), every
+    third step the operator's."""
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        end = i % 20 == 19
+        rec: dict[str, Any] = {
+            "seq": i,
+            "robot_id": "so101-a",
+            "run_id": "run-a",
+            "task": "pick-cube",
+            "episode_index": i // 20,
+            "frame_index": i % 20,
+            "timestamp": i / 10.0,
+            "reward": float(end),
+            "terminated": end,
+            "truncated": False,
+            "is_intervention": i % 3 == 0,
+            "policy_version": 0,
+            "observation.state": rng.uniform(-3, 3, 3).astype(np.float32),
+            "action": rng.uniform(-1, 1, 2).astype(np.float32),
+        }
+        if end:
+            rec["next.observation.state"] = np.zeros(3, np.float32)
+        out.append(rec)
+    return out
+
+
+def _learner(run_dir: Path, buf: ReplayBuffer, plan: RunPlan) -> Learner:
+    settings = plan.learner_settings(FEATURES, 2)
+    algorithm = build_algorithm(settings, torch.device("cpu"))
+    publisher = CardPublisher(
+        InMemoryWeightPublisher(), card_for(settings.algorithm, algorithm.policy)
+    )
+    return Learner(
+        run_dir,
+        algorithm,
+        BufferSource(buf, settings.tasks, sampler=MixSampler(0.5, prior="interventions")),
+        publisher,
+        settings,
+        model_config(settings),
+        spec=plan.model_spec(),
+    )
+
+
+@pytest.fixture()
+def buffer(tmp_path: Path) -> Any:
+    schema = StepSchema.from_features(FEATURES, ACTION)
+    buf = ReplayBuffer.open(tmp_path / "buffer", schema)
+    buf.append(schema.batch_from_records(_steps(60)))
+    yield buf
+    buf.close()
+
+
+def _actor_side(plan: RunPlan) -> Any:
+    """LeRobot's actor-side algorithm as ``python -m lerobot.rl.actor`` builds it, from the
+    config its user writes (the run's bounds as ``dataset_stats``), not from robofleet's."""
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.gaussian_actor.configuration_gaussian_actor import (
+        ActorNetworkConfig,
+        GaussianActorConfig,
+    )
+    from lerobot.policies.gaussian_actor.modeling_gaussian_actor import GaussianActorPolicy
+    from lerobot.rl.algorithms.factory import make_algorithm
+    from lerobot.rl.algorithms.sac.configuration_sac import SACAlgorithmConfig
+
+    cfg = GaussianActorConfig(
+        input_features={"observation.state": PolicyFeature(FeatureType.STATE, (3,))},
+        output_features={"action": PolicyFeature(FeatureType.ACTION, (2,))},
+        dataset_stats={
+            "observation.state": {"min": STATE_MIN, "max": STATE_MAX},
+            "action": {"min": [-1.0, -1.0], "max": [1.0, 1.0]},
+        },
+        latent_dim=8,
+        actor_network_kwargs=ActorNetworkConfig(hidden_dims=[16, 16]),
+    )
+    policy = GaussianActorPolicy(cfg).eval()
+    return make_algorithm(cfg=SACAlgorithmConfig(policy_config=cfg), policy=policy)
+
+
+def _actor_action(algorithm: Any, state: np.ndarray, seed: int) -> np.ndarray:
+    """What LeRobot's actor loop does with one observation (``act_with_policy``)."""
+    from lerobot.policies import make_pre_post_processors
+
+    cfg = algorithm.policy.config
+    pre, post = make_pre_post_processors(policy_cfg=cfg, dataset_stats=cfg.dataset_stats)
+    obs = pre.process_observation({"observation.state": torch.as_tensor(state)})
+    torch.manual_seed(seed)
+    action = post.process_action(algorithm.policy.select_action(batch=obs))
+    result: np.ndarray = action[0].numpy()
+    return result
+
+
+def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, buffer: Any) -> None:
+    from lerobot.rl.actor import update_policy_parameters
+    from lerobot.transport.utils import state_to_bytes
+
+    plan = _plan()
+    learner = _learner(tmp_path / "run", buffer, plan)
+    learner.start(resume=False)
+    before = learner.algorithm.get_weights()
+    losses = [learner.train_step() for _ in range(8)]
+    learner.publish()
+    learner.close()
+    critic = [m["loss_critic"] for m in losses]
+    assert len(set(critic)) > 1 and all(np.isfinite(critic))
+    assert {"loss_actor", "loss_temperature", "temperature"} <= set(losses[-1])
+    after = learner.algorithm.get_weights()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+    versions = learner.publisher.inner.versions
+    weights = versions[max(versions)]
+    data = parameter_bytes(weights)
+    # Exactly what LeRobot's learner streams: state_to_bytes of SACAlgorithm.get_weights().
+    assert data == state_to_bytes(learner.algorithm.sac.get_weights())
+
+    actor = _actor_side(plan)
+    state = np.array([0.5, -1.0, 2.0], np.float32)
+    untrained = _actor_action(actor, state, seed=3)
+    queue: Queue[bytes] = Queue()
+    queue.put(data)
+    update_policy_parameters(algorithm=actor, parameters_queue=queue, device="cpu")
+    loaded = _actor_action(actor, state, seed=3)
+    torch.manual_seed(3)
+    mine = learner.algorithm.policy.act({"observation.state": state})
+    np.testing.assert_array_equal(loaded, mine)
+    assert not np.array_equal(untrained, mine)
+    # Edge agents build the same network from the version's card alone.
+    card, rest = split_card(weights)
+    assert card is not None
+    robot_policy = card.build()
+    robot_policy.set_weights(rest)
+    torch.manual_seed(3)
+    np.testing.assert_array_equal(robot_policy.act({"observation.state": state}), mine)
+
+
+def test_another_algorithms_version_is_refused_by_name() -> None:
+    with pytest.raises(NotALeRobotVersion, match="no policy card"):
+        parameter_bytes({"policy.mean_layer.weight": torch.zeros(2, 2)})
+
+
+def test_features_lerobots_policy_cannot_take_are_refused_by_name() -> None:
+    plan = _plan()
+    assert plan.feature_errors(FEATURES, 2) == {}
+    wrong_state = {"observation.state": {"dtype": "float32", "shape": (4,)}}
+    errors = plan.feature_errors(wrong_state, 3)
+    assert "3 values, observation.state has 4" in errors["policy.config.state_min"]
+    assert "2 values, action has 3" in errors["policy.config.action_max"]
+    with pytest.raises(ValueError, match=r"policy.config.state_max: 3 values"):
+        build_algorithm(plan.learner_settings(wrong_state, 2), torch.device("cpu"))
+    with pytest.raises(RunSpecError) as err:
+        _plan(hidden_width=4)
+    assert "policy.config.hidden_width" in err.value.errors
+    missing = RunPlan.from_spec(parse_spec({**_spec(), "policy": {"config": {}}}))
+    assert "required" in missing.feature_errors(FEATURES, 2)["policy.config.action_min"]
+
+
+def test_checkpoint_resumes_lerobots_algorithm_exactly(tmp_path: Path, buffer: Any) -> None:
+    plan = _plan()
+    first = _learner(tmp_path / "run", buffer, plan)
+    first.start(resume=False)
+    for _ in range(5):  # checkpoint_every_updates: 5
+        first.train_step()
+    batch = first.source.sample(16)
+    torch.manual_seed(7)
+    expected = first.algorithm.update(batch)
+    first.close()
+
+    resumed = _learner(tmp_path / "run", buffer, plan)
+    assert resumed.start(resume=True)
+    assert resumed.step == 5
+    torch.manual_seed(7)
+    assert resumed.algorithm.update(batch) == expected
+    resumed.close()
+
+
+def test_launch_refuses_robots_whose_features_do_not_fit_by_name(tmp_path: Path) -> None:
+    from foundation.store.metadata_store import MetadataStore, upgrade
+    from foundation.store.models import Robot
+    from hal.spec import Capabilities, RobotSpec
+    from runs.manager import validate_launch
+
+    url = f"sqlite:///{tmp_path}/meta.db"
+    upgrade(url)
+    store = MetadataStore(url)
+    robot = RobotSpec(
+        robot_type="so101",
+        observation_features={"observation.state": {"dtype": "float32", "shape": (4,)}},
+        action_features=ACTION,
+        control_hz=10.0,
+        capabilities=Capabilities(
+            can_reset=True, simulated=True, reward="sparse", detects_success=True
+        ),
+        action_low=[-1.0, -1.0],
+        action_high=[1.0, 1.0],
+    )
+    with store.session() as s:
+        s.add(Robot(name="so101-a", robot_type="so101", spec=robot.to_dict()))
+    try:
+        with pytest.raises(RunSpecError) as err:
+            validate_launch(store, parse_spec(_spec()))
+        assert "3 values, observation.state has 4" in err.value.errors["policy.config.state_min"]
+        four = {"state_min": [-1.0] * 4, "state_max": [1.0] * 4}
+        spec = validate_launch(store, parse_spec(_spec(**four)))
+        assert spec.policy.kind == "lerobot-gaussian-actor"
+    finally:
+        store.close()
