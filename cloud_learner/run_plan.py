@@ -342,7 +342,10 @@ def _split(
     """``spec.hyperparameters`` as (the run's knobs, the algorithm's own, errors)."""
     general_names = knob_names(RunParams)
     own_names = knob_names(builder.options)
-    owners = {n: b.name for b in BUILDERS.values() for n in knob_names(b.options)}
+    owners: dict[str, list[str]] = {}
+    for b in BUILDERS.values():
+        for n in knob_names(b.options):
+            owners.setdefault(n, []).append(repr(b.name))
     known = sorted(general_names | set(owners))
     general: dict[str, Any] = {}
     own: dict[str, Any] = {}
@@ -354,7 +357,7 @@ def _split(
             own[key] = value
         elif key in owners:
             errors[f"hyperparameters.{key}"] = (
-                f"applies to algorithm {owners[key]!r} only, not {spec.algorithm!r}"
+                f"applies to algorithm {' or '.join(owners[key])} only, not {spec.algorithm!r}"
             )
         else:
             errors[f"hyperparameters.{key}"] = (
@@ -379,6 +382,12 @@ def _policy_errors(spec: RunSpec, builder: AlgorithmBuilder) -> dict[str, str]:
         )
     if p.kind == "lerobot-gaussian-actor":
         errors.update(_lerobot_gaussian_errors(p.config, p.chunk_size))
+        for key in ("init_checkpoint", "init_from_run"):
+            if getattr(p, key) is not None:
+                errors[f"policy.{key}"] = (
+                    "lerobot-gaussian-actor starts from LeRobot's initialisation; starting "
+                    "weights are not supported for it"
+                )
     if p.kind == "gaussian" and p.chunk_size != 1:
         errors["policy.chunk_size"] = (
             f"SAC's Gaussian actor acts one step at a time; got {p.chunk_size}"

@@ -24,7 +24,9 @@ from cloud_learner.sources import BufferSource
 from foundation.runspec import RunSpecError
 
 STATE_MIN, STATE_MAX = [-3.0, -3.0, -3.0], [3.0, 3.0, 3.0]
-FEATURES = {"observation.state": {"dtype": "float32", "shape": (3,)}}
+FEATURES: dict[str, dict[str, Any]] = {"observation.state": {"dtype": "float32", "shape": (3,)}}
+CAMERA = "observation.images.wrist"
+WITH_CAMERA = {**FEATURES, CAMERA: {"dtype": "image", "shape": (40, 40, 3)}}
 ACTION = {"action": {"dtype": "float32", "shape": (2,)}}
 
 
@@ -49,7 +51,7 @@ def _plan(**config: Any) -> RunPlan:
     return RunPlan.from_spec(parse_spec(_spec(**config)))
 
 
-def _steps(n: int) -> list[dict[str, Any]]:
+def _steps(n: int, camera: bool = False) -> list[dict[str, Any]]:
     """``n`` buffer steps of 20-step episodes ending in success (reward 1, terminated), every
     third step the operator's."""
     rng = np.random.default_rng(0)
@@ -72,14 +74,20 @@ def _steps(n: int) -> list[dict[str, Any]]:
             "observation.state": rng.uniform(-3, 3, 3).astype(np.float32),
             "action": rng.uniform(-1, 1, 2).astype(np.float32),
         }
+        if camera:
+            rec[CAMERA] = rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)
         if end:
             rec["next.observation.state"] = np.zeros(3, np.float32)
+            if camera:
+                rec["next." + CAMERA] = np.zeros((40, 40, 3), np.uint8)
         out.append(rec)
     return out
 
 
-def _learner(run_dir: Path, buf: ReplayBuffer, plan: RunPlan) -> Learner:
-    settings = plan.learner_settings(FEATURES, 2)
+def _learner(
+    run_dir: Path, buf: ReplayBuffer, plan: RunPlan, features: dict[str, Any] = FEATURES
+) -> Learner:
+    settings = plan.learner_settings(features, 2)
     algorithm = build_algorithm(settings, torch.device("cpu"))
     publisher = CardPublisher(
         InMemoryWeightPublisher(), card_for(settings.algorithm, algorithm.policy)
@@ -95,16 +103,21 @@ def _learner(run_dir: Path, buf: ReplayBuffer, plan: RunPlan) -> Learner:
     )
 
 
+def _open_buffer(path: Path, camera: bool = False) -> ReplayBuffer:
+    schema = StepSchema.from_features(WITH_CAMERA if camera else FEATURES, ACTION)
+    buf = ReplayBuffer.open(path, schema)
+    buf.append(schema.batch_from_records(_steps(60, camera)))
+    return buf
+
+
 @pytest.fixture()
 def buffer(tmp_path: Path) -> Any:
-    schema = StepSchema.from_features(FEATURES, ACTION)
-    buf = ReplayBuffer.open(tmp_path / "buffer", schema)
-    buf.append(schema.batch_from_records(_steps(60)))
+    buf = _open_buffer(tmp_path / "buffer")
     yield buf
     buf.close()
 
 
-def _actor_side(plan: RunPlan) -> Any:
+def _actor_side(camera: bool = False, discrete: bool = False) -> Any:
     """LeRobot's actor-side algorithm as ``python -m lerobot.rl.actor`` builds it, from the
     config its user writes (the run's bounds as ``dataset_stats``), not from robofleet's."""
     from lerobot.configs.types import FeatureType, PolicyFeature
@@ -116,44 +129,58 @@ def _actor_side(plan: RunPlan) -> Any:
     from lerobot.rl.algorithms.factory import make_algorithm
     from lerobot.rl.algorithms.sac.configuration_sac import SACAlgorithmConfig
 
+    inputs = {"observation.state": PolicyFeature(FeatureType.STATE, (3,))}
+    if camera:
+        inputs[CAMERA] = PolicyFeature(FeatureType.VISUAL, (3, 40, 40))
     cfg = GaussianActorConfig(
-        input_features={"observation.state": PolicyFeature(FeatureType.STATE, (3,))},
+        input_features=inputs,
         output_features={"action": PolicyFeature(FeatureType.ACTION, (2,))},
         dataset_stats={
             "observation.state": {"min": STATE_MIN, "max": STATE_MAX},
             "action": {"min": [-1.0, -1.0], "max": [1.0, 1.0]},
         },
         latent_dim=8,
+        image_encoder_hidden_dim=4,
+        num_discrete_actions=3 if discrete else None,
         actor_network_kwargs=ActorNetworkConfig(hidden_dims=[16, 16]),
     )
     policy = GaussianActorPolicy(cfg).eval()
     return make_algorithm(cfg=SACAlgorithmConfig(policy_config=cfg), policy=policy)
 
 
-def _actor_action(algorithm: Any, state: np.ndarray, seed: int) -> np.ndarray:
-    """What LeRobot's actor loop does with one observation (``act_with_policy``)."""
+def _actor_action(algorithm: Any, observation: dict[str, np.ndarray], seed: int) -> np.ndarray:
+    """What LeRobot's actor loop does with one observation (``act_with_policy``): frames
+    arrive as its environment processors make them, (1, 3, H, W) float32 in [0, 1]."""
     from lerobot.policies import make_pre_post_processors
 
     cfg = algorithm.policy.config
     pre, post = make_pre_post_processors(policy_cfg=cfg, dataset_stats=cfg.dataset_stats)
-    obs = pre.process_observation({"observation.state": torch.as_tensor(state)})
+    raw = {"observation.state": torch.as_tensor(observation["observation.state"])}
+    if CAMERA in observation:
+        frame = torch.as_tensor(observation[CAMERA]).permute(2, 0, 1)[None].float() / 255.0
+        raw[CAMERA] = frame
+    obs = pre.process_observation(raw)
     torch.manual_seed(seed)
     action = post.process_action(algorithm.policy.select_action(batch=obs))
     result: np.ndarray = action[0].numpy()
     return result
 
 
-def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, buffer: Any) -> None:
+@pytest.mark.parametrize("camera", [False, True], ids=["state", "camera"])
+def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, camera: bool) -> None:
     from lerobot.rl.actor import update_policy_parameters
     from lerobot.transport.utils import state_to_bytes
 
-    plan = _plan()
-    learner = _learner(tmp_path / "run", buffer, plan)
+    plan = _plan(image_encoder_hidden_dim=4)
+    buffer = _open_buffer(tmp_path / "buffer", camera)
+    features = WITH_CAMERA if camera else FEATURES
+    learner = _learner(tmp_path / "run", buffer, plan, features)
     learner.start(resume=False)
     before = learner.algorithm.get_weights()
     losses = [learner.train_step() for _ in range(8)]
     learner.publish()
     learner.close()
+    buffer.close()
     critic = [m["loss_critic"] for m in losses]
     assert len(set(critic)) > 1 and all(np.isfinite(critic))
     assert {"loss_actor", "loss_temperature", "temperature"} <= set(losses[-1])
@@ -166,15 +193,17 @@ def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, buffer
     # Exactly what LeRobot's learner streams: state_to_bytes of SACAlgorithm.get_weights().
     assert data == state_to_bytes(learner.algorithm.sac.get_weights())
 
-    actor = _actor_side(plan)
-    state = np.array([0.5, -1.0, 2.0], np.float32)
-    untrained = _actor_action(actor, state, seed=3)
+    actor = _actor_side(camera)
+    obs = {"observation.state": np.array([0.5, -1.0, 2.0], np.float32)}
+    if camera:
+        obs[CAMERA] = np.random.default_rng(1).integers(0, 255, (40, 40, 3), dtype=np.uint8)
+    untrained = _actor_action(actor, obs, seed=3)
     queue: Queue[bytes] = Queue()
     queue.put(data)
     update_policy_parameters(algorithm=actor, parameters_queue=queue, device="cpu")
-    loaded = _actor_action(actor, state, seed=3)
+    loaded = _actor_action(actor, obs, seed=3)
     torch.manual_seed(3)
-    mine = learner.algorithm.policy.act({"observation.state": state})
+    mine = learner.algorithm.policy.act(obs)
     np.testing.assert_array_equal(loaded, mine)
     assert not np.array_equal(untrained, mine)
     # Edge agents build the same network from the version's card alone.
@@ -183,7 +212,7 @@ def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, buffer
     robot_policy = card.build()
     robot_policy.set_weights(rest)
     torch.manual_seed(3)
-    np.testing.assert_array_equal(robot_policy.act({"observation.state": state}), mine)
+    np.testing.assert_array_equal(robot_policy.act(obs), mine)
 
 
 def test_another_algorithms_version_is_refused_by_name() -> None:
@@ -257,3 +286,55 @@ def test_launch_refuses_robots_whose_features_do_not_fit_by_name(tmp_path: Path)
         assert spec.policy.kind == "lerobot-gaussian-actor"
     finally:
         store.close()
+
+
+def test_spec_fields_the_lerobot_actor_does_not_support_are_refused_by_name() -> None:
+    spec = _spec()
+    spec["policy"] = {**spec["policy"], "chunk_size": 4, "init_from_run": "run-1"}
+    with pytest.raises(RunSpecError) as err:
+        RunPlan.from_spec(parse_spec(spec))
+    assert set(err.value.errors) == {"policy.chunk_size", "policy.init_from_run"}
+    # A knob SAC/RLPD and LeRobot's SAC both have names both to another algorithm.
+    other = {**_spec(), "algorithm": "hg-dagger", "policy": {}, "hyperparameters": {"gamma": 0.9}}
+    with pytest.raises(RunSpecError) as err:
+        RunPlan.from_spec(parse_spec(other))
+    assert "'sac' or 'lerobot-sac' only" in err.value.errors["hyperparameters.gamma"]
+
+
+def test_a_discrete_gripper_trains_and_ships_lerobots_discrete_critic() -> None:
+    from lerobot.rl.actor import update_policy_parameters
+
+    plan = _plan(num_discrete_actions=3)
+    settings = plan.learner_settings(FEATURES, 3)  # two continuous dimensions and the gripper
+    algorithm = build_algorithm(settings, torch.device("cpu"))
+    rng = np.random.default_rng(0)
+    batch = {
+        "observation.state": torch.as_tensor(rng.uniform(-3, 3, (16, 3)), dtype=torch.float32),
+        "next.observation.state": torch.as_tensor(rng.uniform(-3, 3, (16, 3))).float(),
+        "action": torch.cat(
+            [torch.rand(16, 2) * 2 - 1, torch.as_tensor(rng.integers(0, 3, (16, 1))).float()], 1
+        ),
+        "reward": torch.as_tensor(rng.random(16) < 0.2).float(),
+        "terminated": torch.as_tensor(rng.random(16) < 0.2),
+        "is_intervention": torch.as_tensor(rng.random(16) < 0.5),
+    }
+    metrics = algorithm.update(batch)
+    assert np.isfinite(metrics["loss_discrete_critic"])
+    weights = card_publisher_version(settings.algorithm, algorithm)
+    actor = _actor_side(discrete=True)
+    queue: Queue[bytes] = Queue()
+    queue.put(parameter_bytes(weights))
+    update_policy_parameters(algorithm=actor, parameters_queue=queue, device="cpu")
+    mine = algorithm.policy.policy
+    for part in ("actor", "discrete_critic"):
+        theirs = getattr(actor.policy, part).state_dict()
+        for key, value in getattr(mine, part).state_dict().items():
+            assert torch.equal(theirs[key], value), (part, key)
+
+
+def card_publisher_version(name: str, algorithm: Any) -> dict[str, torch.Tensor]:
+    """The version a run's publisher stores of ``algorithm``'s weights (card included)."""
+    publisher = CardPublisher(InMemoryWeightPublisher(), card_for(name, algorithm.policy))
+    publisher.publish(1, algorithm.get_weights())
+    versions: dict[int, dict[str, torch.Tensor]] = publisher.inner.versions
+    return versions[1]

@@ -47,7 +47,9 @@ def test_every_bad_field_is_named_and_the_algorithm_by_the_learners_registry() -
     assert parse_run_spec({**GOOD, "algorithm": "ppo"}).algorithm == "ppo"
     with pytest.raises(RunSpecError) as err:
         parse_spec({**GOOD, "algorithm": "ppo"})
-    assert err.value.errors == {"algorithm": "Input should be 'hg-dagger', 'recap' or 'sac'"}
+    assert err.value.errors == {
+        "algorithm": "Input should be 'hg-dagger', 'recap', 'sac' or 'lerobot-sac'"
+    }
     with pytest.raises(RunSpecError) as err:
         parse_spec({**GOOD, "policy": {"kind": "transformer"}})
     assert set(err.value.errors) == {"policy.kind"}
