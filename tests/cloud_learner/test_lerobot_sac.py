@@ -70,7 +70,7 @@ def _steps(n: int, camera: bool = False) -> list[dict[str, Any]]:
             "terminated": end,
             "truncated": False,
             "is_intervention": i % 3 == 0,
-            "policy_version": 0,
+            "policy_version": 1,  # 0 would be a demonstration episode
             "observation.state": rng.uniform(-3, 3, 3).astype(np.float32),
             "action": rng.uniform(-1, 1, 2).astype(np.float32),
         }
@@ -338,3 +338,52 @@ def card_publisher_version(name: str, algorithm: Any) -> dict[str, torch.Tensor]
     publisher.publish(1, algorithm.get_weights())
     versions: dict[int, dict[str, torch.Tensor]] = publisher.inner.versions
     return versions[1]
+
+
+def test_a_runs_learner_process_publishes_versions_lerobots_actor_loads(tmp_path: Path) -> None:
+    """The cloud's learner of a ``lerobot-sac`` run (``RunLearner``, against the run's buffer
+    service): the versions in its weights directory convert to bytes LeRobot's actor loads."""
+    import json
+    import threading
+    import time
+
+    from lerobot.rl.actor import update_policy_parameters
+    from safetensors.torch import load_file
+
+    from buffer.service.batches import BatchServer
+    from cloud_learner.process import RunLearner
+    from comms.cloud.weight_file import latest_version, weight_file_name
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = _spec()
+    spec["publish"] = {"every_updates": 5}
+    spec["hyperparameters"] = {**spec["hyperparameters"], "updates_per_s": 0, "bc_updates": 0}
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    buf = _open_buffer(run_dir / "buffer")
+    plan = RunPlan.from_spec(parse_spec(spec))
+    server = BatchServer(buf, ["pick-cube"], plan.sampler(False, {}))
+    proc = RunLearner.open(run_dir, server.address, None)
+    stop = threading.Event()
+    worker = threading.Thread(target=proc.run, args=(stop.is_set, lambda: False), daemon=True)
+    try:
+        worker.start()
+        deadline = time.monotonic() + 60
+        while latest_version(run_dir / "weights") < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        worker.join(timeout=60)
+        proc.close()
+        server.close()
+        buf.close()
+    version = latest_version(run_dir / "weights")
+    assert version >= 3, "the learner published no trained version"
+    weights = load_file(str(run_dir / "weights" / weight_file_name(version)))
+    actor = _actor_side()
+    queue: Queue[bytes] = Queue()
+    queue.put(parameter_bytes(weights))
+    update_policy_parameters(algorithm=actor, parameters_queue=queue, device="cpu")
+    _, flat = split_card(weights)
+    for key, value in actor.policy.actor.state_dict().items():
+        assert torch.equal(value, flat[f"policy.{key}"]), key
