@@ -15,7 +15,7 @@ import torch
 
 from buffer import MixSampler, ReplayBuffer, StepSchema
 from cloud_learner.factory import build_algorithm, model_config
-from cloud_learner.lerobot_parameters import NotALeRobotVersion, parameter_bytes
+from cloud_learner.lerobot_parameters import NotALeRobotVersion, actor_config, parameter_bytes
 from cloud_learner.loop import Learner
 from cloud_learner.policy_card import CardPublisher, card_for, split_card
 from cloud_learner.publisher import InMemoryWeightPublisher
@@ -194,6 +194,12 @@ def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, camera
     assert data == state_to_bytes(learner.algorithm.sac.get_weights())
 
     actor = _actor_side(camera)
+    # The version says which actor config it fits: the one the actor's user wrote.
+    trained_with = actor_config(weights)
+    theirs = actor.policy.config
+    assert trained_with.input_features == theirs.input_features
+    assert trained_with.output_features == theirs.output_features
+    assert trained_with.dataset_stats == theirs.dataset_stats
     obs = {"observation.state": np.array([0.5, -1.0, 2.0], np.float32)}
     if camera:
         obs[CAMERA] = np.random.default_rng(1).integers(0, 255, (40, 40, 3), dtype=np.uint8)
