@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from buffer import StepSchema
-from buffer.service.batches import RemoteBuffer, RemoteNothingToSample
+from buffer.service.batches import RemoteBuffer, RemoteNothingToSample, ShardedRemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.classifier_training import ClassifierPublisher, ClassifierTrainer
 from cloud_learner.factory import build_algorithm, model_config
@@ -122,7 +122,11 @@ def read_refusal(run_dir: Path) -> str | None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m cloud_learner.process", description=__doc__)
     p.add_argument("--run-dir", required=True, type=Path)
-    p.add_argument("--batches", required=True, help="the run's BatchServer address (tcp://...)")
+    p.add_argument(
+        "--batches",
+        required=True,
+        help="the run's BatchServer address (tcp://...), or its shards' comma-separated",
+    )
     p.add_argument(
         "--init-weights",
         type=Path,
@@ -146,7 +150,7 @@ class RunLearner:
         plan: RunPlan,
         learner: Learner,
         source: TransitionBatchSource,
-        remote: RemoteBuffer,
+        remote: RemoteBuffer | ShardedRemoteBuffer,
         resumed: bool,
         classifier: ClassifierTrainer | None = None,
         probe: ProbeTrainer | None = None,
@@ -209,7 +213,7 @@ class RunLearner:
             images=list(settings.policy.image_keys),
             chunk=int(getattr(algorithm.policy, "chunk_size", settings.policy.chunk_size)),
         )
-        remote = RemoteBuffer(batches, layout=layout)
+        remote = remote_buffer(batches, layout)
         source = TransitionBatchSource(remote, device=device, reward_scale=plan.reward_scale)
         # Every version carries its policy card, so robots and the evaluator build the right
         # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
@@ -448,6 +452,15 @@ def learner_device(num_gpus: float) -> torch.device:
             "(the learner process runs beside the cloud); set learner.num_gpus: 0"
         )
     return torch.device("cuda")
+
+
+def remote_buffer(batches: str, layout: Any) -> RemoteBuffer | ShardedRemoteBuffer:
+    """The run's batch service at ``batches``: one server's address, or the shards' servers'
+    comma-separated (sampled in proportion to their sizes, one batch drawn ahead)."""
+    addresses = [a.strip() for a in batches.split(",") if a.strip()]
+    if len(addresses) == 1:
+        return RemoteBuffer(addresses[0], layout=layout)
+    return ShardedRemoteBuffer(addresses, layout=layout, prefetch=True)
 
 
 def run_features(run_dir: Path) -> tuple[dict[str, dict[str, Any]], int]:

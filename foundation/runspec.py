@@ -201,6 +201,17 @@ class AdaptiveMix(_Strict):
 
 class BufferSpec(_Strict):
     memory_budget_bytes: int | None = Field(default=None, gt=0)
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        strict=True,
+        description=(
+            "Buffer shards of the run: 1 = one buffer in the cloud process; N > 1 = N shard"
+            " processes (Ray actors, each its own WAL, segments and batch server), robots"
+            " hashed to a shard by id. Fixed for the run's life (a resume keeps it)."
+        ),
+    )
     sampler: Literal[
         "uniform", "recency", "prioritized", "intervention-weighted", "online-offline-mix"
     ] = "uniform"

@@ -32,6 +32,7 @@ from foundation.rows import RowFilter
 from foundation.runspec import RunSpec
 from hal.compat import RunFeatures
 from runs.offline import mount_sources
+from runs.sharded import ShardedBatches, checked_mounts, mix_config, open_shards
 from runs.starting import initial_weights_path
 from runs.supervisor import ChildRefused, ProcessSupervisor
 from runs.versions import VersionRecorder
@@ -68,42 +69,17 @@ class RunLearning:
         features: RunFeatures,
         on_event: Callable[..., None],
     ) -> None:
-        from buffer.service.batches import BatchServer, MixConfig
         from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
         self.ctx, self.run_id, self.run_dir = ctx, run_id, run_dir
         self.on_event = on_event
         spec = plan.spec
-        self.buffer = self._open_buffer(spec, features)
-        try:
-            # Offline data first: a source that is gone or does not fit ends the start here.
-            self.offline_sources = mount_sources(
-                self.buffer, spec, run_dir, Path(ctx.settings.data_dir)
-            )
-            for entry in self.offline_sources:
-                on_event("run.offline_mounted", **entry)
-            # Demonstrations come from the robots' operators (edge_agent); rows of a run's
-            # cloud-side scripted demonstrations (robot "demo", runs before that) still count.
-            self.demo_rows = len(self.buffer.select(RowFilter(robot_ids=(DEMO_ROBOT,))))
-            mix = spec.buffer
-            shares: dict[str, float] = {}  # SOP's adaptive per-task shares, the server's
-            self.batch_server = BatchServer(
-                self.buffer,
-                spec.tasks,
-                plan.sampler(offline=bool(self.buffer.offline), shares=shares),
-                offline_rows=self.demo_rows,
-                demonstration_robots=[DEMO_ROBOT],
-                mix=MixConfig(
-                    mix.online_fraction,
-                    mix.mix == "adaptive",
-                    mix.adaptive.min_online,
-                    mix.adaptive.max_online,
-                ),
-                mix_shares=shares,
-            )
-        except BaseException:
-            self.buffer.close()  # its directory lock must not outlive a failed start
-            raise
+        self.buffer: Any  # a ReplayBuffer, or the shards' ShardActors
+        self.batch_server: Any  # a BatchServer, or ShardedBatches
+        if spec.buffer.shards > 1:
+            self._open_shards(spec, features)
+        else:
+            self._open_one(plan, features)
         ctx.sinks[run_id] = ReplayBufferSink(self.buffer)
         init = initial_weights_path(spec, Path(ctx.settings.data_dir), ctx.store)
         self.learner = ProcessSupervisor(
@@ -132,16 +108,63 @@ class RunLearning:
             self.close()
             raise
 
-    def _open_buffer(self, spec: RunSpec, features: RunFeatures) -> Any:
+    def _open_one(self, plan: RunPlan, features: RunFeatures) -> None:
+        """One buffer in this process, its offline data and its batch server."""
         from buffer import ReplayBuffer, StepSchema
+        from buffer.service.batches import BatchServer
+
+        spec = plan.spec
+        schema = StepSchema.from_features(features.observation_features, features.action_features)
+        self.buffer = ReplayBuffer.open(self.run_dir / "buffer", schema, self._buffer_config(spec))
+        try:
+            # Offline data first: a source that is gone or does not fit ends the start here.
+            self.offline_sources = mount_sources(
+                self.buffer, spec, self.run_dir, Path(self.ctx.settings.data_dir)
+            )
+            for entry in self.offline_sources:
+                self.on_event("run.offline_mounted", **entry)
+            # Demonstrations come from the robots' operators (edge_agent); rows of a run's
+            # cloud-side scripted demonstrations (robot "demo", runs before that) still count.
+            self.demo_rows = len(self.buffer.select(RowFilter(robot_ids=(DEMO_ROBOT,))))
+            shares: dict[str, float] = {}  # SOP's adaptive per-task shares, the server's
+            self.batch_server = BatchServer(
+                self.buffer,
+                spec.tasks,
+                plan.sampler(offline=bool(self.buffer.offline), shares=shares),
+                offline_rows=self.demo_rows,
+                demonstration_robots=[DEMO_ROBOT],
+                mix=mix_config(spec),
+                mix_shares=shares,
+            )
+        except BaseException:
+            self.buffer.close()  # its directory lock must not outlive a failed start
+            raise
+
+    def _open_shards(self, spec: RunSpec, features: RunFeatures) -> None:
+        """``buffer.shards`` shard actors (``runs.sharded``), the offline data mounted in
+        each, and the batch service over their servers."""
+        from buffer import StepSchema
 
         schema = StepSchema.from_features(features.observation_features, features.action_features)
+        config = self._buffer_config(spec)
+        data_dir = Path(self.ctx.settings.data_dir)
+        self.offline_sources, mounts = checked_mounts(spec, schema, config, self.run_dir, data_dir)
+        for entry in self.offline_sources:
+            self.on_event("run.offline_mounted", **entry)
+        self.demo_rows = 0  # the cloud-side demonstrations of older runs were never sharded
+        self.buffer = open_shards(
+            spec, schema, config, self.run_dir, mounts, [DEMO_ROBOT], self.on_event
+        )
+        self.batch_server = ShardedBatches(self.buffer, spec)
+
+    def _buffer_config(self, spec: RunSpec) -> Any:
+        """The cloud's buffer settings with the run's own hot-tier budget, when it has one."""
         config = self.ctx.settings.buffer
-        if spec.buffer.memory_budget_bytes is not None:  # the run's own hot-tier budget
+        if spec.buffer.memory_budget_bytes is not None:
             config = config.model_copy(
                 update={"memory_budget_bytes": spec.buffer.memory_budget_bytes}
             )
-        return ReplayBuffer.open(self.run_dir / "buffer", schema, config)
+        return config
 
     @property
     def stats(self) -> dict[str, float]:
@@ -164,7 +187,10 @@ class RunLearning:
         Raises:
             CrashLoop: it crashed too often; the run ends as crashed.
             LearnerRefused: it refused the run; the run ends as crashed, with the refusal.
+            buffer.service.shard_client.ShardLost: a buffer shard is gone for good.
         """
+        if isinstance(self.batch_server, ShardedBatches):
+            self.batch_server.poll()
         self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
         self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
         try:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from buffer.table.opening import SHARDS_FILE
 from foundation.durable import atomic_write_text
 from foundation.runspec import OfflineSource, RunSpec
 from lab_data.buffer_copy import BufferImporter
@@ -82,6 +83,8 @@ def locate(source: OfflineSource, data_dir: Path) -> Located:
         return Located("dataset", MOUNTED_IN_PLACE, catalog.buffer_dir(name))
     run = data_dir / "runs" / name / "buffer"
     if "/" not in name and (run / "schema.json").is_file():
+        if (run / SHARDS_FILE).is_file():
+            raise ValueError(f"run {name} keeps its buffer in shards; it cannot be mounted")
         return Located("run", MOUNTED_IN_PLACE, run)
     path = Path(name).expanduser()
     if not path.exists():

@@ -63,6 +63,13 @@ def classifier_figures(learner: Mapping[str, float]) -> dict[str, float]:
     }
 
 
+def count_rows(buffer: Any, rows: RowFilter) -> int:
+    """Eligible rows of ``buffer`` that ``rows`` keeps: its ``count`` (a sharded run's
+    buffer counts in its shards), else the length of its ``select``."""
+    count = getattr(buffer, "count", None)
+    return int(count(rows)) if callable(count) else len(buffer.select(rows))
+
+
 class RunProgress:
     """Counts of the run's buffer, rates between records, and where they are written.
 
@@ -97,7 +104,7 @@ class RunProgress:
     def counts(self, buffer: Any) -> tuple[int, int]:
         """(env steps, operator interventions) the buffer holds from robots (not demos)."""
         total = len(buffer)
-        interventions = len(buffer.select(RowFilter(interventions_only=True)))
+        interventions = count_rows(buffer, RowFilter(interventions_only=True))
         return total - self.offline_rows, interventions - self.offline_rows
 
     def offline_steps(self, buffer: Any) -> int:

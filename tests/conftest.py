@@ -70,6 +70,7 @@ CLOUD_FILES = frozenset(
         "runs/test_pixel_and_chunk_runs",
         "runs/test_refused_resume",
         "runs/test_robot_computers",
+        "runs/test_sharded_runs",
     )
 )
 

@@ -93,6 +93,10 @@ class BatchServer:
             (the mapping ``sampler`` was built with); a new one when None.
         host: the interface to listen on: loopback for a learner on this machine; a shard on
             another node (``buffer.service.shard_actor``) listens where its learner can reach it.
+        port: the port to listen on (a restarted shard's own); 0: any free one.
+
+    Raises:
+        zmq.ZMQError: ``port`` is taken.
 
     ``requests`` counts every request answered: the run's hang watchdog reads it, so a learner
     that waits for data (its update-to-data ratio reached) and polls ``size`` is alive.
@@ -108,6 +112,7 @@ class BatchServer:
         mix: MixConfig | None = None,
         host: str = "127.0.0.1",
         mix_shares: dict[str, float] | None = None,
+        port: int = 0,
     ) -> None:
         self.buffer = buffer
         self.offline_rows = offline_rows
@@ -123,7 +128,15 @@ class BatchServer:
         self._ctx: zmq.Context[Any] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
-        port = self._sock.bind_to_random_port(f"tcp://{host}")
+        if port:
+            try:
+                self._sock.bind(f"tcp://{host}:{port}")
+            except zmq.ZMQError:
+                self._sock.close(0)
+                raise
+        else:
+            port = self._sock.bind_to_random_port(f"tcp://{host}")
+        self.port = port
         self.address = f"tcp://{host}:{port}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="batch-server", daemon=True)
@@ -477,10 +490,16 @@ class ShardedRemoteBuffer:
     the shards draw at once (every request is sent before any reply is read) and the parts
     are concatenated. A shard that turns out empty hands its share to the others.
 
+    With ``prefetch`` a thread of its own (with sockets of its own) draws the next batch of
+    the size last asked for while the learner trains on this one, so a slow shard delays
+    that thread, not the learner; the batch handed out is then one draw older than the
+    request (as a prefetching Reverb client's).
+
     Args:
         addresses: the shards' ``tcp://`` batch server addresses, shard ``k`` at ``k``.
         timeout_s / layout: as :class:`RemoteBuffer`, for every shard.
         seed: of the draw of rows per shard.
+        prefetch: draw one batch ahead on a thread.
 
     ``stats`` travel to every shard. Raises as :class:`RemoteBuffer`.
     """
@@ -491,12 +510,18 @@ class ShardedRemoteBuffer:
         timeout_s: float = 30.0,
         layout: Mapping[str, Any] | None = None,
         seed: int | None = None,
+        prefetch: bool = False,
     ) -> None:
         if not addresses:
             raise ValueError("a sharded buffer needs at least one shard address")
         self.shards = [RemoteBuffer(a, timeout_s, layout) for a in addresses]
         self.stats: dict[str, float] = {}
         self._rng = np.random.default_rng(seed)
+        self._ahead: _Prefetcher | None = None
+        self.closing = False  # set: a wait for rows ends (the prefetch thread's)
+        if prefetch:
+            fetcher = ShardedRemoteBuffer(addresses, timeout_s, layout, seed)
+            self._ahead = _Prefetcher(fetcher, lambda: self.stats)
 
     def _sizes(self) -> np.ndarray:
         for r in self.shards:
@@ -513,7 +538,14 @@ class ShardedRemoteBuffer:
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         """``batch_size`` rows (the keys of :class:`RemoteBuffer`, plus ``shard`` int16);
         waits (polling every 0.1 s) while every shard is empty."""
-        return sample_across_shards(batch_size, self._sizes, self._rng, self._draw, _wait_for_rows)
+        if self._ahead is not None:
+            return self._ahead.take(batch_size)
+        return sample_across_shards(batch_size, self._sizes, self._rng, self._draw, self._nothing)
+
+    def _nothing(self, barren: bool) -> None:
+        if self.closing:
+            raise RuntimeError("the sharded buffer client is closing")
+        _wait_for_rows(barren)
 
     def _draw(self, counts: np.ndarray) -> list[tuple[int, dict[str, np.ndarray] | None]]:
         """Ask every shard with a count for its rows, then take the replies (None from a
@@ -548,6 +580,20 @@ class ShardedRemoteBuffer:
                 out[task] = out.get(task, 0) + n
         return out
 
+    def labelled_episodes(self) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+        """:meth:`RemoteBuffer.labelled_episodes` over every shard: the episodes in shard
+        order, their arrays concatenated in the same order."""
+        episodes: list[dict[str, Any]] = []
+        parts: list[dict[str, np.ndarray]] = []
+        for r in self.shards:
+            found, arrays = r.labelled_episodes()
+            episodes += found
+            if found:
+                parts.append(arrays)
+        if not parts:
+            return episodes, {}
+        return episodes, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
     def sampler_state(self) -> dict[str, Any]:
         """``{"shards": [each shard's sampler state]}`` (for the learner's checkpoint)."""
         return {"shards": [r.sampler_state() for r in self.shards]}
@@ -557,8 +603,71 @@ class ShardedRemoteBuffer:
             r.load_sampler_state(s)
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
         for r in self.shards:
             r.close()
+
+
+class _Prefetcher:
+    """One batch ahead of ``ShardedRemoteBuffer.sample``, drawn on a thread by ``fetcher``
+    (its own sockets); ``stats()``: the learner's statistics to send along."""
+
+    def __init__(self, fetcher: ShardedRemoteBuffer, stats: Any) -> None:
+        self.fetcher = fetcher
+        self._stats = stats
+        self._want = 0  # the batch size to draw next; 0: none asked yet
+        self._ready: tuple[int, dict[str, np.ndarray] | BaseException] | None = None
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="batch-prefetch", daemon=True)
+        self._thread.start()
+
+    def take(self, batch_size: int) -> dict[str, np.ndarray]:
+        """The drawn batch of ``batch_size`` rows (waits for it); raises what the draw
+        raised."""
+        with self._cond:
+            self._want = batch_size
+            self._cond.notify_all()
+            while self._ready is None or self._ready[0] != batch_size:
+                if self._ready is not None:  # drawn for another size: draw again
+                    self._ready = None
+                    self._cond.notify_all()
+                self._cond.wait()
+            got = self._ready[1]
+            self._ready = None
+            self._cond.notify_all()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and (self._want == 0 or self._ready is not None):
+                    self._cond.wait()
+                if self._stop:
+                    return
+                n = self._want
+            self.fetcher.stats = self._stats()
+            got: dict[str, np.ndarray] | BaseException
+            try:
+                got = self.fetcher.sample(n)
+            except Exception as exc:  # the learner gets it with its next take
+                got = exc
+            with self._cond:
+                self._ready = (n, got)
+                self._cond.notify_all()
+            if isinstance(got, BaseException):
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self.fetcher.closing = True
+            self._cond.notify_all()
+        self._thread.join(35.0)
+        self.fetcher.close()
 
 
 def _wait_for_rows(barren: bool) -> None:

@@ -24,9 +24,9 @@ Two ways to run them:
   ``buffer.service.batches.ShardedRemoteBuffer`` samples across their servers in proportion to their
   sizes (``docs/architecture.md``, "Past one buffer process").
 
-A run does not open shards yet: its batch server reads one buffer's index, window and mounted
-offline data, so a sharded run needs one batch server per shard and the learner on
-``ShardedRemoteBuffer`` (the wiring ``docs/architecture.md`` describes).
+A run with ``buffer.shards`` above 1 runs its shards as Ray actors
+(``buffer.service.shard_client.ShardActors``: ``docs/architecture.md``, "Past one buffer
+process").
 """
 
 from __future__ import annotations
@@ -61,6 +61,21 @@ def shard_of(robot_id: str | int, shards: int) -> int:
     return zlib.crc32(str(robot_id).encode()) % shards
 
 
+def split_by_shard(records: pa.RecordBatch | pa.Table, shards: int) -> list[tuple[int, Any]]:
+    """``(shard, rows of records in it)`` for each of the ``shards`` holding a robot of
+    ``records``, rows keeping their order (rows without ``robot_id``: all to shard 0, whose
+    validation names what is wrong)."""
+    if records.num_rows == 0 or "robot_id" not in records.schema.names:
+        return [(0, records)]
+    robots = records.column("robot_id")
+    distinct = pc.unique(robots).to_pylist()
+    found = {shard_of(r, shards) for r in distinct}
+    if len(found) == 1:
+        return [(found.pop(), records)]
+    key = np.array([shard_of(r, shards) for r in robots.to_pylist()])
+    return [(k, records.filter(pa.array(key == k))) for k in sorted(found)]
+
+
 def shard_dir(root: str | Path, k: int) -> Path:
     return Path(root) / f"shard-{k:02d}"
 
@@ -87,6 +102,25 @@ def shard_count(root: str | Path, shards: int | None = None) -> int:
     Path(root).mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps({"shards": shards}))
     return shards
+
+
+def merge_stats(
+    each: Sequence[Mapping[str, float | int]], hits: Sequence[int], misses: Sequence[int]
+) -> dict[str, float | int]:
+    """One buffer's ``ReplayBuffer.stats`` from its shards' (``each``, shard ``k`` at ``k``,
+    with the hits and misses of each shard's cache): counts and bytes summed, the cache hit
+    rate weighted by samples served, latencies the worst shard's; plus ``shards``."""
+    out: dict[str, float | int] = {}
+    for key in each[0]:
+        values = [e[key] for e in each]
+        if key.startswith(("ack_latency", "prefetch_lag", "recovery_seconds")):
+            out[key] = max(values)
+        elif key != "cache_hit_rate":
+            out[key] = sum(values)
+    served = sum(hits) + sum(misses)
+    out["cache_hit_rate"] = sum(hits) / served if served else 1.0
+    out["shards"] = len(each)
+    return out
 
 
 class ShardedBuffer:
@@ -185,16 +219,7 @@ class ShardedBuffer:
         )
 
     def _split(self, records: pa.RecordBatch | pa.Table) -> list[tuple[int, Any]]:
-        """``(shard, rows of records in it)``, rows keeping their order."""
-        if records.num_rows == 0 or "robot_id" not in records.schema.names:
-            return [(0, records)]  # the shard's validation names what is wrong
-        robots = records.column("robot_id")
-        distinct = pc.unique(robots).to_pylist()
-        shards = {shard_of(r, len(self.shards)) for r in distinct}
-        if len(shards) == 1:
-            return [(shards.pop(), records)]
-        key = np.array([shard_of(r, len(self.shards)) for r in robots.to_pylist()])
-        return [(k, records.filter(pa.array(key == k))) for k in sorted(shards)]
+        return split_by_shard(records, len(self.shards))
 
     def mark_episode(
         self,
@@ -291,19 +316,11 @@ class ShardedBuffer:
     def stats(self) -> dict[str, float | int]:
         """:meth:`ReplayBuffer.stats` over the shards: counts and bytes summed, the cache
         hit rate weighted by samples served, latencies the worst shard's; plus ``shards``."""
-        each = [s.stats() for s in self.shards]
-        out: dict[str, float | int] = {}
-        for key in each[0]:
-            values = [e[key] for e in each]
-            if key.startswith(("ack_latency", "prefetch_lag", "recovery_seconds")):
-                out[key] = max(values)
-            elif key != "cache_hit_rate":
-                out[key] = sum(values)
-        served = [s.storage.hits + s.storage.misses for s in self.shards]
-        hits = sum(s.storage.hits for s in self.shards)
-        out["cache_hit_rate"] = hits / sum(served) if sum(served) else 1.0
-        out["shards"] = len(self.shards)
-        return out
+        return merge_stats(
+            [s.stats() for s in self.shards],
+            [s.storage.hits for s in self.shards],
+            [s.storage.misses for s in self.shards],
+        )
 
     def close(self) -> None:
         for s in self.shards:

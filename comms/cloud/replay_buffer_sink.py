@@ -57,7 +57,12 @@ class ReplayBufferSink:
     def durable_seq(self, robot_id: int) -> int:
         # Durable rows only: the index also holds rows of appends still in flight, or failed
         # (a full disk) and not yet dropped, and those must never be acknowledged.
-        last = self.buffer.durable_seq(robot_id)
+        try:
+            last = self.buffer.durable_seq(robot_id)
+        except BackpressureError as exc:  # a buffer shard that is away for now
+            raise Backpressure(str(exc), exc.retry_after_s) from None
+        except BufferClosedError as exc:
+            raise SinkClosed(str(exc)) from None
         return NO_SEQ if last is None else int(last)
 
     def mark_episode(
@@ -69,5 +74,7 @@ class ReplayBufferSink:
             raise SinkFull(str(exc)) from None
         except ValueError as exc:
             raise SinkRejected(str(exc)) from None
+        except BackpressureError as exc:
+            raise Backpressure(str(exc), exc.retry_after_s) from None
         except BufferClosedError as exc:
             raise SinkClosed(str(exc)) from None

@@ -53,3 +53,12 @@ def test_a_bag_needs_its_joints_and_gets_its_schema_from_the_importer(tmp_path: 
     assert located.format == "ros2" and tasks == ["reach"]
     assert schema.action.shape == (2,) and schema.observations["observation.state"].shape == (2,)
     assert check_sources(spec, None, tmp_path) == {}
+
+
+def test_an_earlier_run_with_a_sharded_buffer_is_refused_by_name(tmp_path: Path) -> None:
+    from buffer.service.shards import ShardedBuffer
+
+    with ShardedBuffer.open(tmp_path / "runs" / "run-s" / "buffer", small_schema(), shards=2):
+        pass
+    errors = check_sources(_spec({"source": "run-s"}), None, tmp_path)
+    assert "run run-s keeps its buffer in shards" in errors["buffer.offline_data[0]"]

@@ -115,3 +115,12 @@ def test_help_section_defaults_and_bad_values_named() -> None:
     with pytest.raises(RunSpecError) as err:  # the probe reads a robofleet head
         parse_spec({**GOOD, "help": {"risk": "probe"}, "policy": {"kind": "lerobot-act"}})
     assert set(err.value.errors) == {"help.risk"}
+
+
+def test_buffer_shards_default_to_one_and_a_bad_count_is_refused_by_name() -> None:
+    assert parse_run_spec(GOOD).buffer.shards == 1
+    assert parse_run_spec({**GOOD, "buffer": {"shards": 4}}).buffer.shards == 4
+    for bad in (0, -2, 65, 2.5, "two", True):
+        with pytest.raises(RunSpecError) as err:
+            parse_run_spec({**GOOD, "buffer": {"shards": bad}})
+        assert set(err.value.errors) == {"buffer.shards"}, bad

@@ -16,7 +16,7 @@ import grpc
 import grpc.aio
 
 from comms.cloud.services.common import SINK_REFUSALS, ServerState, guarded, identify
-from comms.cloud.step_sink import SinkClosed, SinkFull, SinkRejected
+from comms.cloud.step_sink import Backpressure, SinkClosed, SinkFull, SinkRejected
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.wire.marks import MARK_KINDS
@@ -56,6 +56,8 @@ class EpisodesServicer(rpc.EpisodesServicer):
             )
         except (SinkRejected, SinkFull, SinkClosed) as exc:  # full, closed: the robot resends
             await context.abort(SINK_REFUSALS[type(exc)], f"episode mark: {exc}")
+        except Backpressure as exc:  # a buffer shard away for now: the robot resends
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"episode mark: {exc}")
         return pb.EpisodeMarkAck(discarded_steps=steps)
 
 

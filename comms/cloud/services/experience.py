@@ -199,7 +199,10 @@ class ExperienceServicer(rpc.ExperienceServicer):
         # finally when this handler returns or raises, whichever comes first.
         context.add_done_callback(lambda _ctx: self.live.release(ident.robot_id, token))
         try:
-            durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
+            try:
+                durable = await asyncio.to_thread(sink.durable_seq, ident.robot_id)
+            except (Backpressure, SinkClosed) as exc:  # a shard away; the run stopping
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"upload: {exc}")
             lock = s.robot_lock(run_id, ident.robot_id)
             limit = s.settings.max_upload_batch_bytes
             up = _Upload(ident.robot_id, run_id, sink, lock, durable, limit)
