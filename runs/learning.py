@@ -12,6 +12,9 @@ the run (``cloud_learner.process.EXIT_REFUSED``: a checkpoint the spec no longer
 the node lacks) is not restarted: :meth:`RunLearning.poll` raises :class:`LearnerRefused`
 with its refusal.
 
+A run with ``buffer.shards`` above 1 keeps its buffer in shard actors instead, each with its
+own batch server (:mod:`runs.sharded`); the learner samples all of them.
+
 Versions already in the run's ``weights/`` when the learner starts (the last attempt's) are not
 handed to comms again: the first version handed on is one this learner published, after it
 passed its start checks, so robots and the evaluator never run a policy of a refused start.
@@ -191,6 +194,7 @@ class RunLearning:
         """
         if isinstance(self.batch_server, ShardedBatches):
             self.batch_server.poll()
+            self._follow_batch_addresses()
         self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
         self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
         try:
@@ -199,6 +203,19 @@ class RunLearning:
             reason = read_refusal(self.run_dir) or str(exc)
             self.on_event("learner.refused", reason=reason)
             raise LearnerRefused(f"learner refused: {reason}") from None
+
+    def _follow_batch_addresses(self) -> None:
+        """A restarted shard whose batch port was taken listens on another: the learner is
+        stopped (its final checkpoint) and started again with the shards' addresses."""
+        argv = self.learner.argv
+        at = argv.index("--batches") + 1
+        address = self.batch_server.address
+        if argv[at] == address:
+            return
+        self.on_event("learner.batches_moved", batches=address, was=argv[at])
+        argv[at] = address
+        self.learner.stop()
+        self.learner.start()
 
     @property
     def serves_an_earlier_version(self) -> bool:

@@ -127,7 +127,6 @@ class ShardedBatches:
         self.shards = shards
         self.tasks = {t: i for i, t in enumerate(spec.tasks)}
         self.mix = mix_config(spec)
-        self.address = ",".join(shards.addresses)
         self.away_limit_s = away_limit_s
         self._polled = float("-inf")
 
@@ -143,6 +142,11 @@ class ShardedBatches:
             self._polled = now
             self.shards.refresh()
             self.shards.check(self.away_limit_s)
+
+    @property
+    def address(self) -> str:
+        """Every shard's batch server address, comma-separated (as last refreshed)."""
+        return ",".join(self.shards.addresses)
 
     @property
     def requests(self) -> int:

@@ -32,7 +32,7 @@ from buffer.config import BufferSettings
 from buffer.errors import BackpressureError, BufferClosedError, DiskFullError, StepValidationError
 from buffer.sampling.samplers import Sampler
 from buffer.service.batches import BatchServer, MixConfig
-from buffer.service.shards import shard_count, shard_dir
+from buffer.service.shards import shard_count, shard_dir, shard_settings
 from buffer.table.replay_buffer import ReplayBuffer
 from buffer.table.schema import StepSchema
 from foundation.durable import atomic_write_text
@@ -184,7 +184,7 @@ class BufferShard:
         """``size`` (transitions in the window), ``selected`` (eligible rows each filter
         keeps), ``offline`` (rows of each mounted view), ``stats`` (``ReplayBuffer.stats``
         plus the cache's ``hits`` and ``misses``) and the batch server's ``requests``,
-        ``learner_stats``, ``mix_shares`` and the process ``pid``."""
+        ``learner_stats``, ``mix_shares`` and ``address``, and the process ``pid``."""
         storage = self.buffer.storage
         return {
             "size": len(self.buffer),
@@ -196,6 +196,7 @@ class BufferShard:
             "learner_stats": dict(self.server.learner_stats),
             "mix_shares": dict(self.server.mix_shares),
             "pid": os.getpid(),
+            "address": self.server.address,
         }
 
     def size(self) -> int:
@@ -205,24 +206,6 @@ class BufferShard:
     def close(self) -> None:
         self.server.close()
         self.buffer.close()
-
-
-def shard_settings(settings: BufferSettings, shards: int) -> dict[str, Any]:
-    """``settings`` for one of ``shards`` shards: the memory budget and the byte and
-    transition limits (capacity, retention) split equally, so the shards together keep the
-    buffer's; a limit of 0 (none) stays 0."""
-
-    def part(v: int) -> int:
-        return max(v // shards, 1) if v else 0
-
-    return settings.model_copy(
-        update={
-            "memory_budget_bytes": max(settings.memory_budget_bytes // shards, 1),
-            "capacity_transitions": part(settings.capacity_transitions),
-            "capacity_bytes": part(settings.capacity_bytes),
-            "retention_max_bytes": part(settings.retention_max_bytes),
-        }
-    ).model_dump()
 
 
 def start_shards(
@@ -253,7 +236,7 @@ def start_shards(
     """
     import ray
 
-    fields = shard_settings(settings, shards)
+    fields = shard_settings(settings, shards).model_dump()
     # Appends of many robots wait on one group commit together: a threaded actor.
     options = {"num_cpus": 0, "max_concurrency": 32, **(actor_options or {})}
     remote = ray.remote(BufferShard).options(**options)

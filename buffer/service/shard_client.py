@@ -233,7 +233,8 @@ class ShardActors:
     def refresh(self, filters: Sequence[RowFilter] = ()) -> list[dict[str, Any]]:
         """Every shard's figures (``BufferShard.counts``) for ``filters``; a shard that does not
         answer keeps its last ones. A shard process that changed (Ray restarted it) is
-        reported to ``on_event`` as ``buffer.shard_restarted``.
+        reported to ``on_event`` as ``buffer.shard_restarted``; ``addresses`` follow the
+        batch servers (a restarted one whose port was taken listens on another).
 
         Raises:
             BackpressureError: a shard has never answered yet.
@@ -248,6 +249,7 @@ class ShardActors:
                     raise
                 got = {**self._figures[k], "selected": [0] * len(filters)}
             figures.append(got)
+        self.addresses = [str(f["address"]) for f in figures]
         pids = [int(f["pid"]) for f in figures]
         for k, (was, pid) in enumerate(zip(self.pids, pids, strict=False)):
             if was != pid and self.on_event is not None:

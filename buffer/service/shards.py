@@ -61,6 +61,24 @@ def shard_of(robot_id: str | int, shards: int) -> int:
     return zlib.crc32(str(robot_id).encode()) % shards
 
 
+def shard_settings(settings: BufferSettings, shards: int) -> BufferSettings:
+    """``settings`` for one of ``shards`` shards: the memory budget and the byte and
+    transition limits (capacity, retention) split equally, so the shards together keep the
+    buffer's; a limit of 0 (none) stays 0."""
+
+    def part(v: int) -> int:
+        return max(v // shards, 1) if v else 0
+
+    return settings.model_copy(
+        update={
+            "memory_budget_bytes": max(settings.memory_budget_bytes // shards, 1),
+            "capacity_transitions": part(settings.capacity_transitions),
+            "capacity_bytes": part(settings.capacity_bytes),
+            "retention_max_bytes": part(settings.retention_max_bytes),
+        }
+    )
+
+
 def split_by_shard(records: pa.RecordBatch | pa.Table, shards: int) -> list[tuple[int, Any]]:
     """``(shard, rows of records in it)`` for each of the ``shards`` holding a robot of
     ``records``, rows keeping their order (rows without ``robot_id``: all to shard 0, whose
@@ -150,8 +168,8 @@ class ShardedBuffer:
         read_only: bool = False,
     ) -> ShardedBuffer:
         """Open (creating or recovering) every shard of ``root``: ``shards`` of them, or as
-        many as ``root`` records (``shards`` None); each shard gets an equal part of
-        ``settings.memory_budget_bytes``, so the process stays within the buffer's budget.
+        many as ``root`` records (``shards`` None); each shard gets an equal part of the
+        memory budget and limits (:func:`shard_settings`), so the shards keep the buffer's.
 
         Raises:
             ValueError: another count than the recorded one, none for a new directory, or a
@@ -160,9 +178,7 @@ class ShardedBuffer:
         """
         settings = settings or BufferSettings()
         n = shard_count(root, None if read_only else shards)
-        part = settings.model_copy(
-            update={"memory_budget_bytes": max(settings.memory_budget_bytes // n, 1)}
-        )
+        part = shard_settings(settings, n)
         opened: list[ReplayBuffer] = []
         try:
             for k in range(n):

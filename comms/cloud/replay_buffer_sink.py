@@ -27,7 +27,8 @@ class ReplayBufferSink:
     """Adapter from the transport to one run's replay buffer.
 
     Args:
-        buffer: an open, writable replay buffer.
+        buffer: an open, writable replay buffer (or a sharded run's shards,
+            ``buffer.service.shard_client.ShardActors``: the same calls).
         append_timeout_s: how long an append may wait for the rate limiter before the robot is
             told to back off (0 = answer at once).
     """

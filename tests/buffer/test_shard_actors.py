@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,5 +110,33 @@ def test_shard_actors_route_count_mount_and_survive_a_sigkill(
             assert set(batch["shard"].tolist()) <= {0, 1}
         finally:
             remote.close()
+
+        # Shard 1 dies while another process holds its port: it comes back on another one.
+        was, pid1 = shards.addresses[1], shards.pids[1]
+        with socket.socket() as taken:
+            os.kill(pid1, signal.SIGKILL)
+            _hold(taken, int(was.rsplit(":", 1)[1]))
+            got = _append_when_back(shards, episodes(b, [5], seq0=10, ep0=2))
+            assert got.acked == {f"robot-{b}": 14}
+            shards.refresh()
+            assert shards.pids[1] != pid1 and shards.addresses[1] != was
+            remote = ShardedRemoteBuffer(shards.addresses, timeout_s=20, seed=0)
+            try:
+                assert len(remote.sample(16)["shard"]) == 16
+            finally:
+                remote.close()
     finally:
         shards.close()
+
+
+def _hold(sock: socket.socket, port: int, timeout_s: float = 10.0) -> None:
+    """Listen on ``port`` as soon as its dead owner's socket is gone."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock.bind(("127.0.0.1", port))
+            sock.listen()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"port {port} stayed taken"
+            time.sleep(0.01)

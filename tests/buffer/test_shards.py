@@ -246,3 +246,76 @@ def test_the_upload_sink_takes_the_shards_as_one_buffer(tmp_path: Path) -> None:
             assert sink.durable_seq(r) == 5
             assert len(buf.shard_for(str(r)).stored_seqs(str(r))) == 6
         assert buf.num_steps == 24
+
+
+def test_the_episodes_people_labelled_come_from_every_shard(tmp_path: Path) -> None:
+    # A classifier run's learner asks its sharded buffer for the labelled episodes.
+    with _open(tmp_path / "b") as buf:
+        r0, r1 = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]
+        buf.append(episodes(r0, [4, 6]))
+        buf.append(episodes(r1, [5]))
+        buf.mark_episode(f"robot-{r0}", "run-a", 1, "success", "Keyboard")
+        buf.mark_episode(f"robot-{r1}", "run-a", 0, "failure", "Keyboard")
+        buf.mark_episode(f"robot-{r0}", "run-a", 0, "success", "driver")  # no person's label
+        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
+        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10)
+        try:
+            found, arrays = remote.labelled_episodes()
+        finally:
+            remote.close()
+            for s in servers:
+                s.close()
+    got = sorted((e["robot_id"], e["episode_index"], e["verdict"], e["steps"]) for e in found)
+    assert got == [(f"robot-{r0}", 1, "success", 6), (f"robot-{r1}", 0, "failure", 5)]
+    assert len(arrays["frame_index"]) == 11
+    # The arrays follow the episodes' order: each episode's frames count from 0.
+    starts = np.cumsum([0] + [e["steps"] for e in found[:-1]])
+    assert (arrays["frame_index"][starts] == 0).all()
+
+
+def test_prefetch_draws_the_next_batch_while_the_learner_trains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _open(tmp_path / "b") as buf:
+        for r in (*_robots_in(0, 2, 1), *_robots_in(1, 2, 1)):
+            buf.append(episodes(r, [10, 10]))
+        slow = buf.shards[1]
+        draw = slow.sample
+
+        def slow_sample(*args: object, **kw: object) -> dict[str, np.ndarray]:
+            time.sleep(0.4)  # a shard on a busy node
+            return draw(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(slow, "sample", slow_sample)
+        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
+        remote = ShardedRemoteBuffer(
+            [s.address for s in servers], timeout_s=10, seed=0, prefetch=True
+        )
+        try:
+            assert len(remote.sample(32)["shard"]) == 32  # the first waits for the slow shard
+            time.sleep(0.6)  # the learner's update: the next batch is drawn meanwhile
+            t0 = time.monotonic()
+            batch = remote.sample(32)
+            assert time.monotonic() - t0 < 0.2 and len(batch["shard"]) == 32
+            assert set(batch["shard"].tolist()) == {0, 1}
+            assert len(remote.sample(8)["shard"]) == 8  # another size is drawn for it
+        finally:
+            remote.close()
+            for s in servers:
+                s.close()
+
+
+def test_each_shard_gets_its_part_of_the_budget_and_limits() -> None:
+    from buffer.service.shards import shard_settings
+
+    whole = BufferSettings(
+        memory_budget_bytes=1 << 24,
+        capacity_bytes=4000,
+        capacity_transitions=0,
+        retention_max_bytes=10_000,
+    )
+    part = shard_settings(whole, 4)
+    assert part.memory_budget_bytes == 1 << 22
+    assert (part.capacity_bytes, part.retention_max_bytes) == (1000, 2500)
+    assert part.capacity_transitions == 0  # no limit stays no limit
+    assert part.segment_target_bytes == whole.segment_target_bytes

@@ -118,3 +118,23 @@ def test_a_closed_buffer_is_unavailable_without_a_traceback(
         ch.close()
         cloud.close()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_a_buffer_shard_that_is_away_is_backpressure_for_lookups_and_marks() -> None:
+    # A sharded run's buffer refuses while a shard process restarts: the robot sends again.
+    from buffer import BackpressureError
+    from comms.cloud.step_sink import Backpressure
+
+    class Away:
+        def durable_seq(self, robot_id: object) -> int:
+            raise BackpressureError("buffer shard 0 is away", 1.5)
+
+        def mark_episode(self, *args: object) -> int:
+            raise BackpressureError("buffer shard 0 is away", 1.5)
+
+    sink = ReplayBufferSink(Away())  # type: ignore[arg-type]
+    with pytest.raises(Backpressure) as lookup:
+        sink.durable_seq(7)
+    assert lookup.value.retry_after_s == 1.5
+    with pytest.raises(Backpressure):
+        sink.mark_episode(7, RUN, 0, "success")
