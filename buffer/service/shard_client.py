@@ -37,6 +37,7 @@ from foundation.rows import RowFilter
 log = logging.getLogger(__name__)
 RETRY_S = 1.0  # a robot's wait before it sends again to a shard that is away
 FIGURES_TIMEOUT_S = 5.0  # the run's figures go on without a shard that is away
+FIGURES_MAX_AGE_S = 0.5
 
 
 class ShardLost(RuntimeError):
@@ -84,6 +85,7 @@ class ShardActors:
         self.pids: list[int] = []
         self._figures: list[dict[str, Any]] = []
         self._answered = [time.monotonic()] * len(self.actors)
+        self._refreshed = float("-inf")
 
     @classmethod
     def start(
@@ -256,6 +258,7 @@ class ShardActors:
                 self.on_event("buffer.shard_restarted", {"shard": k, "pid": pid, "was": was})
         self.pids = pids
         self._figures = figures
+        self._refreshed = time.monotonic()
         return figures
 
     def check(self, away_limit_s: float) -> None:
@@ -269,12 +272,21 @@ class ShardActors:
         """Eligible rows ``rows`` keeps over every shard (``len(ReplayBuffer.select(rows))``)."""
         return sum(int(f["selected"][0]) for f in self.refresh([rows or RowFilter()]))
 
+    def _recent(self) -> list[dict[str, Any]]:
+        """The shards' figures, refreshed when older than ``FIGURES_MAX_AGE_S`` (one record
+        of the run's figures reads them several times)."""
+        if time.monotonic() - self._refreshed > FIGURES_MAX_AGE_S:
+            self.refresh()
+        return self._figures
+
     def __len__(self) -> int:
-        return sum(int(f["size"]) for f in self.refresh())
+        """Transitions in the shards' windows (at most ``FIGURES_MAX_AGE_S`` old)."""
+        return sum(int(f["size"]) for f in self._recent())
 
     def stats(self) -> dict[str, float | int]:
-        """``ReplayBuffer.stats`` over the shards (``ShardedBuffer.stats``)."""
-        each = [dict(f["stats"]) for f in self.refresh()]
+        """``ReplayBuffer.stats`` over the shards (``ShardedBuffer.stats``; at most
+        ``FIGURES_MAX_AGE_S`` old)."""
+        each = [dict(f["stats"]) for f in self._recent()]
         hits = [int(e.pop("hits")) for e in each]
         misses = [int(e.pop("misses")) for e in each]
         return merge_stats(each, hits, misses)

@@ -83,6 +83,7 @@ def test_shard_actors_route_count_mount_and_survive_a_sigkill(
         assert shard_dir(tmp_path / "b", 1).is_dir()
         assert shards.contains(f"robot-{b}", np.arange(12)).tolist() == [True] * 10 + [False] * 2
         assert shards.stored_seqs(f"robot-{a}").tolist() == list(range(10))
+        shards.refresh()  # the figures are cached for half a second
         assert len(shards) == 20
         assert shards.count(RowFilter(robot_ids=(f"robot-{a}",))) == 10
         assert [len(v) for v in shards.offline] == [10] and shards.offline[0].name == "earlier"
