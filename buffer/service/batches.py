@@ -583,16 +583,19 @@ class ShardedRemoteBuffer:
     def labelled_episodes(self) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
         """:meth:`RemoteBuffer.labelled_episodes` over every shard: the episodes in shard
         order, their arrays concatenated in the same order."""
-        episodes: list[dict[str, Any]] = []
-        parts: list[dict[str, np.ndarray]] = []
-        for r in self.shards:
-            found, arrays = r.labelled_episodes()
-            episodes += found
-            if found:
-                parts.append(arrays)
-        if not parts:
-            return episodes, {}
-        return episodes, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return _merge_episodes([r.labelled_episodes() for r in self.shards])
+
+    def policy_episodes(
+        self, limit: int = 100
+    ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+        """:meth:`RemoteBuffer.policy_episodes` over every shard: each shard's latest
+        ``limit / shards`` (the remainder to the first shards), in shard order."""
+        n = len(self.shards)
+        replies = []
+        for k, r in enumerate(self.shards):
+            share = limit // n + (1 if k < limit % n else 0)
+            replies.append(r.policy_episodes(share) if share else ([], {}))
+        return _merge_episodes(replies)
 
     def sampler_state(self) -> dict[str, Any]:
         """``{"shards": [each shard's sampler state]}`` (for the learner's checkpoint)."""
@@ -668,6 +671,18 @@ class _Prefetcher:
             self._cond.notify_all()
         self._thread.join(35.0)
         self.fetcher.close()
+
+
+def _merge_episodes(
+    replies: Sequence[tuple[list[dict[str, Any]], dict[str, np.ndarray]]],
+) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+    """Episode replies of several shards as one: the episodes in order, their step arrays
+    concatenated in the same order."""
+    episodes = [e for found, _ in replies for e in found]
+    parts = [arrays for found, arrays in replies if found]
+    if not parts:
+        return episodes, {}
+    return episodes, {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def _wait_for_rows(barren: bool) -> None:

@@ -319,3 +319,23 @@ def test_each_shard_gets_its_part_of_the_budget_and_limits() -> None:
     assert (part.capacity_bytes, part.retention_max_bytes) == (1000, 2500)
     assert part.capacity_transitions == 0  # no limit stays no limit
     assert part.segment_target_bytes == whole.segment_target_bytes
+
+
+def test_the_latest_policy_episodes_come_from_every_shard(tmp_path: Path) -> None:
+    # A help probe's learner asks its sharded buffer for the episodes a policy acted in.
+    with _open(tmp_path / "b") as buf:
+        r0, r1 = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]
+        buf.append(episodes(r0, [4, 6], policy_version=1))
+        buf.append(episodes(r1, [5, 3], policy_version=1))
+        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
+        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10)
+        try:
+            found, arrays = remote.policy_episodes(3)
+        finally:
+            remote.close()
+            for s in servers:
+                s.close()
+    got = [(e["robot_id"], e["episode_index"], e["steps"]) for e in found]
+    # Shard 0 gives its latest 2, shard 1 its latest 1: the limit holds over the shards.
+    assert got == [(f"robot-{r0}", 0, 4), (f"robot-{r0}", 1, 6), (f"robot-{r1}", 1, 3)]
+    assert len(arrays["is_intervention"]) == 13

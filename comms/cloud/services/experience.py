@@ -37,7 +37,7 @@ from comms.cloud.services.common import (
 from comms.cloud.services.mailbox import Mailbox
 from comms.cloud.services.requests import BadRequest, read_message, require
 from comms.cloud.services.sink_events import SinkFullEvents
-from comms.cloud.step_sink import Backpressure, SinkFull, StepSink
+from comms.cloud.step_sink import Backpressure, SinkClosed, SinkFull, StepSink
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.wire import steps as S
