@@ -30,6 +30,8 @@ from buffer.service.shard_client import ShardActors
 from foundation.runspec import RunSpec
 from runs.offline import mount_sources
 
+SCRATCH = ".offline-check-"
+
 
 class RunSampler:
     """The run's batch sampler, built where a shard runs (picklable: the spec travels as
@@ -66,7 +68,9 @@ def checked_mounts(
 
     if not spec.buffer.offline_data:
         return [], []
-    scratch_dir = Path(tempfile.mkdtemp(prefix=".offline-check-", dir=run_dir))
+    for stale in run_dir.glob(f"{SCRATCH}*"):  # left by a cloud that died checking
+        shutil.rmtree(stale, ignore_errors=True)
+    scratch_dir = Path(tempfile.mkdtemp(prefix=SCRATCH, dir=run_dir))
     scratch = ReplayBuffer.open(scratch_dir, schema, config.model_copy(update={"prefetch": False}))
     try:
         provenance = mount_sources(scratch, spec, run_dir, data_dir)
