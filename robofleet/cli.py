@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run the cloud side: gRPC services, buffer, learner, run manager, API",
     ),
     "edge": ("robofleet.commands.edge", "run an edge agent on a robot computer"),
+    "lerobot-gateway": (
+        "robofleet.commands.lerobot_gateway",
+        "serve an unmodified LeRobot HIL-SERL actor as a robot of the fleet",
+    ),
     "relay": ("robofleet.commands.relay", "run a site relay for the robots of one site"),
     "dashboard": ("robofleet.commands.dashboard", "serve the web dashboard and REST API"),
     "resume": (
