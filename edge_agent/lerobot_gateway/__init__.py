@@ -9,6 +9,8 @@ weight subscription). Modules, one job each:
 * :mod:`~edge_agent.lerobot_gateway.chunks` - reassembles LeRobot's chunked messages.
 * :mod:`~edge_agent.lerobot_gateway.transitions` - ``torch.load(weights_only=True)``, checks
   against the run's step schema, LeRobot transitions -> robofleet step rows.
+* :mod:`~edge_agent.lerobot_gateway.replay` - messages a retried transitions call sends again,
+  recognised and not stored twice.
 * :mod:`~edge_agent.lerobot_gateway.interactions` - the restricted reader of LeRobot's pickled
   per-episode statistics (no class is ever resolved).
 * :mod:`~edge_agent.lerobot_gateway.parameters` - a run version -> the bytes LeRobot's actor

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import re
 from typing import Any
 
 MAX_BYTES = 1 << 20
@@ -72,10 +73,11 @@ def read_interaction(data: bytes) -> dict[str, Any]:
 
 def as_metrics(interaction: dict[str, Any], prefix: str = "lerobot.") -> dict[str, float]:
     """The finite numbers of ``interaction`` as metric name -> float (``Episodic reward`` ->
-    ``lerobot.episodic_reward``); strings, lists, nested dicts and non-finite numbers are left
-    out."""
+    ``lerobot.episodic_reward``, ``Policy frequency [Hz]`` -> ``lerobot.policy_frequency_hz``);
+    strings, lists, nested dicts and non-finite numbers are left out."""
     out: dict[str, float] = {}
     for key, value in interaction.items():
-        if isinstance(value, bool | int | float) and math.isfinite(float(value)):
-            out[prefix + "_".join(key.lower().split())] = float(value)
+        name = re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
+        if name and isinstance(value, bool | int | float) and math.isfinite(float(value)):
+            out[prefix + name] = float(value)
     return out

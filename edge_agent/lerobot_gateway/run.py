@@ -23,6 +23,7 @@ from edge_agent.config import EdgeSettings
 from edge_agent.episodes import EpisodeLog
 from edge_agent.host import run_spool
 from edge_agent.lerobot_gateway.parameters import ParametersFn
+from edge_agent.lerobot_gateway.replay import ReplayGuard
 from edge_agent.lerobot_gateway.transitions import TransitionIntake
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
@@ -73,6 +74,7 @@ class RunLink:
         self.uploader = Uploader(client, run_id, self.spool)
         ids = {"robot_id": str(robot_id), "run_id": run_id, "task": task}
         self.intake = TransitionIntake(schema, EpisodeLog(directory), ids, fps)
+        self.replay_guard = ReplayGuard(directory)
         self._lock = threading.Lock()
         self._convert = parameters
         self._offer = on_parameters

@@ -10,7 +10,8 @@ unmodified ``lerobot.rl.actor`` connects to it as to LeRobot's learner. Unlike t
 * parameters go to every open stream, latest version only; each message is whole
   (LeRobot's ``send_bytes_in_chunks``);
 * transitions are loaded with ``weights_only=True`` and checked (``transitions``), and
-  each message is durable in the run's spool before the next one is read;
+  each message is durable in the run's spool before the next one is read; messages a retried
+  call replays are recognised and not stored twice (``replay``);
 * interactions are read by the restricted reader (``interactions``), never ``pickle``.
 """
 
@@ -30,6 +31,7 @@ from edge_agent.lerobot_gateway.interactions import (
     as_metrics,
     read_interaction,
 )
+from edge_agent.lerobot_gateway.replay import CallCursor
 from edge_agent.lerobot_gateway.state import GatewayState
 from edge_agent.lerobot_gateway.transitions import TransitionRefused
 
@@ -92,8 +94,11 @@ class GatewayService(services_pb2_grpc.LearnerServiceServicer):  # type: ignore[
                     st.counters.streams_freed += 1
 
     def SendTransitions(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        # No response headers before the end: the call stays retryable, so LeRobot's channel
+        # replays it after a dropped connection (the replayed messages are recognised, .replay).
+        cursors: dict[str, CallCursor] = {}
         for message in self._messages(request_iterator, "transitions"):
-            self._store(message, context)
+            self._store(message, context, cursors)
         return services_pb2.Empty()
 
     def SendInteractions(self, request_iterator: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802
@@ -129,7 +134,9 @@ class GatewayService(services_pb2_grpc.LearnerServiceServicer):  # type: ignore[
             if message is not None:
                 yield message
 
-    def _store(self, message: bytes, context: grpc.ServicerContext) -> None:
+    def _store(
+        self, message: bytes, context: grpc.ServicerContext, cursors: dict[str, CallCursor]
+    ) -> None:
         st = self.state
         run = None
         while run is None:  # between runs the actor's stream waits (its queue holds the rest)
@@ -140,14 +147,24 @@ class GatewayService(services_pb2_grpc.LearnerServiceServicer):  # type: ignore[
                 return
         with st.cond:
             version = st.handed_version
+        cursor = cursors.get(run.run_id)
+        if cursor is None:
+            cursor = cursors[run.run_id] = run.replay_guard.call()
+        if cursor.replayed(message):
+            cursor.record(message)
+            with st.cond:
+                st.counters.messages_replayed += 1
+            return
         try:
             stored, refused = run.store_transitions(message, version)
         except TransitionRefused as exc:
             log.warning("transitions refused: %s", exc)
+            cursor.record(message)
             with st.cond:
                 st.counters.messages_refused += 1
             st.refuse(str(exc))
             return
+        cursor.record(message)
         with st.cond:
             st.counters.transitions_stored += stored
             st.counters.transitions_refused += len(refused)

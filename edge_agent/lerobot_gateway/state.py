@@ -13,11 +13,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from edge_agent.lerobot_gateway.replay import ReplayGuard
+
 
 class RunSink(Protocol):
     """The run the gateway is assigned to, as the service sees it."""
 
     run_id: str
+    replay_guard: ReplayGuard
 
     def store_transitions(self, data: bytes, policy_version: int) -> tuple[int, list[str]]:
         """Store the transitions of one LeRobot message durably; (stored, refusal reasons).
@@ -36,6 +39,7 @@ class Counters:
     transitions_stored: int = 0
     transitions_refused: int = 0
     messages_refused: int = 0
+    messages_replayed: int = 0  # sent again by a retried call, not stored twice
     interactions: int = 0
     interactions_refused: int = 0
     parameters_sent: int = 0

@@ -269,3 +269,43 @@ def test_an_actor_replacing_a_killed_one_is_served(lab: Lab) -> None:
             assert torch.equal(v, newer[k]), k
     finally:
         second.close()
+
+
+def test_a_call_replayed_after_a_dropped_connection_is_not_stored_twice(lab: Lab) -> None:
+    """LeRobot's channel retries a failed transitions call by replaying it from its start."""
+    from concurrent import futures
+
+    import grpc
+    from lerobot.transport import services_pb2_grpc
+
+    from edge_agent.lerobot_gateway.service import GatewayService
+
+    assign(lab)
+    lab.cloud.server.distributor(RUN).publish(gaussian_actor().actor.state_dict(), version=1)
+    actor = Actor(lab.port)
+    assert actor.ready(attempts=3)
+    actor.start_streams()
+    s, a = torch.zeros(4), torch.zeros(2)
+    try:
+        actor.parameters.get(timeout=20)
+        actor.send_transitions([transition(s, a), transition(s, a, done=True)])
+        wait_until(lambda: stored(lab).num_rows == 2, 30, "episode 0 stored")
+        # The connection drops (the gateway's server goes and comes back on its port).
+        old = lab.gateway._server
+        assert old is not None
+        old.stop(0).wait()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        services_pb2_grpc.add_LearnerServiceServicer_to_server(
+            GatewayService(lab.gateway.state, 0.1), server
+        )
+        assert server.add_insecure_port(f"127.0.0.1:{lab.port}") == lab.port
+        server.start()
+        lab.gateway._server = server
+        actor.send_transitions([transition(s + 1, a), transition(s + 1, a, truncated=True)])
+        wait_until(lambda: stored(lab).num_rows >= 4, 30, lambda: f"{stored(lab).num_rows} rows")
+        time.sleep(1.0)  # room for a duplicate to show
+    finally:
+        actor.close()
+    assert stored(lab).num_rows == 4
+    assert lab.gateway.state.counters.messages_replayed == 1
+    assert sorted(stored(lab).column("episode_index").to_pylist()) == [0, 0, 1, 1]

@@ -21,7 +21,11 @@ from lerobot.transport.utils import (
 from edge_agent.episodes import EpisodeLog
 from edge_agent.lerobot_gateway.chunks import ChunkAssembler, ChunkError
 from edge_agent.lerobot_gateway.features import actor_config
-from edge_agent.lerobot_gateway.interactions import InteractionRefused, read_interaction
+from edge_agent.lerobot_gateway.interactions import (
+    InteractionRefused,
+    as_metrics,
+    read_interaction,
+)
 from edge_agent.lerobot_gateway.parameters import lerobot_parameters
 from edge_agent.lerobot_gateway.transitions import TransitionIntake, TransitionRefused
 from tests.edge_agent.lerobot_actor import gaussian_actor
@@ -71,6 +75,7 @@ def test_interactions_reader_runs_no_code_and_reads_lerobot_stats(
     assert not marker.exists()
     stats = {"Episodic reward": 1.0, "Interaction step": 7, "Policy frequency [Hz]": 30.5}
     assert read_interaction(python_object_to_bytes(stats)) == stats
+    assert as_metrics(stats)["lerobot.policy_frequency_hz"] == 30.5
 
 
 class Foreign:
