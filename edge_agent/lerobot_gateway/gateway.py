@@ -30,7 +30,7 @@ from edge_agent.assignment import Assignment, AssignmentError
 from edge_agent.build import AgentOptions, credential
 from edge_agent.config import EdgeSettings
 from edge_agent.lerobot_gateway.features import ActorConfig
-from edge_agent.lerobot_gateway.parameters import ParametersFn, lerobot_parameters
+from edge_agent.lerobot_gateway.parameters import DEFAULT, ParametersFn
 from edge_agent.lerobot_gateway.run import RunLink, describe
 from edge_agent.lerobot_gateway.service import GatewayService
 from edge_agent.lerobot_gateway.state import GatewayState
@@ -69,7 +69,7 @@ class GatewayOptions:
     actor: ActorConfig
     token: str | None = None
     listen: str | None = None
-    parameters: ParametersFn = field(default=lerobot_parameters)
+    parameters: ParametersFn = field(default=DEFAULT)
     drain_s: float = 30.0
     poll_s: float = 0.5
 

@@ -135,7 +135,7 @@ class RunLink:
             seen = version
             try:
                 data = self._convert(weights)
-            except (ValueError, TypeError, KeyError) as exc:
+            except (ValueError, TypeError, KeyError) as exc:  # NotALeRobotVersion included
                 log.error(
                     "run %s: version %d not converted for LeRobot: %s", self.run_id, version, exc
                 )

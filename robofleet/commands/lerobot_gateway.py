@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--parameters",
         default=None,
         metavar="MODULE:FUNCTION",
-        help="version -> LeRobot parameter bytes (default: edge_agent.lerobot_gateway.parameters)",
+        help="version -> LeRobot parameter bytes (default: cloud_learner.lerobot_parameters."
+        "parameter_bytes, for lerobot-sac runs)",
     )
     p.add_argument("--spool-dir", type=Path, default=None, help="overrides edge.spool_dir/<robot>")
     p.add_argument(

@@ -73,24 +73,71 @@ class Actor:
             t.join(10)
 
 
-def gaussian_actor(state_dim: int = 4, action_dim: int = 2) -> Any:
-    """LeRobot's HIL-SERL policy (``gaussian_actor``), small."""
-    from lerobot.configs.types import FeatureType, PolicyFeature
-    from lerobot.policies.gaussian_actor.configuration_gaussian_actor import (
-        ActorNetworkConfig,
-        GaussianActorConfig,
-    )
-    from lerobot.policies.gaussian_actor.modeling_gaussian_actor import GaussianActorPolicy
+def sac_version(state_dim: int = 4, action_dim: int = 2) -> dict[str, torch.Tensor]:
+    """A ``lerobot-sac`` run's version as its publisher stores it (policy card included):
+    LeRobot's Gaussian actor and SAC built by the cloud learner, small."""
+    from cloud_learner.factory import build_algorithm
+    from cloud_learner.policy_card import CardPublisher, card_for
+    from cloud_learner.publisher import InMemoryWeightPublisher
+    from cloud_learner.run_plan import RunPlan, parse_spec
 
-    config = GaussianActorConfig(
-        input_features={"observation.state": PolicyFeature(FeatureType.STATE, (state_dim,))},
-        output_features={"action": PolicyFeature(FeatureType.ACTION, (action_dim,))},
-        state_encoder_hidden_dim=16,
-        latent_dim=16,
-        actor_network_kwargs=ActorNetworkConfig(hidden_dims=[16]),
-        dataset_stats=None,
+    spec = {
+        "algorithm": "lerobot-sac",
+        "tasks": ["pick_cube"],
+        "robots": {"robot_type": "lerobot-actor"},
+        "policy": {
+            "hidden_sizes": [16],
+            "config": {
+                "latent_dim": 8,
+                "state_min": [-10.0] * state_dim,
+                "state_max": [10.0] * state_dim,
+                "action_min": [-1.0] * action_dim,
+                "action_max": [1.0] * action_dim,
+            },
+        },
+    }
+    features = {"observation.state": {"dtype": "float32", "shape": (state_dim,)}}
+    settings = RunPlan.from_spec(parse_spec(spec)).learner_settings(features, action_dim)
+    algorithm = build_algorithm(settings, torch.device("cpu"))
+    publisher = CardPublisher(
+        InMemoryWeightPublisher(), card_for(settings.algorithm, algorithm.policy)
     )
-    return GaussianActorPolicy(config)
+    publisher.publish(1, algorithm.get_weights())
+    versions: dict[int, dict[str, torch.Tensor]] = publisher.inner.versions
+    return versions[1]
+
+
+def shifted(version: dict[str, torch.Tensor], by: float) -> dict[str, torch.Tensor]:
+    """The version with every ``policy.`` float tensor moved by ``by`` (card unchanged)."""
+    return {
+        k: v + by if k.startswith("policy.") and v.is_floating_point() else v
+        for k, v in version.items()
+    }
+
+
+def lerobot_sac(version: dict[str, torch.Tensor]) -> Any:
+    """LeRobot's actor-side SAC algorithm, built as ``lerobot.rl.actor`` builds it from the
+    actor config its user wrote (here: the one the version was trained with)."""
+    from lerobot.policies.gaussian_actor.modeling_gaussian_actor import GaussianActorPolicy
+    from lerobot.rl.algorithms.factory import make_algorithm
+    from lerobot.rl.algorithms.sac.configuration_sac import SACAlgorithmConfig
+
+    from cloud_learner.lerobot_parameters import actor_config
+
+    cfg = actor_config(version)
+    policy = GaussianActorPolicy(cfg).eval()
+    return make_algorithm(cfg=SACAlgorithmConfig(policy_config=cfg), policy=policy)
+
+
+def loads_into_lerobot(data: bytes, version: dict[str, torch.Tensor]) -> None:
+    """LeRobot's ``update_policy_parameters`` loads ``data``; its actor then equals the
+    version's ``policy.`` tensors (AssertionError naming the first that differs)."""
+    q: queue.Queue[bytes] = queue.Queue()
+    q.put(data)
+    algorithm = lerobot_sac(version)
+    actor.update_policy_parameters(algorithm=algorithm, parameters_queue=q, device="cpu")
+    for key, value in algorithm.policy.actor.state_dict().items():
+        assert torch.equal(value, version[f"policy.{key}"]), key
 
 
 def transition(

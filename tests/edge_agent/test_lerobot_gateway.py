@@ -19,13 +19,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import torch
-from lerobot.transport.utils import bytes_to_state_dict, python_object_to_bytes
+from lerobot.transport.utils import python_object_to_bytes
 
 from edge_agent.assignment import Assignment
 from edge_agent.lerobot_gateway.features import actor_config
 from edge_agent.lerobot_gateway.gateway import GatewayOptions, LeRobotGateway
 from foundation.store.models import Robot
-from tests.edge_agent.lerobot_actor import Actor, gaussian_actor, transition
+from tests.edge_agent.lerobot_actor import (
+    Actor,
+    loads_into_lerobot,
+    sac_version,
+    shifted,
+    transition,
+)
 from tests.fakes.cloud import RUN, Cloud, free_port
 from tests.fakes.procs import Child, wait_until
 from tests.fakes.settings import fast_comms, fast_edge
@@ -107,19 +113,19 @@ def test_ready_waits_for_assignment_and_version_then_policy_loads_parameters(lab
     wait_until(lambda: lab.gateway.state.run is not None, 20, "the assignment")
     assert not answered.wait(1.0), "Ready answered before the run had a version"
 
-    policy = gaussian_actor()
-    trained = {k: torch.randn_like(v) for k, v in policy.actor.state_dict().items()}
-    lab.cloud.server.distributor(RUN).publish(trained, version=3)
+    dist = lab.cloud.server.distributor(RUN)
+    # Another algorithm's version (no lerobot-sac card) is refused, never handed out.
+    dist.publish({"mean_layer.weight": torch.zeros(2, 16)}, version=2)
+    wait_until(lambda: lab.gateway.state.counters.parameter_errors == 1, 20, "the refusal")
+    assert not answered.wait(0.5), "Ready answered with a version LeRobot cannot load"
+
+    version = shifted(sac_version(), 0.5)
+    dist.publish(version, version=3)
     assert answered.wait(20), "Ready did not answer once assigned with a version"
 
     actor.start_streams()
     try:
-        data = actor.parameters.get(timeout=20)
-        state = bytes_to_state_dict(data)  # LeRobot's own reader: torch.load(weights_only)
-        fresh = gaussian_actor()
-        fresh.actor.load_state_dict(state["policy"])  # what SAC's load_weights does
-        for k, v in fresh.actor.state_dict().items():
-            assert torch.equal(v, trained[k]), k
+        loads_into_lerobot(actor.parameters.get(timeout=20), version)
         wait_until(lambda: lab.gateway.state.handed_version == 3, 10, "the handed version")
     finally:
         actor.close()
@@ -127,8 +133,7 @@ def test_ready_waits_for_assignment_and_version_then_policy_loads_parameters(lab
 
 def test_transitions_stored_flagged_indexed_and_bad_ones_refused_by_name(lab: Lab) -> None:
     assign(lab)
-    policy = gaussian_actor()
-    lab.cloud.server.distributor(RUN).publish(policy.actor.state_dict(), version=1)
+    lab.cloud.server.distributor(RUN).publish(sac_version(), version=1)
     actor = Actor(lab.port)
     assert actor.ready(attempts=3)
     actor.start_streams()
@@ -245,9 +250,9 @@ for msg in stub.StreamParameters(services_pb2.Empty()):
 
 def test_an_actor_replacing_a_killed_one_is_served(lab: Lab) -> None:
     assign(lab)
-    policy = gaussian_actor()
+    version = sac_version()
     dist = lab.cloud.server.distributor(RUN)
-    dist.publish(policy.actor.state_dict(), version=1)
+    dist.publish(version, version=1)
     first = Child([sys.executable, "-c", STREAMER, f"127.0.0.1:{lab.port}"])
     assert first.line(60) == "chunk"
     wait_until(lambda: lab.gateway.state.counters.parameter_streams == 1, 10, "one stream")
@@ -262,11 +267,9 @@ def test_an_actor_replacing_a_killed_one_is_served(lab: Lab) -> None:
         assert time.monotonic() - started < 5
         second.start_streams()
         second.parameters.get(timeout=20)  # the latest version at once
-        newer = {k: v + 1 for k, v in policy.actor.state_dict().items()}
+        newer = shifted(version, 1.0)
         dist.publish(newer, version=2)
-        state = bytes_to_state_dict(second.parameters.get(timeout=20))
-        for k, v in state["policy"].items():
-            assert torch.equal(v, newer[k]), k
+        loads_into_lerobot(second.parameters.get(timeout=20), newer)
     finally:
         second.close()
 
@@ -281,7 +284,7 @@ def test_a_call_replayed_after_a_dropped_connection_is_not_stored_twice(lab: Lab
     from edge_agent.lerobot_gateway.service import GatewayService
 
     assign(lab)
-    lab.cloud.server.distributor(RUN).publish(gaussian_actor().actor.state_dict(), version=1)
+    lab.cloud.server.distributor(RUN).publish(sac_version(), version=1)
     actor = Actor(lab.port)
     assert actor.ready(attempts=3)
     actor.start_streams()

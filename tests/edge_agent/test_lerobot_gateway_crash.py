@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from edge_agent.assignment import Assignment
 from foundation.store.models import Robot
-from tests.edge_agent.lerobot_actor import Actor, gaussian_actor, transition
+from tests.edge_agent.lerobot_actor import Actor, sac_version, transition
 from tests.fakes.cloud import ROBOFLEET, RUN, Cloud, free_port
 from tests.fakes.procs import Child, wait_until
 from tests.fakes.settings import cloud_env, fast_comms
@@ -74,7 +74,7 @@ def test_killed_gateway_restarts_and_loses_or_repeats_nothing(tmp_path: Path, db
         )
 
     assign()
-    cloud.server.distributor(RUN).publish(gaussian_actor().actor.state_dict(), version=1)
+    cloud.server.distributor(RUN).publish(sac_version(), version=1)
 
     def rows() -> pa.Table:
         return pa.Table.from_batches([b for _r, b in cloud.sink.batches])
@@ -97,7 +97,7 @@ def test_killed_gateway_restarts_and_loses_or_repeats_nothing(tmp_path: Path, db
         actor.close()
 
     cloud.start()  # a fresh server: its distributor has no version until the learner's next
-    cloud.server.distributor(RUN).publish(gaussian_actor().actor.state_dict(), version=2)
+    cloud.server.distributor(RUN).publish(sac_version(), version=2)
     second = gateway(tmp_path, cloud.address, config, None)  # the stored credential
     try:
         assign()

@@ -1,6 +1,6 @@
 """The gateway's readers on their own: LeRobot's chunk order, the restricted interactions
 reader against pickles that name code, transitions that do not load with ``weights_only``,
-LeRobot's images, and the parameter seam against LeRobot's own SAC ``load_weights``."""
+and LeRobot's images."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 from lerobot.transport.utils import (
-    bytes_to_state_dict,
     python_object_to_bytes,
     send_bytes_in_chunks,
     transitions_to_bytes,
@@ -26,9 +25,7 @@ from edge_agent.lerobot_gateway.interactions import (
     as_metrics,
     read_interaction,
 )
-from edge_agent.lerobot_gateway.parameters import lerobot_parameters
 from edge_agent.lerobot_gateway.transitions import TransitionIntake, TransitionRefused
-from tests.edge_agent.lerobot_actor import gaussian_actor
 
 
 def test_lerobot_chunks_reassemble_and_disorder_is_refused() -> None:
@@ -120,20 +117,3 @@ def test_transitions_with_foreign_objects_do_not_load(tmp_path: Path) -> None:
     assert row["observation.images.front"].dtype.name == "uint8"
     assert row["is_intervention"] and row["terminated"] and row["policy_version"] == 4
     assert "next.observation.state" in row
-
-
-def test_parameters_load_into_lerobot_sac_and_mixed_names_are_refused() -> None:
-    from lerobot.rl.algorithms.sac.configuration_sac import SACAlgorithmConfig
-    from lerobot.rl.algorithms.sac.sac_algorithm import SACAlgorithm
-
-    source = gaussian_actor()
-    trained = {k: torch.randn_like(v) for k, v in source.actor.state_dict().items()}
-    target = gaussian_actor()
-    algorithm = SACAlgorithm(target, SACAlgorithmConfig(policy_config=target.config))
-    algorithm.load_weights(bytes_to_state_dict(lerobot_parameters(trained)))
-    for k, v in target.actor.state_dict().items():
-        assert torch.equal(v, trained[k]), k
-    grouped = {f"policy.{k}": v for k, v in trained.items()}
-    assert bytes_to_state_dict(lerobot_parameters(grouped)).keys() == {"policy"}
-    with pytest.raises(ValueError, match="prefix"):
-        lerobot_parameters({**grouped, "stray": torch.zeros(1)})
