@@ -54,26 +54,32 @@ class Lab:
     port: int
 
 
-@pytest.fixture
-def lab(tmp_path: Path, db) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
-    _url, store = db
-    cloud: Cloud = Cloud(store, settings=fast_comms())  # type: ignore[type-arg]
+def start_gateway(cloud: Cloud, root: Path, name: str) -> tuple[LeRobotGateway, threading.Thread]:  # type: ignore[type-arg]
+    """A gateway (enrolled with a fresh token) serving on a free loopback port, running."""
     opts = GatewayOptions(
-        robot_name="so101-a",
+        robot_name=name,
         server=cloud.address,
-        root=tmp_path / "gateway",
+        root=root / name,
         actor=actor_config(CONFIG),
-        token=store.create_enrollment_token(timedelta(minutes=5)),
+        token=cloud.store.create_enrollment_token(timedelta(minutes=5)),
         listen=f"127.0.0.1:{free_port()}",
         drain_s=5.0,
         poll_s=0.1,
     )
     gateway = LeRobotGateway(fast_edge(heartbeat_interval_s=0.2), fast_comms(), opts)
-    port = gateway.start()
+    gateway.start()
     runner = threading.Thread(target=gateway.run, daemon=True)
     runner.start()
+    return gateway, runner
+
+
+@pytest.fixture
+def lab(tmp_path: Path, db) -> Iterator[Lab]:  # type: ignore[no-untyped-def]
+    _url, store = db
+    cloud: Cloud = Cloud(store, settings=fast_comms())  # type: ignore[type-arg]
+    gateway, runner = start_gateway(cloud, tmp_path, "so101-a")
     try:
-        yield Lab(cloud, gateway, port)
+        yield Lab(cloud, gateway, gateway.port)
     finally:
         gateway.stop()
         runner.join(20)
@@ -312,3 +318,33 @@ def test_a_call_replayed_after_a_dropped_connection_is_not_stored_twice(lab: Lab
     assert stored(lab).num_rows == 4
     assert lab.gateway.state.counters.messages_replayed == 1
     assert sorted(stored(lab).column("episode_index").to_pylist()) == [0, 0, 1, 1]
+
+
+def test_two_actors_one_run_each_its_own_robot(lab: Lab, tmp_path: Path) -> None:
+    """The thing LeRobot's learner cannot do: several actors, one run, each its own robot."""
+    other, runner = start_gateway(lab.cloud, tmp_path, "so101-b")
+    second = Lab(lab.cloud, other, other.port)
+    actors: list[Actor] = []
+    try:
+        for each in (lab, second):
+            assign(each)
+        lab.cloud.server.distributor(RUN).publish(sac_version(), version=1)
+        for n, each in enumerate((lab, second)):
+            actor = Actor(each.port)
+            actors.append(actor)
+            assert actor.ready(attempts=3)
+            actor.start_streams()
+            actor.parameters.get(timeout=20)
+            s = torch.full((4,), float(n))
+            actor.send_transitions([transition(s, torch.zeros(2), done=True)])
+        wait_until(lambda: stored(lab).num_rows == 2, 30, lambda: f"{stored(lab).num_rows} rows")
+    finally:
+        for actor in actors:
+            actor.close()
+        other.stop()
+        runner.join(20)
+    by_robot = {
+        int(r["robot_id"]): r["observation.state"][0]
+        for r in stored(lab).select(["robot_id", "observation.state"]).to_pylist()
+    }
+    assert by_robot == {lab.gateway.robot_id: 0.0, other.robot_id: 1.0}
