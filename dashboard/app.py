@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from dashboard import accounts, bodies
 from dashboard.accounts import Principal
-from dashboard.api import audit, auth, fleet, help_requests, policies, runs
+from dashboard.api import audit, auth, fleet, help_requests, policies, runs, station
 from dashboard.api.common import AUTH_ERRORS
 from dashboard.config import AppSettings
 from dashboard.deps import SESSION_COOKIE, require_viewer
@@ -38,6 +38,7 @@ CSP = (
 PAGES: dict[str, tuple[str, str, Role]] = {
     "/": ("fleet.html", "Fleet", Role.VIEWER),
     "/enroll": ("enroll.html", "Enroll a robot", Role.OPERATOR),
+    "/station": ("station.html", "Operator station", Role.OPERATOR),
     "/runs": ("runs.html", "Runs", Role.VIEWER),
     "/policies": ("policies.html", "Checkpoints and policy versions", Role.VIEWER),
     "/audit": ("audit.html", "Audit log", Role.VIEWER),
@@ -60,7 +61,8 @@ def create_app(
         run_manager: launches and controls runs (the cloud's own, or one that records
             requests for a cloud in another process to act on).
         robot_control: comms' ``CloudServer`` when the dashboard runs in the cloud process:
-            an e-stop or clear is pushed to the robot at once. Without it (or when the robot
+            an e-stop or clear is pushed to the robot at once, and the operator station
+            (``dashboard.api.station``) reaches robots through it. Without it (or when the robot
             is not connected) the cloud's e-stop sync (``runs.estop``)
             delivers it from the store within a second.
     """
@@ -89,7 +91,7 @@ def create_app(
     )
     registry = make_registry(store)
 
-    for module in (auth, fleet, runs, help_requests, policies, audit):
+    for module in (auth, fleet, runs, help_requests, policies, audit, station):
         app.include_router(module.router, prefix="/api")
     generate = app.openapi
 

@@ -53,8 +53,8 @@ class AgentOptions:
         run_id: the run the steps belong to.
         server: cloud gRPC ``host:port``; None runs offline (spool only).
         token: one-time enrollment token (only needed before the first credential exists).
-        operator: ``none``, ``scripted``, ``keyboard``, ``gamepad``, ``lerobot`` or
-            ``spacemouse``.
+        operator: ``none``, ``scripted``, ``keyboard``, ``gamepad``, ``remote`` (the dashboard's
+            operator station), ``lerobot`` or ``spacemouse``.
         operator_options: the lerobot operator's options (``type`` and the LeRobot
             teleoperator config's fields, ``edge_agent.teleop``) or the spacemouse's
             (``edge_agent.spacemouse``).
@@ -249,6 +249,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         from edge_agent.control import listen
 
         closers.append(listen(client, agent.control).close)  # closed before the client
+    _attach_remote(operator, agent, client)
     closers.insert(0, driver.disconnect)
     return BuiltAgent(agent, closers)
 
@@ -266,6 +267,36 @@ def _help(opts: AgentOptions, runner: Any, robot_id: str) -> dict[str, Any]:
     settings = HelpSettings(**{k: v for k, v in opts.help.items() if k in known})
     risk = make_risk(settings.risk, runner, settings.ensemble_members)
     return {"helpdesk": HelpDesk(settings, robot_id), "risk": risk}
+
+
+def _attach_remote(operator: Any, agent: EdgeAgent, client: EdgeClient | None) -> None:
+    """A remote operator (the dashboard's station) takes its commands from the agent's Control
+    stream and reports frames and echoes through ``client`` (none without a cloud)."""
+    from edge_agent.remote import RemoteOperator, StationUpdate
+
+    if not isinstance(operator, RemoteOperator):
+        return
+    send = None
+    if client is not None:
+        from comms.proto import robofleet_pb2 as pb
+
+        run_id = agent.run_id
+        station = client
+
+        def send(u: StationUpdate) -> None:
+            station.station_report(
+                pb.StationReport(
+                    run_id=run_id,
+                    frame=u.frame,
+                    frame_format="jpeg" if u.frame else "",
+                    camera=u.camera,
+                    taken_over=u.taken_over,
+                    echo_id=u.echo_id,
+                    note=u.note,
+                )
+            )
+
+    operator.attach(agent.control, send)
 
 
 def _connect(

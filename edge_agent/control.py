@@ -19,6 +19,10 @@ and read by the control loop. The split of work:
 * **help_answered** (a person answered or dismissed a help request in the dashboard; the
   reason is JSON ``{"key", "outcome", "by"}``) ends the robot's waiting request
   (:mod:`edge_agent.help`).
+* **teleop** (the dashboard's operator station) carries one command of a person driving the
+  robot from a browser; it goes to the remote operator (:mod:`edge_agent.remote`) that
+  :attr:`CloudControl.on_teleop` names, counted but not logged line by line (they come at
+  the control rate), and is ignored when no remote operator listens.
 * **ready** (the dashboard's Ready button) tells a robot that cannot reset itself that its
   operator has set the cell up again (:mod:`edge_agent.resets`); it is taken once by the hold
   between two episodes (:meth:`CloudControl.take_ready`) and means nothing at any other time.
@@ -53,6 +57,7 @@ KINDS = (
     "discard",
     "ready",
     "help_answered",
+    "teleop",
 )
 EPISODE_COMMANDS = ("rerecord", "discard")  # taken by the control loop at its next step
 
@@ -88,6 +93,7 @@ class CloudControl:
         self._ready = False  # an operator's "ready" (edge_agent.resets) not yet taken
         # Where a person's answer to a help request goes (edge_agent.help.HelpDesk.answered).
         self.on_help: Callable[[str], object] | None = None
+        self.on_teleop: Callable[[str], object] | None = None  # the remote operator's inbox
 
     @property
     def estopped(self) -> bool:
@@ -119,14 +125,24 @@ class CloudControl:
             ready, self._ready = self._ready, False
             return ready
 
-    def handle(self, kind: str, reason: str = "", seq: int = 0, run_id: str = "") -> None:
+    def handle(
+        self, kind: str, reason: str = "", seq: int = 0, run_id: str = "", teleop: str = ""
+    ) -> None:
         """Apply one command by name (see :data:`KINDS`); an unknown name is logged and counted.
 
         ``lease_changed`` and ``noop`` change nothing here (the run's own supervisor
         restarts agents whose lease moved); they are logged for the record. ``rerecord`` and
         ``discard`` wait for the control loop's next step (:meth:`take_command`); ``ready``
-        for the reset hold (:meth:`take_ready`).
+        for the reset hold (:meth:`take_ready`); ``teleop`` (its JSON in ``teleop``) for
+        :attr:`on_teleop`.
         """
+        if kind == "teleop":
+            with self._lock:
+                self.counts[kind] += 1
+            sink = self.on_teleop
+            if sink is not None:
+                sink(teleop)
+            return
         if kind == "estop":
             self.estop(reason)
         elif kind == "pause":
@@ -229,6 +245,6 @@ def listen(client: Any, control: CloudControl) -> Any:
             kind = pb.ControlCommand.Kind.Name(cmd.kind).lower()
         except ValueError:
             kind = f"kind_{cmd.kind}"
-        control.handle(kind, cmd.reason, int(cmd.seq), cmd.run_id)
+        control.handle(kind, cmd.reason, int(cmd.seq), cmd.run_id, cmd.teleop)
 
     return ControlListener(client, on_command)

@@ -13,6 +13,8 @@
   LeRobot's factory: ``edge_agent.teleop``.
 * ``spacemouse`` - a 3Dconnexion SpaceMouse (hidapi) giving end-effector deltas:
   ``edge_agent.spacemouse``.
+* ``remote`` - a person at the dashboard's operator station, in a browser, through the
+  cloud's Control stream: ``edge_agent.remote``.
 * :class:`GamepadOperator` - a person with a gamepad (pygame joystick events). Hold the
   deadman button (default 4, left bumper) to take over; axes drive action dims; buttons label
   success (0), failure (1), rerecord (2), discard (3); button 5 closes the gripper while held;
@@ -355,10 +357,11 @@ def make_operator(
     robot: Any = None,
 ) -> Any:
     """Build an intervention source by name: ``none``, ``scripted``, ``keyboard``, ``gamepad``,
-    ``lerobot`` or ``spacemouse`` (``bounds``: the action bounds the scripted operator gates
-    within; ``options``: the lerobot or spacemouse operator's ``--operator-option`` pairs and
-    ``robot`` the driver whose action features it maps onto, ``edge_agent.teleop`` /
-    ``edge_agent.spacemouse``).
+    ``remote`` (the dashboard's station, ``edge_agent.remote``; ``edge_agent.build`` attaches
+    it to the agent's Control stream), ``lerobot`` or ``spacemouse`` (``bounds``: the action
+    bounds the scripted operator gates within; ``options``: the lerobot or spacemouse
+    operator's ``--operator-option`` pairs and ``robot`` the driver whose action features it
+    maps onto, ``edge_agent.teleop`` / ``edge_agent.spacemouse``).
 
     Raises:
         ValueError: unknown ``kind``, ``scripted`` without an expert and a gate, options for
@@ -382,6 +385,12 @@ def make_operator(
         return make_lerobot_operator(
             options or {}, robot.action_features, robot.observation_features
         )
+    if kind == "remote":
+        if robot is None:
+            raise ValueError("the remote operator needs the robot whose actions it gives")
+        from edge_agent.remote import RemoteOperator
+
+        return RemoteOperator(robot.action_features["action"])
     if kind == "none":
         return NoOperator()
     if kind == "scripted":
@@ -393,8 +402,8 @@ def make_operator(
     if kind == "gamepad":
         return GamepadOperator(action_dim)
     raise ValueError(
-        f"unknown operator {kind!r}; choose none, scripted, keyboard, gamepad, lerobot or "
-        "spacemouse"
+        f"unknown operator {kind!r}; choose none, scripted, keyboard, gamepad, remote, lerobot "
+        "or spacemouse"
     )
 
 

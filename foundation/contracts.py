@@ -10,6 +10,7 @@ implementation can be swapped without touching its callers::
 
     dashboard --RunManager--> the cloud's run orchestration (runs)
     dashboard --RobotControl--> comms' server: an e-stop pushed to a connected robot now
+    dashboard --RobotStation--> comms' server: station takeover commands out, frames back
 
 Where the implementations live:
 
@@ -19,6 +20,7 @@ contract               implementations
 RunManager             ``runs.manager.RunManager`` (a live cloud),
                        ``...manager.QueuedRunManager`` (requests for a cloud to act on)
 RobotControl           ``comms.cloud.server.CloudServer``
+RobotStation           ``comms.cloud.server.CloudServer``
 TransitionSource       ``buffer.service.batches.RemoteBuffer`` (the run's buffer, another process)
 WeightPublisher        ``comms.cloud.weight_file.WeightDirectory`` (learner process -> cloud),
                        ``cloud_learner.publisher.InMemoryWeightPublisher`` (tests)
@@ -105,6 +107,44 @@ class RobotControl(Protocol):
         Raises:
             ValueError: an unknown ``kind``.
         """
+        ...
+
+
+class StationFrame(Protocol):
+    """A robot's latest report to the operator station (``comms.cloud.services.station``):
+    ``frame`` encoded as ``frame_format`` (``jpeg`` / ``png``, empty bytes: none) from camera
+    ``camera``; ``taken_over`` while a station person drives it; ``echo_id`` the last station
+    command a step acted on; ``note`` why a takeover ended; ``received`` monotonic seconds."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def frame(self) -> bytes: ...
+    @property
+    def frame_format(self) -> str: ...
+    @property
+    def camera(self) -> str: ...
+    @property
+    def taken_over(self) -> bool: ...
+    @property
+    def echo_id(self) -> int: ...
+    @property
+    def note(self) -> str: ...
+    @property
+    def received(self) -> float: ...
+
+
+@runtime_checkable
+class RobotStation(Protocol):
+    """The operator station's link to connected robots (the cloud's comms server)."""
+
+    def push_teleop(self, robot_id: int, command: str, run_id: str = "") -> bool:
+        """Queue one station command (JSON: ``edge_agent.remote``) on the robot's Control
+        stream; False when the robot is not connected."""
+        ...
+
+    def station_view(self, robot_id: int) -> StationFrame | None:
+        """The robot's latest report, None before any."""
         ...
 
 

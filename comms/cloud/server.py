@@ -28,6 +28,7 @@ from comms.cloud.ratelimit import AsyncByteRate
 from comms.cloud.services import add_servicers
 from comms.cloud.services.common import ActHandler, ServerState, server_options
 from comms.cloud.services.control import control_command
+from comms.cloud.services.station import StationView
 from comms.cloud.step_sink import SinkResolver, StepSink
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
@@ -48,6 +49,7 @@ CONTROL_KINDS = {
     "discard": pb.ControlCommand.DISCARD,
     "ready": pb.ControlCommand.READY,
     "help_answered": pb.ControlCommand.HELP_ANSWERED,
+    "teleop": pb.ControlCommand.TELEOP,
 }
 
 
@@ -172,16 +174,23 @@ class CloudServer:
         self.state.attach(dist)
 
     def push_control(
-        self, robot_id: int, kind: str, run_id: str = "", reason: str = "", assignment: str = ""
+        self,
+        robot_id: int,
+        kind: str,
+        run_id: str = "",
+        reason: str = "",
+        assignment: str = "",
+        teleop: str = "",
     ) -> bool:
         """Queue a command on the robot's Control stream; returns False when it is not connected.
 
-        ``assignment`` (``assign`` only) is the run's ``edge_agent.assignment.Assignment`` as JSON.
+        ``assignment`` (``assign`` only) is the run's ``edge_agent.assignment.Assignment`` as JSON;
+        ``teleop`` (``teleop`` only) one station command as JSON (``edge_agent.remote``).
 
         Raises:
             ValueError: ``kind`` is not one of :data:`CONTROL_KINDS` (estop, pause, resume,
                 lease_changed, clear_estop, assign, release, rerecord, discard, ready,
-                help_answered).
+                help_answered, teleop).
         """
         if kind not in CONTROL_KINDS:
             raise ValueError(f"unknown control kind {kind!r} (allowed: {', '.join(CONTROL_KINDS)})")
@@ -194,11 +203,22 @@ class CloudServer:
                 return False
             if q.full():
                 q.get_nowait()  # drop the oldest; the newest command is what matters
-            cmd = control_command(self.state, CONTROL_KINDS[kind], run_id, reason, assignment)
+            cmd = control_command(
+                self.state, CONTROL_KINDS[kind], run_id, reason, assignment, teleop
+            )
             q.put_nowait(cmd)
             return True
 
         return self._loop.run(push())
+
+    def push_teleop(self, robot_id: int, command: str, run_id: str = "") -> bool:
+        """Queue one station command (JSON, ``edge_agent.remote``) for the robot; False when
+        it is not connected."""
+        return self.push_control(robot_id, "teleop", run_id, "station", teleop=command)
+
+    def station_view(self, robot_id: int) -> StationView | None:
+        """The robot's latest station report (frame, takeover, echo), None before any."""
+        return self.state.station.get(robot_id)
 
     def stats(self) -> dict[str, Any]:
         """Counters: open streams, weight bytes sent, rows uploaded."""

@@ -225,7 +225,7 @@ class ControlRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ControlCommand(_message.Message):
-    __slots__ = ("kind", "run_id", "reason", "seq", "assignment")
+    __slots__ = ("kind", "run_id", "reason", "seq", "assignment", "teleop")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         NOOP: _ClassVar[ControlCommand.Kind]
@@ -240,6 +240,7 @@ class ControlCommand(_message.Message):
         DISCARD: _ClassVar[ControlCommand.Kind]
         READY: _ClassVar[ControlCommand.Kind]
         HELP_ANSWERED: _ClassVar[ControlCommand.Kind]
+        TELEOP: _ClassVar[ControlCommand.Kind]
     NOOP: ControlCommand.Kind
     ESTOP: ControlCommand.Kind
     PAUSE: ControlCommand.Kind
@@ -252,17 +253,42 @@ class ControlCommand(_message.Message):
     DISCARD: ControlCommand.Kind
     READY: ControlCommand.Kind
     HELP_ANSWERED: ControlCommand.Kind
+    TELEOP: ControlCommand.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENT_FIELD_NUMBER: _ClassVar[int]
+    TELEOP_FIELD_NUMBER: _ClassVar[int]
     kind: ControlCommand.Kind
     run_id: str
     reason: str
     seq: int
     assignment: str
-    def __init__(self, kind: _Optional[_Union[ControlCommand.Kind, str]] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ..., seq: _Optional[int] = ..., assignment: _Optional[str] = ...) -> None: ...
+    teleop: str
+    def __init__(self, kind: _Optional[_Union[ControlCommand.Kind, str]] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ..., seq: _Optional[int] = ..., assignment: _Optional[str] = ..., teleop: _Optional[str] = ...) -> None: ...
+
+class StationReport(_message.Message):
+    __slots__ = ("run_id", "frame", "frame_format", "camera", "taken_over", "echo_id", "note")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    CAMERA_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_OVER_FIELD_NUMBER: _ClassVar[int]
+    ECHO_ID_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    frame: bytes
+    frame_format: str
+    camera: str
+    taken_over: bool
+    echo_id: int
+    note: str
+    def __init__(self, run_id: _Optional[str] = ..., frame: _Optional[bytes] = ..., frame_format: _Optional[str] = ..., camera: _Optional[str] = ..., taken_over: _Optional[bool] = ..., echo_id: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+
+class StationReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("dtype", "shape", "data")

@@ -505,6 +505,78 @@ class Control:
             _registered_method=True)
 
 
+class StationStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Report = channel.unary_unary(
+                '/robofleet.comms.v1.Station/Report',
+                request_serializer=robofleet__pb2.StationReport.SerializeToString,
+                response_deserializer=robofleet__pb2.StationReply.FromString,
+                _registered_method=True)
+
+
+class StationServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Report(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_StationServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Report': grpc.unary_unary_rpc_method_handler(
+                    servicer.Report,
+                    request_deserializer=robofleet__pb2.StationReport.FromString,
+                    response_serializer=robofleet__pb2.StationReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'robofleet.comms.v1.Station', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('robofleet.comms.v1.Station', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Station:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Report(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/robofleet.comms.v1.Station/Report',
+            robofleet__pb2.StationReport.SerializeToString,
+            robofleet__pb2.StationReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class ActStub:
     """Missing associated documentation comment in .proto file."""
 

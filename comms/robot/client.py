@@ -119,6 +119,7 @@ class EdgeClient:
         self._heartbeat = rpc.HeartbeatStub(channel)
         self._control = rpc.ControlStub(channel)
         self._act = rpc.ActStub(channel)
+        self._station = rpc.StationStub(channel)
 
     def heartbeat(
         self,
@@ -211,6 +212,16 @@ class EdgeClient:
                 timeout=self.settings.call_timeout_s,
             )
         )
+
+    def station_report(self, report: pb.StationReport) -> None:
+        """Show the dashboard's operator station this robot's latest frame and takeover echo.
+
+        Raises:
+            grpc.RpcError: INVALID_ARGUMENT for a frame over the cloud's limit or of an
+                unknown format, UNAUTHENTICATED for a revoked credential, UNAVAILABLE when
+                the cloud is away.
+        """
+        self._station.Report(report, metadata=self.metadata, timeout=self.settings.call_timeout_s)
 
     def close(self) -> None:
         self.channel.close()

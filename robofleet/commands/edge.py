@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from edge_agent.build import AgentOptions
 
 # The operator devices a robot computer can run with (edge_agent.operators.make_operator).
-OPERATORS = ("none", "scripted", "keyboard", "gamepad", "lerobot", "spacemouse")
+OPERATORS = ("none", "scripted", "keyboard", "gamepad", "remote", "lerobot", "spacemouse")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--operator",
         default="scripted",
         choices=OPERATORS,
-        help="who may take over: scripted expert, keyboard, gamepad, lerobot (a LeRobot "
-        "teleoperator, see --operator-option), spacemouse (end-effector deltas) or none",
+        help="who may take over: scripted expert, keyboard, gamepad, remote (a person at the "
+        "dashboard's operator station), lerobot (a LeRobot teleoperator, see "
+        "--operator-option), spacemouse (end-effector deltas) or none",
     )
     p.add_argument(
         "--operator-option",

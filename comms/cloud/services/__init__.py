@@ -10,6 +10,7 @@ module                 service
 ``heartbeat``          Heartbeat: state, applied policy version, loop stats
 ``control``            Control: commands pushed to a robot (e-stop, pause, ...)
 ``act``                Act: remote inference
+``station``            Station: a robot's latest frame and takeover echo, for the dashboard
 ``common``             what they share: ``ServerState``, ``guarded`` (refusals to status
                        codes), ``identify``, ``write``, server options
 ``requests``           requests decoded without raising, required fields, registration
@@ -35,6 +36,7 @@ from comms.cloud.services.episodes import EpisodesServicer
 from comms.cloud.services.experience import ExperienceServicer
 from comms.cloud.services.heartbeat import HeartbeatServicer
 from comms.cloud.services.requests import add_service
+from comms.cloud.services.station import StationServicer
 from comms.cloud.services.weights import WeightsServicer
 from comms.proto import robofleet_pb2 as pb
 
@@ -53,6 +55,7 @@ def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
         "Heartbeat": HeartbeatServicer(state),
         "Control": ControlServicer(state),
         "Act": ActServicer(state),
+        "Station": StationServicer(state),
     }
     missing = sorted(set(pb.DESCRIPTOR.services_by_name) - set(servicers))
     if missing:

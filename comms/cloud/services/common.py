@@ -10,7 +10,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -26,6 +26,9 @@ from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
 from comms.wire.credentials import credential_from
 from foundation.store.metadata_store import MetadataStore
+
+if TYPE_CHECKING:
+    from comms.cloud.services.station import StationView
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,8 @@ class ServerState:
     weight_bytes_sent: int = 0
     uploaded_rows: int = 0
     control_seq: int = 0
+    # robot id -> its latest station report (comms.cloud.services.station.StationView)
+    station: dict[int, StationView] = field(default_factory=dict)
 
     def robot_lock(self, run_id: str, robot_id: int) -> threading.Lock:
         """Serializes one robot's appends to one run across its streams."""

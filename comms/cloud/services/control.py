@@ -32,9 +32,19 @@ class ControlServicer(rpc.ControlServicer):
 
 
 def control_command(
-    state: ServerState, kind: Any, run_id: str = "", reason: str = "", assignment: str = ""
+    state: ServerState,
+    kind: Any,
+    run_id: str = "",
+    reason: str = "",
+    assignment: str = "",
+    teleop: str = "",
 ) -> pb.ControlCommand:
     state.control_seq += 1
     return pb.ControlCommand(
-        kind=kind, run_id=run_id, reason=reason, seq=state.control_seq, assignment=assignment
+        kind=kind,
+        run_id=run_id,
+        reason=reason,
+        seq=state.control_seq,
+        assignment=assignment,
+        teleop=teleop,
     )

@@ -33,6 +33,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "ControlRequest": (),
     "ActRequest": ("run_id", "observation"),
     "EpisodeMark": ("run_id",),
+    "StationReport": (),
 }
 
 
