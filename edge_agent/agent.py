@@ -244,6 +244,9 @@ class EdgeAgent:
         out.update(self.control.report())
         out.update(self.tally.report())
         out.update(self.human.report())
+        operator_report = getattr(self.operator, "report", None)  # a source's own counters
+        if callable(operator_report):
+            out.update(operator_report())
         out["reset_paused"] = float(self._resets.timed_out)
         out["reset_timeouts"] = float(self._resets.timeouts)
         if self.helpdesk is not None:

@@ -177,6 +177,7 @@ class RemoteOperator:
         self.takeovers = 0
         self.holds = 0
         self.rejected = 0
+        self.steps = 0  # steps this operator took (driven, and the hold after a takeover)
         self._frame: tuple[str, np.ndarray] | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -268,12 +269,14 @@ class RemoteOperator:
                 self._gripper = float(action[grip]) if grip is not None else 0.0
                 fresh = self._last_id != self._applied
                 self._applied = self._last_id
+                self.steps += 1
                 op = OperatorInput(True, action, label, SOURCE)
             elif self._hold_next:
                 self._hold_next = False
                 action = np.zeros(self.action_dim, np.float32)
                 if self.dims[3] is not None:
                     action[self.dims[3]] = self._gripper  # keep what the gripper holds
+                self.steps += 1
                 return OperatorInput(True, action, label, "hold")
             else:
                 op = None
@@ -285,6 +288,17 @@ class RemoteOperator:
         if label is not None and inner.command is None:
             inner.command = label
         return inner
+
+    def report(self) -> dict[str, float]:
+        """Heartbeat statistics: ``station/steps`` (the steps the station person took, the
+        interventions whose source is the browser), ``station/takeovers``, ``station/holds``
+        (takeovers that ended in a hold), ``station/rejected`` (malformed commands)."""
+        return {
+            "station/steps": float(self.steps),
+            "station/takeovers": float(self.takeovers),
+            "station/holds": float(self.holds),
+            "station/rejected": float(self.rejected),
+        }
 
     def reset(self) -> None:
         self.inner.reset()  # a takeover outlives the episode: the person still holds the key

@@ -42,6 +42,7 @@ EMPTY_REFUSAL: dict[str, str | None] = {
     "Commands": None,
     "Act": "ActRequest.run_id is empty",
     "Mark": "EpisodeMark.run_id is empty",
+    "Report": None,
 }
 # Request-streaming method -> good opening messages (garbage is sent after each).
 OPENINGS: dict[str, list[Any]] = {

@@ -152,9 +152,11 @@ def test_gamepad_deadman_axes_gripper_and_buttons(pg):
 
 def test_make_operator_names_the_choices():
     with pytest.raises(
-        ValueError, match="none, scripted, keyboard, gamepad, lerobot or spacemouse"
+        ValueError, match="none, scripted, keyboard, gamepad, remote, lerobot or spacemouse"
     ):
         make_operator("joystick", 4)
+    with pytest.raises(ValueError, match="remote operator needs the robot"):
+        make_operator("remote", 4)
     with pytest.raises(ValueError, match="expert"):
         make_operator("scripted", 4)
 

@@ -183,6 +183,7 @@ def test_station_commands_through_the_cloud_drive_a_camera_robot_and_loss_holds_
         assert view is not None and view.taken_over
         # the page goes away: no command for the timeout -> the robot holds
         wait_until(lambda: agent.heartbeat_state == "paused", 5, "the hold after loss")
+        time.sleep(0.1)  # a step under way when the hold came ends (with the safe hold)
         steps = agent.stats.steps
         time.sleep(0.3)
         assert agent.stats.steps == steps  # held: no step
@@ -192,6 +193,7 @@ def test_station_commands_through_the_cloud_drive_a_camera_robot_and_loss_holds_
         runner.join(30)
         assert not runner.is_alive()
         assert agent.uplink.wait_acked(30)
+        report = agent.report()
     finally:
         if built is not None:
             built.close()
@@ -205,5 +207,7 @@ def test_station_commands_through_the_cloud_drive_a_camera_robot_and_loss_holds_
     )
     driven = actions[flags]
     assert len(driven) >= 15  # the takeover's steps are stored as interventions
+    assert len(driven) == report["station/steps"]  # ... and they are the station's steps
+    assert report["station/takeovers"] == 1 and report["station/holds"] == 1
     assert (driven[:-1, 0] > 0.9).all()  # +x as the station commanded (the last: the hold)
     print(f"station echo round trip p50 {1000 * float(np.median(rtts)):.1f} ms")
