@@ -225,7 +225,8 @@ class RobotComputer:
             current[1].agent.stop()
 
     def _forward(self, kind: str, cmd: pb.ControlCommand) -> None:
-        """Pause, resume, e-stop, clear: the running agent's, or the idle robot's latch."""
+        """Pause, resume, e-stop, clear, station commands: the running agent's, or the idle
+        robot's latch."""
         with self._lock:
             current = self._current
             if current is None:
@@ -235,7 +236,7 @@ class RobotComputer:
                 elif kind == "clear_estop":
                     self._estopped = False
                 return
-        current[1].agent.control.handle(kind, cmd.reason, int(cmd.seq), cmd.run_id)
+        current[1].agent.control.handle(kind, cmd.reason, int(cmd.seq), cmd.run_id, cmd.teleop)
 
     # -- the loop ----------------------------------------------------------------------------
 

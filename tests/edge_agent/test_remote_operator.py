@@ -211,3 +211,21 @@ def test_station_commands_through_the_cloud_drive_a_camera_robot_and_loss_holds_
     assert report["station/takeovers"] == 1 and report["station/holds"] == 1
     assert (driven[:-1, 0] > 0.9).all()  # +x as the station commanded (the last: the hold)
     print(f"station echo round trip p50 {1000 * float(np.median(rtts)):.1f} ms")
+
+
+def test_a_robot_computer_forwards_station_commands_to_its_running_agent() -> None:
+    """``robofleet edge`` without ``--run`` listens on the Control stream itself
+    (``edge_agent.host``) and hands the agent of its run each command, the payload included."""
+    from types import SimpleNamespace
+
+    from comms.proto import robofleet_pb2 as pb
+    from edge_agent.host import RobotComputer
+
+    op, control = remote(Clock())
+    host = SimpleNamespace(
+        _lock=threading.Lock(),
+        _current=(RUN, SimpleNamespace(agent=SimpleNamespace(control=control))),
+    )
+    teleop = pb.ControlCommand(kind=pb.ControlCommand.TELEOP, run_id=RUN, teleop=cmd(4, [1.0]))
+    RobotComputer._forward(host, "teleop", teleop)  # type: ignore[arg-type]
+    assert op.taken_over and op.step(OBS, PROPOSED).action.tolist()[0] == 0.5  # type: ignore[union-attr]
