@@ -10,7 +10,9 @@ a heartbeat between them, through the cloud onto the robot's Control stream (kin
      "label": ""}                 # "success" / "failure": the person's verdict, ends the episode
 
 While the deadman is held the operator takes the step: the axes (x, y, z scaled by
-``step_size``, the gripper as it is) on the robot's action (``axis_dims``: by name when the action feature names its dims ``x`` / ``y`` /
+``step_size``; the gripper as sent, and when a command sends only 3 axes the gripper stays
+where the policy last put it, so a takeover never drops what the robot holds) on the robot's
+action (``axis_dims``: by name when the action feature names its dims ``x`` / ``y`` /
 ``z`` / ``gripper``, or ``delta_x``..., else dims 0-3 as the keyboard's), flagged as an
 intervention. The takeover ends, and the robot **holds** (a ``pause`` on its
 :class:`~edge_agent.control.CloudControl`: the loop sends nothing more until the station or
@@ -171,7 +173,8 @@ class RemoteOperator:
         self._last_seen = 0.0
         self._labels: list[str] = []
         self._applied = 0  # id of the last command a step acted on
-        self._gripper = 0.0  # the gripper value the last driven step left
+        self._gripper = 0.0  # the gripper the robot was last given (policy's, then the person's)
+        self._grip_sent = False  # the page sent a gripper value (else the gripper stays put)
         self._hold_next = False  # the step after a takeover ended sends the safe hold
         self.note = ""
         self.takeovers = 0
@@ -218,6 +221,7 @@ class RemoteOperator:
             axes = np.zeros(len(AXES), np.float32)
             axes[: len(cmd.axes)] = cmd.axes
             self._axes = axes
+            self._grip_sent = len(cmd.axes) == len(AXES)
             if cmd.deadman and not self._active:
                 self._active = True
                 self.takeovers += 1
@@ -261,12 +265,14 @@ class RemoteOperator:
             label = self._labels.pop(0) if self._labels else None
             if self._active:
                 action = np.zeros(self.action_dim, np.float32)
-                for axis, dim in enumerate(self.dims):
-                    if dim is not None:  # the gripper is a position, not a delta: unscaled
-                        scale = 1.0 if AXES[axis] == "gripper" else self.step_size
-                        action[dim] = self._axes[axis] * scale
+                for axis, dim in enumerate(self.dims[:3]):
+                    if dim is not None:
+                        action[dim] = self._axes[axis] * self.step_size
                 grip = self.dims[3]
-                self._gripper = float(action[grip]) if grip is not None else 0.0
+                if grip is not None:  # a position, not a delta: as sent, else as it was
+                    if self._grip_sent:
+                        self._gripper = float(self._axes[3])
+                    action[grip] = self._gripper
                 fresh = self._last_id != self._applied
                 self._applied = self._last_id
                 self.steps += 1
@@ -280,6 +286,8 @@ class RemoteOperator:
                 return OperatorInput(True, action, label, "hold")
             else:
                 op = None
+                if self.dims[3] is not None and len(proposed) > self.dims[3]:
+                    self._gripper = float(proposed[self.dims[3]])  # what the robot is given
         if op is not None:
             if fresh:
                 self._wake.set()  # the echo goes out now, not at the next frame

@@ -13,7 +13,7 @@ pages.station = () => {
   let selected = null;
   const held = new Set();
   let keyDeadman = false;
-  let gripper = -1;
+  let gripper = null; // null: the robot keeps its gripper as it was; G sets closed / open
   let wasDriving = false;
   let counter = 0;
   const idBase = Date.now() * 1000; // ids grow across pages: the robot drops older ones
@@ -75,7 +75,7 @@ pages.station = () => {
   }
 
   function readInput() {
-    const axes = [0, 0, 0, gripper];
+    const axes = [0, 0, 0];
     for (const code of held) {
       const [dim, sign] = KEYS[code];
       axes[dim] += sign;
@@ -88,8 +88,9 @@ pages.station = () => {
       axes[0] += dz(gp.axes[0] || 0);
       axes[1] -= dz(gp.axes[1] || 0);
       axes[2] -= dz(gp.axes[3] || 0);
-      if (gp.buttons[5]) axes[3] = gp.buttons[5].pressed ? 1 : axes[3];
+      if (gp.buttons[5] && gp.buttons[5].pressed) gripper = 1;
     }
+    if (gripper !== null) axes.push(gripper);
     return { axes: axes.map((v) => Math.max(-1, Math.min(1, v))), deadman };
   }
 
@@ -142,7 +143,7 @@ pages.station = () => {
       if (selected === null || e.target.closest("input, select, textarea")) return;
       if (e.key === "Shift") keyDeadman = down;
       else if (KEYS[e.code]) { if (down) held.add(e.code); else held.delete(e.code); }
-      else if (e.code === "KeyG" && down && !e.repeat) gripper = -gripper;
+      else if (e.code === "KeyG" && down && !e.repeat) gripper = gripper === 1 ? -1 : 1;
       else return;
       e.preventDefault();
       if (e.repeat) return;

@@ -63,10 +63,21 @@ def test_commands_over_the_control_stream_drive_the_robot_while_the_deadman_is_h
     assert out.action is not None and out.action.tolist() == [0.5, -0.5, 0.0, 1.0]
     control.handle("teleop", teleop=cmd(3, [0.0, 0.0, 1.0]))
     control.handle("teleop", teleop=cmd(2, [1.0, 1.0, 1.0]))  # older than the last: dropped
-    out = op.step(OBS, PROPOSED)
-    assert out.action is not None and out.action.tolist() == [0.0, 0.0, 0.5, 0.0]
+    out = op.step(OBS, PROPOSED)  # no gripper sent: it stays as the person last set it
+    assert out.action is not None and out.action.tolist() == [0.0, 0.0, 0.5, 1.0]
     assert op.update(with_frame=False).echo_id == 3
     assert control.counts["teleop"] == 3 and not control.paused
+
+
+def test_a_takeover_keeps_the_gripper_where_the_policy_left_it_until_the_person_sets_it() -> None:
+    op, control = remote(Clock())
+    op.step(OBS, np.array([0.1, 0.1, 0.1, 0.25], np.float32))  # the policy closes to 0.25
+    control.handle("teleop", teleop=cmd(1, [1.0, 0.0, 0.0]))
+    out = op.step(OBS, np.array([0.0, 0.0, 0.0, -1.0], np.float32))
+    assert out.action is not None and out.action.tolist() == [0.5, 0.0, 0.0, 0.25]
+    control.handle("teleop", teleop=cmd(2, [0.0, 0.0, 0.0, -1.0]))
+    out = op.step(OBS, PROPOSED)
+    assert out.action is not None and out.action.tolist() == [0.0, 0.0, 0.0, -1.0]
 
 
 def test_releasing_the_deadman_ends_the_takeover_and_holds_the_robot() -> None:
