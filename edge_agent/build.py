@@ -220,6 +220,10 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     operator = _operator(edge, opts, driver, tasks, experts)
     closers.append(operator.close)
 
+    help_kw = _help(opts, runner, str(robot_id))
+    desk = help_kw.get("helpdesk")
+    if desk is not None and desk.settings.on_call:
+        operator = _on_call(operator, desk)
     heartbeat = None
     if client is not None:
         from comms.robot.uploader import Uploader
@@ -239,7 +243,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         heartbeat=heartbeat,
         demonstrations=opts.demonstrations,
         rewards=make_reward_source(opts.reward_source),
-        **_help(opts, runner, str(robot_id)),
+        **help_kw,
     )
     if client is not None:
         from comms.robot.mark_sender import EpisodeMarkSender
@@ -254,6 +258,18 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     return BuiltAgent(agent, closers)
 
 
+def _on_call(operator: Any, desk: HelpDesk) -> Any:
+    """The run has fewer people than robots: a simulated person goes on call
+    (``edge_agent.on_call``); a real person's device stays as it is (the cloud's assignment
+    tells them which robot to take)."""
+    from edge_agent.on_call import OnCallPerson
+    from edge_agent.simulated_person import SimulatedPerson
+
+    if isinstance(operator, SimulatedPerson):
+        return OnCallPerson(operator, desk, desk.settings.on_call_steps)
+    return operator
+
+
 def _help(opts: AgentOptions, runner: Any, robot_id: str) -> dict[str, Any]:
     """The agent's ``helpdesk`` and ``risk`` keywords for the run's ``help:`` (none when it
     asks for no help).
@@ -265,7 +281,7 @@ def _help(opts: AgentOptions, runner: Any, robot_id: str) -> dict[str, Any]:
         return {}
     known = {f.name for f in fields(HelpSettings)}  # a newer cloud's keys are ignored
     settings = HelpSettings(**{k: v for k, v in opts.help.items() if k in known})
-    risk = make_risk(settings.risk, runner, settings.ensemble_members)
+    risk = make_risk(settings.risk, runner, settings.ensemble_members, settings.random_rate)
     return {"helpdesk": HelpDesk(settings, robot_id), "risk": risk}
 
 

@@ -6,6 +6,10 @@ it disarms until the risk falls below ``threshold - hysteresis`` and ``cooldown_
 passed since the last request ended, so one bad stretch is one request. No request opens in
 evaluation or demonstration episodes, nor while a person already acts.
 
+A request closes (``closed_at``) when the person hands back, or when it ended without a
+takeover; the cloud then frees the operator it assigned to it
+(``foundation.store.help_assignments``).
+
 An open request ends when a person takes the robot over (``took_over``: the takeover's steps
 and the episode's verdict are kept with it), when a person answers from the cloud
 (``help_answered`` on the Control stream: ``dismissed`` or ``took_over``), or after
@@ -44,13 +48,18 @@ def _locked[**P, R](method: Callable[P, R]) -> Callable[P, R]:
 class HelpSettings:
     """The run's ``help:`` section as the robot needs it (``foundation.runspec.HelpSpec``)."""
 
-    risk: Literal["probe", "ensemble", "none"] = "none"
+    risk: Literal["probe", "ensemble", "random", "none"] = "none"
     threshold: float = 0.5
     hysteresis: float = 0.1
     cooldown_steps: int = 20
     while_waiting: Literal["hold", "continue"] = "hold"
     timeout_s: float = 60.0
     ensemble_members: int = 3
+    random_rate: float = 0.02
+    # The run has fewer people than robots: a simulated person acts only while the cloud
+    # assigned one to this robot (edge_agent.on_call), for at most on_call_steps steps.
+    on_call: bool = False
+    on_call_steps: int | None = None
 
 
 @dataclass
@@ -68,6 +77,7 @@ class HelpRequest:
     by: str = ""
     takeover_steps: int = 0
     label: str = ""
+    closed_at: float | None = None  # the person handed back (or it ended otherwise)
     taking_over: bool = field(default=False, repr=False)  # a takeover still running
 
     def to_report(self) -> dict[str, Any]:
@@ -165,7 +175,9 @@ class HelpDesk:
                 self._taken = req
                 req.taking_over = True
                 req.takeover_steps += 1
-        elif req.outcome is not None:
+        elif req.outcome is not None and (req.outcome != "took_over" or req.taking_over):
+            # A cloud takeover that has not begun yet (the answer crossed this step) stays
+            # open until the person's first step; it closes at the episode's end otherwise.
             self._close()
 
     @_locked
@@ -187,6 +199,12 @@ class HelpDesk:
             if self.clock() - req.requested_at >= req.timeout_s:
                 self._end(req, "expired", "")
                 self._close()
+
+    @property
+    def assigned(self) -> bool:
+        """A person from the cloud took the open request over and has not handed back."""
+        req = self.open
+        return req is not None and req.outcome == "took_over" and req.closed_at is None
 
     @_locked
     def answered(self, reason: str) -> None:
@@ -256,6 +274,7 @@ class HelpDesk:
         req = self.open
         if req is not None:
             req.taking_over = False
+            req.closed_at = self.clock()  # frees the operator the cloud assigned
             self._changed(req)
         self.open = None
         self._quiet = self.settings.cooldown_steps

@@ -11,7 +11,10 @@ policy alone (no simulator's help).
   repo's policies are single networks (the SAC critic ensemble lives in the learner, not on
   the robot), so the versions a run published are the ensemble; no risk until two arrived.
 
-Both need the policy on the robot (local inference) and compute on a fresh chunk only: the
+* :class:`RandomRisk` (``random``): a baseline with no signal: 1 with probability ``rate`` at
+  each step, else 0 (requests at random times).
+
+Probe and ensemble need the policy on the robot (local inference) and compute on a fresh chunk only: the
 steps of one action chunk share its risk.
 """
 
@@ -116,7 +119,25 @@ class EnsembleRisk:
         self._last = None
 
 
-def make_risk(kind: str, runner: Any, members: int = 3) -> RiskSource | None:
+class RandomRisk:
+    """Risk 1.0 with probability ``rate`` at each step, else 0.0 (module docstring)."""
+
+    def __init__(self, rate: float, seed: int | None = None) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"help.random_rate must be in [0, 1], got {rate}")
+        self.rate = rate
+        self._rng = np.random.default_rng(seed)
+
+    def risk(self, obs: Observation, task: int, proposed: np.ndarray, fresh: bool) -> float:
+        return 1.0 if self._rng.random() < self.rate else 0.0
+
+    def offer_weights(self, weights: Mapping[str, Any]) -> None:
+        pass
+
+
+def make_risk(
+    kind: str, runner: Any, members: int = 3, random_rate: float = 0.0
+) -> RiskSource | None:
     """The run's ``help.risk`` on this robot; None for ``none``.
 
     Raises:
@@ -128,4 +149,6 @@ def make_risk(kind: str, runner: Any, members: int = 3) -> RiskSource | None:
         return ProbeRisk(runner)
     if kind == "ensemble":
         return EnsembleRisk(runner, members)
-    raise ValueError(f"help.risk must be probe, ensemble or none, got {kind!r}")
+    if kind == "random":
+        return RandomRisk(random_rate)
+    raise ValueError(f"help.risk must be probe, ensemble, random or none, got {kind!r}")

@@ -81,12 +81,14 @@ class SimulatedPerson:
 
     def step(self, observation: Observation, proposed: np.ndarray) -> OperatorInput:
         op = self.hands.step(observation, proposed)
-        return self._with_verdict(op)
+        return self.with_verdict(op)
 
     def demonstrate(self, observation: Observation) -> OperatorInput:
-        return self._with_verdict(self.hands.demonstrate(observation))
+        return self.with_verdict(self.hands.demonstrate(observation))
 
-    def _with_verdict(self, op: OperatorInput) -> OperatorInput:
+    def with_verdict(self, op: OperatorInput) -> OperatorInput:
+        """``op`` (this step's input) with the person's verdict on the episode, if any:
+        ``success`` once the scene shows it, ``failure`` at the episode's last step."""
         frame, self._frame = self._frame, self._frame + 1
         if not self.labelling:
             return op

@@ -356,9 +356,17 @@ class HelpSpec(_Strict):
     the robot applied, on the same observation); ``none``: robots never ask. A risk at or
     above ``threshold`` opens one request; the next needs the risk to fall below
     ``threshold - hysteresis`` first and ``cooldown_steps`` steps after the last one ended.
+    ``random`` (a baseline): the risk is 1 with probability ``random_rate`` at each step, else 0.
+
+    ``operators`` is how many people the run has (None: one at each robot). Fewer than robots:
+    the cloud assigns open requests to free operators, highest risk first
+    (``foundation.store.help_assignments``), and a simulated robot's scripted person acts only
+    while the cloud assigned one to it, for at most ``on_call_steps`` steps of the episode
+    (``edge_agent.on_call``). ``simulated_operators``: the cloud plays the ``operators``
+    people itself (``runs.help_dispatch``; simulated fleets and benchmarks).
     """
 
-    risk: Literal["probe", "ensemble", "none"] = "none"
+    risk: Literal["probe", "ensemble", "random", "none"] = "none"
     threshold: float = Field(default=0.5, ge=0, le=1, description="Risk (0-1) that asks.")
     hysteresis: float = Field(
         default=0.1, ge=0, le=1, description="How far the risk falls before it may ask again."
@@ -385,6 +393,20 @@ class HelpSpec(_Strict):
     )
     probe_episodes: int = Field(
         default=50, ge=2, le=1000, description="Latest policy episodes a probe learns from."
+    )
+    random_rate: float = Field(
+        default=0.02, ge=0, le=1, description="random: chance of a request at each step."
+    )
+    operators: int | None = Field(
+        default=None, ge=1, description="People the run has (None: one at each robot)."
+    )
+    simulated_operators: bool = Field(
+        default=False, description="The cloud plays the operators (simulated fleets)."
+    )
+    on_call_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Steps an on-call person drives once assigned (None: rest of the episode).",
     )
 
 

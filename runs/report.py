@@ -4,7 +4,8 @@ Plots: success rate (mean over tasks and per task, from evaluation episodes) and
 intervention rate, each against wall time (minutes) and against robot-hours. ``acked_lost`` and
 each robot's counts (``robots``) come from :mod:`~runs.accounting`; ``human_cost`` (per robot
 and per task: takeover time, labels, resets, autonomous successes per hour with and without
-resets) from :mod:`~runs.human_cost`. ``report.txt`` is the summary and the human-cost table
+resets) from :mod:`~runs.human_cost`; operator minutes and return on human effort, at the end
+and over time, from :mod:`~runs.operator_effort`. ``report.txt`` is the summary and the human-cost table
 as text.
 """
 
@@ -58,6 +59,8 @@ def write_report(
     evals = _read_jsonl(run_dir / "evals.jsonl")
     progress = _read_jsonl(run_dir / "progress.jsonl")
     versions = latest_version(run_dir / "weights")
+    effort = _read_jsonl(run_dir / "effort.jsonl")
+    last_effort = effort[-1] if effort else {}
     last = progress[-1] if progress else {}
     summary: dict[str, Any] = {
         "initial_success": evals[0]["success_mean"] if evals else None,
@@ -70,6 +73,10 @@ def write_report(
         "versions_published": int(versions),
         "acked_lost": sum(a.lost for a in accounts.values()),
         "learner_restarts": learner_restarts,
+        # Fleet-DAgger's return on human effort (runs.operator_effort).
+        "operator_minutes": last_effort.get("operator_minutes"),
+        "autonomous_successes": last_effort.get("autonomous_successes"),
+        "return_on_human_effort": last_effort.get("return_on_human_effort"),
     }
     plots = _plots(run_dir, evals, progress, spec)
     report = {
@@ -98,6 +105,9 @@ def write_report(
         "started_from": _started_from(spec),
         "promoted_version": promoted_version(run_dir),
         "human_cost": human_cost(robot_reports or {}),
+        "operators": spec.help.operators,
+        # Beside success over time (evaluations): operator minutes and return on effort.
+        "effort_over_time": effort,
         "promotion": dict(promotion) if promotion is not None else read_promotion(run_dir),
         "reward_source": spec.reward.source,
     }

@@ -49,8 +49,10 @@ from runs.clock import RunClock
 from runs.disk_notice import DiskFullNotice
 from runs.eval_record import EvaluationRecorder, NoEvaluations
 from runs.evaluations import SimulatorEvaluations
+from runs.help_dispatch import SimulatedOperators
 from runs.hold import RobotHold
 from runs.learning import LearnerRefused, RunLearning
+from runs.operator_effort import OperatorEffort
 from runs.progress import RunProgress, disk_full
 from runs.promotion import promote_best
 from runs.robot_evals import RobotEvaluations
@@ -120,6 +122,13 @@ class RunDriver:
         self.agents: RobotAssignments | None = None
         self.evaluations: EvaluationRecorder | None = None
         self.figures = RunProgress(ctx.store, run_id, run_dir)
+        self.effort = OperatorEffort(ctx.store, run_id, run_dir, spec.help.operators)
+        help_people = spec.help.operators if spec.help.simulated_operators else None
+        self.help_people = (
+            SimulatedOperators(ctx.store, ctx.server, run_id, help_people)
+            if help_people is not None
+            else None
+        )
         self.disk_full = DiskFullNotice(run_id, self._event)
         self.learner_restarts_base = 0
         self._checkpoint_requested = False
@@ -323,17 +332,24 @@ class RunDriver:
             terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
             needs_operator=self.plan.needs_operator,
             reward_source=self.spec.reward.source,
-            help=self.spec.help.model_dump(
-                exclude={"probe_horizon", "probe_every_updates", "probe_episodes"}
-            )
-            if self.spec.help.risk != "none"
-            else {},
+            help=self._help_assignment(),
             edge=run_edge_settings(
                 self.ctx.settings.edge,
                 self.params.control_hz,
                 evaluate_every=evaluation.every_episodes if evaluation.on == "robots" else 0,
             ),
         )
+
+    def _help_assignment(self) -> dict[str, Any]:
+        """The robots' ``help:`` (none when they never ask); ``on_call`` when the run has
+        fewer people than robots (``edge_agent.on_call``)."""
+        h = self.spec.help
+        if h.risk == "none":
+            return {}
+        cloud_only = {"probe_horizon", "probe_every_updates", "probe_episodes", "operators"}
+        out = h.model_dump(exclude=cloud_only | {"simulated_operators"})
+        out["on_call"] = h.operators is not None and h.operators < self.spec.robots.count
+        return out
 
     def _start_agents(self) -> None:
         """Assign the leased robots: their computers build the run's agent (connect,
@@ -384,6 +400,8 @@ class RunDriver:
                 if hold.due(now):
                     self._follow_hold()
                 self._collect_eval()
+                if self.help_people is not None and not self.paused:
+                    self.help_people.turn()
                 if metrics.due(now):
                     self._record_progress()
                 if follow.due(now):  # a restarted robot is told to hold by _follow_hold
@@ -507,6 +525,9 @@ class RunDriver:
                 online_shares=self.learning.online_shares,
             )
         )
+        self.progress["effort"] = self.effort.record(
+            self.clock.elapsed(), self.agents.names, int(self.progress.get("env_steps", 0))
+        )
 
     def _final_reports(self) -> dict[str, dict[str, float]]:
         """Robot id (the buffer's ``robot_id``) -> the final report its computer sent when
@@ -559,6 +580,11 @@ class RunDriver:
         for got in self.evaluations.drain():
             self.progress.update(got)
         promotion = promote_best(self.ctx.store, self.run_id, self.run_dir, self.spec)
+        reports = self.agents.reports if self.agents is not None else {}
+        if reports:  # the robots' final counts (their heartbeats stop with their release)
+            self.effort.write(
+                self.clock.elapsed(), len(reports), int(self.progress.get("env_steps", 0)), reports
+            )
         self.result = write_report(
             self.run_dir,
             self.run_id,

@@ -8,7 +8,9 @@ person answered without taking over), ``expired``. An ended request never opens 
 heartbeat that crossed an answer on its way changes nothing but the takeover figures.
 
 Each change is an event: ``help.requested``, ``help.took_over``, ``help.dismissed``,
-``help.expired``.
+``help.expired``. Requests go to a run's operators through
+:mod:`foundation.store.help_assignments`; a robot's report that its request closed
+(``closed_at``: the person handed back, or it ended otherwise) frees the operator assigned.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class HelpRequest(Base):
     wait_s: Mapped[float | None] = mapped_column(Double)
     takeover_steps: Mapped[int] = mapped_column(Integer, default=0)
     label: Mapped[str] = mapped_column(String(16), default="")
+    # The operator it was assigned to (migration 0006; ``help_assignments``): busy from
+    # ``assigned_at`` until ``released_at``.
+    assigned_to: Mapped[str] = mapped_column(String(128), default="")
+    assigned_at: Mapped[datetime | None] = mapped_column()
+    released_at: Mapped[datetime | None] = mapped_column()
 
     def to_json(self, robot_name: str = "") -> dict[str, Any]:
         return {
@@ -74,6 +81,9 @@ class HelpRequest(Base):
             "wait_s": self.wait_s,
             "takeover_steps": self.takeover_steps,
             "label": self.label,
+            "assigned_to": self.assigned_to,
+            "assigned_at": self.assigned_at.isoformat() if self.assigned_at else None,
+            "released_at": self.released_at.isoformat() if self.released_at else None,
         }
 
 
@@ -101,12 +111,28 @@ def _end(
     )
 
 
+def release(s: Session, store: MetadataStore, row: HelpRequest, at: datetime) -> None:
+    """Free the operator ``row`` is assigned to at ``at`` (not before the assignment);
+    event ``help.released`` with the seconds they were busy."""
+    assert row.assigned_at is not None
+    row.released_at = max(at, row.assigned_at)
+    store.record_event(
+        "help.released",
+        actor=row.assigned_to,
+        run_id=row.run_id,
+        robot_id=row.robot_id,
+        session=s,
+        request=row.id,
+        busy_s=(row.released_at - row.assigned_at).total_seconds(),
+    )
+
+
 def record_reports(
     store: MetadataStore, robot_id: int, run_id: str, reports: Iterable[Mapping[str, Any]]
 ) -> int:
     """Store a robot's request reports (``edge_agent.help.HelpRequest.to_report``: key,
     episode, step, risk, timeout_s, requested_at and, once ended, outcome, ended_at, by,
-    takeover_steps, label; times in UNIX seconds). Idempotent; returns the reports applied.
+    takeover_steps, label, closed_at; times in UNIX seconds). Idempotent; returns the reports applied.
 
     Raises:
         HelpRequestError: a report that is not a mapping, lacks a field or has a bad one.
@@ -145,6 +171,7 @@ def record_reports(
                     takeover_steps=0,
                     label="",
                     answered_by="",
+                    assigned_to="",
                 )
                 s.add(row)
                 s.flush()
@@ -171,6 +198,8 @@ def record_reports(
             row.takeover_steps = max(row.takeover_steps, int(rep.get("takeover_steps", 0)))
             if rep.get("label"):
                 row.label = str(rep["label"])[:16]
+            if rep.get("closed_at") is not None and row.assigned_to and row.released_at is None:
+                release(s, store, row, _time(rep["closed_at"], "closed_at"))
             applied += 1
     return applied
 
@@ -191,7 +220,10 @@ def answer(
             raise HelpRequestError(f"run {run_id} has no help request {request_id}")
         if row.outcome is not None:
             raise HelpRequestError(f"help request {request_id} already ended ({row.outcome})")
-        _end(s, store, row, outcome, by, utcnow())
+        now = utcnow()
+        _end(s, store, row, outcome, by, now)
+        if outcome == "dismissed" and row.assigned_to and row.released_at is None:
+            release(s, store, row, now)  # answered without taking over: the person is free
         robot = s.get(Robot, row.robot_id)
         return row.to_json(robot.name if robot is not None else "")
 

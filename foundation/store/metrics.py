@@ -20,6 +20,9 @@ name                     labels     meaning (unit)
 ``discarded_episodes``              episodes operators discarded or rerecorded (never trained on)
 ``cache_hit_rate``                  buffer hot-cache hit ratio (0-1)
 ``policy_version``       robot      policy version applied on a robot
+``operator_minutes``                minutes the run's operators were busy (runs.operator_effort)
+``autonomous_successes``            the robots' autonomous successes so far
+``return_on_human_effort``          autonomous successes per operator minute
 =======================  =========  ===============================================
 """
 
@@ -49,6 +52,9 @@ METRIC_NAMES = (
     "discarded_episodes",
     "cache_hit_rate",
     "policy_version",
+    "operator_minutes",
+    "autonomous_successes",
+    "return_on_human_effort",
 )
 
 

@@ -69,7 +69,7 @@ def test_pages_load_only_local_assets(anon: TestClient) -> None:
 def test_latest_migrations_match_models_and_downgrade(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/m.db"
     upgrade(url)
-    assert current_revision(url) == "0005"
+    assert current_revision(url) == "0006"
     engine = make_engine(url)
     with engine.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
@@ -86,7 +86,7 @@ def test_latest_migrations_match_models_and_downgrade(tmp_path: Path) -> None:
     assert not {"users", "api_tokens", "metrics"} & tables and "runs" in tables
     engine.dispose()
     upgrade(url)
-    assert current_revision(url) == "0005"
+    assert current_revision(url) == "0006"
 
 
 def _dashboard_env(tmp_path: Path) -> dict[str, str]:

@@ -57,10 +57,10 @@ def test_bad_setting_exits_2_without_traceback(tmp_path: Path) -> None:
 def test_db_upgrade_creates_sqlite_store(tmp_path: Path) -> None:
     r = run_cli("db", "upgrade", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "(empty) -> 0005" in r.stdout
+    assert "(empty) -> 0006" in r.stdout
     assert (tmp_path / "robofleet-data" / "robofleet.db").exists()
     again = run_cli("db", "current", cwd=tmp_path)
-    assert again.stdout.strip() == "0005"
+    assert again.stdout.strip() == "0006"
 
 
 def test_missing_dependency_of_a_subcommand_is_raised(

@@ -40,7 +40,7 @@ def test_upgrade_from_first_migration_keeps_rows(db_url: str) -> None:
     engine.dispose()
 
     upgrade(db_url)
-    assert current_revision(db_url) == "0005"
+    assert current_revision(db_url) == "0006"
     engine = make_engine(db_url)
     with engine.connect() as conn:
         row = conn.execute(
