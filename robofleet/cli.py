@@ -63,6 +63,7 @@ BENCHMARKS: dict[str, str] = {
     "edge": "edge_agent.latency_report",
     "data": "robofleet.bench.data",
     "rewards": "robofleet.bench.rewards",
+    "operators": "robofleet.bench.operators",
     "soak": "robofleet.bench.soak",
 }
 

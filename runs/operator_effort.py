@@ -7,7 +7,7 @@ none set, a person stands at each robot for the whole run (robots x run time). A
 successes are the robots' own counts (``autonomous/<task>/successes`` in their heartbeats,
 ``runs.human_cost``). Each record goes to ``effort.jsonl`` in the run directory (the report's
 effort over time) and to the run's metrics (``operator_minutes``, ``autonomous_successes``,
-``return_on_human_effort``).
+``return_on_human_effort``); each record also counts the run's help requests.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from foundation.store.help_assignments import operator_seconds, return_on_effort
+from foundation.store.help_requests import figures as help_figures
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
 from runs.assignments import robot_views
@@ -75,6 +76,7 @@ class OperatorEffort:
         row = {
             "wall_s": elapsed_s,
             **effort_figures(self.operators, robots, elapsed_s, busy, successes),
+            "help_requests": int(help_figures(self.store, self.run_id)["requests"] or 0),
         }
         append_record(self.run_dir / "effort.jsonl", row)
         points = [

@@ -77,6 +77,7 @@ def write_report(
         "operator_minutes": last_effort.get("operator_minutes"),
         "autonomous_successes": last_effort.get("autonomous_successes"),
         "return_on_human_effort": last_effort.get("return_on_human_effort"),
+        "help_requests": last_effort.get("help_requests"),
     }
     plots = _plots(run_dir, evals, progress, spec)
     report = {
