@@ -80,6 +80,8 @@ def write_report(
         "help_requests": last_effort.get("help_requests"),
     }
     plots = _plots(run_dir, evals, progress, spec)
+    if effort:
+        plots.append(_effort_plot(run_dir, evals, effort))
     report = {
         "run_id": run_id,
         **summary,
@@ -190,6 +192,41 @@ def _plots(
         plt.close(fig)
         out.append(str(path))
     return out
+
+
+def _effort_plot(run_dir: Path, evals: list[dict[str, Any]], effort: list[dict[str, Any]]) -> str:
+    """``report_effort.png``: success and return on human effort (autonomous successes per
+    operator minute) over wall time, and operator minutes over wall time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    if evals:
+        ax1.plot([e["wall_s"] / 60 for e in evals], [e["success_mean"] for e in evals], "k-o")
+    ax1.set_xlabel("wall time (min)")
+    ax1.set_ylabel("success rate (policy alone)")
+    ax1.set_ylim(-0.05, 1.05)
+    ax1.grid(alpha=0.3)
+    rohe = [(r["wall_s"] / 60, r["return_on_human_effort"]) for r in effort]
+    rohe = [(x, y) for x, y in rohe if y is not None]
+    twin = ax1.twinx()
+    if rohe:
+        twin.plot(*zip(*rohe, strict=True), "b-o", ms=3)
+    twin.set_ylabel("autonomous successes per operator minute", color="b")
+    ax2.plot(
+        [r["wall_s"] / 60 for r in effort], [r["operator_minutes"] for r in effort], "g-o", ms=3
+    )
+    ax2.set_xlabel("wall time (min)")
+    ax2.set_ylabel("operator minutes (people busy)")
+    ax2.grid(alpha=0.3)
+    fig.suptitle("return on human effort")
+    fig.tight_layout()
+    path = run_dir / "report_effort.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
 
 
 def _smoothed_rate(

@@ -97,10 +97,31 @@ def test_operator_time_and_return_on_effort_from_stored_figures(
     [point] = metrics_after(store, "run-3", name="return_on_human_effort")
     assert point["value"] == pytest.approx(2.0)
     assert json.loads((tmp_path / "effort.jsonl").read_text())["operator_minutes"] == 2.0
+    report = _report_of(tmp_path)
+    assert report["return_on_human_effort"] == pytest.approx(2.0)
+    assert report["operators"] == 1 and report["effort_over_time"][-1]["operator_minutes"] == 2.0
+    assert (tmp_path / "report_effort.png").stat().st_size > 0
     # One dedicated person per robot: busy for the whole run (2 robots x 10 minutes).
     dedicated = OperatorEffort(store, "run-3", tmp_path / "d", operators=None)
     (tmp_path / "d").mkdir()
     assert dedicated.write(600.0, 2, 1000, stats)["return_on_human_effort"] == pytest.approx(0.2)
+
+
+def _report_of(run_dir: Path) -> dict[str, Any]:
+    """The run report written from ``run_dir`` (a one-operator run of two robots)."""
+    from foundation.runspec import parse_run_spec
+    from runs.report import write_report
+
+    spec = parse_run_spec(
+        {
+            "algorithm": "hg-dagger",
+            "tasks": ["reach-v3"],
+            "robots": {"robot_type": "x", "count": 2},
+            "help": {"risk": "ensemble", "operators": 1},
+        }
+    )
+    write_report(run_dir, "run-3", spec, learner_restarts=0, accounts={}, elapsed_s=600.0)
+    return dict(json.loads((run_dir / "report.json").read_text()))
 
 
 def test_the_simulated_operator_takes_over_and_is_freed_by_the_hand_back(
