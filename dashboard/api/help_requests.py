@@ -109,7 +109,7 @@ def help_summary(run_id: str, _: Viewer, request: Request) -> dict[str, Any]:
     response_model=dict[str, Any],
     summary="Answer or dismiss one open help request",
     description=(
-        "Body optional (default `dismissed`). Stores the answer (who, when, the wait) and tells the robot on its Control stream, "
+        'Body `{}` or `{"outcome": ...}` (default `dismissed`). Stores the answer (who, when, the wait) and tells the robot on its Control stream, '
         "which stops holding. 409 when the request already ended; the answer is stored even "
         "when the robot is not connected here (its request then expires on the robot)."
     ),
@@ -120,10 +120,9 @@ def answer_help(
     request_id: int,
     principal: Operator,
     request: Request,
-    body: HelpAnswer | None = None,
+    body: HelpAnswer,
 ) -> dict[str, Any]:
     _run(request, run_id)
-    body = body or HelpAnswer()
     store = store_of(request)
     try:
         row = store_help.answer(store, run_id, request_id, body.outcome, principal.actor)
