@@ -30,7 +30,14 @@ from foundation.store.models import Lease, Robot, RobotStatus
 router = APIRouter(prefix="/station", tags=["station"])
 
 StationState = Literal[
-    "autonomous", "taken_over", "waiting_for_reset", "held", "idle", "offline", "retired"
+    "autonomous",
+    "taken_over",
+    "waiting_for_help",
+    "waiting_for_reset",
+    "held",
+    "idle",
+    "offline",
+    "retired",
 ]
 FRESH_S = 2.0  # a report older than this says nothing about a takeover now
 MEDIA = {"jpeg": "image/jpeg", "png": "image/png"}
@@ -103,9 +110,21 @@ def station_state(robot: Robot, view: StationFrame | None) -> StationState:
         return "taken_over"
     if beat == "resetting":
         return "waiting_for_reset"
+    if _waiting_for_help(robot.stats):
+        return "waiting_for_help"
     if beat in ("running", "starting"):
         return "autonomous"
     return "idle"
+
+
+def _waiting_for_help(stats: object) -> bool:
+    """The robot's heartbeat says it asked a person and waits (``edge_agent.help``)."""
+    if not isinstance(stats, dict):
+        return False
+    try:
+        return float(stats.get("help_waiting") or 0.0) > 0.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _count(stats: object, kind: str) -> int:

@@ -25,7 +25,7 @@ pages.station = () => {
   function card(robot) {
     let c = cards.get(robot.id);
     if (c) return c;
-    const img = el("img", { alt: `${robot.name} camera`, "data-robot": robot.name });
+    const img = el("img", { alt: `${robot.name} camera`, "data-robot": robot.name, hidden: true });
     const badge = el("span", { class: "badge" });
     const success = el("span", { class: "muted" });
     const node = el("div", { class: "station-robot", "data-robot-id": String(robot.id),
@@ -51,6 +51,7 @@ pages.station = () => {
         ? `${robot.autonomous_successes}/${robot.autonomous_episodes} autonomous successes` : "";
       if (robot.frame_age_s !== null) {
         c.img.src = `/api/station/robots/${robot.id}/frame?t=${Date.now()}`;
+        c.img.hidden = false; // no frame yet: no broken image
       }
       if (robot.id === selected) {
         $("drive-state").textContent = robot.state.replaceAll("_", " ");
@@ -184,6 +185,62 @@ pages.station = () => {
     $("station-drive").hidden = true;
   });
 
+  // Help requests: every leased run's queue (GET /api/runs/{run}/help/queue), merged by risk.
+  let myHelp = null; // {run_id, id} of the request assigned to this person
+  async function helpQueue() {
+    const runs = [...new Set(robots.map((r) => r.run_id).filter(Boolean))];
+    const rows = [];
+    for (const run of runs) {
+      const r = await api("GET", `/api/runs/${run}/help/queue`);
+      if (r.ok) rows.push(...r.data.queue);
+    }
+    rows.sort((a, b) => b.risk - a.risk || a.requested_at.localeCompare(b.requested_at));
+    const me = `user:${document.body.dataset.user || ""}`; // the actor the API records (dashboard.accounts)
+    myHelp = rows.find((q) => q.assigned_to && q.assigned_to === me) || myHelp;
+    if (myHelp && !rows.some((q) => q.id === myHelp.id)) myHelp = null;
+    $("drive-help-done").hidden = !myHelp;
+    const firstOpen = new Set();
+    $("station-help-empty").hidden = rows.length > 0;
+    $("station-help-table").hidden = rows.length === 0;
+    fillTable("station-help-table", rows, (q) => {
+      const takeable = !q.assigned_to && !myHelp && !firstOpen.has(q.run_id);
+      if (!q.assigned_to) firstOpen.add(q.run_id); // take gives a run's top waiting request
+      const waited = Math.max(0, (Date.now() - Date.parse(q.requested_at)) / 1000);
+      return [
+        el("td", {}, q.robot_name || String(q.robot_id)), el("td", {}, q.run_id),
+        el("td", {}, q.risk.toFixed(2)), el("td", {}, `${waited.toFixed(0)} s`),
+        el("td", {}, q.assigned_to || "waiting"),
+        el("td", { class: "actions" }, [
+          takeable ? el("button", { onclick: () => takeHelp(q.run_id) }, "Take") : null,
+          !q.answered_at && (!q.assigned_to || q.assigned_to === me)
+            ? el("button", { class: "secondary", onclick: () => answerHelp(q, "dismissed") }, "Dismiss") : null,
+        ]),
+      ];
+    });
+  }
+  async function answerHelp(q, outcome) {
+    const r = await api("POST", `/api/runs/${q.run_id}/help/${q.id}/answer`, { outcome });
+    if (!r.ok) flash(errorText(r.data), "error");
+    helpQueue();
+  }
+  async function takeHelp(run) {
+    const r = await api("POST", `/api/runs/${run}/help/take`);
+    if (!r.ok) { flash(errorText(r.data), "error"); return; }
+    const q = r.data.request;
+    if (!q) { flash("no request waits", "info"); helpQueue(); return; }
+    myHelp = { run_id: run, id: q.id };
+    await answerHelp(q, "took_over"); // the robot stops waiting: the person drives it now
+    select(q.robot_id);
+  }
+  $("drive-help-done").addEventListener("click", async () => {
+    if (!myHelp) return;
+    const r = await api("POST", `/api/runs/${myHelp.run_id}/help/done`);
+    if (!r.ok) flash(errorText(r.data), "error");
+    myHelp = null;
+    helpQueue();
+  });
+
+  setInterval(helpQueue, 1000);
   setInterval(tick, TICK_MS);
   setInterval(refresh, 500);
   refresh();
