@@ -16,12 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_agent.teleop import (
-    LeRobotOperator,
-    TeleoperatorUnavailable,
-    make_lerobot_operator,
-    teleoperator_config,
-)
+from edge_agent.teleop import LeRobotOperator, TeleoperatorUnavailable, make_lerobot_operator
+from edge_agent.teleop_mapping import teleoperator_config
 from tests.edge_agent.helpers import BiasPolicy, make_agent, spooled_rows
 from tests.edge_agent.test_chunk_freshness import CountingChunks, _planned
 from tests.fakes.robot import PointRobot
