@@ -46,7 +46,8 @@ from typing import Any
 import torch
 
 from buffer import StepSchema
-from buffer.service.batches import RemoteBuffer, RemoteNothingToSample, ShardedRemoteBuffer
+from buffer.service.batches import RemoteBuffer, RemoteNothingToSample
+from buffer.service.sharded_batches import ShardedRemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
 from cloud_learner.classifier_training import ClassifierPublisher, ClassifierTrainer
 from cloud_learner.factory import build_algorithm, model_config

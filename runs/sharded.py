@@ -11,7 +11,7 @@ where they were (another count is refused).
 
 :class:`ShardedBatches` is the run's batch service over the shards: the learner gets every
 shard's address (``--batches`` with commas) and samples them with
-``buffer.service.batches.ShardedRemoteBuffer`` (prefetching), in proportion to their sizes.
+``buffer.service.sharded_batches.ShardedRemoteBuffer`` (prefetching), in proportion to their sizes.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ own :class:`buffer.service.batches.BatchServer` (listening on ``host``, where th
 and takes appends as Arrow IPC stream bytes, so nothing but bytes and plain values crosses
 process or node boundaries. ``start_shards`` places one actor per shard with Ray; the cloud
 routes each robot's uploads to ``shards[shard_of(robot_id, n)]`` and the learner samples with
-``buffer.service.batches.ShardedRemoteBuffer(addresses)`` (a run's shards:
+``buffer.service.sharded_batches.ShardedRemoteBuffer(addresses)`` (a run's shards:
 ``buffer.service.shard_client.ShardActors``).
 
 Everything a shard needs is in its constructor's arguments (its offline mounts, its sampler's

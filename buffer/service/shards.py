@@ -21,7 +21,7 @@ Two ways to run them:
 * one process per shard, on any node: ``buffer.service.shard_actor.BufferShard`` as Ray actors, each
   with its shard directory on its node's disk and its own :class:`buffer.service.batches.BatchServer`;
   uploads are routed by ``shard_of``, and the learner's
-  ``buffer.service.batches.ShardedRemoteBuffer`` samples across their servers in proportion to their
+  ``buffer.service.sharded_batches.ShardedRemoteBuffer`` samples across their servers in proportion to their
   sizes (``docs/architecture.md``, "Past one buffer process").
 
 A run with ``buffer.shards`` above 1 runs its shards as Ray actors

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from buffer import BackpressureError, BufferSettings
-from buffer.service.batches import ShardedRemoteBuffer
 from buffer.service.shard_client import ShardActors
+from buffer.service.sharded_batches import ShardedRemoteBuffer
 from buffer.service.shards import shard_dir, shard_of
 from foundation.rows import RowFilter
 from tests.buffer.helpers import episodes, open_buffer, small_schema

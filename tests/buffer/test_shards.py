@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 
 from buffer import BufferSettings, ReplayBuffer
-from buffer.service.batches import BatchServer, ShardedRemoteBuffer
+from buffer.service.batches import BatchServer
+from buffer.service.sharded_batches import ShardedRemoteBuffer
 from buffer.service.shards import ShardedBuffer, shard_dir, shard_of
 from foundation.rows import RowFilter
 from tests.buffer.helpers import episodes, obs_value, small_schema
