@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -27,20 +27,20 @@ from edge_agent.core import (
     EpisodeView,
     Heartbeat,
     InterventionSource,
-    Observation,
     OperatorInput,
     PolicyRunner,
     WeightSource,
 )
+from edge_agent.episode_state import Episode
 from edge_agent.episodes import EpisodeLog, MarkOutbox
 from edge_agent.evaluation import SuccessTally, is_evaluation, scored_by
 from edge_agent.heartbeat import HeartbeatLoop
-from edge_agent.help import HelpDesk
+from edge_agent.help import HelpDesk, send_heartbeat
 from edge_agent.help_risk import RiskSource
 from edge_agent.holds import Holds
 from edge_agent.human_cost import HumanCost
 from edge_agent.operators import NoOperator
-from edge_agent.pacing import StepClock
+from edge_agent.pacing import StepClock, set_realtime
 from edge_agent.recording import EpisodeRecorder
 from edge_agent.resets import ResetHold, needs_person
 from edge_agent.rewards import RewardSource, RobotReward, Scored
@@ -49,25 +49,6 @@ from edge_agent.uplink import UplinkWorker
 from edge_agent.weights import WeightApplier
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _Episode:
-    """The running state of one episode, advanced step by step."""
-
-    task: str
-    task_index: int
-    index: int
-    recorder: EpisodeRecorder
-    clock: StepClock
-    obs: Observation
-    frame: int = 0
-    label: str | None = None  # the operator's: success / failure / rerecord / discard
-    label_by: str = ""  # who gave it: the intervention source, or the cloud's reason
-    evaluating: bool = False  # a policy-only evaluation episode (edge_agent.evaluation)
-    demonstrating: bool = False  # the operator drives it; no policy (module docstring)
-    succeeded: bool = False  # the driver signalled success during the episode
-    intervened: bool = False
 
 
 class EdgeAgent:
@@ -210,19 +191,11 @@ class EdgeAgent:
 
     def report(self) -> dict[str, float]:
         """Heartbeat statistics: loop timing, interventions, spool and uplink counters."""
-        s = self.stats
         spool = self.uplink.spool
         out = self.stats.percentiles_ms()
+        out.update(self.stats.counters())
         out.update(
-            steps=float(s.steps),
-            overruns=float(s.overruns),
-            episodes=float(s.episodes),
-            interventions=float(s.interventions),
-            demonstrations=float(s.demonstrations),
-            discarded_episodes=float(s.discarded_episodes),
             marks_pending=float(len(self.marks)),
-            weight_swaps=float(s.weight_swaps),
-            weight_errors=float(s.weight_errors),
             spool_bytes=float(spool.nbytes),
             spool_batches=float(len(spool)),
             dropped_steps=float(spool.dropped_steps),
@@ -231,15 +204,6 @@ class EdgeAgent:
             acked_seq=float(spool.acked_seq),
             next_seq=float(spool.next_seq),
             holds=float(getattr(self.runner, "holds", 0)),
-            version_lag_mean=s.version_lag_sum / s.steps if s.steps else 0.0,
-            version_lag_max=float(s.version_lag_max),
-            stale_steps=float(s.stale_steps),
-            apply_delay_mean_s=s.apply_delay_sum / s.weight_swaps if s.weight_swaps else 0.0,
-            apply_delay_max_s=s.apply_delay_max,
-            hold_s=s.hold_s,
-            weights_wait_s=s.weights_wait_s,
-            reward_proposals=float(s.proposals),
-            reward_overrules=float(s.overrules),
         )
         out.update(self.control.report())
         out.update(self.tally.report())
@@ -265,7 +229,7 @@ class EdgeAgent:
             raise ValueError(f"task {task!r} is not one of {self.tasks}")
         self._stop.clear()
         if self.settings.realtime_priority is not None:
-            _set_realtime(self.settings.realtime_priority)
+            set_realtime(self.settings.realtime_priority)
         self.driver.connect()
         beating: AbstractContextManager[None] = (
             self._heartbeats.running() if self.heartbeat is not None else nullcontext()
@@ -334,7 +298,7 @@ class EdgeAgent:
             pass
         return self._finish(ep)
 
-    def _begin(self, task: str) -> _Episode | None:
+    def _begin(self, task: str) -> Episode | None:
         """Start an episode of ``task``; None when an e-stop refused the driver's reset."""
         self._applier.apply()  # an episode start is always a safe boundary
         index = self._episodes.begin()
@@ -359,11 +323,11 @@ class EdgeAgent:
         }
         hold_all = self.settings.episode_commit == "episode_end"
         recorder = EpisodeRecorder(self.uplink, hold_all, ids)
-        ep = _Episode(task, task_index, index, recorder, StepClock(self.period, self.stats), obs)
+        ep = Episode(task, task_index, index, recorder, StepClock(self.period, self.stats), obs)
         ep.evaluating = is_evaluation(index, self.settings.evaluate_every_episodes)
         return ep
 
-    def _step(self, ep: _Episode) -> bool:
+    def _step(self, ep: Episode) -> bool:
         """One control step (see :mod:`edge_agent.core`); False once the episode has ended."""
         if not self._step_boundary(ep):
             return False
@@ -454,7 +418,7 @@ class EdgeAgent:
         return True
 
     def _ask_for_help(
-        self, ep: _Episode, proposed: np.ndarray, op: OperatorInput, fresh: bool
+        self, ep: Episode, proposed: np.ndarray, op: OperatorInput, fresh: bool
     ) -> tuple[OperatorInput, float]:
         """The step's risk to the help desk; while a request waits and the run says ``hold``,
         the robot sends nothing and polls its operator every control period until a person
@@ -482,7 +446,7 @@ class EdgeAgent:
             desk.person_answered(type(self.operator).__name__, polled.command)
         return polled or op, held
 
-    def _proposed_success(self, ep: _Episode, scored: Scored) -> Scored:
+    def _proposed_success(self, ep: Episode, scored: Scored) -> Scored:
         """The reward source proposed success at this step: the episode ends here, labelled
         by the source, unless the operator overrules it (``review``: a person's opposite
         verdict), which makes it the operator's ``failure`` with no reward on this step (a
@@ -501,7 +465,7 @@ class EdgeAgent:
         ep.label, ep.label_by = "success", self.rewards.name
         return scored
 
-    def _demonstration_step(self, ep: _Episode) -> tuple[np.ndarray, int, OperatorInput]:
+    def _demonstration_step(self, ep: Episode) -> tuple[np.ndarray, int, OperatorInput]:
         """(proposed, version, operator input) of a demonstration step: the robot would hold
         still (zeros); the operator's demonstration (an expert) or input (a person) acts."""
         shape = self.driver.action_features["action"]["shape"]
@@ -510,7 +474,7 @@ class EdgeAgent:
         op = demonstrate(ep.obs) if callable(demonstrate) else self.operator.step(ep.obs, hold)
         return hold, DEMONSTRATION, op
 
-    def _step_boundary(self, ep: _Episode) -> bool:
+    def _step_boundary(self, ep: Episode) -> bool:
         """Honour a pause (held here, the clock skips it) or an e-stop before the next step;
         False when the episode must end now (closed at its last executed step)."""
         if self.control.paused and not self.control.estopped:
@@ -535,7 +499,7 @@ class EdgeAgent:
         info = getattr(self.driver.episode, "info", None) or {}
         return bool(info.get("is_intervention", False))
 
-    def _outcome(self, ep: _Episode, view: EpisodeView, op: OperatorInput) -> tuple[bool, bool]:
+    def _outcome(self, ep: Episode, view: EpisodeView, op: OperatorInput) -> tuple[bool, bool]:
         """``(terminated, truncated)`` of the step just sent: the driver's, the step limit's,
         and the operator's episode command (the source's, else the cloud's; it also sets
         ``ep.label``). A success verdict ends the episode as terminated (the task is done); a
@@ -566,7 +530,7 @@ class EdgeAgent:
             truncated = True
         return terminated, truncated
 
-    def _finish(self, ep: _Episode) -> bool:
+    def _finish(self, ep: Episode) -> bool:
         """Count and keep (or discard) the ended episode; False when it does not count: it
         never had a step, or the operator discarded it."""
         if ep.frame == 0:  # e-stopped before the first step: the episode never happened
@@ -605,7 +569,7 @@ class EdgeAgent:
             self.tally.add("eval", ep.task, False, self.applied_version, "operator")
         return False
 
-    def _count_outcome(self, ep: _Episode) -> bool:
+    def _count_outcome(self, ep: Episode) -> bool:
         """Count an evaluation or autonomous episode's success (``edge_agent.evaluation``);
         returns whether the kept episode succeeded (the operator's label, else the
         driver's success signal)."""
@@ -623,7 +587,7 @@ class EdgeAgent:
         return success
 
     @staticmethod
-    def _autonomous(ep: _Episode) -> bool:
+    def _autonomous(ep: Episode) -> bool:
         """A training episode the policy ran alone (no demonstration, evaluation, takeover)."""
         return not (ep.demonstrating or ep.evaluating or ep.intervened)
 
@@ -633,27 +597,4 @@ class EdgeAgent:
     def _send_heartbeat(self) -> None:
         assert self.heartbeat is not None
         state, version, report = self.heartbeat_state, self.applied_version, self.report()
-        reports, token = self.helpdesk.outbox() if self.helpdesk is not None else ([], {})
-        if not reports:
-            self.heartbeat(state, version, report)
-            return
-        # The requests ride in the heartbeat's info (foundation.store.help_requests); they
-        # count as delivered once the call returned. A beat refused with them goes again
-        # without them: the robot's liveness never waits on its reports.
-        try:
-            self.heartbeat(state, version, report, info={"help": reports})  # type: ignore[call-arg]
-        except Exception:
-            self.heartbeat(state, version, report)
-            raise
-        assert self.helpdesk is not None
-        self.helpdesk.delivered(token)
-
-
-def _set_realtime(priority: int) -> None:
-    """SCHED_FIFO for the calling thread (pid 0 = this thread on Linux); warn when refused."""
-    import os
-
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-    except (AttributeError, PermissionError, OSError) as exc:
-        log.warning("control thread keeps the default scheduler (SCHED_FIFO refused: %s)", exc)
+        send_heartbeat(self.heartbeat, self.helpdesk, state, version, report)

@@ -285,3 +285,32 @@ class HelpDesk:
             self._unsent[req.key] = self._changes
         if self.on_change is not None:
             self.on_change()
+
+
+def send_heartbeat(
+    heartbeat: Callable[..., Any],
+    desk: HelpDesk | None,
+    state: str,
+    version: int,
+    report: dict[str, float],
+) -> None:
+    """One heartbeat, carrying the desk's unsent request reports in its info
+    (``foundation.store.help_requests``); they count as delivered once the call returned. A
+    beat refused with them goes again without them: the robot's liveness never waits on its
+    reports.
+
+    Raises:
+        Exception: what the beat with reports raised, once the beat without them went out
+            (or what that one raised).
+    """
+    reports, token = desk.outbox() if desk is not None else ([], {})
+    if not reports:
+        heartbeat(state, version, report)
+        return
+    try:
+        heartbeat(state, version, report, info={"help": reports})
+    except Exception:
+        heartbeat(state, version, report)
+        raise
+    assert desk is not None
+    desk.delivered(token)

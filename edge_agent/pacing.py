@@ -9,10 +9,14 @@ step (0.0, as LeRobot stores them) and skip time spent paused. All times are
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Callable
 
 from edge_agent.stats import LoopStats
+
+log = logging.getLogger(__name__)
 
 
 class StepClock:
@@ -59,3 +63,11 @@ class StepClock:
         while now < self.next_tick and not interrupted():
             wait(self.next_tick - now)
             now = time.monotonic()
+
+
+def set_realtime(priority: int) -> None:
+    """SCHED_FIFO for the calling thread (pid 0 = this thread on Linux); warn when refused."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except (AttributeError, PermissionError, OSError) as exc:
+        log.warning("control thread keeps the default scheduler (SCHED_FIFO refused: %s)", exc)

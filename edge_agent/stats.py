@@ -44,6 +44,30 @@ class LoopStats:
             if len(self.periods) > self.window:
                 self.periods.popleft()
 
+    def counters(self) -> dict[str, float]:
+        """The counters and per-step means a heartbeat reports (floats)."""
+        return {
+            "steps": float(self.steps),
+            "overruns": float(self.overruns),
+            "episodes": float(self.episodes),
+            "interventions": float(self.interventions),
+            "demonstrations": float(self.demonstrations),
+            "discarded_episodes": float(self.discarded_episodes),
+            "weight_swaps": float(self.weight_swaps),
+            "weight_errors": float(self.weight_errors),
+            "version_lag_mean": self.version_lag_sum / self.steps if self.steps else 0.0,
+            "version_lag_max": float(self.version_lag_max),
+            "stale_steps": float(self.stale_steps),
+            "apply_delay_mean_s": (
+                self.apply_delay_sum / self.weight_swaps if self.weight_swaps else 0.0
+            ),
+            "apply_delay_max_s": self.apply_delay_max,
+            "hold_s": self.hold_s,
+            "weights_wait_s": self.weights_wait_s,
+            "reward_proposals": float(self.proposals),
+            "reward_overrules": float(self.overrules),
+        }
+
     def percentiles_ms(self) -> dict[str, float]:
         lat = np.asarray(self.latencies, np.float64) * 1e3
         per = np.asarray(self.periods, np.float64)
