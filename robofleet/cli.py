@@ -65,6 +65,7 @@ BENCHMARKS: dict[str, str] = {
     "rewards": "robofleet.bench.rewards",
     "operators": "robofleet.bench.operators",
     "soak": "robofleet.bench.soak",
+    "lerobot": "robofleet.bench.lerobot",
 }
 
 
