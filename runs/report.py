@@ -113,9 +113,13 @@ def write_report(
         "effort_over_time": effort,
         "promotion": dict(promotion) if promotion is not None else read_promotion(run_dir),
         "reward_source": spec.reward.source,
+        # Gateway robots (LeRobot's actors): steps whose reward the run's source replaced.
+        "lerobot_rewards_replaced": _replaced(robot_reports or {}),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     lines = {**summary, "promoted": _promoted_line(report["promotion"])}
+    if report["lerobot_rewards_replaced"]:
+        lines["reward"] = _replaced_line(spec.reward.source, report["lerobot_rewards_replaced"])
     (run_dir / "report.txt").write_text(_text(run_id, lines, report["human_cost"]))
     return {**summary, "report": str(run_dir / "report.json"), "plots": plots}
 
@@ -126,6 +130,22 @@ def _text(run_id: str, summary: Mapping[str, Any], cost: Mapping[str, Any]) -> s
     lines.append("human cost (s: seconds; auto: autonomous episodes; ok/h: their successes")
     lines.append("per hour, excluding / including the resets after them)")
     return "\n".join(lines) + "\n" + text_table(cost)
+
+
+def _replaced(robot_reports: Mapping[str, Mapping[str, float]]) -> dict[str, int]:
+    """Robot name -> steps whose reward LeRobot's actor sent and the run's reward source
+    replaced (``robofleet lerobot-gateway``'s ``lerobot.rewards_replaced``), where any."""
+    out = {}
+    for name, stats in robot_reports.items():
+        n = int(stats.get("lerobot.rewards_replaced", 0))
+        if n > 0:
+            out[name] = n
+    return out
+
+
+def _replaced_line(source: str, replaced: Mapping[str, int]) -> str:
+    robots = ", ".join(f"{name} {n}" for name, n in sorted(replaced.items()))
+    return f"{source} replaced the reward LeRobot's actor sent (steps: {robots})"
 
 
 def _promoted_line(promotion: Mapping[str, Any] | None) -> str:

@@ -7,6 +7,8 @@
     ASSIGN(run) -> RunLink: spool + uplink + uploader + weight subscription; Ready() answers
                    once the run's first version is converted
     RELEASE / another run's ASSIGN -> drain the run's spool (up to drain_s), back to idle
+    ASSIGN of a run whose reward source the gateway cannot apply (``labels``) -> refused, named
+    in the heartbeat (state ``refused``, ``info.refused``), as an edge agent refuses a run
 
 Assignments are taken on the gateway's own thread (a drain may take seconds), never on the
 Control listener's. Pause and e-stop cannot reach LeRobot's actor (its protocol has no such
@@ -31,6 +33,7 @@ from edge_agent.build import AgentOptions, credential
 from edge_agent.config import EdgeSettings
 from edge_agent.lerobot_gateway.features import ActorConfig
 from edge_agent.lerobot_gateway.parameters import DEFAULT, ParametersFn
+from edge_agent.lerobot_gateway.rewards import GatewayReward, RewardSourceRefused
 from edge_agent.lerobot_gateway.run import RunLink, describe
 from edge_agent.lerobot_gateway.service import GatewayService
 from edge_agent.lerobot_gateway.state import GatewayState
@@ -92,6 +95,7 @@ class LeRobotGateway:
         self._pending: Assignment | None = None
         self._release: str | None = None
         self._held: str = ""  # a pause / e-stop the actor cannot obey (reported)
+        self._refused: tuple[str, str] | None = None  # (run id, reason) of a refused run
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -173,21 +177,21 @@ class LeRobotGateway:
             return
         stats, refusals = self.state.snapshot()
         with self._lock:
-            link, held = self._link, self._held
+            link, held, refused = self._link, self._held, self._refused
         stats.update(describe(link))
         info: dict[str, Any] = {"robot": {"spec": self.opts.actor.spec.to_dict()}}
         if refusals:
             info["refusals"] = refusals
         if held:
             info["held"] = held
+        state, run_id = ("idle", "") if link is None else ("running", link.run_id)
+        if link is None and refused is not None:
+            state, run_id = "refused", refused[0]
+            info["refused"] = refused[1]
         version = self.state.handed_version
         try:
             self._client.heartbeat(
-                "idle" if link is None else "running",
-                None if version < 0 else version,
-                stats,
-                run_id="" if link is None else link.run_id,
-                info=info,
+                state, None if version < 0 else version, stats, run_id=run_id, info=info
             )
         except Exception as exc:  # a cloud outage must not stop the gateway
             log.info("heartbeat failed: %s", exc)
@@ -229,6 +233,14 @@ class LeRobotGateway:
     def _join(self, a: Assignment) -> None:
         o = self.opts
         task = a.tasks[0] if a.tasks else "lerobot"
+        try:
+            reward = GatewayReward(a.reward_source)
+        except RewardSourceRefused as exc:
+            log.error("refusing run %s: %s", a.run_id, exc)
+            with self._lock:
+                self._refused = (a.run_id, str(exc))
+            self.beat()
+            return
         link = RunLink(
             a.run_id,
             task,
@@ -241,11 +253,12 @@ class LeRobotGateway:
             o.parameters,
             self.state.set_parameters,
             self._parameter_error,
+            reward,
         )
         with self._lock:
-            self._link = link
+            self._link, self._refused = link, None
         self.state.set_run(link)
-        log.info("assigned to run %s", a.run_id)
+        log.info("assigned to run %s (reward: %s)", a.run_id, reward.name)
 
     def _leave(self) -> None:
         with self._lock:

@@ -24,6 +24,7 @@ from edge_agent.episodes import EpisodeLog
 from edge_agent.host import run_spool
 from edge_agent.lerobot_gateway.parameters import ParametersFn
 from edge_agent.lerobot_gateway.replay import ReplayGuard
+from edge_agent.lerobot_gateway.rewards import GatewayReward
 from edge_agent.lerobot_gateway.transitions import TransitionIntake
 from edge_agent.spool import Spool
 from edge_agent.uplink import UplinkWorker
@@ -44,6 +45,7 @@ class RunLink:
         schema / fps: what transitions are checked against, steps per second.
         parameters: version -> LeRobot bytes. on_parameters(version, bytes): the offer.
         on_error(): called when a version does not convert.
+        reward: the run's reward source (``rewards``; None: LeRobot's reward as sent).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class RunLink:
         parameters: ParametersFn,
         on_parameters: Callable[[int, bytes], None],
         on_error: Callable[[], None],
+        reward: GatewayReward | None = None,
     ) -> None:
         self.run_id = run_id
         directory = run_spool(root, run_id)
@@ -73,7 +76,9 @@ class RunLink:
         ).start()
         self.uploader = Uploader(client, run_id, self.spool)
         ids = {"robot_id": str(robot_id), "run_id": run_id, "task": task}
-        self.intake = TransitionIntake(schema, EpisodeLog(directory), ids, fps)
+        self.reward = reward or GatewayReward("robot")
+        self.replaces_reward = self.reward.replaces
+        self.intake = TransitionIntake(schema, EpisodeLog(directory), ids, fps, self.reward)
         self.replay_guard = ReplayGuard(directory)
         self._lock = threading.Lock()
         self._convert = parameters
@@ -133,6 +138,7 @@ class RunLink:
                 continue
             version, weights = self.receiver.current()
             seen = version
+            self.reward.offer_weights(weights)  # the run's classifier travels in the version
             try:
                 data = self._convert(weights)
             except (ValueError, TypeError, KeyError) as exc:  # NotALeRobotVersion included

@@ -167,6 +167,8 @@ class GatewayService(services_pb2_grpc.LearnerServiceServicer):  # type: ignore[
         cursor.record(message)
         with st.cond:
             st.counters.transitions_stored += stored
+            if run.replaces_reward:
+                st.counters.rewards_replaced += stored
             st.counters.transitions_refused += len(refused)
         for reason in refused:
             log.warning("transition refused: %s", reason)

@@ -21,6 +21,7 @@ class RunSink(Protocol):
 
     run_id: str
     replay_guard: ReplayGuard
+    replaces_reward: bool  # the run's reward source replaces the one LeRobot's actor sent
 
     def store_transitions(self, data: bytes, policy_version: int) -> tuple[int, list[str]]:
         """Store the transitions of one LeRobot message durably; (stored, refusal reasons).
@@ -38,6 +39,7 @@ class Counters:
 
     transitions_stored: int = 0
     transitions_refused: int = 0
+    rewards_replaced: int = 0  # stored steps whose reward is the run's source's, not LeRobot's
     messages_refused: int = 0
     messages_replayed: int = 0  # sent again by a retried call, not stored twice
     interactions: int = 0

@@ -7,7 +7,8 @@ with ``torch.load(weights_only=True)`` only (tensors, dicts, lists and plain val
 else fails to load). Each transition is checked against the run's
 :class:`~buffer.table.schema.StepSchema` (names, shapes, dtypes, NaN/inf) and becomes one row
 (the fields of :mod:`edge_agent.recording`); a bad one is refused with a reason that names the
-transition and the field, and is not stored.
+transition and the field, and is not stored. The row's reward is the run's reward source's
+(:mod:`.rewards`): LeRobot's for ``robot``, the run's classifier's for ``classifier``.
 
 Episodes and frames are numbered here: the episode index comes from the run spool's
 :class:`~edge_agent.episodes.EpisodeLog` (never reused across restarts), the frame counts the
@@ -29,6 +30,7 @@ import torch
 from buffer.table.features import FeatureSpec
 from buffer.table.schema import StepSchema
 from edge_agent.episodes import EpisodeLog
+from edge_agent.lerobot_gateway.rewards import GatewayReward
 
 Row = dict[str, Any]
 
@@ -115,13 +117,22 @@ class TransitionIntake:
         episodes: the run spool's episode log (indices survive restarts).
         ids: ``robot_id`` (str), ``run_id``, ``task`` of every row.
         fps: steps per second (``timestamp = frame / fps``).
+        reward: the run's reward source (``rewards``); None stores LeRobot's reward.
     """
 
-    def __init__(self, schema: StepSchema, episodes: EpisodeLog, ids: Row, fps: float) -> None:
+    def __init__(
+        self,
+        schema: StepSchema,
+        episodes: EpisodeLog,
+        ids: Row,
+        fps: float,
+        reward: GatewayReward | None = None,
+    ) -> None:
         self.schema = schema
         self.episodes = episodes
         self.ids = ids
         self.fps = fps
+        self.reward = reward or GatewayReward("robot")
         self._episode: int | None = None
         self._frame = 0
         self._seen = 0  # transitions received (names refused ones)
@@ -174,13 +185,17 @@ class TransitionIntake:
             raise TransitionRefused(f"{name}: complementary_info is a {type(info).__name__}")
         done = _flag(t["done"], f"{name}: done")
         truncated = _flag(t["truncated"], f"{name}: truncated")
+        sent = _scalar(t["reward"], f"{name}: reward")
+        final = None
+        if done or truncated or self.reward.needs_next_observation:
+            final = _observation(t["next_state"], self.schema, f"{name}: next_state")
         assert self._episode is not None
         row: Row = {
             **self.ids,
             "episode_index": self._episode,
             "frame_index": self._frame,
             "timestamp": self._frame / self.fps,
-            "reward": _scalar(t["reward"], f"{name}: reward"),
+            "reward": self.reward.reward(sent, final, done, truncated),
             "terminated": done,
             "truncated": truncated and not done,
             "is_intervention": _flag(
@@ -190,8 +205,7 @@ class TransitionIntake:
             "action": _array(t["action"], self.schema.action, f"{name}: action"),
             **_observation(t["state"], self.schema, f"{name}: state"),
         }
-        if done or truncated:
-            final = _observation(t["next_state"], self.schema, f"{name}: next_state")
+        if (done or truncated) and final is not None:
             row.update({f"next.{k}": v for k, v in final.items()})
         try:
             self.schema.validate(self.schema.batch_from_records([{**row, "seq": 0}]))

@@ -348,3 +348,25 @@ def test_two_actors_one_run_each_its_own_robot(lab: Lab, tmp_path: Path) -> None
         for r in stored(lab).select(["robot_id", "observation.state"]).to_pylist()
     }
     assert by_robot == {lab.gateway.robot_id: 0.0, other.robot_id: 1.0}
+
+
+def test_a_run_whose_reward_source_the_gateway_cannot_apply_is_refused_by_name(
+    lab: Lab,
+) -> None:
+    rid = lab.gateway.robot_id
+    lab.cloud.store.lease_robots(RUN, [rid])
+    text = Assignment(
+        run_id=RUN, tasks=["pick_cube"], max_episode_steps=100, reward_source="labels"
+    ).to_json()
+    wait_until(
+        lambda: lab.cloud.server.push_control(rid, "assign", run_id=RUN, assignment=text),
+        20,
+        "the gateway's Control stream",
+    )
+    wait_until(
+        lambda: robot_stats(lab).get("state") == "refused", 20, lambda: str(robot_stats(lab))
+    )
+    stats = robot_stats(lab)
+    assert stats.get("run_id") == RUN
+    assert "reward.source 'labels'" in str(stats.get("refused"))
+    assert lab.gateway.state.run is None
