@@ -17,13 +17,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from dashboard import accounts, bodies
 from dashboard.accounts import Principal
 from dashboard.api import audit, auth, fleet, help_requests, policies, runs, station
+from dashboard.api import episodes as episode_api
 from dashboard.api.common import AUTH_ERRORS
 from dashboard.config import AppSettings
 from dashboard.deps import SESSION_COOKIE, require_viewer
 from dashboard.login_throttle import LoginThrottle
 from dashboard.prometheus import make_registry
 from foundation import __version__
-from foundation.contracts import RobotControl, RunManager
+from foundation.contracts import EpisodeSource, RobotControl, RunManager
 from foundation.store.accounts import Role, TokenKind
 from foundation.store.metadata_store import MetadataStore
 
@@ -52,6 +53,7 @@ def create_app(
     store: MetadataStore,
     run_manager: RunManager,
     robot_control: RobotControl | None = None,
+    episodes: EpisodeSource | None = None,
 ) -> FastAPI:
     """The dashboard app over ``store``.
 
@@ -65,6 +67,8 @@ def create_app(
             (``dashboard.api.station``) reaches robots through it. Without it (or when the robot
             is not connected) the cloud's e-stop sync (``runs.estop``)
             delivers it from the store within a second.
+        episodes: runs' stored episodes for the run page's episode viewer
+            (``runs.episode_view.RunEpisodes``); without it those routes answer 503.
     """
     app = FastAPI(
         title="robofleet dashboard",
@@ -83,6 +87,7 @@ def create_app(
     app.state.settings = settings
     app.state.store = store
     app.state.robot_control = robot_control
+    app.state.episodes = episodes
     app.state.secret = settings.secret()
     app.state.run_manager = run_manager
     d = settings.dashboard
@@ -91,7 +96,7 @@ def create_app(
     )
     registry = make_registry(store)
 
-    for module in (auth, fleet, runs, help_requests, policies, audit, station):
+    for module in (auth, fleet, runs, episode_api, help_requests, policies, audit, station):
         app.include_router(module.router, prefix="/api")
     generate = app.openapi
 

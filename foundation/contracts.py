@@ -11,6 +11,7 @@ implementation can be swapped without touching its callers::
     dashboard --RunManager--> the cloud's run orchestration (runs)
     dashboard --RobotControl--> comms' server: an e-stop pushed to a connected robot now
     dashboard --RobotStation--> comms' server: station takeover commands out, frames back
+    dashboard --EpisodeSource--> a run's buffer: its episodes viewed and labelled
 
 Where the implementations live:
 
@@ -21,6 +22,7 @@ RunManager             ``runs.manager.RunManager`` (a live cloud),
                        ``...manager.QueuedRunManager`` (requests for a cloud to act on)
 RobotControl           ``comms.cloud.server.CloudServer``
 RobotStation           ``comms.cloud.server.CloudServer``
+EpisodeSource          ``runs.episode_view.RunEpisodes``
 TransitionSource       ``buffer.service.batches.RemoteBuffer`` (the run's buffer, another process)
 WeightPublisher        ``comms.cloud.weight_file.WeightDirectory`` (learner process -> cloud),
                        ``cloud_learner.publisher.InMemoryWeightPublisher`` (tests)
@@ -145,6 +147,48 @@ class RobotStation(Protocol):
 
     def station_view(self, robot_id: int) -> StationFrame | None:
         """The robot's latest report, None before any."""
+        ...
+
+
+class EpisodeMissing(LookupError):
+    """No stored step of the episode, or no such frame or camera (``str`` says which)."""
+
+
+class EpisodeRefused(RuntimeError):
+    """A label that cannot apply now: the episode stays excluded, or another process holds
+    its buffer (``str`` says which)."""
+
+
+class EpisodesUnavailable(RuntimeError):
+    """The run's buffer could not be read now (``str`` says why)."""
+
+
+class EpisodeSource(Protocol):
+    """A run's stored episodes, as the dashboard's episode viewer shows and labels them.
+    ``run_dir``: the run's directory; ``robot_id``: the buffer's id of the robot (its fleet id
+    as a string). Raises :class:`EpisodeMissing`, :class:`EpisodeRefused`,
+    :class:`EpisodesUnavailable`."""
+
+    def episodes(self, run_id: str, run_dir: str) -> list[dict[str, Any]]:
+        """Every stored episode, newest first: ``robot_id``, ``episode_index``, ``task``,
+        ``steps``, ``deleted_steps``, ``done``, ``label``, ``label_by``, ``interventions``."""
+        ...
+
+    def episode(self, run_id: str, run_dir: str, robot_id: str, episode: int) -> dict[str, Any]:
+        """One episode's steps in frame order (``runs.episode_view.episode``)."""
+        ...
+
+    def frame(
+        self, run_id: str, run_dir: str, robot_id: str, episode: int, frame: int, camera: str
+    ) -> np.ndarray:
+        """Camera ``camera``'s uint8 pixels (H, W, C) at step ``frame``."""
+        ...
+
+    def label(
+        self, run_id: str, run_dir: str, robot_id: str, episode: int, kind: str, reason: str
+    ) -> int:
+        """Mark the episode ``kind`` (success, failure, discard) given by ``reason``; returns
+        the rows the mark applies to now."""
         ...
 
 

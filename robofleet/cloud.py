@@ -207,12 +207,17 @@ class CloudService:
         from dashboard.accounts import ensure_bootstrap_admin
         from dashboard.app import create_app
         from dashboard.serve import uvicorn_config
+        from runs.episode_view import RunEpisodes
 
         assert self.store is not None and self.dashboard_port is not None
         assert self.manager is not None
         self.admin_login = ensure_bootstrap_admin(self.store)
         app = create_app(
-            self.settings, self.store, run_manager=self.manager, robot_control=self.server
+            self.settings,
+            self.store,
+            run_manager=self.manager,
+            robot_control=self.server,
+            episodes=RunEpisodes(self.server),
         )
         host = self.settings.dashboard.bind_host
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

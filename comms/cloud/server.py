@@ -165,6 +165,11 @@ class CloudServer:
         for dist in self.state.distributors.values():
             dist.close()
 
+    def run_sink(self, run_id: str) -> StepSink | None:
+        """The sink a run's uploads and episode marks go to here, or None when this cloud
+        does not hold the run (the dashboard's episode labels take the same path)."""
+        return self.state.sinks(run_id)
+
     def distributor(self, run_id: str) -> WeightDistributor:
         """The run's weight distributor (created on first use)."""
         return self.state.distributor(run_id)

@@ -49,6 +49,7 @@ def main(argv: Sequence[str]) -> int:
     from dashboard.app import create_app
     from dashboard.serve import uvicorn_config
     from foundation.store.metadata_store import MetadataStore, upgrade
+    from runs.episode_view import RunEpisodes
     from runs.manager import QueuedRunManager
 
     upgrade(settings.database_url)
@@ -61,7 +62,12 @@ def main(argv: Sequence[str]) -> int:
             f" under Account):\n  username: {user}\n  password: {password}",
             flush=True,
         )
-    app = create_app(settings, store, run_manager=QueuedRunManager(store, settings.data_dir))
+    app = create_app(
+        settings,
+        store,
+        run_manager=QueuedRunManager(store, settings.data_dir),
+        episodes=RunEpisodes(),  # reads runs' buffer directories read-only
+    )
     # Bind first so that port 0 works and the printed address is the real one.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

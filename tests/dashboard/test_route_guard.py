@@ -40,6 +40,7 @@ EXPECTED_ROLE: dict[tuple[str, str], Role] = {
     ("POST", "/api/runs/{run_id}/help/{request_id}/answer"): Role.OPERATOR,
     ("POST", "/api/runs/{run_id}/help/take"): Role.OPERATOR,
     ("POST", "/api/runs/{run_id}/help/done"): Role.OPERATOR,
+    ("POST", "/api/runs/{run_id}/episodes/{robot_id}/{episode_index}/label"): Role.OPERATOR,
     ("POST", "/api/robots/{robot_id}/release"): Role.OPERATOR,
     ("POST", "/api/station/robots/{robot_id}/command"): Role.OPERATOR,
     ("POST", "/api/station/robots/{robot_id}/resume"): Role.OPERATOR,
