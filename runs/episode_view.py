@@ -105,12 +105,15 @@ def read_episode(bufs: list[ReplayBuffer], key: tuple[str, str, int]) -> dict[st
 def read_frame(
     bufs: list[ReplayBuffer], key: tuple[str, str, int], frame_index: int, camera: str
 ) -> np.ndarray:
-    """Camera ``camera``'s uint8 pixels (H, W, C) at step ``frame_index`` of episode ``key``.
+    """Camera ``camera``'s (empty: the first camera's) uint8 pixels (H, W, C) at step
+    ``frame_index`` of episode ``key``.
 
     Raises:
         EpisodeMissing: no such episode, camera or stored frame (retention may have deleted it).
     """
     buf, rows = _find(bufs, key)
+    cams = [k for k, f in buf.schema.observations.items() if f.is_image]
+    camera = camera or (cams[0] if cams else "")
     spec = buf.schema.observations.get(camera)
     if spec is None or not spec.is_image:
         raise EpisodeMissing(f"the run's steps have no camera {camera!r}")

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
-from dashboard.api.common import AUTH_ERRORS, CONFLICT, NOT_FOUND, TOTAL_HEADER, not_found
+from dashboard.api.common import (
+    AUTH_ERRORS,
+    CONFLICT,
+    NOT_FOUND,
+    TOTAL_HEADER,
+    not_found,
+)
 from dashboard.deps import Operator, Viewer, store_of
 from foundation.contracts import (
     EpisodeMissing,
@@ -74,7 +80,8 @@ def _robot_int(robot_id: str) -> int | None:
 
 
 def _list(request: Request, run_id: str, offset: int, limit: int) -> tuple[list[Any], int]:
-    found = _call(_source(request).episodes, run_id, _run_dir(request, run_id))
+    run_dir = _run_dir(request, run_id)
+    found = _call(_source(request).episodes, run_id, run_dir)
     page = found[offset : offset + limit]
     with store_of(request).session() as s:
         helps: dict[tuple[int | None, int], int] = dict(
@@ -121,7 +128,8 @@ async def list_episodes(
 
 
 def _episode(request: Request, run_id: str, robot_id: str, ep: int) -> dict[str, Any]:
-    out = _call(_source(request).episode, run_id, _run_dir(request, run_id), robot_id, ep)
+    run_dir = _run_dir(request, run_id)
+    out = _call(_source(request).episode, run_id, run_dir, robot_id, ep)
     rid = _robot_int(robot_id)
     with store_of(request).session() as s:
         helps = s.scalars(
@@ -196,7 +204,7 @@ async def get_frame(
     frame_index: int,
     _: Viewer,
     request: Request,
-    camera: Annotated[str, Query(min_length=1, max_length=200)],
+    camera: Annotated[str, Query(max_length=200, description="feature; default: the first")] = "",
 ) -> Response:
     png = await run_in_threadpool(
         _frame, request, run_id, robot_id, episode_index, frame_index, camera

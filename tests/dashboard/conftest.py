@@ -24,6 +24,7 @@ from dashboard.serve import uvicorn_config
 from foundation.store.accounts import Role
 from foundation.store.metadata_store import MetadataStore, upgrade
 from robofleet.settings import Settings
+from runs.episode_view import RunEpisodes
 from runs.manager import QueuedRunManager
 from tests.fakes.settings import fast_settings
 
@@ -102,7 +103,7 @@ def serve_live(tmp_path: Path, **dashboard: Any) -> Iterator[LiveServer]:
     settings.dashboard = DashboardSettings.model_validate(
         {**settings.dashboard.model_dump(), **dashboard}
     )
-    app = create_app(settings, st, QueuedRunManager(st, settings.data_dir))
+    app = create_app(settings, st, QueuedRunManager(st, settings.data_dir), episodes=RunEpisodes())
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
