@@ -119,3 +119,23 @@ def test_live_buffer_read_and_labelled_through_the_runs_sink(
         assert buf.index.outcome_by[(RUN, b, 0)] == "cloud: user:operator"
     finally:
         buf.close()
+
+
+def test_a_sharded_runs_episodes_come_from_every_shard(tmp_path: Path) -> None:
+    from buffer.service.shards import ShardedBuffer, shard_of
+    from runs.episode_view import RunEpisodes
+    from tests.buffer.helpers import small_schema
+
+    robots = ["3", "4"]  # CRC-32 puts them in different shards of two
+    assert shard_of(robots[0], 2) != shard_of(robots[1], 2)
+    with ShardedBuffer.open(tmp_path / "buffer", small_schema(), shards=2) as sharded:
+        for r in robots:
+            steps = episodes(int(r), [5], truncate_every=9, run=RUN)
+            sharded.append([{**rec, "robot_id": r} for rec in steps])
+        sharded.flush()
+    source = RunEpisodes()
+    listed = source.episodes(RUN, str(tmp_path))
+    assert sorted(e["robot_id"] for e in listed) == robots and listed[0]["steps"] == 5
+    assert source.label(RUN, str(tmp_path), "4", 0, "success", "cloud: user:operator") == 5
+    relisted = {e["robot_id"]: e["label"] for e in source.episodes(RUN, str(tmp_path))}
+    assert relisted == {"3": "", "4": "success"}
