@@ -3,6 +3,7 @@ with its frame and traces, its intervention segment is shaded, and an operator r
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,11 @@ def test_run_page_views_and_relabels_an_episode(  # type: ignore[no-untyped-def]
     assert "arm-b" in row.inner_text() and page.locator("#episodes tbody tr").count() == 4
     row.locator("button", has_text="Open").click()
     page.wait_for_selector("#episode-frame[data-frame='0']")
-    assert page.evaluate("document.getElementById('episode-frame').naturalWidth") == run["image"][1]
+    width = "document.getElementById('episode-frame').naturalWidth"
+    deadline = time.monotonic() + 10  # the CSP forbids wait_for_function's eval: poll
+    while not page.evaluate(width) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert page.evaluate(width) == run["image"][1]
     traces = page.locator("#episode-traces canvas")
     assert traces.count() == 3  # the state, and one chart per action dim
     assert traces.first.get_attribute("data-segments") == "1"
