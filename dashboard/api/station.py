@@ -187,6 +187,8 @@ def station_robots(principal: Operator, request: Request) -> list[StationRobotOu
     response_class=Response,
 )
 def frame(robot_id: int, principal: Operator, request: Request) -> Response:
+    with store_of(request).session() as s:
+        get_or_404(s, Robot, robot_id, "robot")  # an unknown robot is 404 wherever it runs
     view = _station(request).station_view(robot_id)
     if view is None or not view.frame:
         raise HTTPException(404, f"no frame from robot {robot_id} yet")
@@ -208,9 +210,9 @@ async def command(
 ) -> StationCommandOut:
     if not all(-1.0 <= a <= 1.0 for a in body.axes):
         raise HTTPException(422, f"axes must each be in [-1, 1], got {body.axes}")
-    station = _station(request)
     store = store_of(request)
-    run_id = await asyncio.to_thread(_leased_run, store, robot_id)
+    run_id = await asyncio.to_thread(_leased_run, store, robot_id)  # 404 first: no such robot
+    station = _station(request)
     payload = json.dumps(
         {
             "id": body.id,
@@ -264,9 +266,9 @@ def _leased_run(store: object, robot_id: int) -> str:
     responses={**AUTH_ERRORS, **NOT_FOUND, **CONFLICT},
 )
 def resume(robot_id: int, principal: Operator, request: Request) -> StationCommandOut:
-    station = _station(request)
     store = store_of(request)
-    run_id = _leased_run(store, robot_id)
+    run_id = _leased_run(store, robot_id)  # 404 first: no such robot
+    station = _station(request)
     if not request.app.state.robot_control.push_control(
         robot_id, "resume", run_id, f"station: {principal.actor}"
     ):
