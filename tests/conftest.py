@@ -67,6 +67,7 @@ CLOUD_FILES = frozenset(
         "runs/test_algorithms_runs",
         "runs/test_classifier_run",
         "runs/test_cloud_runs",
+        "runs/test_lerobot_actors",
         "runs/test_pause_and_hang",
         "runs/test_pixel_and_chunk_runs",
         "runs/test_refused_resume",
