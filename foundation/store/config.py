@@ -29,8 +29,9 @@ class MetadataRetentionSettings(BaseModel):
         default=2_000,
         ge=1,
         description=(
-            "System events kept per (run, robot, kind), newest first. Events a person caused "
-            "(actor other than 'system') are the audit log and are never deleted."
+            "Machine events (the cloud, its run manager, robots) kept per (run, robot, kind), "
+            "newest first. Events a person caused (actor user:NAME, cli, anonymous) are the "
+            "audit log and are never deleted."
         ),
     )
     released_leases_per_robot: int = Field(

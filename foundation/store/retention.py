@@ -7,9 +7,10 @@ an hour). :func:`prune` keeps each one bounded by :class:`MetadataRetentionSetti
   every other row of its older half is deleted. The newest half keeps full resolution and the
   curve keeps its first point, so a chart still spans the whole run; the count stays between
   3/4 of the cap and the cap.
-* ``events`` keep the newest ``events_per_kind`` system events per (run, robot, kind), so a
-  rare kind (``run.resuming``) is never pushed out by a frequent one (``learner.published``);
-  events a person caused are the audit log and are kept.
+* ``events`` keep the newest ``events_per_kind`` machine events (the cloud, its run manager,
+  robots, benches) per (run, robot, kind), so a rare kind (``run.resuming``) is never pushed
+  out by a frequent one (``learner.published``); events a person caused (``PERSON_ACTORS``,
+  ``user:*``) are the audit log and are kept.
 * released ``leases`` and ``checkpoints`` keep their newest rows.
 
 Each pass deletes in bounded batches (``IN`` lists of at most :data:`BATCH`), one transaction
@@ -77,7 +78,7 @@ def prune(store: MetadataStore, settings: MetadataRetentionSettings) -> Pruned:
         Event.id,
         (Event.run_id, Event.robot_id, Event.kind),
         settings.events_per_kind,
-        Event.actor == "system",
+        ~_by_a_person(),
     )
     out.leases = _keep_newest(
         store,
@@ -92,6 +93,15 @@ def prune(store: MetadataStore, settings: MetadataRetentionSettings) -> Pruned:
     if out.total():
         log.info("metadata retention deleted %s", out)
     return out
+
+
+# Actors that are people (dashboard sessions and API tokens are ``user:<name>``; ``cli`` is a
+# person at a terminal; ``anonymous`` a refused login): their events are the audit log.
+PERSON_ACTORS = ("cli", "anonymous")
+
+
+def _by_a_person() -> ColumnElement[bool]:
+    return Event.actor.startswith("user:") | Event.actor.in_(PERSON_ACTORS)
 
 
 def _groups_over(

@@ -88,11 +88,12 @@ def test_events_keep_rare_kinds_and_every_persons_event(store: MetadataStore) ->
         for i in range(50):
             store.record_event("learner.published", run_id="run-1", session=s, version=i)
             store.record_event("robot.status", robot_id=1, session=s, n=i)
-            store.record_event("run.paused", actor="alice", run_id="run-1", session=s)
+            store.record_event("run.paused", actor="user:alice", run_id="run-1", session=s)
+            store.record_event("lease.released", actor="run-manager", run_id="run-1", session=s)
         for _ in range(3):
             store.record_event("run.resuming", run_id="run-1", session=s)
     got = prune(store, caps())
-    assert got.events == 2 * 40
+    assert got.events == 3 * 40  # the run manager's events are a machine's, capped too
     with store.session() as s:
         counts = dict(s.execute(select(Event.kind, func.count()).group_by(Event.kind)).all())
         versions = [
@@ -101,6 +102,7 @@ def test_events_keep_rare_kinds_and_every_persons_event(store: MetadataStore) ->
         ]
     assert counts == {
         "learner.published": 10,
+        "lease.released": 10,
         "robot.status": 10,
         "run.paused": 50,
         "run.resuming": 3,
