@@ -70,10 +70,17 @@ typecheck: venv
 # TEST_WORKERS: pytest-xdist processes (the suite is sized for two cores). --dist loadfile keeps
 # each test file on one worker, and the real-cloud system tests (CLOUD_FILES in tests/conftest.py)
 # on one worker together. TEST_WORKERS=0 runs the suite in one process.
+#
+# SUITE_TIMEOUT_S: the whole suite's limit (it takes about 25 minutes on two cores). Each test
+# has its own (pytest-timeout, pyproject.toml); this one catches a hang outside any test. On
+# expiry the whole process group gets SIGINT, so pytest prints where every worker was and what
+# failed so far, and the run fails with that output instead of running into CI's own limit.
 TEST_WORKERS ?= 2
+SUITE_TIMEOUT_S ?= 3600
 unit: venv
 	tools/ensure-chromium
-	tools/with-postgres "$(VENV)/bin/python" -m pytest -n $(TEST_WORKERS) --dist loadfile \
+	timeout --signal=INT --kill-after=120 $(SUITE_TIMEOUT_S) \
+	  tools/with-postgres "$(VENV)/bin/python" -m pytest -n $(TEST_WORKERS) --dist loadfile \
 	  --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
 
 test: lint typecheck unit

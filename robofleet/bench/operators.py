@@ -11,7 +11,8 @@ Figures per configuration: ground-truth success over time (initial / best / fina
 late being the mean of the last third of the evaluation points, as ``bench rewards``),
 operator minutes (time people were busy: assigned to a request, or standing at a robot all
 run long), autonomous successes, and return on human effort (Fleet-DAgger: autonomous
-successes per operator minute). Prints a table and one JSON object as the last stdout line.
+successes per operator minute). Prints a table, writes the success curves to ``--figure``
+(PNG) and prints one JSON object as the last stdout line.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from robofleet.bench.operator_runs import CONFIGS, help_section, run_config
+from robofleet.bench.success_figure import save_success_figure
+
+FIGURE = Path("docs/figures/bench_operators.png")
 
 # Used for (c) when (a) did not run or made no requests.
 FALLBACK_RANDOM_RATE = 0.01
@@ -110,7 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=float, default=20.0, metavar="SECONDS")
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR", help="keep runs' files")
+    p.add_argument("--figure", type=Path, default=FIGURE, help="PNG of the success curves")
     return p
+
+
+def plot(rows: list[dict[str, Any]], path: Path, robots: int, minutes: float) -> None:
+    """Ground-truth success against wall time, one line per configuration."""
+    curves = [(f"{r['config']}: {r['operators']} operator(s)", r["history"]) for r in rows]
+    title = f"HG-DAgger, {robots} blind robots, {minutes:g} min each: who helps"
+    save_success_figure(curves, path, title)
 
 
 def main(argv: Sequence[str] = ()) -> int:
@@ -124,12 +136,14 @@ def main(argv: Sequence[str] = ()) -> int:
     for r in rows:
         r["operators"] = args.robots if r["config"] == "dedicated" else args.operators
     print(table(rows), flush=True)
+    plot(rows, args.figure, args.robots, args.minutes)
     out = {
         "benchmark": "operators",
         "robots": args.robots,
         "minutes": args.minutes,
         "task": args.task,
         "configs": {r["config"]: r for r in rows},
+        "figure": str(args.figure),
     }
     print(json.dumps(out, default=str), flush=True)
     return 0

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from robofleet.bench.reward_runs import SAC_KNOBS, SOURCES
+from robofleet.bench.success_figure import save_success_figure
 
 FIGURE = Path("docs/figures/bench_rewards.png")
 CAMERA = "corner"
@@ -153,27 +154,11 @@ def summary(pr: list[dict[str, Any]], sourced: list[dict[str, Any]]) -> dict[str
 
 def plot(sourced: list[dict[str, Any]], path: Path, title: str) -> None:
     """Ground-truth success (0..1) against wall time (s), one line per source."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
     names = {"robot": "true sparse reward", "labels": "labels", "classifier": "classifier",
              "none": "control: no reward"}  # fmt: skip
-    for r in sourced:
-        h = r["history"]
-        ax.plot([e["wall_s"] for e in h], [e["success_mean"] for e in h], marker=".",
-                label=f"reward.source: {r['source']} ({names.get(r['source'], '')})")  # fmt: skip
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel("wall time (s)")
-    ax.set_ylabel("ground-truth success (policy alone, simulator)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    curves = [(f"reward.source: {r['source']} ({names.get(r['source'], '')})", r["history"])
+              for r in sourced]  # fmt: skip
+    save_success_figure(curves, path, title)
 
 
 def _print_tables(pr: list[dict[str, Any]], sourced: list[dict[str, Any]]) -> None:

@@ -117,6 +117,8 @@ class Soak:
         self._round = 0
         self._started: dict[str, tuple[object, float]] = {}  # role -> (its start, since)
         self._samples = 0  # samples taken before this one
+        # (run id, kind, event id) of the resumes and learner restarts seen (soak_report)
+        self.lifecycle: set[tuple[str, str, int]] = set()
         self._scanning = threading.Event()  # set: the segment scanner stops
         self._scanner = threading.Thread(target=self._scan, name="soak-ledgers", daemon=True)
 
@@ -391,6 +393,7 @@ class Soak:
             self._add("metadata db MiB", size / soak_probe.MIB)
             for table, n in rows.items():
                 self._add(f"metadata rows {table}", n)
+            self.lifecycle |= soak_report.lifecycle_events(self.store)
         except Exception as exc:  # locked for longer than the timeout: skip this sample
             log.info("metadata sample skipped: %s", exc)
         self._add("data dir MiB", soak_probe.dir_bytes(self.data) / soak_probe.MIB)

@@ -55,10 +55,28 @@ def final_seqs(run_dir: Any, robots: Any) -> dict[str, Any]:
         buf.close()
 
 
+LIFECYCLE_KINDS = ("run.resuming", "learner.restarted")
+
+
+def lifecycle_events(store: Any) -> set[tuple[str, str, int]]:
+    """``(run id, kind, event id)`` of every :data:`LIFECYCLE_KINDS` event the metadata store
+    holds now. The soak's sampler collects them as it goes: metadata retention keeps only the
+    newest few of each kind, so the store alone cannot count an hour's resumes at the end."""
+    from sqlalchemy import select
+
+    from foundation.store.models import Event
+
+    with store.session() as s:
+        rows = s.execute(
+            select(Event.run_id, Event.kind, Event.id).where(Event.kind.in_(LIFECYCLE_KINDS))
+        ).all()
+    return {(str(r), str(k), int(i)) for r, k, i in rows if r is not None}
+
+
 def _run_figures(soak: Any, name: str, run_id: str) -> dict[str, Any]:
     from sqlalchemy import func, select
 
-    from foundation.store.models import Event, PolicyVersion, Robot
+    from foundation.store.models import PolicyVersion, Robot
     from robofleet.bench.soak_fleet import run_row
     from robofleet.bench.soak_ledger import count_steps
     from runs.accounting import acked_seqs
@@ -76,14 +94,8 @@ def _run_figures(soak: Any, name: str, run_id: str) -> dict[str, Any]:
         published = s.scalar(
             select(func.max(PolicyVersion.version)).where(PolicyVersion.run_id == run_id)
         )
-        kinds = dict(
-            s.execute(
-                select(Event.kind, func.count())
-                .where(Event.run_id == run_id)
-                .where(Event.kind.in_(["run.resuming", "learner.restarted"]))
-                .group_by(Event.kind)
-            ).all()
-        )
+    seen = soak.lifecycle | lifecycle_events(soak.store)
+    kinds = {k: sum(1 for r, kind, _ in seen if r == run_id and kind == k) for k in LIFECYCLE_KINDS}
     return {
         "run_id": run_id,
         "state": str(state),

@@ -210,7 +210,9 @@ def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, camera
     loaded = _actor_action(actor, obs, seed=3)
     torch.manual_seed(3)
     mine = learner.algorithm.policy.act(obs)
-    np.testing.assert_array_equal(loaded, mine)
+    # The bytes are exactly LeRobot's (checked above); a convolution's summation order may
+    # differ between calls, so the actions agree to float32 rounding, not bit for bit.
+    np.testing.assert_allclose(loaded, mine, rtol=1e-5, atol=1e-6)
     assert not np.array_equal(untrained, mine)
     # Edge agents build the same network from the version's card alone.
     card, rest = split_card(weights)
@@ -218,7 +220,7 @@ def test_trains_and_its_version_loads_into_lerobots_actor(tmp_path: Path, camera
     robot_policy = card.build()
     robot_policy.set_weights(rest)
     torch.manual_seed(3)
-    np.testing.assert_array_equal(robot_policy.act(obs), mine)
+    np.testing.assert_allclose(robot_policy.act(obs), mine, rtol=1e-5, atol=1e-6)
 
 
 def test_another_algorithms_version_is_refused_by_name() -> None:

@@ -21,12 +21,14 @@ def test_random_rate_follows_the_risk_runs_requests() -> None:
 def test_tiny_operators_bench(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--configs", "risk", "--robots", "2", "--minutes", "0.5", "--threshold", "1e-5"]
     argv += ["--on-call-steps", "10", "--eval-every", "15", "--eval-episodes", "2"]
-    assert main(argv + ["--keep", str(tmp_path)]) == 0
+    figure = tmp_path / "operators.png"
+    assert main(argv + ["--keep", str(tmp_path), "--figure", str(figure)]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     risk = out["configs"]["risk"]
     assert risk["help_requests"] >= 1
     assert risk["operator_minutes"] > 0  # the simulated operator was assigned and busy
     assert risk["history"] and risk["late_success"] is not None
+    assert out["figure"] == str(figure) and figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     if risk["autonomous_successes"]:
         assert risk["return_on_human_effort"] == pytest.approx(
             risk["autonomous_successes"] / risk["operator_minutes"], rel=1e-2
