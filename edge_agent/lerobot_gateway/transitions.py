@@ -141,28 +141,74 @@ class TransitionIntake:
         """Rows of the transitions in ``data`` and the refusals (one line each, naming the
         transition by its number since the gateway started and the field).
 
+        The message's rows are checked against the schema together (one Arrow batch, as the
+        spool stores them); only when that fails is each row checked alone, to name the bad
+        ones. Episodes and frames are numbered after the checks, so a refused transition
+        takes no frame.
+
         Raises:
             TransitionRefused: the whole message is unreadable (does not load with
                 ``weights_only``, or is not a list).
         """
-        rows: list[Row] = []
-        refused: list[str] = []
+        # (row or None, its refusal, whether it ends its episode), in the message's order
+        parsed: list[tuple[Row | None, str, bool]] = []
+        named: list[tuple[str, Row]] = []  # the rows, with the transitions' names
         for t in load_transitions(data):
             n, self._seen = self._seen, self._seen + 1
-            if self._episode is None:
-                self._episode, self._frame = self.episodes.begin(), 0
             try:
                 row, ends = self._row(t, f"transition {n}", policy_version)
             except TransitionRefused as exc:
-                refused.append(str(exc))
-                ends = self._ends(t)
+                parsed.append((None, str(exc), self._ends(t)))
             else:
+                parsed.append((row, "", ends))
+                named.append((f"transition {n}", row))
+        bad = self._invalid(named)
+        rows: list[Row] = []
+        refused: list[str] = []
+        k = 0  # index among the parsed rows (what ``bad`` counts)
+        for row, why, ends in parsed:
+            if self._episode is None:
+                self._episode, self._frame = self.episodes.begin(), 0
+            if row is not None:
+                why, k = bad.get(k, ""), k + 1
+            if row is None or why:
+                refused.append(why)
+            else:
+                row.update(
+                    episode_index=self._episode,
+                    frame_index=self._frame,
+                    timestamp=self._frame / self.fps,
+                )
                 rows.append(row)
                 self._frame += 1
             if ends:
                 self.episodes.log(self._episode, str(self.ids["task"]), self._frame, None)
                 self._episode = None
         return rows, refused
+
+    def _invalid(self, rows: list[tuple[str, Row]]) -> dict[int, str]:
+        """Index -> refusal of each of ``(name, row)`` the schema refuses
+        (``StepSchema.validate``); one check of them all, then one per row only when that
+        fails."""
+
+        def check(batch: list[Row]) -> str:
+            try:
+                self.schema.validate(self.schema.batch_from_records(batch))
+            except ValueError as exc:
+                return str(exc)
+            return ""
+
+        def numbered(i: int, row: Row) -> Row:  # the fields numbering gives later
+            return {**row, "seq": i, "episode_index": 0, "frame_index": i, "timestamp": 0.0}
+
+        if not rows or not check([numbered(i, r) for i, (_, r) in enumerate(rows)]):
+            return {}
+        out = {}
+        for i, (name, row) in enumerate(rows):
+            why = check([numbered(0, row)])
+            if why:
+                out[i] = f"{name}: {why}"
+        return out
 
     @staticmethod
     def _ends(t: Any) -> bool:
@@ -189,12 +235,8 @@ class TransitionIntake:
         final = None
         if done or truncated or self.reward.needs_next_observation:
             final = _observation(t["next_state"], self.schema, f"{name}: next_state")
-        assert self._episode is not None
         row: Row = {
             **self.ids,
-            "episode_index": self._episode,
-            "frame_index": self._frame,
-            "timestamp": self._frame / self.fps,
             "reward": self.reward.reward(sent, final, done, truncated),
             "terminated": done,
             "truncated": truncated and not done,
@@ -207,8 +249,4 @@ class TransitionIntake:
         }
         if (done or truncated) and final is not None:
             row.update({f"next.{k}": v for k, v in final.items()})
-        try:
-            self.schema.validate(self.schema.batch_from_records([{**row, "seq": 0}]))
-        except ValueError as exc:
-            raise TransitionRefused(f"{name}: {exc}") from None
         return row, done or truncated

@@ -8,6 +8,7 @@ import io
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -117,3 +118,49 @@ def test_transitions_with_foreign_objects_do_not_load(tmp_path: Path) -> None:
     assert row["observation.images.front"].dtype.name == "uint8"
     assert row["is_intervention"] and row["terminated"] and row["policy_version"] == 4
     assert "next.observation.state" in row
+
+
+def test_a_message_is_checked_once_and_a_schema_refusal_names_each_transition(
+    tmp_path: Path,
+) -> None:
+    """The rows of a message are checked by the schema together; when that check fails each is
+    checked alone and refused by name, and refused transitions take no frame."""
+    cfg = actor_config(
+        {
+            "policy": {
+                "input_features": {"observation.state": {"type": "STATE", "shape": [2]}},
+                "output_features": {"action": {"type": "ACTION", "shape": [1]}},
+            }
+        }
+    )
+
+    def step(done: bool) -> dict[str, Any]:
+        return {
+            "state": {"observation.state": torch.zeros(1, 2)},
+            "action": torch.zeros(1, 1),
+            "reward": 0.0,
+            "next_state": {"observation.state": torch.ones(1, 2)},
+            "done": done,
+            "truncated": False,
+        }
+
+    episode = transitions_to_bytes([step(False), step(False), step(True)])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ok = TransitionIntake(
+        cfg.schema(), EpisodeLog(tmp_path / "a"), {"robot_id": "7", "run_id": "r", "task": "t"}, 10
+    )
+    rows, refused = ok.convert(episode, 1)
+    assert refused == [] and [r["frame_index"] for r in rows] == [0, 1, 2]
+    assert [r["timestamp"] for r in rows] == [0.0, 0.1, 0.2]
+    # An empty robot id passes the per-transition checks and fails the schema's: every row.
+    bad = TransitionIntake(
+        cfg.schema(), EpisodeLog(tmp_path / "b"), {"robot_id": "", "run_id": "r", "task": "t"}, 10
+    )
+    rows, refused = bad.convert(episode, 1)
+    assert rows == [] and len(refused) == 3
+    assert [line.split(":")[0] for line in refused] == [f"transition {i}" for i in range(3)]
+    assert all("robot_id" in line for line in refused), refused
+    # The episode ended (its last transition said done) though nothing of it was stored.
+    rows, refused = bad.convert(transitions_to_bytes([step(True)]), 1)
+    assert len(refused) == 1 and refused[0].startswith("transition 3")

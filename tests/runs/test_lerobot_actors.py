@@ -2,8 +2,9 @@
 processes of the installed package, each acting in gym-hil's simulated Panda (MuJoCo offscreen,
 no display) beside its own ``robofleet lerobot-gateway``, in a ``lerobot-sac`` run launched
 through the REST API of a real ``robofleet cloud``. Both actors' transitions are stored under
-their own robots, both load the run's versions, and an actor that replaces a SIGKILLed one is
-served (``Ready`` answers it, its transitions are stored)."""
+their own robots, both load the run's versions, a third arm enrolled mid-run joins the run at
+once, and an actor that replaces a SIGKILLed one is served (``Ready`` answers it, its
+transitions are stored)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from tests.runs.helpers import active_lease_robots, run_dir, run_state, wait_unt
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ARMS = ["panda-a", "panda-b"]
+LATE_ARM = "panda-c"  # enrolled and started while the run trains
 STATE_DIM, ACTION_DIM = 18, 4  # gym-hil's agent_pos; end-effector x, y, z and gripper
 POLICY: dict[str, Any] = {
     "hidden_sizes": [16],
@@ -50,7 +52,7 @@ def run_spec() -> dict[str, Any]:
         "name": "lerobot-pandas",
         "algorithm": "lerobot-sac",
         "tasks": ["pick-cube"],
-        "robots": {"robot_type": "lerobot-actor", "count": len(ARMS)},
+        "robots": {"robot_type": "lerobot-actor", "count": len(ARMS) + 1, "min_count": len(ARMS)},
         "policy": POLICY,
         "hyperparameters": {"batch_size": 8, "bc_updates": 0, "updates_per_s": 5},
         "buffer": {"min_size": 8},
@@ -187,7 +189,7 @@ def _loaded(child: Child) -> int:
     return child.output(10**9).count(LOADED)
 
 
-def test_two_unmodified_lerobot_actors_train_one_run_and_a_killed_one_is_replaced(
+def test_unmodified_lerobot_actors_train_one_run_a_third_joins_a_killed_one_is_replaced(
     lab: Lab,
 ) -> None:
     for name in ARMS:
@@ -218,6 +220,21 @@ def test_two_unmodified_lerobot_actors_train_one_run_and_a_killed_one_is_replace
     listed = {r["name"]: r["activity"] for r in lab.http.get("/api/robots").json()}
     assert {n: listed[n]["run_id"] for n in ARMS} == dict.fromkeys(ARMS, run_id), listed
 
+    # A third arm joins mid-run: its gateway is enrolled, the run leases it (count 3, started
+    # with 2), its actor passes Ready and loads the run's current version at once.
+    lab.gateway(LATE_ARM)
+    actors[LATE_ARM] = lab.actor(LATE_ARM)
+    wait_until(
+        lambda: (
+            _running(lab)
+            and _stat(lab, LATE_ARM, "lerobot.transitions_stored") >= 10
+            and _loaded(actors[LATE_ARM]) >= 1
+        ),
+        300,
+        lab.fail_text,
+    )
+    assert _stat(lab, LATE_ARM, "lerobot.handed_version") >= 2  # the run's, not a first one
+
     # SIGKILL one actor; its replacement passes Ready at once and its episodes are stored.
     victim = ARMS[1]
     before = _stat(lab, victim, "lerobot.transitions_stored")
@@ -241,7 +258,7 @@ def test_two_unmodified_lerobot_actors_train_one_run_and_a_killed_one_is_replace
         lab.fail_text,
     )
     assert active_lease_robots(lab.store, run_id) == set()
-    ids = {n: str(lab.robots()[n]["id"]) for n in ARMS}
+    ids = {n: str(lab.robots()[n]["id"]) for n in [*ARMS, LATE_ARM]}
     buf = ReplayBuffer.open(run_dir(lab.store, run_id) / "buffer", read_only=True)
     try:
         steps = buf.read_transitions(buf.select(), count=False)
