@@ -1,7 +1,8 @@
 """A run's live figures: what the dashboard and ``robofleet demo`` show, every two seconds.
 
 Each record appends a row to ``progress.jsonl`` (the intervention-rate curve of the report;
-``discarded_episodes``: episodes an operator discarded or rerecorded, never trained on),
+``discarded_episodes``: episodes an operator discarded or rerecorded, never trained on;
+thinned past a cap, ``runs.progress_file``),
 rewrites ``progress.json`` durably (what a resumed run carries on: run time, robot-seconds,
 learner restarts) and inserts metric points for the live charts. A full disk skips the file
 writes of that record (logged when the disk fills), never the run: the metric points still go
@@ -10,7 +11,6 @@ to the metadata store and the next record writes the files again.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import time
@@ -27,13 +27,9 @@ from foundation.store.metadata_store import MetadataStore
 from foundation.store.metrics import insert_metrics
 from foundation.store.models import Robot
 from runs.clock import RunClock
+from runs.progress_file import PROGRESS_FILE, ProgressFile, disk_full
 
 log = logging.getLogger(__name__)
-
-
-def disk_full(exc: OSError) -> bool:
-    """Whether ``exc`` says the file system is out of space (or quota)."""
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def append_record(path: Path, row: Mapping[str, Any]) -> bool:
@@ -86,13 +82,14 @@ class RunProgress:
         self.offline_rows = offline_rows
         self._prev: tuple[float, int, int] | None = None
         self.disk_full = False  # the last record's files could not be written
+        self._rows = ProgressFile(run_dir / PROGRESS_FILE)
 
     def _write_files(self, row: dict[str, Any], state: dict[str, Any]) -> None:
         """``progress.jsonl`` and ``progress.json``; skipped while the disk is full."""
         try:
-            written = append_record(self.run_dir / "progress.jsonl", row)
-            if written:
-                atomic_write_json(self.run_dir / "progress.json", state)
+            self._rows.append(row)
+            atomic_write_json(self.run_dir / "progress.json", state)
+            written = True
         except OSError as exc:
             if not disk_full(exc):
                 raise

@@ -53,7 +53,8 @@ from runs.help_dispatch import SimulatedOperators
 from runs.hold import RobotHold
 from runs.learning import LearnerRefused, RunLearning
 from runs.operator_effort import OperatorEffort
-from runs.progress import RunProgress, disk_full
+from runs.progress import RunProgress
+from runs.progress_file import disk_full
 from runs.promotion import promote_best
 from runs.robot_evals import RobotEvaluations
 from runs.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy

@@ -5,7 +5,8 @@ Retention deletes whole segments, oldest first, never the newest; their rows lea
 storage (and so the sampling window) before their files are unlinked, and the directory is
 fsynced after the unlinks. Before any unlink, each segment's robots and seqs are appended to
 the directory's record (``buffer.table.retired``) and fsynced: a segment is never deleted
-without its line, so a reopen still knows which acknowledged steps were stored.
+without its line, so a reopen still knows which acknowledged steps were stored. After the
+unlinks the record may be folded (``RetiredSeqs.fold``), so it stays a few lines per robot.
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ class Retention:
             for f in self._files.pop(first, (str(p),)):
                 os.unlink(f)
         fsync_dir(self.directory)
+        try:  # only now: a folded record no longer names the segments just deleted
+            state.retired.fold()
+        except OSError as exc:  # the record is whole as it was; the next deletion retries
+            log.warning("%s: the retired record is not folded: %s", self.directory, exc)
 
 
 def _rows_of(state: TableState, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,6 +11,11 @@ lines are folded into per-robot runs (a few per robot however many steps it sent
 ``ReplayBuffer.contains`` / ``durable_seq`` / ``stored_seqs`` keep counting retired rows after a
 reopen as they do in-process, and ``ReplayBuffer.retired_seqs`` tells them apart. A torn last
 line (a crash mid-write) is skipped on read and cut off by the next writable open.
+
+The file would grow by a line per deleted segment for the buffer's whole life, so once it
+holds :data:`FOLD_LINES` lines retention folds it (:meth:`RetiredSeqs.fold`, after its
+unlinks): it is rewritten atomically as one line per robot, its merged runs and retired row
+count under the segment-less first row :data:`FOLDED_ROW`, read like any other line.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from typing import Any
 import numpy as np
 
 from buffer.errors import CorruptDataError
-from foundation.durable import append_line, fsync_dir
+from foundation.durable import append_line, atomic_write_text, fsync_dir
 
 RETIRED_FILE = "retired.jsonl"
+FOLD_LINES = 256  # a record this long is folded (at most twice the lines of the last fold)
+FOLDED_ROW = -1  # first_row of a folded line: it names no segment, so never one on disk
 
 
 def seq_runs(seqs: np.ndarray) -> list[list[int]]:
@@ -175,7 +182,8 @@ class RetiredSeqs:
         self.read_only = read_only
         self.robots: dict[str, _Runs] = {}
         self.in_index: dict[str, int] = {}  # robot -> its oldest index seqs that are retired
-        self.segments = 0
+        self.lines = 0  # complete lines in the file (counted on open, then kept)
+        self._folded = 0  # lines the last fold wrote
 
     def load(self, on_disk: Container[int]) -> None:
         """Read the record, skipping segments whose first row is in ``on_disk`` (a crash
@@ -186,13 +194,14 @@ class RetiredSeqs:
         """
         if not self.read_only:
             cut_torn_tail(self.path)
-        for line in read_lines(self.path):
+        lines = read_lines(self.path)
+        self.lines = len(lines)
+        for line in lines:
             if line["first_row"] in on_disk:
                 continue
             self._note(line["robots"])
 
     def _note(self, robots: dict[str, dict[str, Any]]) -> None:
-        self.segments += 1
         for rid, v in robots.items():
             self.robots.setdefault(rid, _Runs()).add(v["seqs"], v["rows"])
 
@@ -209,10 +218,44 @@ class RetiredSeqs:
         append_line(self.path, "\n".join(json.dumps(r, separators=(",", ":")) for r in records))
         if created:
             fsync_dir(self.path.parent)
+        self.lines += len(records)
         for r in records:
             self._note(r["robots"])
             for rid, v in r["robots"].items():
                 self.in_index[rid] = self.in_index.get(rid, 0) + int(v["rows"])
+
+    def fold(self) -> bool:
+        """Once the file holds :data:`FOLD_LINES` lines (and twice the last fold's, so many
+        robots do not fold on every deletion), rewrite it as what is in memory: one
+        :data:`FOLDED_ROW` line per robot. Call only after the recorded segments' files are
+        unlinked: a line whose segment is still on disk (a crash before its unlink) is in
+        memory only once that segment is recorded again, so it is dropped here as on open.
+        Returns whether it folded.
+
+        Raises:
+            OSError: the file could not be rewritten (it is as it was; the next call retries).
+        """
+        if self.read_only or self.lines < max(FOLD_LINES, 2 * self._folded):
+            return False
+        lines = [
+            json.dumps(
+                {
+                    "first_row": FOLDED_ROW,
+                    "rows": runs.rows,
+                    "robots": {
+                        rid: {
+                            "rows": runs.rows,
+                            "seqs": [[a, b] for a, b in zip(runs.starts, runs.ends, strict=True)],
+                        }
+                    },
+                },
+                separators=(",", ":"),
+            )
+            for rid, runs in sorted(self.robots.items())
+        ]
+        atomic_write_text(self.path, "".join(x + "\n" for x in lines))
+        self.lines = self._folded = len(lines)
+        return True
 
     def contains(self, robot_id: str, q: np.ndarray) -> np.ndarray:
         """Which of int64 ``q`` (shape (n,)) are retired seqs of ``robot_id`` (bool (n,))."""

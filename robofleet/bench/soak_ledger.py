@@ -9,6 +9,8 @@ global row number (a segment holds ``[first_row, first_row + rows)``), so one ro
 files (a seal finished after a crash) is one row; two rows with one robot's ``seq`` are a step
 stored twice. Rows in no segment read nor recorded are counted as ``rows_unseen``: they would
 show as lost, so that figure (0 while the record is kept) says how far to trust the count.
+Retention folds the record now and then (one line per robot, no rows named): a segment sealed,
+deleted and folded between two scans is then among the unseen rows.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from buffer.errors import CorruptDataError
 from buffer.files.sealed import WalSegment, list_sealed
 from buffer.files.segments import list_segments
 from buffer.table.opening import SCHEMA_FILE
-from buffer.table.retired import RETIRED_FILE, read_lines
+from buffer.table.retired import FOLDED_ROW, RETIRED_FILE, read_lines
 from buffer.table.schema import StepSchema
 
 COLUMNS = ["robot_id", "seq", "policy_version"]
@@ -107,8 +109,8 @@ class SegmentLedger:
         count above its distinct seqs, repeats the segment's last seq of that robot)."""
         for line in read_lines(self.directory / RETIRED_FILE):
             key = (line["first_row"], line["rows"])
-            if key in self.rows:
-                continue
+            if key in self.rows or line["first_row"] == FOLDED_ROW:
+                continue  # a folded line names no rows: its segments show as unseen
             robots: list[np.ndarray] = []
             seqs: list[np.ndarray] = []
             for rid, v in line["robots"].items():

@@ -1,5 +1,6 @@
 """The record of what retention deleted (``retired.jsonl``): lookups count retired rows
-across a reopen, a torn last line is skipped, and each line is durable before its unlink."""
+across a reopen, a torn last line is skipped, each line is durable before its unlink, and a
+long record is folded to a line per robot that answers the same."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from buffer import ReplayBuffer
-from buffer.table.retired import RETIRED_FILE
+from buffer.table.retired import RETIRED_FILE, read_lines
+from foundation.durable import atomic_write_text
 from tests.buffer.helpers import episodes, open_buffer
 
 SMALL = {"segment_target_bytes": 1300, "retention_max_bytes": 6000}
@@ -179,3 +181,113 @@ def test_a_kill_between_the_line_and_the_unlink_keeps_the_segment_stored(tmp_pat
     with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
         np.testing.assert_array_equal(ro.stored_seqs("robot-0"), seqs)
         np.testing.assert_array_equal(seqs, np.arange(len(seqs)))
+
+
+ROBOTS = ("robot-0", "robot-3")
+
+
+def _answers(buf: ReplayBuffer, end: int) -> dict[str, tuple[np.ndarray, np.ndarray, int | None]]:
+    """Per robot: its stored seqs (retired ones too), its retired seqs, its durable seq; and
+    that the retired and the kept seqs split ``[base, base + end)`` with none twice."""
+    out = {}
+    for r, base in zip(ROBOTS, (0, 1000), strict=True):
+        stored, gone = buf.stored_seqs(r), buf.retired_seqs(r)
+        kept = buf.stored_seqs(r, retired=False)
+        np.testing.assert_array_equal(stored, np.arange(base, base + end))
+        np.testing.assert_array_equal(np.sort(np.concatenate([gone, kept])), stored)
+        assert buf.contains(r, stored).all() and not buf.contains(r, [base + end, -1]).any()
+        out[r] = (stored, gone, buf.durable_seq(r))
+    return out
+
+
+def test_a_long_record_is_folded_and_answers_as_before(tmp_path, monkeypatch) -> None:
+    """Past FOLD_LINES lines retention folds the record to one line per robot: the file stays
+    within the threshold plus one deletion's lines, and the lookups answer the same in process,
+    after a reopen, and as retention goes on after a fold."""
+    from buffer.table import retired
+
+    monkeypatch.setattr(retired, "FOLD_LINES", 8)
+    record = tmp_path / "b" / RETIRED_FILE
+    seen: list[tuple[int, int]] = []  # (the file's lines after a deletion, that deletion's)
+    real_record = retired.RetiredSeqs.record
+
+    def counted(self, segments) -> None:  # type: ignore[no-untyped-def]
+        real_record(self, segments)
+        seen.append((len(record.read_bytes().splitlines()), len(segments)))
+
+    monkeypatch.setattr(retired.RetiredSeqs, "record", counted)
+    with open_buffer(tmp_path / "b", **SMALL) as buf:
+        _fill(buf, rounds=40)
+        before = _answers(buf, 400)
+    assert sum(k for _, k in seen) > 3 * 8  # without folds the file would hold them all
+    assert all(n < 8 + k for n, k in seen), seen
+    lines = read_lines(record)
+    assert {x["first_row"] for x in lines[: len(ROBOTS)]} == {retired.FOLDED_ROW}
+    with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
+        after = _answers(ro, 400)  # close sealed the tail: retention may have deleted more
+        for r in ROBOTS:
+            assert after[r][2] == before[r][2]
+            assert np.isin(before[r][1], after[r][1]).all()
+            rows = sum(x["robots"][r]["rows"] for x in lines if r in x["robots"])
+            assert rows == len(after[r][1])  # a folded line keeps the robot's row count
+    with open_buffer(tmp_path / "b", **SMALL) as again:  # retention goes on after the folds
+        for e in range(40, 60):
+            again.append(episodes(0, [10], seq0=10 * e, ep0=e))
+            again.append(episodes(3, [10], seq0=1000 + 10 * e, ep0=e))
+        again.flush()
+        going = _answers(again, 600)
+        assert np.isin(after["robot-0"][1], going["robot-0"][1]).all()
+    assert all(n < 8 + k for n, k in seen), seen
+    with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
+        final = _answers(ro, 600)
+        assert (
+            final["robot-3"][2] == 1599 and np.isin(going["robot-3"][1], final["robot-3"][1]).all()
+        )
+
+
+def test_a_fold_leaves_out_a_line_whose_segment_is_still_on_disk(tmp_path, monkeypatch) -> None:
+    """A line recorded before a crash that kept its segment on disk is not folded in: the
+    segment's rows are stored, and its deletion later records them again."""
+    from buffer.table import retired
+
+    monkeypatch.setattr(retired, "FOLD_LINES", 4)
+
+    def seg(first: int, n: int) -> tuple[int, np.ndarray, np.ndarray]:
+        return first, np.array(["a"] * (n // 2) + ["b"] * (n // 2)), np.arange(first, first + n)
+
+    rec = retired.RetiredSeqs(tmp_path, read_only=False)
+    rec.record([seg(0, 10), seg(10, 10), seg(20, 10)])
+    again = retired.RetiredSeqs(tmp_path, read_only=False)
+    again.load({20})  # a crash came before the unlink of the segment at row 20
+    assert not again.fold()  # three lines: not yet
+    again.record([seg(30, 10)])
+    assert again.fold()
+    lines = read_lines(tmp_path / RETIRED_FILE)
+    assert [(x["first_row"], list(x["robots"])) for x in lines] == [(-1, ["a"]), (-1, ["b"])]
+    assert lines[0]["robots"]["a"] == {"rows": 15, "seqs": [[0, 4], [10, 14], [30, 34]]}
+    ro = retired.RetiredSeqs(tmp_path, read_only=True)
+    ro.load(set())
+    np.testing.assert_array_equal(ro.seqs("a"), np.r_[0:5, 10:15, 30:35])
+    assert ro.last("b") == 39 and not ro.contains("b", np.array([25, 40])).any()
+
+
+def test_a_fold_that_cannot_be_written_leaves_the_record_whole(tmp_path, monkeypatch) -> None:
+    from buffer.table import retired
+
+    def full(path, text) -> None:  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(retired, "FOLD_LINES", 4)
+    with open_buffer(tmp_path / "b", **SMALL) as buf:
+        monkeypatch.setattr(retired, "atomic_write_text", full)
+        _fill(buf, rounds=20)
+        lines = len(read_lines(tmp_path / "b" / RETIRED_FILE))
+        assert lines > 4  # retention went on, one line a segment
+        monkeypatch.setattr(retired, "atomic_write_text", atomic_write_text)
+        buf.append(episodes(0, [10] * 3, seq0=200, ep0=20))
+        buf.flush()
+        assert len(read_lines(tmp_path / "b" / RETIRED_FILE)) < lines
+        np.testing.assert_array_equal(buf.stored_seqs("robot-0"), np.arange(230))
+    with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
+        np.testing.assert_array_equal(ro.stored_seqs("robot-0"), np.arange(230))
+        np.testing.assert_array_equal(ro.stored_seqs("robot-3"), np.arange(1000, 1200))

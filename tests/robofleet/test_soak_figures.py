@@ -127,3 +127,32 @@ def test_segments_retention_deleted_unread_are_known_from_the_buffers_record(tmp
         # policy versions come from segments read; the record does not carry them
         assert (c.versions, c.last_version) in {(1, 3), (0, 0)}
     assert any(c.versions == 1 for c in got.values())
+
+
+def test_segments_folded_out_of_the_record_unread_are_unverified_not_lost(
+    tmp_path, monkeypatch
+) -> None:
+    """Once retention folds its record (a line per robot, naming no rows), segments sealed,
+    deleted and folded between two scans are unseen rows: their steps are unverified, never
+    lost nor stored twice."""
+    from buffer import BufferSettings, ReplayBuffer
+    from buffer.table import retired
+    from robofleet.bench.soak_report import final_seqs
+    from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps
+
+    monkeypatch.setattr(retired, "FOLD_LINES", 2)
+    small = BufferSettings(segment_target_bytes=2000, retention_max_bytes=8000)
+    ledger = SegmentLedger(tmp_path / "buffer")
+    with ReplayBuffer.open(tmp_path / "buffer", BUFFER_SCHEMA, small) as buf:
+        for first in range(20, 400, 20):
+            buf.append(buffer_steps(2, first - 20, 20))
+            buf.append(buffer_steps(1, first - 20, 20))
+    ledger.scan()
+    acked = {"1": np.arange(380, dtype=np.int64), "2": np.arange(380, dtype=np.int64)}
+    stored = final_seqs(tmp_path, acked)
+    got = count_steps(ledger, ledger.on_disk(), acked, stored)
+    assert ledger.rows_unseen() > 0
+    for key, seqs in acked.items():
+        c = got[key]
+        assert (c.lost, c.stored_twice, c.unacked_rows) == (0, 0, 0)
+        assert c.unverified > 0 and c.stored + c.retention_deleted + c.unverified == len(seqs)
