@@ -166,14 +166,15 @@ class TransitionIntake:
         rows: list[Row] = []
         refused: list[str] = []
         k = 0  # index among the parsed rows (what ``bad`` counts)
-        for row, why, ends in parsed:
+        for got, why, ends in parsed:
             if self._episode is None:
                 self._episode, self._frame = self.episodes.begin(), 0
-            if row is not None:
+            if got is not None:
                 why, k = bad.get(k, ""), k + 1
-            if row is None or why:
+            if got is None or why:
                 refused.append(why)
             else:
+                row = got
                 row.update(
                     episode_index=self._episode,
                     frame_index=self._frame,
