@@ -5,7 +5,8 @@ Retention deletes whole segments, oldest first, never the newest; their rows lea
 storage (and so the sampling window) before their files are unlinked, and the directory is
 fsynced after the unlinks. Before any unlink, each segment's robots and seqs are appended to
 the directory's record (``buffer.table.retired``) and fsynced: a segment is never deleted
-without its line, so a reopen still knows which acknowledged steps were stored.
+without its line, so a reopen still knows which acknowledged steps were stored. Once enough
+rows are gone, the row index drops them too (``buffer.table.compaction``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from buffer.table.chunks import Segment
+from buffer.table.compaction import maybe_compact
 from buffer.table.state import TableState
 from foundation.durable import fsync_dir
 
@@ -55,7 +57,8 @@ class Retention:
     def apply(self, state: TableState) -> None:
         """Delete the oldest segments (never the last) while the sealed bytes on disk exceed
         ``max_bytes``: their rows are recorded (``state.retired``, fsynced), their chunks
-        leave ``state.storage``, then their files are unlinked. When the record cannot be
+        leave ``state.storage``, then their files are unlinked, and the row index drops
+        the rows once enough are gone (``maybe_compact``). When the record cannot be
         written (a full disk), nothing is deleted and the next call tries again."""
         storage = state.storage
         limit = self.max_bytes
@@ -91,6 +94,7 @@ class Retention:
             for f in self._files.pop(first, (str(p),)):
                 os.unlink(f)
         fsync_dir(self.directory)
+        maybe_compact(state)
 
 
 def _rows_of(state: TableState, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:
