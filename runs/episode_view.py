@@ -118,7 +118,9 @@ def read_frame(
     if spec is None or not spec.is_image:
         raise EpisodeMissing(f"the run's steps have no camera {camera!r}")
     with buf.state.lock:
-        frames = buf.index.cols["frame_index"][rows - buf.index.base].copy()
+        base, cols = buf.index.frame()
+        rows = rows[rows >= base]  # the index drops rows retention deleted (compaction)
+        frames = cols["frame_index"][rows - base].copy()
     hit = np.flatnonzero(frames == frame_index)
     if not len(hit):
         raise EpisodeMissing(f"frame {frame_index} of episode {key[2]} is not stored")

@@ -408,10 +408,13 @@ def _choose_eligible(
         ValueError: none of ``rows`` is eligible any more.
     """
     got = _choose(rows, k, rng)
-    elig = source.column("eligible")
-    gone = ~elig[got - source.base]
+    elig, b = source.column("eligible"), source.base
+    # Rows below the base are gone: a mount of its own buffer, whose retention goes on.
+    gone = got < b
+    gone[~gone] = ~elig[got[~gone] - b]
     if gone.any():
-        pool = rows[elig[rows - source.base]]
+        held = rows[rows >= b]
+        pool = held[elig[held - b]]
         if pool.size == 0:
             raise NothingToSample(f"nothing to sample from {source.name}: every row was discarded")
         got[gone] = _choose(pool, int(gone.sum()), rng)

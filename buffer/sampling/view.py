@@ -7,12 +7,12 @@ Samplers (``buffer.sampling.samplers``) read only this module's types; the buffe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from buffer.table.index import RowIndex
+from buffer.table.index import Frame, RowIndex
 
 
 class Table(Protocol):
@@ -56,6 +56,8 @@ class Source:
             the run's); None: their own task names.
         tasks: an offline view's task names that its rows have (None: every task its
             buffer has seen).
+        frame: the buffer's index ``(base, cols)`` as taken with the view (``RowIndex.frame``:
+            compaction may move the base meanwhile); None: the index's current one.
     """
 
     buffer: Table
@@ -64,18 +66,27 @@ class Source:
     source_id: int = 0
     task: str | None = None
     tasks: list[str] | None = None
+    frame: Frame | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.frame is None:
+            self.frame = self.buffer.index.frame()
 
     @property
     def base(self) -> int:
-        """Global row of index position 0 (``column(name)[row - base]``)."""
-        return self.buffer.index.base
+        """Global row of index position 0 (``column(name)[row - base]``); rows below it
+        are gone (retention deleted them and the index dropped them)."""
+        assert self.frame is not None
+        return self.frame[0]
 
     def column(self, name: str) -> np.ndarray:
-        """The live index column ``name`` of this source's buffer, indexed by ``row - base``:
+        """The index column ``name`` of this source's buffer (of :attr:`frame`; appends
+        still change its flags), indexed by ``row - base``:
         bool flags (``eligible``, ``is_intervention``, ``terminated``, ``truncated``), int32
         codes (``task``, ``robot``, ``run``; see :meth:`task_code`), int64 ``episode_index``,
         ``frame_index``, ``policy_version``. Appends may grow it; slice what you need once."""
-        return self.buffer.index.cols[name]
+        assert self.frame is not None
+        return self.frame[1][name]
 
     def task_code(self, task: str) -> int | None:
         """The ``task`` column's code of ``task`` in this source's buffer (None: never seen)."""
@@ -101,6 +112,7 @@ class Source:
         code = self.task_code(task)
         if code is None:
             return np.empty(0, dtype=np.int64)
+        rows = rows[rows >= self.base]  # a mount of its own buffer: retention goes on
         return rows[self.column("task")[rows - self.base] == code]
 
 
@@ -111,13 +123,22 @@ class SamplingView:
         buffer: the buffer whose window this is.
         lo, hi: the window's global rows (``ReplayBuffer.window``).
         offline: the mounted offline sources; their ``source_id`` is set to 1, 2, ... here.
+        frame: ``buffer``'s index ``(base, cols)`` taken with the window, so that
+            ``base <= lo`` (default: the index's current one).
     """
 
-    def __init__(self, buffer: Table, lo: int, hi: int, offline: list[Source]) -> None:
+    def __init__(
+        self,
+        buffer: Table,
+        lo: int,
+        hi: int,
+        offline: list[Source],
+        frame: Frame | None = None,
+    ) -> None:
         self.buffer = buffer
         self.lo = lo
         self.hi = hi
-        self.online = Source(buffer, None, "online", 0)
+        self.online = Source(buffer, None, "online", 0, frame=frame)
         self.offline = offline
         for i, s in enumerate(offline):
             s.source_id = i + 1

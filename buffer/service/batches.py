@@ -231,27 +231,31 @@ class BatchServer:
         online = max(0, window - self.offline_rows - int(demos.sum()))
         return {"size": window + mounted, "online": online}
 
-    def _demonstration_rows(self) -> np.ndarray:
-        """Mask over the window's index positions: eligible steps of demonstration episodes
-        (an operator drove them, no policy: ``policy_version`` == 0)."""
-        lo, hi = self.buffer.window()
-        idx = self.buffer.index
-        a, b = lo - idx.base, hi - idx.base
-        mask: np.ndarray = (idx.cols["policy_version"][a:b] == DEMONSTRATION) & idx.cols[
-            "eligible"
-        ][a:b]
+    def _window(self) -> tuple[slice, dict[str, np.ndarray]]:
+        """The window's index positions and the columns they index, taken together (the
+        index's base moves when it drops rows retention deleted)."""
+        with self.buffer.state.lock:
+            lo, hi = self.buffer.window()
+            base, cols = self.buffer.index.frame()
+        return slice(lo - base, hi - base), cols
+
+    def _demonstration_rows(
+        self, window: tuple[slice, dict[str, np.ndarray]] | None = None
+    ) -> np.ndarray:
+        """Mask over the window's index positions (``window``: :meth:`_window`, taken now
+        by default): eligible steps of demonstration episodes (an operator drove them, no
+        policy: ``policy_version`` == 0)."""
+        seg, cols = window or self._window()
+        mask: np.ndarray = (cols["policy_version"][seg] == DEMONSTRATION) & cols["eligible"][seg]
         return mask
 
     def demonstration_episodes(self) -> dict[str, int]:
         """Completed demonstration episodes in the window, per task (their done steps)."""
-        lo, hi = self.buffer.window()
-        idx = self.buffer.index
-        a, b = lo - idx.base, hi - idx.base
-        done = self._demonstration_rows() & (
-            idx.cols["terminated"][a:b] | idx.cols["truncated"][a:b]
-        )
-        codes, counts = np.unique(idx.cols["task"][a:b][done], return_counts=True)
-        return {idx.tasks.names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
+        seg, cols = window = self._window()
+        done = self._demonstration_rows(window) & (cols["terminated"][seg] | cols["truncated"][seg])
+        codes, counts = np.unique(cols["task"][seg][done], return_counts=True)
+        names = self.buffer.index.tasks.names
+        return {names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
 
     def labelled_episodes(self) -> tuple[dict[str, Any], bytes | None]:
         """The reply to ``labelled_episodes``: a header listing the episodes (``episodes``:

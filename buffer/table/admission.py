@@ -264,7 +264,7 @@ class Admission:
         refused."""
         st = self.state
         with st.lock:
-            dup, bad = st.index.classify_seqs(cols.robot, cols.seq)
+            dup, bad = st.index.classify_seqs(cols.robot, cols.seq, st.retired)
             if bad >= 0:
                 raise self._out_of_order(cols, bad)
             recoveries = self.writer.recoveries
@@ -276,7 +276,8 @@ class Admission:
         """The refusal of record ``bad``'s seq: at or below its robot's highest stored seq,
         never stored (locked)."""
         robot, seq = cols.robot.value(bad), int(cols.seq[bad])
-        last = self.state.index.last_seq(robot)
+        tops = (self.state.index.last_seq(robot), self.state.retired.last(robot))
+        last = max((t for t in tops if t is not None), default=None)
         return StepValidationError(
             f"record {bad} (robot_id={robot!r}, seq={seq}): field "
             f"'seq' is out of order (robot's highest stored seq is {last}, and this "

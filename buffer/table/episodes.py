@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from buffer.errors import SegmentGoneError
 from buffer.table.index import EpisodeKey
 from buffer.table.replay_buffer import ReplayBuffer
 
@@ -149,7 +150,10 @@ def read_steps(
         raise KeyError(f"the buffer has no feature {missing[0]!r}")
     out = buffer.storage.gather(rows, features, count=False)
     with buffer.state.lock:
-        li = rows - buffer.index.base
+        base, cols = buffer.index.frame()
+        if len(rows) and int(rows.min()) < base:  # compaction dropped them after the gather
+            raise SegmentGoneError(f"row {int(rows.min())} was deleted by retention")
+        li = rows - base
         for k in _SCALARS:
-            out[k] = buffer.index.cols[k][li].copy()
+            out[k] = cols[k][li].copy()
     return out

@@ -22,10 +22,14 @@ Two rules change flags the stored rows do not carry:
   never observed, stays no transition.
 
 Row ids are global: row ``r`` is the r-th step ever stored in the directory. Arrays are indexed
-by ``r - base`` where ``base`` is the first row still on disk when the index was built.
+by ``r - base`` where ``base`` is the first row the index holds: the first row on disk when it
+was built, advanced by compaction (``buffer.table.compaction``) once retention has deleted
+enough rows below it. ``base`` and ``cols`` change together: a reader outside the buffer's lock
+takes them as one pair with :meth:`RowIndex.frame`.
 
 Memory: the index is the one part of the buffer that grows with the rows outside the memory
-budget: 77 bytes per row in ``cols`` plus 8 in the robots' seq lists (85 B/row). Its arrays
+budget: 77 bytes per row in ``cols`` plus 8 in the robots' seq lists (85 B/row), for the rows
+still stored plus the retired ones compaction has not dropped yet. Its arrays
 live in their own anonymous mappings (``buffer.table.memory``), so the doubling as it grows gives
 the old array back to the OS at once and the new half is resident only once written.
 """
@@ -40,6 +44,7 @@ import pyarrow as pa
 
 from buffer.columns import StepColumns, Strings
 from buffer.table.memory import anon_array
+from buffer.table.retired import RetiredSeqs
 from foundation.rows import RowFilter
 
 _COLUMNS: dict[str, Any] = {
@@ -63,6 +68,9 @@ _COLUMNS: dict[str, Any] = {
 
 # (run_id, robot_id, episode_index) of an episode, by name.
 EpisodeKey = tuple[str, str, int]
+
+# (base, cols): the index's columns and the global row of their position 0, taken together.
+Frame = tuple[int, dict[str, np.ndarray]]
 
 
 class _Vocab:
@@ -118,11 +126,10 @@ class RowIndex:
     """Per-row columns for rows ``[base, end)``; see the module docstring."""
 
     def __init__(self, base: int = 0, capacity: int = 4096) -> None:
-        self.base = base
+        cols = {k: anon_array((capacity,), np.dtype(t)) for k, t in _COLUMNS.items()}
+        # One attribute, so a reader without the lock never pairs a new base with old arrays.
+        self._frame: Frame = (base, cols)
         self.end = base
-        self.cols: dict[str, np.ndarray] = {
-            k: anon_array((capacity,), np.dtype(t)) for k, t in _COLUMNS.items()
-        }
         self.robots = _Vocab()
         self.runs = _Vocab()
         self.tasks = _Vocab()
@@ -137,6 +144,46 @@ class RowIndex:
         self.discarded_steps = 0
         self.interrupted_episodes = 0
 
+    @property
+    def base(self) -> int:
+        """Global row of position 0 of every column."""
+        return self._frame[0]
+
+    @property
+    def cols(self) -> dict[str, np.ndarray]:
+        """The columns (see ``_COLUMNS`` for dtypes), shape ``(capacity,)``, valid for
+        positions ``[0, end - base)``; a growing index replaces arrays in this dict."""
+        return self._frame[1]
+
+    def frame(self) -> Frame:
+        """``(base, cols)`` as one consistent pair (compaction replaces both at once; the
+        arrays it replaces are left as they were, so a reader holding them stays right)."""
+        return self._frame
+
+    def rebase(self, base: int, cols: dict[str, np.ndarray]) -> None:
+        """Make ``cols`` (the rows from ``base`` on, up to ``end``) the columns; for
+        compaction (``buffer.table.compaction``), with the lock held.
+
+        Raises:
+            ValueError: ``base`` is outside ``[self.base, end]``.
+        """
+        if not self.base <= base <= self.end:
+            raise ValueError(f"cannot rebase rows [{self.base}, {self.end}) at {base}")
+        self._frame = (base, cols)
+
+    def forget_open_before(self, row: int) -> None:
+        """Forget the episodes left open whose latest row is below ``row`` (dropped by
+        compaction): as after a reopen, which never saw those rows, a later step of one
+        starts unlinked and another episode of its robot does not close it."""
+        for key, (last, _) in list(self._open.items()):
+            if last < row:
+                del self._open[key]
+                if self._robot_open.get(key[1]) == key:
+                    del self._robot_open[key[1]]
+        for code, last in list(self.robot_last_row.items()):
+            if last < row:
+                del self.robot_last_row[code]
+
     def __len__(self) -> int:
         return self.end - self.base
 
@@ -145,27 +192,35 @@ class RowIndex:
         return self.cols[name][: self.end - self.base]
 
     # -- de-duplication -----------------------------------------------------------------
-    def classify_seqs(self, robots: Strings, seqs: np.ndarray) -> tuple[np.ndarray, int]:
+    def classify_seqs(
+        self, robots: Strings, seqs: np.ndarray, retired: RetiredSeqs | None = None
+    ) -> tuple[np.ndarray, int]:
         """Split a validated batch (its ``robot_id`` column dictionary-encoded, and ``seq``):
         ``(is_duplicate mask, first out-of-order row or -1)``.
 
         A seq at or below its robot's highest stored seq is a duplicate when that exact seq
-        is stored, otherwise it is out of order.
+        is stored, otherwise it is out of order. ``retired``: seqs retention deleted count as
+        stored (compaction drops them from the index; the record keeps them).
         """
         dup = np.zeros(len(seqs), dtype=bool)
         for local, rid in enumerate(robots.names):
             code = self.robots.codes.get(rid)
-            if code is None or code not in self.robot_seqs:
+            rs = self.robot_seqs.get(code) if code is not None else None
+            gone = retired.last(rid) if retired is not None else None
+            if rs is None and gone is None:
                 continue
-            rs = self.robot_seqs[code]
+            top = max(rs.last if rs is not None else -(2**63), -(2**63) if gone is None else gone)
             rows: np.ndarray = (
                 np.arange(len(seqs)) if robots.single else np.flatnonzero(robots.codes == local)
             )
             s = seqs[rows]
-            old = s <= rs.last
+            old = s <= top
             if not old.any():
                 continue
-            known = rs.contains(s[old])
+            q = s[old]
+            known = rs.contains(q) if rs is not None else np.zeros(len(q), dtype=bool)
+            if gone is not None and retired is not None and not known.all():
+                known |= retired.contains(rid, q)
             if not known.all():
                 return dup, int(rows[np.flatnonzero(old)[np.flatnonzero(~known)[0]]])
             dup[rows[old]] = True
@@ -392,14 +447,15 @@ class RowIndex:
         mine = (c["robot"] == robot) & (c["run"] == run) & (c["episode_index"] == key[2])
         return int(np.count_nonzero(mine))
 
-    def success_mask(self, a: int, b: int) -> np.ndarray:
-        """Bool mask of index positions ``[a, b)``: the row's episode was marked a success."""
+    def success_mask(self, a: int, b: int, cols: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """Bool mask of index positions ``[a, b)``: the row's episode was marked a success.
+        ``cols``: the columns those positions are of (a :meth:`frame`'s; default ``cols``)."""
         by_pair: dict[tuple[int, int], list[int]] = {}
         for (run_id, robot_id, ep), outcome in self.outcomes.items():
             run, robot = self.runs.codes.get(run_id), self.robots.codes.get(robot_id)
             if outcome == "success" and run is not None and robot is not None:
                 by_pair.setdefault((run, robot), []).append(ep)
-        c = self.cols
+        c = self.cols if cols is None else cols
         mask = np.zeros(b - a, dtype=bool)
         for (run, robot), eps in by_pair.items():
             mine = (c["run"][a:b] == run) & (c["robot"][a:b] == robot)
@@ -412,21 +468,26 @@ class RowIndex:
 
     # -- queries ------------------------------------------------------------------------
     def select(self, lo: int, hi: int, rows: RowFilter) -> np.ndarray:
-        """Eligible rows in ``[lo, hi)`` that ``rows`` keeps (global row ids, ascending)."""
-        a, b = max(lo, self.base) - self.base, min(hi, self.end) - self.base
+        """Eligible rows in ``[lo, hi)`` that ``rows`` keeps (global row ids, ascending).
+        Safe without the lock (one :meth:`frame`)."""
+        base, cols = self.frame()
+        a, b = max(lo, base) - base, min(hi, self.end) - base
         if b <= a:
             return np.empty(0, dtype=np.int64)
-        keep = self.cols["eligible"][a:b] & self.matches(a, b, rows)
-        return np.flatnonzero(keep).astype(np.int64) + a + self.base
+        keep = cols["eligible"][a:b] & self.matches(a, b, rows, cols)
+        return np.flatnonzero(keep).astype(np.int64) + a + base
 
-    def matches(self, a: int, b: int, rows: RowFilter) -> np.ndarray:
+    def matches(
+        self, a: int, b: int, rows: RowFilter, cols: dict[str, np.ndarray] | None = None
+    ) -> np.ndarray:
         """Bool mask of the local rows ``[a, b)`` that ``rows`` keeps, eligible or not.
+        ``cols``: the columns those positions are of (a :meth:`frame`'s; default ``cols``).
 
         ``success_only``: rows of episodes marked a success (:meth:`set_outcome`).
         ``time_range``: rows whose ``timestamp`` (seconds since their episode's start) is in
         ``[t0, t1]``.
         """
-        c = self.cols
+        c = self.cols if cols is None else cols
         keep = np.ones(b - a, dtype=bool)
         for vocab, col, wanted in (
             (self.tasks, "task", rows.tasks),
@@ -446,7 +507,7 @@ class RowIndex:
         if rows.interventions_only:
             keep &= c["is_intervention"][a:b]
         if rows.success_only:
-            keep &= self.success_mask(a, b)
+            keep &= self.success_mask(a, b, c)
         if rows.time_range is not None:
             t0, t1 = float(rows.time_range[0]), float(rows.time_range[1])
             ts = c["timestamp"][a:b]

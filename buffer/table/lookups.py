@@ -2,9 +2,10 @@
 re-sync and the run's accounting ask (``ReplayBuffer.durable_seq``, ``stored_seqs``,
 ``contains``, ``retired_seqs``).
 
-A robot's durable seqs are those the row index holds plus those retention deleted before
-this open (``TableState.retired``, read from the directory's record); rows retired since
-open are in both, as the oldest of the robot's index seqs (``RetiredSeqs.in_index``).
+A robot's durable seqs are those the row index holds plus those retention deleted
+(``TableState.retired``, the directory's record); rows retired but not yet dropped from the
+index by compaction (``buffer.table.compaction``) are in both, as the oldest of the robot's
+index seqs (``RetiredSeqs.in_index``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from buffer.table.state import TableState
 
 def durable_seqs(st: TableState, robot_id: str | int) -> np.ndarray:
     """View of the robot's durable seqs in the row index, ascending (call with the lock
-    held); seqs retired before this open are not among them.
+    held); seqs the index dropped (or retired before this open) are not among them.
 
     A robot's seqs enter the index in row order, and only rows ``>= visible`` are still
     waiting for their fdatasync, so the durable ones are a prefix of its seq list.

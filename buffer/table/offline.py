@@ -48,6 +48,8 @@ class OfflineView:
         """The tasks its rows count as (``task``, or the rows' own task names), sorted."""
         if self.task is not None:
             return [self.task]
+        base, cols = self.buffer.index.frame()
+        held = self.rows[self.rows >= base]  # a mount of its own buffer: retention goes on
+        codes = np.unique(cols["task"][held - base]) if len(held) else []
         idx = self.buffer.index
-        codes = np.unique(idx.cols["task"][self.rows - idx.base]) if len(self.rows) else []
         return sorted(idx.tasks.names[int(c)] for c in codes)

@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from buffer.errors import NothingToSample
+from buffer.errors import NothingToSample, SegmentGoneError
 from buffer.sampling.view import Picks, Table
 from buffer.table.chunks import out_arrays
 from buffer.table.features import FINAL_PREFIX
+from buffer.table.index import Frame, RowIndex
 from buffer.table.state import TableState
 
 # Index columns every sampled row carries as is.
@@ -110,10 +111,11 @@ def read_transitions(
     snap = st.storage.snapshot()
     chunks, starts, _ = snap
     idx = st.index
-    b = idx.base
     with st.lock:
-        cols = {k: idx.cols[k] for k in SCALAR_OUT}
-        nxt_col = idx.cols["next_row"]
+        b, all_cols = idx.frame()
+    _check_held(rows, b)
+    cols = {k: all_cols[k] for k in SCALAR_OUT}
+    nxt_col = all_cols["next_row"]
     li = rows - b
     # A done step's next observation is its real final observation, stored beside it; an
     # interrupted episode's done step (buffer.table.index) has none but its stored successor.
@@ -139,9 +141,16 @@ def read_transitions(
                     nobs[k][pos] = v
     for k in SCALAR_OUT:
         out[k] = cols[k][li]
-    out.update(_names(st, li))
+    out.update(_names(idx, all_cols, li))
     out["index"] = rows.astype(np.int64)
     return out
+
+
+def _check_held(rows: np.ndarray, base: int) -> None:
+    """Raise ``SegmentGoneError`` when a row is below the index's ``base``: compaction
+    dropped it after retention deleted its segment (a sampler picked it just before)."""
+    if len(rows) and int(rows.min()) < base:
+        raise SegmentGoneError(f"row {int(rows.min())} was deleted by retention (first {base})")
 
 
 def read_sequences(
@@ -149,9 +158,7 @@ def read_sequences(
 ) -> dict[str, np.ndarray]:
     """Sequences of ``history + length`` steps around sorted global ``starts`` (see
     ``ReplayBuffer.sample_sequences`` for the keys and the padding rule)."""
-    idx = st.index
-    b = idx.base
-    grid, mask = _sequence_grid(st, starts, length, history)
+    grid, mask, (b, cols) = _sequence_grid(st, starts, length, history)
     B, T = grid.shape
     flat = grid.reshape(-1)
     snap = st.storage.snapshot()
@@ -159,8 +166,8 @@ def read_sequences(
     res: dict[str, np.ndarray] = {k: v.reshape((B, T, *v.shape[1:])) for k, v in out.items()}
     li = flat - b
     for k in SCALAR_OUT:
-        res[k] = idx.cols[k][li].reshape(B, T)
-    res.update({k: v.reshape(B, T) for k, v in _names(st, li).items()})
+        res[k] = cols[k][li].reshape(B, T)
+    res.update({k: v.reshape(B, T) for k, v in _names(st.index, cols, li).items()})
     res["mask"] = mask
     last = grid[np.arange(B), history + mask[:, history:].sum(axis=1) - 1]
     # A step past the episode end never came; the last valid one bootstraps.
@@ -176,7 +183,7 @@ def read_action_chunks(st: TableState, starts: np.ndarray, length: int) -> dict[
     """The actions of steps ``t .. t + length - 1`` of each start's episode: ``action_chunk``
     ``(B, length, A)`` and ``action_chunk_is_pad`` (bool ``(B, length)``, True past the
     episode's end, where the last real action repeats; LeRobot's ``action_is_pad``)."""
-    grid, mask = _sequence_grid(st, starts, length, 0)
+    grid, mask, _ = _sequence_grid(st, starts, length, 0)
     b, t = grid.shape
     actions = st.storage.gather(grid.reshape(-1), ["action"], count=False)["action"]
     return {
@@ -187,20 +194,26 @@ def read_action_chunks(st: TableState, starts: np.ndarray, length: int) -> dict[
 
 def _sequence_grid(
     st: TableState, starts: np.ndarray, length: int, history: int
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, Frame]:
     """Rows ``(B, history + length)`` following the episode links back from and forward of
-    each start, and the mask of real steps (False: padding repeating the nearest real one).
-    Forward only through transitions whose own successor is known, so the last real step can
-    bootstrap."""
+    each start, the mask of real steps (False: padding repeating the nearest real one) and
+    the index's ``(base, cols)`` the grid was read from. Forward only through transitions
+    whose own successor is known, so the last real step can bootstrap.
+
+    Raises:
+        SegmentGoneError: a start's row is gone (retention deleted it after the pick).
+    """
     idx = st.index
-    b = idx.base
     with st.lock:
-        nxt_col, prv_col = idx.cols["next_row"], idx.cols["prev_row"]
-        term, trunc = idx.cols["terminated"], idx.cols["truncated"]
-        elig = idx.cols["eligible"]
+        frame = idx.frame()
         visible = st.visible
         # History may reach rows retention already deleted: those are padding, not reads.
         kept = st.storage.chunks[0].first_row if st.storage.chunks else visible
+    b, cols = frame
+    _check_held(starts, b)
+    nxt_col, prv_col = cols["next_row"], cols["prev_row"]
+    term, trunc = cols["terminated"], cols["truncated"]
+    elig = cols["eligible"]
     lo = max(b, kept)
     B, T = len(starts), history + length
     grid = np.empty((B, T), dtype=np.int64)
@@ -224,13 +237,12 @@ def _sequence_grid(
         cur = np.where(ok, n, cur)
         grid[:, j] = cur
         mask[:, j] = ok
-    return grid, mask
+    return grid, mask, frame
 
 
-def _names(st: TableState, li: np.ndarray) -> dict[str, np.ndarray]:
-    """``task`` and ``robot_id`` (str objects) of index positions ``li``."""
-    idx = st.index
+def _names(idx: RowIndex, cols: dict[str, np.ndarray], li: np.ndarray) -> dict[str, np.ndarray]:
+    """``task`` and ``robot_id`` (str objects) of positions ``li`` of ``idx``'s ``cols``."""
     return {
-        "task": np.asarray(idx.tasks.names, dtype=object)[idx.cols["task"][li]],
-        "robot_id": np.asarray(idx.robots.names, dtype=object)[idx.cols["robot"][li]],
+        "task": np.asarray(idx.tasks.names, dtype=object)[cols["task"][li]],
+        "robot_id": np.asarray(idx.robots.names, dtype=object)[cols["robot"][li]],
     }

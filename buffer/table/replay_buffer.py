@@ -326,9 +326,10 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         """Transitions (steps with a known successor, or done) in the online window."""
-        lo, hi = self.window()
-        b = self.index.base
-        return int(np.count_nonzero(self.index.cols["eligible"][lo - b : hi - b]))
+        with self.state.lock:  # the window and the index's base, taken together
+            lo, hi = self.window()
+            b, cols = self.index.frame()
+        return int(np.count_nonzero(cols["eligible"][lo - b : hi - b]))
 
     @property
     def num_steps(self) -> int:
@@ -342,12 +343,15 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ sampling -----
     def view(self) -> SamplingView:
-        """What a sampler sees now: the window and the mounted offline views."""
-        lo, hi = self.window()
-        sources = [
+        """What a sampler sees now: the window and the mounted offline views; the online
+        index's ``(base, cols)`` is taken with the window (compaction may move it after)."""
+        with self.state.lock:
+            lo, hi = self.window()
+            frame = self.index.frame()
+        sources = [  # each takes its own index's frame (``Source``)
             Source(v.buffer, v.rows, v.name, task=v.task, tasks=v.task_names) for v in self.offline
         ]
-        return SamplingView(self, lo, hi, sources)
+        return SamplingView(self, lo, hi, sources, frame=frame)
 
     def sample(
         self,

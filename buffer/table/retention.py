@@ -6,7 +6,8 @@ storage (and so the sampling window) before their files are unlinked, and the di
 fsynced after the unlinks. Before any unlink, each segment's robots and seqs are appended to
 the directory's record (``buffer.table.retired``) and fsynced: a segment is never deleted
 without its line, so a reopen still knows which acknowledged steps were stored. After the
-unlinks the record may be folded (``RetiredSeqs.fold``), so it stays a few lines per robot.
+unlinks the record may be folded (``RetiredSeqs.fold``), so it stays a few lines per robot,
+and once enough rows are gone the row index drops them too (``buffer.table.compaction``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from buffer.table.chunks import Segment
+from buffer.table.compaction import maybe_compact
 from buffer.table.state import TableState
 from foundation.durable import fsync_dir
 
@@ -56,7 +58,8 @@ class Retention:
     def apply(self, state: TableState) -> None:
         """Delete the oldest segments (never the last) while the sealed bytes on disk exceed
         ``max_bytes``: their rows are recorded (``state.retired``, fsynced), their chunks
-        leave ``state.storage``, then their files are unlinked. When the record cannot be
+        leave ``state.storage``, then their files are unlinked, and the row index drops
+        the rows once enough are gone (``maybe_compact``). When the record cannot be
         written (a full disk), nothing is deleted and the next call tries again."""
         storage = state.storage
         limit = self.max_bytes
@@ -96,6 +99,7 @@ class Retention:
             state.retired.fold()
         except OSError as exc:  # the record is whole as it was; the next deletion retries
             log.warning("%s: the retired record is not folded: %s", self.directory, exc)
+        maybe_compact(state)
 
 
 def _rows_of(state: TableState, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:

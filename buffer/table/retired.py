@@ -172,7 +172,8 @@ class _Runs:
 class RetiredSeqs:
     """The record of ``directory`` in memory: per robot (its ``robot_id`` string) the seqs
     retention deleted, and how many of them the row index still holds (rows retired since
-    open: the index keeps their seqs until the buffer is reopened).
+    open: the index keeps their seqs until compaction drops their rows,
+    ``buffer.table.compaction``, which counts them out of ``in_index``).
 
     Not thread-safe on its own: call every method with the buffer's lock held.
     """
