@@ -70,6 +70,9 @@ class PrioritizedSampler(Sampler):
     """
 
     LOOKBACK = 1 << 16
+    # Leaves below the window (retention deleted their rows) are dropped once they are half
+    # the tree and at least this many: the tree then holds the window, not every row written.
+    REBASE_MIN = 1 << 16
 
     def __init__(self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6) -> None:
         self.alpha, self.beta, self.eps = alpha, beta, eps
@@ -85,11 +88,15 @@ class PrioritizedSampler(Sampler):
             self.scan_from = max(view.lo, view.base)
             self.window_lo = self.scan_from
         base = self.base
-        self.tree.grow(view.hi - base)
         if view.lo > self.window_lo:
-            gone = np.arange(self.window_lo, view.lo) - base
+            gone = np.arange(self.window_lo, min(view.lo, base + len(self.tree.leaves()))) - base
             self.tree.set(gone[gone >= 0], np.zeros(len(gone[gone >= 0])))
             self.window_lo = view.lo
+        dead = self.window_lo - base
+        if dead >= max(self.REBASE_MIN, (view.hi - base) // 2):
+            self._rebase(self.window_lo)
+            base = self.window_lo
+        self.tree.grow(view.hi - base)
         start = max(self.scan_from, view.lo, view.hi - self.LOOKBACK)
         if start >= view.hi:
             return
@@ -100,6 +107,17 @@ class PrioritizedSampler(Sampler):
         self.tree.set(new - base, np.full(len(new), self.max_priority**self.alpha))
         pending = np.flatnonzero(~elig)
         self.scan_from = start + int(pending[0]) if pending.size else view.hi
+
+    def _rebase(self, to: int) -> None:
+        """Drop the leaves of rows below ``to`` (all zero: below the window); rows keep their
+        priorities, leaf ``i`` becomes row ``to + i``."""
+        assert self.base is not None
+        kept = self.tree.leaves()[to - self.base :].copy()
+        used = np.flatnonzero(kept)
+        kept = kept[: int(used[-1]) + 1] if used.size else kept[:0]
+        self.tree = SumTree(len(kept))
+        self.tree.set(np.arange(len(kept)), kept)
+        self.base = to
 
     def sample_indices(
         self, view: SamplingView, batch_size: int, rng: np.random.Generator

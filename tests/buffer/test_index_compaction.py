@@ -231,3 +231,32 @@ def test_sampling_beside_compaction_reads_the_rows_it_picked(tmp_path, monkeypat
         writer.join()
         assert not failures and drawn >= 20 and gave_up <= drawn
         assert buf.index.base > 0
+
+
+def test_prioritized_replay_holds_the_window_not_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prioritized sampler's sum tree drops the leaves of rows retention deleted, keeps
+    the priorities it was given for rows still stored, and draws only stored rows."""
+    from buffer import PrioritizedSampler
+
+    monkeypatch.setattr(PrioritizedSampler, "REBASE_MIN", 16)
+    monkeypatch.setattr(compaction, "COMPACT_MIN_ROWS", MIN_ROWS)
+    ps = PrioritizedSampler()
+    sizes = []
+    with open_buffer(tmp_path / "b", **WIDER) as buf:
+        for e in range(120):
+            a, b = _round(e)
+            buf.append(a)
+            buf.append(b)
+            buf.flush()
+            got = buf.sample(32, ps, rng=np.random.default_rng(e))
+            lo, hi = buf.window()
+            assert ((got["index"] >= lo) & (got["index"] < hi)).all(), e
+            ps.update_priorities(got["index"], np.full(32, 5.0))
+            sizes.append(len(ps.tree.leaves()))
+        # The priorities just set are where the tree says, after its rebases.
+        assert ps.base is not None and ps.base > 0
+        held = ps.tree.leaves()[got["index"] - ps.base]
+        assert np.allclose(held, (5.0 + ps.eps) ** ps.alpha)
+    assert hi > 2000 and max(sizes[60:]) <= 512, (hi, sizes[-10:])
