@@ -198,7 +198,7 @@ def _plots(
         ax1.set_ylabel("success rate (policy alone)")
         ax1.set_ylim(-0.05, 1.05)
         ax1.grid(alpha=0.3)
-        xs2, rates = _smoothed_rate(progress, xkey)
+        xs2, rates = smoothed_rate(progress, xkey)
         if xs2:
             ax2.plot([x * scale for x in xs2], rates, "r-")
         ax2.set_xlabel(xlabel)
@@ -249,17 +249,20 @@ def _effort_plot(run_dir: Path, evals: list[dict[str, Any]], effort: list[dict[s
     return str(path)
 
 
-def _smoothed_rate(
+def smoothed_rate(
     progress: list[dict[str, Any]], xkey: str, window_s: float = 30.0
 ) -> tuple[list[float], list[float]]:
     """Interventions / env steps over the trailing ``window_s`` of wall time, from the
-    cumulative counts (points before the robots' first step are left out)."""
+    cumulative counts (points before the robots' first step are left out). Where rows are
+    further apart than ``window_s`` (the older part of a thinned ``progress.jsonl``) the rate
+    is over the gap to the previous row."""
     xs: list[float] = []
     rates: list[float] = []
     j = 0
     for i, p in enumerate(progress):
         while progress[j]["wall_s"] < p["wall_s"] - window_s:
             j += 1
+        j = min(j, i - 1) if i else 0
         steps = p["env_steps"] - progress[j]["env_steps"]
         if steps > 0 and i > j:
             xs.append(p[xkey])

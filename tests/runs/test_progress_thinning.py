@@ -4,6 +4,7 @@ going to it as before."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -74,3 +75,19 @@ def test_a_run_thins_its_progress_file_past_the_cap(tmp_path) -> None:
     )
     ids = [x["i"] for x in lines[:-1]]
     assert ids == sorted(set(ids))
+
+
+def test_the_reports_intervention_curve_spans_a_thinned_file(tmp_path) -> None:
+    """The older rows of a thinned file are further apart than the report's 30 s window: its
+    intervention-rate curve still starts at the run's start, over the gaps."""
+    from runs.report import smoothed_rate
+
+    path = tmp_path / PROGRESS_FILE
+    progress = ProgressFile(path, cap=64)
+    for i in range(2000):  # a row every 2 s, 1 intervention in 4 steps
+        progress.append({"wall_s": 2.0 * i, "env_steps": 40 * i, "interventions": 10 * i})
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert max(b["wall_s"] - a["wall_s"] for a, b in itertools.pairwise(rows)) > 30
+    xs, rates = smoothed_rate(rows, "wall_s")
+    assert xs[0] <= rows[1]["wall_s"] and len(xs) == len(rows) - 1
+    assert all(abs(r - 0.25) < 1e-9 for r in rates)
