@@ -223,7 +223,8 @@ class Soak:
                 t = threading.Thread(target=self._inject, args=(kind,), name=f"fault-{kind}")
                 t.start()
                 threads.append(t)
-            self.sample()
+            if now < window:  # the steady state only: not the runs' final reports after it
+                self.sample()
             if (
                 now >= window
                 and not pending
@@ -473,6 +474,8 @@ def main(argv: Sequence[str] = ()) -> int:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     summary["wall_s"] = round(time.monotonic() - t0, 1)
+    if args.work is not None:  # every sampled series, for a look beyond the verdicts
+        (work / "series.json").write_text(json.dumps(soak.series))
     soak_report.print_tables(summary)
     print(json.dumps(summary, default=str), flush=True)
     return 0 if summary["ok"] else 1
