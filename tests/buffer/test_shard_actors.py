@@ -131,7 +131,10 @@ def test_shard_actors_route_count_mount_and_survive_a_sigkill(
 
 
 def _hold(sock: socket.socket, port: int, timeout_s: float = 10.0) -> None:
-    """Listen on ``port`` as soon as its dead owner's socket is gone."""
+    """Listen on ``port`` as soon as its dead owner's socket is gone. SO_REUSEADDR, as the
+    shard's own listener (libzmq) has: without it the dead server's connections in TIME_WAIT
+    keep the port from this socket while Ray's restart of the shard binds it first."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
