@@ -12,21 +12,16 @@ from sqlalchemy import select
 
 from buffer import ReplayBuffer, StepSchema
 from foundation.runspec import parse_run_spec
-from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.metrics import METRIC_NAMES, Metric
-from foundation.store.models import Run
 from runs.clock import RunClock
 from runs.progress import RunProgress
 from runs.report import write_report
 from tests.cloud_learner.helpers import ACTION, STATE, rows
+from tests.fakes.cloud import migrated_store
 
 
 def test_progress_metrics_and_report_count_robot_and_offline_rows_apart(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/meta.db"
-    upgrade(url)
-    store = MetadataStore(url)
-    with store.session() as s:
-        s.add(Run(id="run-1", algorithm="hg-dagger"))
+    store = migrated_store(f"sqlite:///{tmp_path}/meta.db", "run-1", algorithm="hg-dagger")
     schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
     buffer = ReplayBuffer.open(tmp_path / "buffer", schema)
     demos = [{**r, "is_intervention": True} for r in rows(100, robot_id="demo")]

@@ -10,12 +10,11 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from buffer import ReplayBuffer, StepSchema
-from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.metrics import Metric
-from foundation.store.models import Run
 from runs.clock import RunClock
 from runs.progress import RunProgress, append_record
 from tests.cloud_learner.helpers import ACTION, STATE, rows
+from tests.fakes.cloud import migrated_store
 from tests.fakes.disk import TmpfsDisk
 
 
@@ -25,11 +24,7 @@ def _lines(path: Path) -> list[dict[str, object]]:
 
 def test_progress_records_go_on_through_a_full_disk(tmp_path: Path) -> None:
     disk = TmpfsDisk(tmp_path / "run", size="1m")
-    url = f"sqlite:///{tmp_path}/meta.db"
-    upgrade(url)
-    store = MetadataStore(url)
-    with store.session() as s:
-        s.add(Run(id="run-1", algorithm="hg-dagger"))
+    store = migrated_store(f"sqlite:///{tmp_path}/meta.db", "run-1", algorithm="hg-dagger")
     schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
     buffer = ReplayBuffer.open(tmp_path / "buffer", schema)
     buffer.append(schema.batch_from_records(rows(60, episode_steps=30)))

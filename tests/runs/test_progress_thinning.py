@@ -8,12 +8,11 @@ import itertools
 import json
 from pathlib import Path
 
-from foundation.store.metadata_store import MetadataStore, upgrade
-from foundation.store.models import Run
 from runs import progress_file
 from runs.clock import RunClock
 from runs.progress import RunProgress
 from runs.progress_file import PROGRESS_FILE, PROGRESS_ROWS, ProgressFile, count_lines
+from tests.fakes.cloud import migrated_store
 
 
 def _ids(path: Path) -> list[int]:
@@ -52,11 +51,7 @@ def test_a_run_thins_its_progress_file_past_the_cap(tmp_path) -> None:
 
     path = tmp_path / PROGRESS_FILE
     path.write_text("".join(json.dumps({"i": i}) + "\n" for i in range(PROGRESS_ROWS)))
-    url = f"sqlite:///{tmp_path}/meta.db"
-    upgrade(url)
-    store = MetadataStore(url)
-    with store.session() as s:
-        s.add(Run(id="run-1", algorithm="hg-dagger"))
+    store = migrated_store(f"sqlite:///{tmp_path}/meta.db", "run-1", algorithm="hg-dagger")
     schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
     buffer = ReplayBuffer.open(tmp_path / "buffer", schema)
     buffer.append(schema.batch_from_records(rows(60, episode_steps=30)))
