@@ -5,6 +5,7 @@ that keeps rows deleted by retention apart from rows lost."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -99,9 +100,10 @@ def test_missing_steps_where_unread_rows_could_hold_them_are_unverified_not_lost
     assert (got["9"].unverified, got["9"].lost) == (5, 1)  # seqs 3..7 could be there; 10 not
 
 
-def test_segments_retention_deleted_unread_are_known_from_the_buffers_record(tmp_path) -> None:
-    """The ledger reads the buffer's record of deleted segments: a segment sealed and deleted
-    between two scans is counted as deleted by retention, not unseen (before: unverified)."""
+def _retained_unread(tmp_path: Path, scan_at: int | None = None) -> tuple[Any, ...]:
+    """Two robots' 380 acknowledged steps each through a buffer with small segments and
+    retention, the ledger scanning at ``scan_at`` (a seq) and once at the end: the ledger,
+    the acked and stored seqs per robot, and ``count_steps``' figures."""
     from buffer import BufferSettings, ReplayBuffer
     from robofleet.bench.soak_report import final_seqs
     from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps
@@ -112,12 +114,19 @@ def test_segments_retention_deleted_unread_are_known_from_the_buffers_record(tmp
         for first in range(20, 400, 20):
             buf.append(buffer_steps(2, first - 20, 20))
             buf.append(buffer_steps(1, first - 20, 20))
-            if first == 100:
-                ledger.scan()  # some segments read before retention deletes them
-    ledger.scan()  # most segments were deleted unread
+            if first == scan_at:
+                ledger.scan()
+    ledger.scan()
     acked = {"1": np.arange(380, dtype=np.int64), "2": np.arange(380, dtype=np.int64)}
     stored = final_seqs(tmp_path, acked)
-    got = count_steps(ledger, ledger.on_disk(), acked, stored)
+    return ledger, acked, stored, count_steps(ledger, ledger.on_disk(), acked, stored)
+
+
+def test_segments_retention_deleted_unread_are_known_from_the_buffers_record(tmp_path) -> None:
+    """The ledger reads the buffer's record of deleted segments: a segment sealed and deleted
+    between two scans is counted as deleted by retention, not unseen (before: unverified)."""
+    # some segments read before retention deletes them, most deleted unread
+    ledger, acked, stored, got = _retained_unread(tmp_path, scan_at=100)
     assert ledger.rows_unseen() == 0 and ledger.unreadable == 0
     for key, seqs in acked.items():
         c = got[key]
@@ -135,22 +144,10 @@ def test_segments_folded_out_of_the_record_unread_are_unverified_not_lost(
     """Once retention folds its record (a line per robot, naming no rows), segments sealed,
     deleted and folded between two scans are unseen rows: their steps are unverified, never
     lost nor stored twice."""
-    from buffer import BufferSettings, ReplayBuffer
     from buffer.table import retired
-    from robofleet.bench.soak_report import final_seqs
-    from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps
 
     monkeypatch.setattr(retired, "FOLD_LINES", 2)
-    small = BufferSettings(segment_target_bytes=2000, retention_max_bytes=8000)
-    ledger = SegmentLedger(tmp_path / "buffer")
-    with ReplayBuffer.open(tmp_path / "buffer", BUFFER_SCHEMA, small) as buf:
-        for first in range(20, 400, 20):
-            buf.append(buffer_steps(2, first - 20, 20))
-            buf.append(buffer_steps(1, first - 20, 20))
-    ledger.scan()
-    acked = {"1": np.arange(380, dtype=np.int64), "2": np.arange(380, dtype=np.int64)}
-    stored = final_seqs(tmp_path, acked)
-    got = count_steps(ledger, ledger.on_disk(), acked, stored)
+    ledger, acked, stored, got = _retained_unread(tmp_path)
     assert ledger.rows_unseen() > 0
     for key, seqs in acked.items():
         c = got[key]
