@@ -18,6 +18,7 @@ import argparse
 import collections
 import json
 import pickle
+import statistics
 import sys
 import threading
 import time
@@ -238,6 +239,17 @@ class _Measured:
     def zmq_bps(self) -> float:
         return self.total_zmq / min(self.zmq_runs)
 
+    def round_ratios(self) -> list[float]:
+        """Ours / raw pyzmq per round (each pair ran back to back, so a round's ratio is
+        free of the machine's slower and faster minutes)."""
+        return [
+            (self.total / o) / (self.total_zmq / z)
+            for o, z in zip(self.ours_runs, self.zmq_runs, strict=True)
+        ]
+
+    def median_ratio(self) -> float:
+        return float(statistics.median(self.round_ratios()))
+
     @property
     def pickle_bps(self) -> float:
         return self.pickle_bytes / self.t_pickle if self.t_pickle else float("nan")
@@ -270,6 +282,10 @@ def _result(m: _Measured, cam: _Measured) -> dict[str, Any]:
         "upload_ratio_vs_unary_pickle": round(m.ours_bps / m.pickle_bps, 3),
         "upload_ratio_vs_zmq_grpc_bytes_only": round(m.grpc_bps / m.zmq_bps, 3),
         "camera_upload_ratio_vs_zmq": round(cam.ours_bps / cam.zmq_bps, 3),
+        "upload_ratio_median": round(m.median_ratio(), 3),
+        "camera_upload_ratio_median": round(cam.median_ratio(), 3),
+        "upload_ratio_rounds": [round(r, 3) for r in m.round_ratios()],
+        "camera_upload_ratio_rounds": [round(r, 3) for r in cam.round_ratios()],
         "upload_bytes_per_s": round(m.ours_bps),
         "upload_bytes_per_s_grpc_bytes_only": round(m.grpc_bps),
         "zmq_bytes_per_s": round(m.zmq_bps),
@@ -311,6 +327,12 @@ def _print_table(m: _Measured, cam: _Measured, n_batches: int, repeats: int) -> 
     c = Console()
     c.print(t)
     c.print(
+        f"Median over {repeats} rounds of robofleet / raw pyzmq, each round's pair back to back:"
+        f" {m.median_ratio():.3f} (rounds {', '.join(f'{r:.3f}' for r in m.round_ratios())});"
+        f" camera steps {cam.median_ratio():.3f}"
+        f" (rounds {', '.join(f'{r:.3f}' for r in cam.round_ratios())})."
+    )
+    c.print(
         "Delivery: robofleet acks each batch after the cloud parsed and validated it and its "
         "sink took it (here a sink that records each robot's seqs and drops the rows, no "
         "fsync; with the replay buffer an ack means fdatasynced, see `robofleet bench fleet`); "
@@ -326,13 +348,19 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--config", default=None)
     parser.add_argument("--quick", action="store_true", help="smaller volume")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="interleaved rounds (default 3; --quick 2)"
+    )
     args = parser.parse_args(list(argv))
+    if args.rounds is not None and args.rounds < 1:
+        print("bench transport: --rounds must be >= 1", file=sys.stderr)
+        return 2
     import logging
 
     logging.disable(logging.WARNING)
     n_batches = 100 if args.quick else 400
     batches = _batches(n_batches, rows=256, obs_bytes=2048)  # 512 KiB of observations a batch
-    repeats = 2 if args.quick else 3
+    repeats = args.rounds or (2 if args.quick else 3)
     measured = _measure(batches, repeats)
     t_pickle, pickle_bytes = _unary_pickle(batches, 2000 if args.quick else 5000)
     measured = replace(measured, t_pickle=t_pickle, pickle_bytes=pickle_bytes)
