@@ -67,22 +67,31 @@ class _Upload:
     max_bytes: int
     resync: bool = False
     rows: int = 0
+    refused: Exception | None = None  # the refusal that ends this stream
 
     def take(self, data: Any) -> pb.UploadAck:
         """Acknowledge one whole batch (empty: a hello / re-sync) after storing its new rows.
 
-        After a refusal (backpressure) later batches are refused too, until the client
-        re-syncs, so nothing is stored out of order around the refused batch.
+        After backpressure later batches are answered with backpressure too, until the client
+        re-syncs; after a refusal that ends the stream every later batch gets that refusal.
+        Either way nothing is stored past a batch that was not: batches already in flight
+        behind it would be acknowledged with a durable seq that covers its seqs, and the
+        robot would drop steps the sink never stored (a gap is a legal seq sequence, so the
+        sink cannot tell).
 
         Raises:
-            StepFormatError, ForeignRowsError, SinkRejected, SinkFull, SinkClosed: the stream
-                must be ended.
+            StepFormatError, ForeignRowsError, SinkRejected, SinkFull, SinkClosed,
+                BatchTooLarge: the stream must be ended.
         """
+        if self.refused is not None:
+            raise self.refused
         if not len(data):
             self.resync = False  # the client resends from ``durable``
             return pb.UploadAck(durable_seq=self.durable)
         ack = pb.UploadAck(durable_seq=self.durable)
         try:
+            if len(data) > self.max_bytes:
+                raise BatchTooLarge(f"step batch over {self.max_bytes} bytes")
             rows, self.durable = _ingest(
                 data,
                 self.robot_id,
@@ -91,6 +100,9 @@ class _Upload:
                 None if self.resync else self.sink,
                 self.lock,
             )
+        except tuple(_REFUSALS) as exc:
+            self.refused = exc
+            raise
         except Backpressure as bp:
             ack.backpressure = True
             ack.retry_after_ms = int(bp.retry_after_s * 1000)
@@ -118,8 +130,6 @@ class _Upload:
         before = self.rows
         for data in batches:
             try:
-                if len(data) > self.max_bytes:
-                    raise BatchTooLarge(f"step batch over {self.max_bytes} bytes")
                 ack = self.take(data)
             except tuple(_REFUSALS) as exc:
                 return acks, exc, self.rows - before
