@@ -76,6 +76,14 @@ def fault_schedule(minutes: float) -> list[tuple[float, str]]:
     )
 
 
+def end_grace_s(minutes: float) -> float:
+    """How long the soak waits, after its window, for the runs to end: 420 s, and 45 s more
+    for every fault cycle past the first. A run's clock stops while its cloud is down and
+    while it resumes (10-25 s a cloud kill here, more on a loaded machine), so an hour's runs
+    end minutes after the window."""
+    return 420.0 + 45.0 * (len(fault_schedule(minutes)) // len(CYCLE) - 1)
+
+
 def beyond_deadlines(comms: Any) -> float:
     """Seconds longer than every deadline a stream has: idle timeout plus a keepalive round,
     and 5 s more."""
@@ -97,6 +105,8 @@ class Soak:
         from comms.config import CommsSettings
 
         self.args = args
+        grace = args.end_grace_s
+        self.end_grace_s = end_grace_s(args.minutes) if grace is None else float(grace)
         self.work = work
         self.comms = CommsSettings()
         self.hold_s = beyond_deadlines(self.comms)
@@ -232,8 +242,8 @@ class Soak:
                 and self._ended()
             ):
                 break
-            if now >= window + self.args.end_grace_s:
-                log.error("the runs did not end within %.0fs of the window", self.args.end_grace_s)
+            if now >= window + self.end_grace_s:
+                log.error("the runs did not end within %.0fs of the window", self.end_grace_s)
                 break
             time.sleep(self.args.sample_every)
         return self.finish()
@@ -449,8 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--segment-kib", type=int, default=256, help="buffer segment size")
     p.add_argument("--retention-kib", type=int, default=1536, help="buffer retention limit")
     p.add_argument("--disk-mib", type=int, default=256, help="the data tmpfs's size")
-    p.add_argument("--end-grace-s", type=float, default=420.0,
-                   help="longest wait for the runs to end after the last minute")  # fmt: skip
+    p.add_argument("--end-grace-s", type=float, default=None,
+                   help="longest wait for the runs to end after the last minute (default: "
+                   "420 s + 45 s a fault cycle past the first)")  # fmt: skip
     p.add_argument("--work", type=Path, default=None, help="keep the soak's files here")
     return p
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from robofleet.bench.soak import FAULTS, fault_schedule
+from robofleet.bench.soak import FAULTS, end_grace_s, fault_schedule
 from robofleet.bench.soak_ledger import SegmentLedger, SegmentRows, count_steps
 from robofleet.bench.soak_probe import judge, proc_sample, second_half
 from robofleet.bench.soak_report import tolerance
@@ -65,6 +65,13 @@ def test_three_minutes_inject_every_fault_once_and_ten_three_times() -> None:
     assert max(at for at, _ in ten) < 600
     with pytest.raises(ValueError, match="--minutes"):
         fault_schedule(0)
+
+
+def test_the_wait_for_the_runs_to_end_grows_with_the_cloud_kills_they_sat_out() -> None:
+    # Each cycle kills the cloud once; a run's clock stops while its cloud is down.
+    assert end_grace_s(3) == 420.0
+    assert end_grace_s(10) == 420.0 + 2 * 45.0
+    assert end_grace_s(60) == 420.0 + 19 * 45.0
 
 
 def _rows(robot: str, seqs: list[int]) -> SegmentRows:
