@@ -413,7 +413,51 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=256, help="the policy's hidden layer width")
     p.add_argument("--actors", type=int, default=4, help="actors of the wide parameter push")
     p.add_argument("--rounds", type=int, default=3, help="rounds of each measurement (median)")
+    p.add_argument(
+        "--learning-minutes",
+        type=float,
+        default=5.0,
+        help="each side's wall-clock budget of the learning comparison (0: skip it)",
+    )
+    p.add_argument(
+        "--episode-s", type=float, default=3.0, help="the actor's episode limit (seconds)"
+    )
+    p.add_argument(
+        "--learning-starts", type=int, default=100, help="online transitions before learning"
+    )
+    p.add_argument(
+        "--demo-episodes",
+        type=int,
+        default=20,
+        help="scripted demonstrations both learners mount (LeRobot's learner needs a dataset)",
+    )
+    p.add_argument(
+        "--bucket-s", type=float, default=60.0, help="the success curve's bucket (seconds)"
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the learning comparison's logs and configs here (default: a temporary dir)",
+    )
     return p
+
+
+def _learning(args: argparse.Namespace) -> dict[str, Any]:
+    from robofleet.bench.lerobot_learning import Setup, learning
+
+    logging.disable(logging.NOTSET)
+    setup = Setup(
+        minutes=args.learning_minutes,
+        episode_s=args.episode_s,
+        learning_starts=args.learning_starts,
+        demo_episodes=args.demo_episodes,
+        bucket_s=args.bucket_s,
+    )
+    if args.work is not None:
+        return learning(setup, args.work)
+    with tempfile.TemporaryDirectory(prefix="robofleet-bench-lerobot-learning-") as tmp:
+        return learning(setup, Path(tmp))
 
 
 def main(argv: Sequence[str]) -> int:
@@ -426,6 +470,20 @@ def main(argv: Sequence[str]) -> int:
             return 2
     if args.rounds < 1:
         print("bench lerobot: --rounds must be >= 1", file=sys.stderr)
+        return 2
+    bad = [
+        name
+        for name, ok in (
+            ("--learning-minutes", args.learning_minutes >= 0),
+            ("--episode-s", args.episode_s > 0),
+            ("--learning-starts", args.learning_starts >= 1),
+            ("--demo-episodes", args.demo_episodes >= 1),
+            ("--bucket-s", args.bucket_s > 0),
+        )
+        if not ok
+    ]
+    if bad:
+        print(f"bench lerobot: out of range: {', '.join(bad)}", file=sys.stderr)
         return 2
     # LeRobot's actor threads log an ERROR when their channel closes at the end of a measure.
     logging.disable(logging.ERROR)
@@ -491,6 +549,8 @@ def main(argv: Sequence[str]) -> int:
         result[f"ours_push_{k}_s"] = ours_p[k]
         result[f"lerobot_push_{k}_s"] = lerobot_p[k]
         result[f"push_{k}_ratio"] = ours_p[k] / lerobot_p[k]
+    if args.learning_minutes > 0:
+        result["learning"] = _learning(args)
     print(json.dumps(result))
     return 0
 
