@@ -169,26 +169,45 @@ class Robots:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def _append(self, batch: pa.RecordBatch) -> None:
+    def _append(self, batch: pa.RecordBatch) -> bool:
+        """Append ``batch``, sent again while its shard refuses; False: given up at
+        :meth:`halt`.
+
+        Raises:
+            TimeoutError: the shard refused it for ``cfg.timeout_s``.
+        """
+        deadline = time.monotonic() + self.cfg.timeout_s
         while True:
             try:
                 self.shards.append(batch)
-                return
+                return True
             except BackpressureError as exc:
+                if time.monotonic() > deadline:
+                    msg = f"a shard refused appends for {self.cfg.timeout_s} s"
+                    raise TimeoutError(msg) from exc
                 if self._stop.wait(exc.retry_after_s):
-                    return
+                    return False
 
     def prefill(self, per_robot: Sequence[Sequence[pa.RecordBatch]]) -> None:
-        """Append each robot's batches (robot ``i``: ``per_robot[i]``, seqs from 0)."""
+        """Append each robot's batches (robot ``i``: ``per_robot[i]``, seqs from 0).
+
+        Raises:
+            RuntimeError: a robot's append failed (its error chained).
+        """
 
         def one(name: str, batches: Sequence[pa.RecordBatch]) -> None:
-            for b in batches:
-                self._append(b)
-                self._next_seq[name] += b.num_rows
+            try:
+                for b in batches:
+                    if not self._append(b):
+                        return
+                    self._next_seq[name] += b.num_rows
+            except BaseException as exc:  # raised below, in the caller's thread
+                self.errors.append(exc)
 
         run_threads(
             [lambda n=n, bs=bs: one(n, bs) for n, bs in zip(self.names, per_robot, strict=True)]
         )
+        self._raise_errors()
 
     def start(self) -> None:
         for i, name in enumerate(self.names):
@@ -204,7 +223,8 @@ class Robots:
             while not self._stop.wait(max(0.0, due - time.monotonic())):
                 seq0 = self._next_seq[name]
                 (b,) = make_batches(self.schema, name, 1, rng, self.cfg.chunk, seq0=seq0)
-                self._append(b)
+                if not self._append(b):
+                    return
                 self._next_seq[name] += b.num_rows
                 with self._lock:
                     self.rows += b.num_rows
@@ -226,6 +246,9 @@ class Robots:
             RuntimeError: a robot's append failed (its error chained).
         """
         self.halt()
+        self._raise_errors()
+
+    def _raise_errors(self) -> None:
         if self.errors:
             raise RuntimeError("a robot's append failed") from self.errors[0]
 
