@@ -36,10 +36,12 @@ def make_batches(
     rng: np.random.Generator,
     chunk: int = 64,
     episode_len: int = 200,
+    seq0: int = 0,
 ) -> list[pa.RecordBatch]:
-    """``chunks`` record batches of ``chunk`` steps of ``robot`` (random frames and states)."""
+    """``chunks`` record batches of ``chunk`` steps of ``robot`` (random frames and states),
+    its seqs from ``seq0`` on (a robot that keeps recording: ``buffer.bench.learner_view``)."""
     n = chunks * chunk
-    seq = np.arange(n, dtype=np.int64)
+    seq = seq0 + np.arange(n, dtype=np.int64)
     frame = seq % episode_len
     done = frame == episode_len - 1
     values: dict[str, np.ndarray] = {}

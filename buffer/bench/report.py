@@ -22,7 +22,30 @@ def print_table(r: dict[str, float], result: dict[str, Any]) -> None:
         t.add_column(col, justify=justify)  # type: ignore[arg-type]
     for row in _ingest_rows(r, result) + _sample_rows(r, result) + _camera_rows(r, result):
         t.add_row(*row)
-    for row in _memory_rows(r) + _shard_rows(r):
+    for row in _memory_rows(r) + _shard_rows(r) + learner_rows(r):
+        t.add_row(*row)
+    Console().print(t)
+
+
+def print_learner_table(r: dict[str, float], shard_counts: tuple[int, ...]) -> None:
+    """The learner view's rows alone (``python -m buffer.bench.learner_view``)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    counts = ", ".join(str(k) for k in shard_counts)
+    t = Table(
+        title=f"bench buffer: the learner's view of {counts} shards while "
+        f"{r['learner_robots']:.0f} robots write {r['learner_robot_hz']:g} camera steps/s each"
+    )
+    for col, justify in (
+        ("measure", "left"),
+        ("robofleet buffer", "right"),
+        ("baseline", "right"),
+        ("ratio", "right"),
+        ("target", "right"),
+    ):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for row in learner_rows(r, shard_counts):
         t.add_row(*row)
     Console().print(t)
 
@@ -176,3 +199,39 @@ def _shard_rows(r: dict[str, float]) -> list[tuple[str, ...]]:
             "",
         )
     ]
+
+
+def learner_rows(
+    r: dict[str, float], shard_counts: tuple[int, ...] = (1, 2, 4)
+) -> list[tuple[str, ...]]:
+    """Per shard count: the learner's full-speed data rate against the numpy gather, and its
+    wait for data at its update rate (``buffer.bench.learner_view``)."""
+    rows: list[tuple[str, ...]] = []
+    for k in shard_counts:
+        if f"learner_batches_per_s_{k}" not in r:
+            continue
+        shards = f"{k} shard{'s' if k > 1 else ''}"
+        rows.append(
+            (
+                f"learner view, {shards}, robots writing: camera batch of "
+                f"{r['learner_batch_rows']:.0f} at full speed (ms) vs numpy gather",
+                f"{r[f'learner_ms_per_batch_{k}']:.1f} ({r[f'learner_batches_per_s_{k}']:.1f}/s, "
+                f"{r[f'learner_mb_per_s_{k}']:,.0f} MB/s)",
+                f"{r['learner_gather_ms']:.1f}",
+                f"{r[f'learner_ratio_vs_gather_{k}']:.2f}",
+                "",
+            )
+        )
+        rows.append(
+            (
+                f"  learner at {r['learner_hz']:g} updates/s: time waiting for data "
+                "(wait p50 / p99 ms, updates/s)",
+                f"{100 * r[f'learner_wait_fraction_{k}']:.1f} % "
+                f"({r[f'learner_wait_p50_ms_{k}']:.1f} / {r[f'learner_wait_p99_ms_{k}']:.1f}, "
+                f"{r[f'learner_updates_per_s_{k}']:.1f})",
+                "",
+                "",
+                "< 5 %",
+            )
+        )
+    return rows

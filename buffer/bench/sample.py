@@ -83,10 +83,12 @@ def numpy_gather(
     arrays: dict[str, np.ndarray],
     scalars: dict[str, np.ndarray],
     rng: np.random.Generator,
+    batch: int = BATCH,
 ) -> dict[str, np.ndarray]:
-    """The baseline batch: random rows of every column, next observations at ``idx + 1``."""
+    """The baseline batch: ``batch`` random rows of every column, next observations at
+    ``idx + 1``."""
     n = len(next(iter(scalars.values())))
-    idx = rng.integers(0, n - 1, size=BATCH)
+    idx = rng.integers(0, n - 1, size=batch)
     out = {k: v[idx] for k, v in arrays.items()}
     for k in schema.observations:
         out[FINAL_PREFIX + k] = arrays[k][idx + 1]

@@ -14,6 +14,9 @@ Steps: an 84x84x3 uint8 image, a 32-d float32 state, a 7-d float32 action and th
   steps in 2,000-step episodes, in a fresh process (``buffer.bench.memory_probe``).
 * ``--shards N``: ingest with 1 and N shards, each shard its own process
   (``buffer.bench.shards``).
+* ``--learner-view``: camera batches of 256 drawn by a learner from 1, 2 and 4 shard actors
+  while robots write, at full speed and at ``--learner-hz``, against the numpy gather
+  (``buffer.bench.learner_view``).
 
 Prints a rich table, then one JSON object as the last line.
 """
@@ -32,6 +35,7 @@ from typing import Any
 
 from buffer.bench.data import ROBOT_CAMERAS, bench_schema, writer_batches
 from buffer.bench.ingest import bench_ingest
+from buffer.bench.learner_view import add_arguments, bench_learner_view, config_from
 from buffer.bench.sample import BATCH, bench_cold, bench_sampling
 
 WRITERS = 8
@@ -86,6 +90,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--shards", type=int, default=0, help="also ingest with 1 and this many shard processes"
     )
+    parser.add_argument(
+        "--learner-view",
+        action="store_true",
+        help="also the learner's view: batches from 1, 2 and 4 shard actors while robots write",
+    )
+    add_arguments(parser)
     args = parser.parse_args(list(argv))
     chunks = 8 if args.quick else 24
     seconds = 1.5 if args.quick else 4.0
@@ -104,6 +114,8 @@ def main(argv: Sequence[str]) -> int:
             from buffer.bench.shards import bench_shards
 
             r.update(bench_shards(root, args.shards, WRITERS, chunks, rounds=args.rounds))
+        if args.learner_view:
+            r.update(bench_learner_view(root / "learner", config_from(args, args.quick)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result = _result(r, chunks)

@@ -6,7 +6,8 @@ gave it; :class:`RemoteBuffer` asks it (it implements ``foundation.contracts.Tra
 numpy columns); ``buffer.service.sharded_batches.ShardedRemoteBuffer`` samples across the
 servers of a buffer's shards. Requests are one JSON frame (``op``: ``sample``, ``size``, ``sampler_state``,
 ``load_sampler_state``, ``demonstrations``, ``labelled_episodes``, ``policy_episodes``); a
-``sample`` reply carries the batch in the safetensors layout (never pickle), a
+``sample`` reply carries the batch in the safetensors layout (never pickle) in frames that
+neither side copies (``buffer.service.payload``), a
 ``labelled_episodes`` reply the observations the steps of the episodes people labelled reached
 (``buffer.table.labels``), a ``policy_episodes`` reply the observations and intervention flags
 of the latest episodes a policy acted in (a help probe's training data). The wire, the layout of a row, the adaptive mix and the
@@ -25,11 +26,10 @@ from typing import Any
 
 import numpy as np
 import zmq
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 
 from buffer.errors import NothingToSample
 from buffer.sampling.samplers import Sampler
+from buffer.service.payload import arrays_in_place, tensor_frames
 from buffer.table.labels import labelled_episodes, recent_policy_episodes
 from buffer.table.replay_buffer import ReplayBuffer
 
@@ -154,16 +154,16 @@ class BatchServer:
                 continue
             request = self._sock.recv()
             self.requests += 1
+            frames: list[bytes | np.ndarray]
             try:
                 header, payload = self._handle(json.loads(request))
+                frames = [] if payload is None else tensor_frames(payload)
             except Exception as exc:  # the learner gets the reason; the server keeps serving
-                header, payload = {"error": f"{type(exc).__name__}: {exc}"}, None
+                header, frames = {"error": f"{type(exc).__name__}: {exc}"}, []
                 if isinstance(exc, NothingToSample):
                     header["nothing_to_sample"] = True
-            frames = [json.dumps(header).encode()]
-            if payload is not None:
-                frames.append(payload)
-            self._sock.send_multipart(frames)
+            # The tensors go to ZeroMQ as they are (``buffer.service.payload``): no copy.
+            self._sock.send_multipart([json.dumps(header).encode(), *frames], copy=False)
 
     def _note_losses(self, stats: Mapping[str, float]) -> None:
         """SOP's adaptive shares from the learner's per-task window losses."""
@@ -176,7 +176,10 @@ class BatchServer:
                 if offline is not None and task in self.tasks:
                     self.mix_shares[task] = self.mix.share(float(online), float(offline))
 
-    def _handle(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+    def _handle(
+        self, req: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
+        """The reply to ``req``: its header and its tensors (None: a header alone)."""
         op = req.get("op")
         stats = req.get("stats")
         if op in ("size", "sample") and isinstance(stats, dict):
@@ -210,7 +213,7 @@ class BatchServer:
             else:
                 arrays = self.buffer.sample(n, sampler=sampler, timeout=1.0)
             images = self._images(how)
-            return self._sizes(), st_save(self._batch(arrays, images))
+            return self._sizes(), self._batch(arrays, images)
         raise ValueError(f"unknown op {op!r}")
 
     def _images(self, how: Mapping[str, Any]) -> list[str]:
@@ -257,10 +260,10 @@ class BatchServer:
         names = self.buffer.index.tasks.names
         return {names[int(c)]: int(n) for c, n in zip(codes, counts, strict=True)}
 
-    def labelled_episodes(self) -> tuple[dict[str, Any], bytes | None]:
+    def labelled_episodes(self) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
         """The reply to ``labelled_episodes``: a header listing the episodes (``episodes``:
         key, verdict, who gave it, ``task_index``, ``steps``) and, when there are any, the
-        safetensors of their steps concatenated in that order: ``next.observation.*`` (the
+        arrays of their steps concatenated in that order: ``next.observation.*`` (the
         observation each step reached) and ``frame_index``."""
         found = [e for e in labelled_episodes(self.buffer) if e.task in self.tasks]
         episodes = [
@@ -281,12 +284,12 @@ class BatchServer:
         arrays = self.buffer.read_transitions(rows, count=False)
         keys = [NEXT_PREFIX + k for k in self.buffer.schema.observations]
         out = {k: np.ascontiguousarray(arrays[k]) for k in (*keys, "frame_index")}
-        return {"episodes": episodes}, st_save(out)
+        return {"episodes": episodes}, out
 
-    def policy_episodes(self, limit: int) -> tuple[dict[str, Any], bytes | None]:
+    def policy_episodes(self, limit: int) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
         """The reply to ``policy_episodes``: the latest ``limit`` ended episodes a policy
         acted in (``buffer.table.labels.recent_policy_episodes``): a header listing them
-        (key, ``failed``, ``task_index``, ``steps``) and the safetensors of their steps
+        (key, ``failed``, ``task_index``, ``steps``) and the arrays of their steps
         concatenated in that order: ``observation.*`` (what each step acted on) and
         ``is_intervention``."""
         found = [e for e in recent_policy_episodes(self.buffer, limit) if e.task in self.tasks]
@@ -305,7 +308,7 @@ class BatchServer:
             return {"episodes": []}, None
         arrays = self.buffer.read_transitions(np.concatenate([e.rows for e in found]), count=False)
         keys = [*self.buffer.schema.observations, "is_intervention"]
-        return {"episodes": episodes}, st_save({k: np.ascontiguousarray(arrays[k]) for k in keys})
+        return {"episodes": episodes}, {k: np.ascontiguousarray(arrays[k]) for k in keys}
 
     def _batch(
         self, arrays: Mapping[str, np.ndarray], images: Sequence[str] = ()
@@ -376,7 +379,7 @@ class RemoteBuffer:
         sock.connect(self.address)
         return sock
 
-    def _call(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], bytes | None]:
+    def _call(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], list[memoryview] | None]:
         try:
             self._sock.send(json.dumps(req).encode())
         except zmq.Again:
@@ -384,18 +387,20 @@ class RemoteBuffer:
             raise TimeoutError(f"batch server {self.address} did not answer") from None
         return self._receive()
 
-    def _receive(self) -> tuple[dict[str, Any], bytes | None]:
+    def _receive(self) -> tuple[dict[str, Any], list[memoryview] | None]:
+        """The reply's header and its payload frames' memory, received in place: a camera
+        batch's tensors are read where ZeroMQ put them (``buffer.service.payload``)."""
         try:
-            frames = self._sock.recv_multipart()
+            frames = self._sock.recv_multipart(copy=False)
         except zmq.Again:
             self._reconnect()
             raise TimeoutError(f"batch server {self.address} did not answer") from None
-        header = json.loads(frames[0])
+        header = json.loads(frames[0].bytes)
         if header.get("nothing_to_sample"):
             raise RemoteNothingToSample(f"batch server: {header['error']}")
         if "error" in header:
             raise RuntimeError(f"batch server: {header['error']}")
-        return header, (frames[1] if len(frames) > 1 else None)
+        return header, ([f.buffer for f in frames[1:]] if len(frames) > 1 else None)
 
     def demonstrations(self) -> dict[str, int]:
         """Completed demonstration episodes per task in the run's buffer (now)."""
@@ -407,7 +412,7 @@ class RemoteBuffer:
         """(episodes, arrays): the episodes people labelled and their steps concatenated
         (:meth:`BatchServer.labelled_episodes`)."""
         header, payload = self._call({"op": "labelled_episodes"})
-        arrays = dict(st_load(payload)) if payload is not None else {}
+        arrays = arrays_in_place(payload) if payload is not None else {}
         return list(header.get("episodes", [])), arrays
 
     def policy_episodes(
@@ -416,7 +421,7 @@ class RemoteBuffer:
         """(episodes, arrays): the latest ended episodes a policy acted in and their steps
         concatenated (:meth:`BatchServer.policy_episodes`)."""
         header, payload = self._call({"op": "policy_episodes", "limit": int(limit)})
-        arrays = dict(st_load(payload)) if payload is not None else {}
+        arrays = arrays_in_place(payload) if payload is not None else {}
         return list(header.get("episodes", [])), arrays
 
     def _reconnect(self) -> None:
@@ -470,7 +475,7 @@ class RemoteBuffer:
         """The reply to :meth:`ask_sample`: the batch, or None when the buffer was empty."""
         header, payload = self._receive()
         self._note_sizes(header)
-        return dict(st_load(payload)) if payload is not None else None
+        return arrays_in_place(payload) if payload is not None else None
 
     def sampler_state(self) -> dict[str, Any]:
         """``{"sampler": the server sampler's state_dict}`` (for the learner's checkpoint)."""
