@@ -142,7 +142,7 @@ class ZmqWeightSubscription:
             return
         if not msgs or not msgs[0].HasField("manifest"):
             return
-        asm = VersionAssembler(msgs[0].manifest)
+        asm = self._rx.new_assembler(msgs[0].manifest)
         for m in msgs[1:]:
             asm.add(m.chunk)
         self._finish(asm)
@@ -213,7 +213,7 @@ class ZmqWeightSubscription:
             self._full(int(m.version))  # a delta onto a version we do not hold
             return
         try:
-            self._asm = VersionAssembler(m)
+            self._asm = self._rx.new_assembler(m)
             self._last_chunk = time.monotonic()
         except WeightFormatError as exc:
             log.error("manifest refused: %s", exc)
