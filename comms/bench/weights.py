@@ -125,8 +125,13 @@ def _via_relay(state: dict[str, Any], n_subs: int) -> float:
     return dt
 
 
-def _lerobot(state: dict[str, Any], n_subs: int) -> float:
-    """LeRobot's learner->actor parameter path, with its own messages and helpers."""
+def _lerobot(
+    state: dict[str, Any], n_subs: int, keep: bool = True, timeout_s: float = 120.0
+) -> float:
+    """LeRobot's learner->actor parameter path, with its own messages and helpers.
+
+    ``keep``: every actor holds the state it loaded until all are done (else it drops it once
+    loaded). An actor not done within ``timeout_s`` fails the case."""
     import grpc
     import torch
     from lerobot.transport import services_pb2, services_pb2_grpc
@@ -152,7 +157,7 @@ def _lerobot(state: dict[str, Any], n_subs: int) -> float:
     services_pb2_grpc.add_LearnerServiceServicer_to_server(Learner(), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    done: list[dict[str, torch.Tensor]] = []
+    done: list[dict[str, torch.Tensor] | None] = []
     lock = threading.Lock()
     shutdown = threading.Event()
 
@@ -161,8 +166,10 @@ def _lerobot(state: dict[str, Any], n_subs: int) -> float:
         stub = services_pb2_grpc.LearnerServiceStub(ch)
         data = receive_bytes_in_chunks(stub.StreamParameters(services_pb2.Empty()), None, shutdown)
         sd = bytes_to_state_dict(data)
+        del data
         with lock:
-            done.append(sd)
+            done.append(sd if keep else None)
+        del sd
         ch.close()
 
     threads = [threading.Thread(target=actor) for _ in range(n_subs)]
@@ -172,8 +179,9 @@ def _lerobot(state: dict[str, Any], n_subs: int) -> float:
     t0 = time.perf_counter()
     payload["b"] = state_to_bytes(state)
     ready.set()
+    end = time.monotonic() + timeout_s
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=max(0.0, end - time.monotonic()))
     dt = time.perf_counter() - t0
     assert len(done) == n_subs, "a LeRobot actor never received the parameters"
     server.stop(0)
@@ -437,7 +445,61 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=100.0,
         help="comms.weight_max_bytes_per_s of the cloud in the learner run, MB/s (0 = none)",
     )
+    vla = parser.add_argument_group(
+        "VLA-sized versions (opt-in: a full run of them takes ~20 minutes and ~10 GiB)"
+    )
+    vla.add_argument(
+        "--vla",
+        action="store_true",
+        help="also run the 0.5B and 1B BF16 cases (full and delta, direct and via a site relay, "
+        "1/4/16 subscribers) and a robot's peak memory while it applies one",
+    )
+    vla.add_argument("--vla-only", action="store_true", help="run only the VLA cases")
+    vla.add_argument(
+        "--vla-params",
+        default=None,
+        help="comma-separated parameter counts of the VLA cases (default 500000000,1000000000)",
+    )
+    vla.add_argument(
+        "--vla-subscribers", default=None, help="comma-separated subscriber counts (default 1,4,16)"
+    )
+    vla.add_argument(
+        "--vla-repeats",
+        type=int,
+        default=2,
+        help="runs of each VLA case; the best is reported (the first is shown too)",
+    )
+    vla.add_argument(
+        "--vla-memory-gib",
+        type=float,
+        default=10.0,
+        help="memory a VLA case may use: held subscribers and LeRobot's path only where they "
+        "fit, else verify-only subscribers and no LeRobot figure",
+    )
     return parser.parse_args(list(argv))
+
+
+def _ints(text: str | None, default: Sequence[int]) -> list[int]:
+    return list(default) if text is None else [int(x) for x in text.split(",") if x.strip()]
+
+
+def _vla(args: argparse.Namespace) -> dict[str, Any]:
+    """The VLA cases (:mod:`comms.bench.weights_vla`): tables unless ``--json``, JSON keys."""
+    from comms.bench import weights_vla as V
+
+    sizes = _ints(args.vla_params, V.VLA_PARAMS)
+    subs = _ints(args.vla_subscribers, V.SUBSCRIBERS)
+    budget = int(args.vla_memory_gib * (1 << 30))
+
+    def log(msg: str) -> None:
+        if not args.json:
+            print(msg, file=sys.stderr, flush=True)
+
+    rows = V.push_rows(sizes, subs, budget, log, args.vla_repeats)
+    mem = V.memory_rows(sizes, log)
+    if not args.json:
+        V.print_tables(rows, mem, args.vla_repeats)
+    return V.result(rows, mem)
 
 
 def _result(
@@ -521,6 +583,9 @@ def main(argv: Sequence[str]) -> int:
     import torch
 
     torch.set_num_threads(2)
+    if args.vla_only:
+        print(json.dumps(_vla(args)))
+        return 0
     repeats = 2 if args.quick else 3
     rows, relay_rows = _push_rows(args.quick, repeats)
     codec = _codec_figures()
@@ -529,6 +594,8 @@ def main(argv: Sequence[str]) -> int:
     result = _result(rows, relay_rows, codec, learner, cap)
     if not args.json:
         _print_tables(rows, relay_rows, repeats, codec, learner)
+    if args.vla:
+        result.update(_vla(args))
     print(json.dumps(result))
     return 0
 

@@ -55,3 +55,17 @@ def tune_for_messages(
         _applied = (mmap_threshold, trim_threshold)
         log.debug("malloc: mmap threshold %d, trim threshold %d", mmap_threshold, trim_threshold)
     return ok
+
+
+def trim() -> bool:
+    """Hand the free pages of every malloc arena back to the kernel (glibc ``malloc_trim(0)``),
+    e.g. after a burst of large objects that the raised thresholds kept in the heap; returns
+    whether any memory was released (False where there is no glibc)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+        malloc_trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes = [ctypes.c_size_t]
+    malloc_trim.restype = ctypes.c_int
+    return bool(malloc_trim(0))

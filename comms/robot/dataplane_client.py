@@ -14,6 +14,8 @@ from comms.wire.dataplane_frames import HELLO, OK
 
 log = logging.getLogger(__name__)
 
+RECEIVE_QUEUE_MESSAGES = 32  # weight chunks (<= 1 MiB each) queued in the robot's socket at most
+
 
 def connect(
     offer: pb.DataPlane, handshake_s: float, *, require_curve: bool = False
@@ -34,7 +36,11 @@ def connect(
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVHWM, 0)  # the server sends at most one version (or acks) at a time
+    # Received chunks wait here until the subscription has staged them. Bounded, so a robot
+    # that copies and hashes slower than the link delivers (loopback, a fast LAN) holds a few
+    # MiB of them, not a whole version beside the one it stages: when it is full, libzmq stops
+    # reading the connection and the server's ROUTER waits (ROUTER_MANDATORY: nothing dropped).
+    sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
     # A DEALER blocks sending while it has no peer: a server that went away must not hang
     # the sender for good (it gives up with zmq.Again and reconnects over gRPC).
     sock.setsockopt(zmq.SNDTIMEO, max(1, int(handshake_s * 1000)))

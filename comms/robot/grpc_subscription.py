@@ -203,7 +203,7 @@ class GrpcWeightSubscription:
         hook = self._on_chunk_hook
         verified = None if hook is None else functools.partial(hook, manifest)
         try:
-            asm = VersionAssembler(manifest, on_verified=verified)
+            asm = self._rx.new_assembler(manifest, on_verified=verified)
         except WeightFormatError as exc:
             log.error("manifest refused: %s", exc)
             return None

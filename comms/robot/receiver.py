@@ -57,13 +57,25 @@ class VersionAssembler:
         W.check_manifest(manifest, max_payload_bytes)
         self.manifest = manifest
         self._on_verified = on_verified
-        # Every byte is written by a chunk before the version can be complete: no zero fill.
-        self.payload = T.byte_buffer(manifest.payload_bytes)
+        self.payload = self._staging_buffer(manifest.payload_bytes)
         self._digest, self._digests = W.chunk_check(manifest)
         self._missing = set(range(len(self._digests)))
         self._pending: collections.deque[tuple[int, Future[bytes]]] = collections.deque()
         self._pending_index: set[int] = set()
         self.rejected = 0  # chunks refused for a bad digest or size
+
+    def _staging_buffer(self, nbytes: int) -> memoryview:
+        """Where the version's chunks are staged. Every byte is written by a chunk before the
+        version can be complete: no zero fill."""
+        return T.byte_buffer(nbytes)
+
+    def _stage(self, index: int, data: Any) -> memoryview:
+        """Copy chunk ``index`` (``data``, its length checked) into the staging buffer; returns
+        the staged bytes, which are what gets checked."""
+        size = self.manifest.chunk_bytes
+        staged = self.payload[index * size : index * size + len(data)]
+        staged[:] = data
+        return staged
 
     @property
     def key(self) -> tuple[int, int]:
@@ -104,9 +116,7 @@ class VersionAssembler:
             return False
         if i not in self._missing or i in self._pending_index:
             return False  # a duplicate: verified (or being verified) data is never overwritten
-        start = i * size
-        staged = self.payload[start : start + expected_len]
-        staged[:] = data
+        staged = self._stage(i, data)
         fut = _VERIFY_POOL.submit(self._digest, staged)
         if self._on_verified is not None:
             fut.add_done_callback(functools.partial(self._verified, i, staged))
@@ -145,8 +155,7 @@ class VersionAssembler:
             self.rejected += 1
             log.warning("version %d chunk %d refused: bad size or digest", chunk.version, i)
             return False
-        staged = self.payload[i * size : i * size + expected_len]
-        staged[:] = chunk.data
+        staged = self._stage(i, chunk.data)
         self._missing.discard(i)
         if self._on_verified is not None:
             self._on_verified(i, staged)
@@ -222,6 +231,18 @@ class WeightReceiver:
         """Block until a version >= ``version`` is applied; returns whether it was in time."""
         with self._applied:
             return self._applied.wait_for(lambda: self._current[0] >= version, timeout)
+
+    def new_assembler(
+        self,
+        manifest: pb.Manifest,
+        on_verified: Callable[[int, memoryview], object] | None = None,
+    ) -> VersionAssembler:
+        """The assembler a subscription stages ``manifest``'s version in, for :meth:`apply`.
+
+        Raises:
+            WeightFormatError: the manifest is inconsistent.
+        """
+        return VersionAssembler(manifest, on_verified=on_verified)
 
     def wants(self, manifest: pb.Manifest) -> bool:
         """Whether ``manifest`` is newer than what is applied and applicable (full, or onto ours)."""

@@ -34,6 +34,7 @@ from foundation.retry import Backoff
 log = logging.getLogger(__name__)
 
 STALL_S = 1.0  # an unfinished version with no chunk for this long is repaired by Fetch
+RECEIVE_QUEUE_MESSAGES = 64  # fan-out messages (a chunk is <= 1 MiB) queued in the robot at most
 
 
 class ZmqWeightSubscription:
@@ -141,7 +142,7 @@ class ZmqWeightSubscription:
             return
         if not msgs or not msgs[0].HasField("manifest"):
             return
-        asm = VersionAssembler(msgs[0].manifest)
+        asm = self._rx.new_assembler(msgs[0].manifest)
         for m in msgs[1:]:
             asm.add(m.chunk)
         self._finish(asm)
@@ -149,7 +150,10 @@ class ZmqWeightSubscription:
     def _run(self) -> None:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         sock = ctx.socket(zmq.SUB)
-        sock.setsockopt(zmq.RCVHWM, 100_000)
+        # Bounded, as the data plane's (comms.robot.dataplane_client): a robot slower than the
+        # fan-out leaves the backlog in the relay's PUB queue (references to the version's
+        # payload, SNDHWM 100,000 chunks) instead of holding a copy of the version in its own.
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, self._run_id.encode())
         sock.connect(self._address)
@@ -209,7 +213,7 @@ class ZmqWeightSubscription:
             self._full(int(m.version))  # a delta onto a version we do not hold
             return
         try:
-            self._asm = VersionAssembler(m)
+            self._asm = self._rx.new_assembler(m)
             self._last_chunk = time.monotonic()
         except WeightFormatError as exc:
             log.error("manifest refused: %s", exc)

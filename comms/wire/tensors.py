@@ -170,6 +170,14 @@ class _BufferPool:
                 free.append(raw)
                 self._bytes += n
 
+    def release(self) -> int:
+        """Drop every free buffer (they go back to the OS once unreferenced); returns their
+        bytes."""
+        with self._lock:
+            freed, self._bytes = self._bytes, 0
+            self._free.clear()
+        return freed
+
     def _forget_idle_sizes(self) -> None:
         """Drop the counts of sizes nothing holds (bounded memory over a long run's deltas)."""
         for n in [n for n, used in self._in_use.items() if not used and not self._free.get(n)]:
@@ -179,6 +187,12 @@ class _BufferPool:
 
 _POOL_SIZES_COUNTED = 1024  # distinct sizes whose counts are kept before idle ones are dropped
 _POOL = _BufferPool()
+
+
+def release_free_buffers() -> int:
+    """Give the free weight buffers back (e.g. a process done with one model size, or a
+    benchmark between cases); returns their bytes. Buffers in use are untouched."""
+    return _POOL.release()
 
 
 def byte_buffer(nbytes: int) -> memoryview:

@@ -281,7 +281,9 @@ def apply(
 
     Full tensors are zero-copy views of ``payload``; a delta reuses the base's arrays for
     unchanged tensors and copies only tensors with sparse updates. Nothing is modified in place,
-    so readers of the base version are never disturbed.
+    so readers of the base version are never disturbed. The copies go into one buffer laid out
+    as the full version's payload (:func:`comms.wire.tensors.byte_buffer`), so on a robot they
+    land in the buffer its previous version freed, not in new memory beside it.
 
     Raises:
         WeightFormatError: payload and manifest disagree, or a delta's base is missing.
@@ -292,6 +294,7 @@ def apply(
         raise WeightFormatError(f"version {m.version}: {exc}") from None
     out: dict[str, tuple[str, np.ndarray]] = {}
     changed = set(m.changed)
+    copies = _DeltaCopies(m)
     for e in m.tensors:
         shape = tuple(e.shape)
         if m.base_version == FULL_BASE or e.name in changed and e.encoding == pb.TensorEntry.FULL:
@@ -311,10 +314,38 @@ def apply(
         val = parts.get(e.name + VAL_SUFFIX)
         if idx is None or val is None or idx[1].shape != val[1].shape or val[0] != e.dtype:
             raise WeightFormatError(f"version {m.version}: sparse parts of {e.name!r} are wrong")
-        arr = base[e.name][1].copy()
+        arr = copies.of(e.name, base[e.name][1])
         flat = arr.reshape(-1)
         if idx[1].size and (int(idx[1].min()) < 0 or int(idx[1].max()) >= flat.size):
             raise WeightFormatError(f"version {m.version}: sparse index out of range in {e.name!r}")
         flat[idx[1]] = val[1]
         out[e.name] = (e.dtype, arr)
     return out
+
+
+class _DeltaCopies:
+    """Where :func:`apply` copies a delta's sparsely updated tensors: one buffer with the full
+    version's layout (the size of a full payload, which the buffer pool keeps), allocated at
+    the first copy; only the copied tensors' bytes are ever written or read."""
+
+    def __init__(self, m: pb.Manifest) -> None:
+        self._m = m
+        self._buf: np.ndarray | None = None
+        self._offsets: dict[str, int] = {}
+
+    def of(self, name: str, src: np.ndarray) -> np.ndarray:
+        """A copy of ``src`` (tensor ``name`` of the base) in the buffer."""
+        if self._buf is None:
+            head, self._offsets = T.layout(
+                {e.name: (e.dtype, tuple(e.shape)) for e in self._m.tensors}
+            )
+            total = len(head) + sum(
+                int(np.prod(tuple(e.shape), dtype=np.int64)) * T.DTYPES[e.dtype].itemsize
+                for e in self._m.tensors
+            )
+            self._buf = np.frombuffer(T.byte_buffer(total), dtype=np.uint8)
+            self._buf[: len(head)] = np.frombuffer(head, dtype=np.uint8)
+        start = self._offsets[name]
+        dst = self._buf[start : start + src.nbytes].view(src.dtype).reshape(src.shape)
+        np.copyto(dst, src)
+        return dst

@@ -514,6 +514,38 @@ def test_the_pool_keeps_a_sizes_working_set_and_nothing_of_sizes_seen_once(
     assert roomy.free_bytes == 6 * size
 
 
+def test_a_delta_is_copied_into_the_buffer_the_version_before_freed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A robot applying a delta writes the updated tensors into the full-size buffer its
+    previous version gave back to the pool, not into new memory beside it."""
+    import gc
+
+    pool = T._BufferPool(max_bytes=1 << 30)
+    monkeypatch.setattr(T, "_POOL", pool)
+    n = 400_000  # 1.6 MB a version: pooled
+    new = model(21, n)
+    new["encoder.weight"][0, :5] += 1.0
+    new["head.weight"][0, 0] += 1.0
+    s0, s1 = W.Snapshot.take(model(20, n), 0), W.Snapshot.take(model(21, n), 1)
+    s2 = W.Snapshot.take(new, 2)
+    full0, full1 = W.encode_full(RUN, s0), W.encode_full(RUN, s1)
+    delta = W.encode_delta(RUN, s1, s2)
+    assert delta is not None and len(delta.payload) < T.POOL_MIN_BYTES
+    rx = WeightReceiver()
+    assert rx.apply(assemble(full0)) and rx.apply(assemble(full1))
+    gc.collect()
+    size = len(full1.payload)
+    assert pool.free_bytes == size  # version 0's buffer, kept for the next version
+    _, before = rx.current_arrays()
+    assert rx.apply(assemble(delta))
+    assert pool.free_bytes == 0  # the delta's copies took it
+    _, after = rx.current_arrays()
+    for k in new:
+        np.testing.assert_array_equal(after[k][1], new[k])
+    assert after["encoder.bias"][1] is before["encoder.bias"][1]  # unchanged: still shared
+
+
 def test_each_chunk_is_handed_on_once_its_digest_checked_and_a_bad_one_never() -> None:
     """What a site relay forwards before the version is complete (cut-through)."""
     enc = W.encode_full(RUN, W.Snapshot.take(model(0, n=300_000), 0), chunk_bytes=256 * 1024)
