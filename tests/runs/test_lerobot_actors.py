@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from buffer.table.replay_buffer import ReplayBuffer
 from dashboard.accounts import create_api_token, create_user
@@ -148,8 +149,17 @@ class Lab:
         return child
 
     def robots(self) -> dict[str, dict[str, Any]]:
-        with self.store.session() as s:
-            return {r.name: {"id": r.id, **(r.stats or {})} for r in s.query(Robot)}
+        # The cloud writes the same SQLite file; on a loaded machine a read can outwait its
+        # busy timeout ("database is locked"): the poll asks again.
+        for attempt in range(10):
+            try:
+                with self.store.session() as s:
+                    return {r.name: {"id": r.id, **(r.stats or {})} for r in s.query(Robot)}
+            except OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 9:
+                    raise
+                time.sleep(1.0)
+        raise AssertionError("unreachable")
 
     def fail_text(self) -> str:
         tails = [f"--- {k}\n{c.output()[-1500:]}" for k, c in self.children.items()]
