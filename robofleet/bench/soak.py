@@ -249,9 +249,18 @@ class Soak:
         return self.finish()
 
     def _ended(self) -> bool:
-        return all(
-            soak_fleet.run_row(self.store, r)[0] in soak_fleet.ENDED for r in self.runs.values()
-        )
+        """Whether every run has ended; False while the cloud holds the SQLite file's lock
+        past its busy timeout (a loaded machine): the loop asks again."""
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            return all(
+                soak_fleet.run_row(self.store, r)[0] in soak_fleet.ENDED for r in self.runs.values()
+            )
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            return False
 
     def _inject(self, kind: str) -> None:
         at = round(time.monotonic() - self.t0, 1)
