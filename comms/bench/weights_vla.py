@@ -139,9 +139,9 @@ def held_fits(model: int, n_subs: int, relay: bool, budget: int) -> bool:
     """Whether ``n_subs`` held robots fit ``budget`` bytes beside the rest of the case.
 
     At the delta's publish the bench holds, in model copies: the cloud 3 (the learner's state,
-    the distributor's two snapshots), a relay 3 (its version, the delta applied, its republished
-    snapshot), each held robot 2 (its version and the delta applied)."""
-    return model * (3 + (3 if relay else 0) + 2 * n_subs) <= budget
+    the distributor's two snapshots), a relay 2 (its version and the delta applied, which it
+    republishes as it is), each held robot 2 (its version and the delta applied)."""
+    return model * (3 + (2 if relay else 0) + 2 * n_subs) <= budget
 
 
 def lerobot_fits(model: int, n_subs: int, budget: int) -> bool:
