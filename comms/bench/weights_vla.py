@@ -32,6 +32,7 @@ import gc
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -139,9 +140,9 @@ def held_fits(model: int, n_subs: int, relay: bool, budget: int) -> bool:
     """Whether ``n_subs`` held robots fit ``budget`` bytes beside the rest of the case.
 
     At the delta's publish the bench holds, in model copies: the cloud 3 (the learner's state,
-    the distributor's two snapshots), a relay 3 (its version, the delta applied, its republished
-    snapshot), each held robot 2 (its version and the delta applied)."""
-    return model * (3 + (3 if relay else 0) + 2 * n_subs) <= budget
+    the distributor's two snapshots), a relay 2 (its version and the delta applied, which it
+    republishes as it is), each held robot 2 (its version and the delta applied)."""
+    return model * (3 + (2 if relay else 0) + 2 * n_subs) <= budget
 
 
 def lerobot_fits(model: int, n_subs: int, budget: int) -> bool:
@@ -267,11 +268,17 @@ class MemoryRow(NamedTuple):
     version: str  # "full into held" | "delta into held"
     model_bytes: int
     baseline: int  # robot RSS before any version, bytes
-    peak: int  # robot peak RSS while it received and applied this version, bytes
+    peak: int  # robot peak RSS (VmHWM) while it received and applied this version, bytes
+    baseline_anon: int  # the same two of its anonymous memory (RssAnon, sampled)
+    peak_anon: int
 
     @property
     def extra_copies(self) -> float:
         return (self.peak - self.baseline - self.model_bytes) / self.model_bytes
+
+    @property
+    def extra_copies_anon(self) -> float:
+        return (self.peak_anon - self.baseline_anon - self.model_bytes) / self.model_bytes
 
 
 def push_rows(
@@ -372,6 +379,28 @@ def _reset_peak() -> None:
         f.write("5")
 
 
+class _AnonPeak:
+    """The peak of the process's anonymous resident memory (``RssAnon``), sampled every 2 ms
+    on a thread until :meth:`stop`. ``VmHWM`` also counts file-backed pages (the libraries'
+    code), which the kernel may drop from the baseline under memory pressure, so a peak can
+    read lower than baseline + model + copy; anonymous pages stay (no swap here)."""
+
+    def __init__(self) -> None:
+        self.peak = _status_kib("RssAnon") * 1024
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="anon-peak", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.002):
+            self.peak = max(self.peak, _status_kib("RssAnon") * 1024)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, _status_kib("RssAnon") * 1024)
+
+
 def robot_main(argv: Sequence[str]) -> None:
     """The child robot: ``address credential layers``; prints its baseline RSS, then for each
     version number read from stdin: resets the peak, says so, waits for the version, loads it
@@ -397,10 +426,12 @@ def robot_main(argv: Sequence[str]) -> None:
     rx = WeightReceiver(as_torch=True)
     sub = GrpcWeightSubscription(EdgeClient(make_channel(address, s), credential, s), RUN, rx)
     time.sleep(0.5)
-    print(json.dumps({"rss": _status_kib("VmRSS") * 1024}), flush=True)
+    baseline = {"rss": _status_kib("VmRSS") * 1024, "anon": _status_kib("RssAnon") * 1024}
+    print(json.dumps(baseline), flush=True)
     for line in sys.stdin:
         version = int(line)
         _reset_peak()
+        anon = _AnonPeak()
         print(json.dumps({"armed": version}), flush=True)
         ok = rx.wait_for(version, _TIMEOUT_S)
         got, state = rx.current()
@@ -410,6 +441,7 @@ def robot_main(argv: Sequence[str]) -> None:
             "version": got,
             "ok": ok,
             "peak": _status_kib("VmHWM") * 1024,
+            "peak_anon": anon.stop(),
             "rss": _status_kib("VmRSS") * 1024,
             "param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         }
@@ -433,7 +465,7 @@ def memory_rows(sizes: Sequence[int], log: Callable[[str], None]) -> list[Memory
             cmd = [sys.executable, "-c", _ROBOT, cloud.server.address, cred]
             child = W0._spawn([*cmd, str(W0._layers(n_params))])
             assert child.stdout is not None and child.stdin is not None
-            baseline = int(json.loads(child.stdout.readline())["rss"])
+            base = json.loads(child.stdout.readline())
             pub = cloud.server.distributor(RUN)
             state = bf16_state(n_params)
             steps = [(0, "full into an empty robot"), (1, "full into held"), (2, "delta into held")]
@@ -452,7 +484,17 @@ def memory_rows(sizes: Sequence[int], log: Callable[[str], None]) -> list[Memory
                 got = json.loads(child.stdout.readline())
                 assert got["ok"] and got["version"] == version, got
                 assert got["param_bytes"] == mb, got
-                rows.append(MemoryRow(name, what, mb, baseline, int(got["peak"])))
+                rows.append(
+                    MemoryRow(
+                        name,
+                        what,
+                        mb,
+                        int(base["rss"]),
+                        int(got["peak"]),
+                        int(base["anon"]),
+                        int(got["peak_anon"]),
+                    )
+                )
                 log(f"{name} {what}: peak {got['peak'] / _GIB:.2f} GiB rss {got['rss'] / _GIB:.2f}")
             child.stdin.close()
             child.wait(60)
@@ -481,6 +523,11 @@ def result(rows: list[VlaRow], mem: list[MemoryRow]) -> dict[str, Any]:
         "vla_robot_extra_copies_during_apply": {
             f"{m.params}_{m.version.split()[0]}"
             + ("_into_empty" if "empty" in m.version else ""): round(m.extra_copies, 3)
+            for m in mem
+        },
+        "vla_robot_extra_copies_anon_during_apply": {
+            f"{m.params}_{m.version.split()[0]}"
+            + ("_into_empty" if "empty" in m.version else ""): round(m.extra_copies_anon, 3)
             for m in mem
         },
         "vla_robot_peak_bytes_during_apply": {
@@ -520,11 +567,13 @@ def print_tables(rows: list[VlaRow], mem: list[MemoryRow], repeats: int) -> None
             f"{r.process_peak / _GIB:.1f}",
         )
     c = Console(width=150)
-    c.print(t)
+    if rows:
+        c.print(t)
     if not mem:
         return
     t2 = Table(title="robot peak memory while it applies a version (child process, 1 robot)")
-    for col in ("params", "version", "model GiB", "baseline GiB", "peak GiB", "extra copies"):
+    mcols = ("params", "version", "model GiB", "baseline GiB", "peak GiB", "extra copies")
+    for col in (*mcols, "anon baseline GiB", "anon peak GiB", "extra copies (anon)"):
         t2.add_column(col, justify="right")
     for m in mem:
         t2.add_row(
@@ -534,5 +583,8 @@ def print_tables(rows: list[VlaRow], mem: list[MemoryRow], repeats: int) -> None
             f"{m.baseline / _GIB:.2f}",
             f"{m.peak / _GIB:.2f}",
             f"{m.extra_copies:.2f}",
+            f"{m.baseline_anon / _GIB:.2f}",
+            f"{m.peak_anon / _GIB:.2f}",
+            f"{m.extra_copies_anon:.2f}",
         )
     c.print(t2)

@@ -5,8 +5,8 @@
   and acknowledgements stay end to end (an ack still means "fsynced in the cloud"); so are
   the robots' episode marks (discard, rerecord).
 - Weights: the relay subscribes to each run once (with the credential of a robot of that run
-  that asked for it), applies versions like a robot, republishes them locally and fans them
-  out over ZeroMQ PUB (manifest, then chunks, plus the latest manifest once a second for late
+  that asked for it), applies versions like a robot (a delta into one complete payload),
+  republishes them locally without copying them again and fans them out over ZeroMQ PUB (manifest, then chunks, plus the latest manifest once a second for late
   joiners; a chunk is ``[run, b"C", header, data]`` with the data plane's chunk header, its
   data sent straight from the version's payload). Robots fetch what they missed (or a full
   version when a delta does not fit) from the relay's Weights service, which also serves
@@ -277,7 +277,9 @@ class SiteRelay:
             run = self.runs.get(run_id)
             if run is None:
                 dist = WeightDistributor(run_id, self.settings.weight_chunk_bytes)
-                rx = WeightReceiver(on_applied=functools.partial(self._republish, run_id))
+                rx = WeightReceiver(
+                    on_applied=functools.partial(self._republish, run_id), whole_versions=True
+                )
                 run = self.runs[run_id] = _Run(dist, rx)
                 self.state.attach(dist)
                 dist.add_listener(functools.partial(self._queue_fanout, run_id))
@@ -306,6 +308,12 @@ class SiteRelay:
             run.distributor.publish_safetensors(
                 payload, version=version, learner_step=int(m.learner_step), digests=digests
             )
+            return
+        whole = run.receiver.current_payload()
+        if whole is not None and whole[0] == version:
+            # A delta, applied into one complete payload: republished as it is (hashed here),
+            # not copied again; the relay holds two versions at most, not three.
+            run.distributor.publish_safetensors(whole[2], version=version, learner_step=whole[1])
             return
         v, state = run.receiver.current_arrays()  # typed, so BF16 stays BF16
         if v == version:

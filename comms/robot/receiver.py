@@ -184,6 +184,10 @@ class WeightReceiver:
         as_torch: hand out ``torch.Tensor`` (sharing memory with the payload) instead of numpy.
         on_applied: called with the version number after each swap (e.g. to report it in the
             next heartbeat); runs on the applying thread.
+        whole_versions: keep each applied version as one complete payload
+            (:meth:`current_payload`): a delta's tensors, unchanged ones too, are written into
+            one buffer (:func:`~comms.wire.weight_codec.apply_whole`). For a site relay, which
+            republishes every version as it is instead of copying its tensors once more.
 
     Usage::
 
@@ -197,9 +201,15 @@ class WeightReceiver:
     """
 
     def __init__(
-        self, *, as_torch: bool = False, on_applied: Callable[[int], None] | None = None
+        self,
+        *,
+        as_torch: bool = False,
+        on_applied: Callable[[int], None] | None = None,
+        whole_versions: bool = False,
     ) -> None:
         self._as_torch = as_torch
+        self._whole = whole_versions
+        self._payload: tuple[int, int, W.Blob] | None = None
         self._on_applied = on_applied
         self._lock = threading.Lock()
         self._arrays: dict[str, tuple[str, np.ndarray]] | None = None
@@ -226,6 +236,14 @@ class WeightReceiver:
         chunk checked against the manifest's digests; None before one or after a delta."""
         with self._lock:
             return self._full
+
+    def current_payload(self) -> tuple[int, int, W.Blob] | None:
+        """(version, learner step, complete safetensors payload) of the applied version, with
+        ``whole_versions``: a full version as it came, a delta as applied into one buffer (the
+        tensors :meth:`current_arrays` returns are views of it). None without the option or
+        before the first version."""
+        with self._lock:
+            return self._payload
 
     def wait_for(self, version: int, timeout: float | None = None) -> bool:
         """Block until a version >= ``version`` is applied; returns whether it was in time."""
@@ -263,7 +281,10 @@ class WeightReceiver:
             if not self.wants(m):
                 return False
             try:
-                arrays = W.apply(m, asm.payload, self._arrays)
+                if self._whole:
+                    arrays, payload = W.apply_whole(m, asm.payload, self._arrays)
+                else:
+                    arrays, payload = W.apply(m, asm.payload, self._arrays), None
             except W.WeightFormatError as exc:
                 log.error("refusing version %d: %s", m.version, exc)
                 return False
@@ -278,6 +299,8 @@ class WeightReceiver:
                     out[name] = T.to_output(dt, arr, self._as_torch)
             self._arrays = arrays
             self._full = (m, asm.payload) if m.base_version == W.FULL_BASE else None
+            if payload is not None:
+                self._payload = (int(m.version), int(m.learner_step), payload)
             self._current = (int(m.version), out)  # the one atomic swap
             self._applied.notify_all()
         if self._on_applied is not None:

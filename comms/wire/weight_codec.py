@@ -272,11 +272,10 @@ def check_manifest(m: pb.Manifest, max_payload_bytes: int = 1 << 40) -> None:
             raise WeightFormatError(f"tensor {e.name!r}: dtype {e.dtype} / shape {list(e.shape)}")
 
 
-def apply(
-    m: pb.Manifest,
-    payload: Blob,
-    base: dict[str, tuple[str, np.ndarray]] | None,
-) -> dict[str, tuple[str, np.ndarray]]:
+Arrays = dict[str, tuple[str, np.ndarray]]
+
+
+def apply(m: pb.Manifest, payload: Blob, base: Arrays | None) -> Arrays:
     """The tensors of version ``m.version`` from a verified payload (and the base for a delta).
 
     Full tensors are zero-copy views of ``payload``; a delta reuses the base's arrays for
@@ -288,6 +287,25 @@ def apply(
     Raises:
         WeightFormatError: payload and manifest disagree, or a delta's base is missing.
     """
+    return _apply(m, payload, base, whole=False)[0]
+
+
+def apply_whole(m: pb.Manifest, payload: Blob, base: Arrays | None) -> tuple[Arrays, Blob]:
+    """:func:`apply`, and the version's complete safetensors payload (what its full encoding
+    would be, byte for byte): ``payload`` for a full version; for a delta, every tensor is
+    written into the one buffer (unchanged ones too), whose arrays are returned. For a relay,
+    which republishes each version as it is, with no further copy.
+
+    Raises:
+        WeightFormatError: as :func:`apply`.
+    """
+    out, copies = _apply(m, payload, base, whole=True)
+    return out, payload if m.base_version == FULL_BASE else copies.blob()
+
+
+def _apply(
+    m: pb.Manifest, payload: Blob, base: Arrays | None, whole: bool
+) -> tuple[Arrays, _DeltaCopies]:
     try:
         parts = T.decode(payload)
     except T.TensorFormatError as exc:
@@ -301,14 +319,15 @@ def apply(
             got = parts.get(e.name)
             if got is None or got[0] != e.dtype or got[1].shape != shape:
                 raise WeightFormatError(f"version {m.version}: tensor {e.name!r} missing or wrong")
-            out[e.name] = got
+            full = whole and m.base_version != FULL_BASE
+            out[e.name] = (e.dtype, copies.of(e.name, got[1])) if full else got
             continue
         if base is None:
             raise WeightFormatError(f"version {m.version} is a delta but no base is held")
         if e.name not in base or base[e.name][0] != e.dtype or base[e.name][1].shape != shape:
             raise WeightFormatError(f"delta tensor {e.name!r} does not match the base version")
         if e.name not in changed:
-            out[e.name] = base[e.name]
+            out[e.name] = (e.dtype, copies.of(e.name, base[e.name][1])) if whole else base[e.name]
             continue
         idx = parts.get(e.name + IDX_SUFFIX)
         val = parts.get(e.name + VAL_SUFFIX)
@@ -320,21 +339,20 @@ def apply(
             raise WeightFormatError(f"version {m.version}: sparse index out of range in {e.name!r}")
         flat[idx[1]] = val[1]
         out[e.name] = (e.dtype, arr)
-    return out
+    return out, copies
 
 
 class _DeltaCopies:
-    """Where :func:`apply` copies a delta's sparsely updated tensors: one buffer with the full
-    version's layout (the size of a full payload, which the buffer pool keeps), allocated at
-    the first copy; only the copied tensors' bytes are ever written or read."""
+    """Where :func:`apply` copies a delta's tensors: one buffer with the full version's layout
+    (the size of a full payload, which the buffer pool keeps), allocated at the first copy;
+    only the copied tensors' bytes are ever written or read."""
 
     def __init__(self, m: pb.Manifest) -> None:
         self._m = m
         self._buf: np.ndarray | None = None
         self._offsets: dict[str, int] = {}
 
-    def of(self, name: str, src: np.ndarray) -> np.ndarray:
-        """A copy of ``src`` (tensor ``name`` of the base) in the buffer."""
+    def _buffer(self) -> np.ndarray:
         if self._buf is None:
             head, self._offsets = T.layout(
                 {e.name: (e.dtype, tuple(e.shape)) for e in self._m.tensors}
@@ -345,7 +363,17 @@ class _DeltaCopies:
             )
             self._buf = np.frombuffer(T.byte_buffer(total), dtype=np.uint8)
             self._buf[: len(head)] = np.frombuffer(head, dtype=np.uint8)
+        return self._buf
+
+    def of(self, name: str, src: np.ndarray) -> np.ndarray:
+        """A copy of ``src`` (tensor ``name``, as the base or the payload holds it) in the
+        buffer."""
+        buf = self._buffer()
         start = self._offsets[name]
-        dst = self._buf[start : start + src.nbytes].view(src.dtype).reshape(src.shape)
+        dst = buf[start : start + src.nbytes].view(src.dtype).reshape(src.shape)
         np.copyto(dst, src)
         return dst
+
+    def blob(self) -> memoryview:
+        """The whole buffer: a complete payload once every tensor was copied into it."""
+        return memoryview(self._buffer())

@@ -61,12 +61,20 @@ def test_relay_fans_out_one_copy_per_version_to_four_robots(cloud: Cloud) -> Non
         assert delta < 20_000, delta  # 100 changed floats as a sparse delta, once
         for rx in rxs:
             np.testing.assert_array_equal(rx.current()[1]["w"], state["w"])
+        # The relay republished the delta as it applied it: one payload, no second copy.
+        run = relay.runs[RUN]
+        assert run.distributor.flush(10)
+        republished = run.distributor.latest()
+        assert republished is not None and republished.version == 1
+        _, held = run.receiver.current_arrays()
+        assert np.shares_memory(np.frombuffer(republished.full.payload, np.uint8), held["w"][1])
         # A robot joining later catches up from the relay without touching the cloud link.
         late = WeightReceiver()
         before = from_cloud()
         late_src = ZmqWeightSubscription(clients[0], relay.zmq_address, RUN, late)
         assert late.wait_for(1, 30)
         assert from_cloud() - before < 20_000
+        np.testing.assert_array_equal(late.current()[1]["w"], state["w"])
         late_src.close()
     finally:
         for s in sources:

@@ -546,6 +546,32 @@ def test_a_delta_is_copied_into_the_buffer_the_version_before_freed(
     assert after["encoder.bias"][1] is before["encoder.bias"][1]  # unchanged: still shared
 
 
+def test_a_whole_versions_receiver_holds_each_delta_as_its_full_payload() -> None:
+    """What a relay republishes: a delta applied into one buffer that is, byte for byte, the
+    full version's payload, every tensor a view of it (unchanged and whole-tensor ones too)."""
+    base = model(30)
+    new = {k: v.copy() for k, v in base.items()}
+    new["encoder.weight"][3, :10] += 1.0  # sparse
+    new["encoder.bias"][:] -= 1.0  # whole tensor
+    s0, s1 = W.Snapshot.take(base, 0), W.Snapshot.take(new, 1)
+    delta = W.encode_delta(RUN, s0, s1)
+    assert delta is not None
+    rx = WeightReceiver(whole_versions=True)
+    assert rx.apply(assemble(W.encode_full(RUN, s0)))
+    got = rx.current_payload()
+    assert got is not None and got[0] == 0 and bytes(got[2]) == bytes(s0.payload)
+    assert rx.apply(assemble(delta))
+    got = rx.current_payload()
+    assert got is not None and got[0] == 1
+    assert bytes(got[2]) == bytes(W.encode_full(RUN, s1).payload)
+    blob = np.frombuffer(got[2], np.uint8)
+    _, arrays = rx.current_arrays()
+    for k in new:
+        np.testing.assert_array_equal(arrays[k][1], new[k])
+        assert np.shares_memory(arrays[k][1], blob), k
+    assert WeightReceiver().current_payload() is None
+
+
 def test_each_chunk_is_handed_on_once_its_digest_checked_and_a_bad_one_never() -> None:
     """What a site relay forwards before the version is complete (cut-through)."""
     enc = W.encode_full(RUN, W.Snapshot.take(model(0, n=300_000), 0), chunk_bytes=256 * 1024)

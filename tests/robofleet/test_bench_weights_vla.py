@@ -45,6 +45,7 @@ def test_bench_weights_vla_tiny_prints_tables_then_figures(capsys, monkeypatch) 
     copies = res["vla_robot_extra_copies_during_apply"]
     assert set(copies) == {"2M_full_into_empty", "2M_full", "2M_delta"}
     assert all(b > 0 for b in res["vla_robot_peak_bytes_during_apply"].values())
+    assert set(res["vla_robot_extra_copies_anon_during_apply"]) == set(copies)
     assert res["vla_robot_extra_copies_max"] == max(copies["2M_full"], copies["2M_delta"])
     assert res["vla_bench_process_peak_bytes"] > 0
 
