@@ -48,6 +48,10 @@ class FakeStation:
         self.views: dict[int, View] = {}
         self.teleop: list[tuple[int, dict[str, Any], str]] = []
         self.pushed: list[tuple[int, str, str, str]] = []
+        # Cleared, the robot's echoes wait until it is set again: a test can then see an
+        # answer given before the echo however slowly the machine runs.
+        self.echoes_flow = threading.Event()
+        self.echoes_flow.set()
 
     def push_control(self, robot_id: int, kind: str, run_id: str = "", reason: str = "") -> bool:
         if robot_id not in self.connected:
@@ -62,12 +66,15 @@ class FakeStation:
         self.teleop.append((robot_id, cmd, run_id))
 
         def echo() -> None:
+            self.echoes_flow.wait(30.0)
             old = self.views.get(robot_id, View(received=time.monotonic()))
             self.views[robot_id] = replace(
                 old, echo_id=cmd["id"], taken_over=cmd["deadman"], received=time.monotonic()
             )
 
-        threading.Timer(self.echo_after_s, echo).start()
+        timer = threading.Timer(self.echo_after_s, echo)
+        timer.daemon = True
+        timer.start()
         return True
 
     def station_view(self, robot_id: int) -> View | None:
@@ -164,7 +171,7 @@ def test_a_command_reaches_the_robot_and_answers_with_its_echo(
     station = FakeStation({rid})
     app = _app(settings, store, station)
     op = login(app, Role.OPERATOR.value)
-    body = {"id": 5, "axes": [1.0, 0.0, -0.5], "deadman": True, "wait_echo_ms": 300}
+    body = {"id": 5, "axes": [1.0, 0.0, -0.5], "deadman": True, "wait_echo_ms": 500}
     r = op.post(f"/api/station/robots/{rid}/command", json=body)
     assert r.status_code == 409 and "not leased" in r.json()["detail"]
     _lease(store, rid, other)
@@ -180,8 +187,10 @@ def test_a_command_reaches_the_robot_and_answers_with_its_echo(
         "label": "",
         "actor": "user:operator",
     }
-    # no wait: answered before the robot echoes
+    # no wait: answered before the robot echoes (held back until the answer is in)
+    station.echoes_flow.clear()
     r = op.post(f"/api/station/robots/{rid}/command", json={**body, "id": 6, "wait_echo_ms": 0})
+    station.echoes_flow.set()
     assert r.json()["echoed"] is False
     r = op.post(f"/api/station/robots/{other}/command", json=body)
     assert r.status_code == 409 and "not connected" in r.json()["detail"]
