@@ -451,7 +451,10 @@ class RowIndex:
         """Bool mask of index positions ``[a, b)``: the row's episode was marked a success.
         ``cols``: the columns those positions are of (a :meth:`frame`'s; default ``cols``)."""
         by_pair: dict[tuple[int, int], list[int]] = {}
-        for (run_id, robot_id, ep), outcome in self.outcomes.items():
+        # One snapshot (list() copies the items without running Python code, so no other
+        # thread runs in between): a mark adds outcomes under the lock while this runs
+        # without it (:meth:`select`).
+        for (run_id, robot_id, ep), outcome in list(self.outcomes.items()):
             run, robot = self.runs.codes.get(run_id), self.robots.codes.get(robot_id)
             if outcome == "success" and run is not None and robot is not None:
                 by_pair.setdefault((run, robot), []).append(ep)
@@ -464,7 +467,7 @@ class RowIndex:
 
     def successful_episodes(self) -> int:
         """Episodes marked a success (by their latest outcome mark)."""
-        return sum(1 for o in self.outcomes.values() if o == "success")
+        return sum(1 for o in list(self.outcomes.values()) if o == "success")
 
     # -- queries ------------------------------------------------------------------------
     def select(self, lo: int, hi: int, rows: RowFilter) -> np.ndarray:

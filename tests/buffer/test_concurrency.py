@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -86,3 +87,42 @@ def test_writers_and_readers_stress(tmp_path) -> None:
         want = names[robots] * 100_000 + again.index.view("seq")
         np.testing.assert_array_equal(got["observation.state"][:, 0], want.astype(np.float32))
         np.testing.assert_array_equal(got["action"][:, 0], want.astype(np.float32))
+
+
+def test_selecting_successful_episodes_while_outcomes_are_marked(tmp_path) -> None:
+    # ``select`` runs without the buffer's lock while marks add episode outcomes under it:
+    # the outcome table is read as one snapshot, never while it grows.
+    from foundation.rows import RowFilter
+
+    errors: list[BaseException] = []
+    done = threading.Event()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often, as on a busy machine
+    with open_buffer(tmp_path / "b") as buf:
+        buf.append(episodes(1, [2] * 50))
+        index = buf.state.index
+        for ep in range(0, 100, 2):
+            buf.mark_episode("robot-1", "run-a", ep // 2, "success")
+
+        def mark() -> None:
+            try:
+                for ep in range(20_000):  # outcomes of episodes to come, as marks may arrive
+                    index.set_outcome(("run-a", "robot-1", 1_000 + ep), "success")
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+            finally:
+                done.set()
+
+        t = threading.Thread(target=mark)
+        t.start()
+        selects = 0
+        try:
+            while not done.is_set():
+                assert len(buf.select(RowFilter(success_only=True))) == 100
+                selects += 1
+        except RuntimeError as e:
+            errors.append(e)
+        finally:
+            t.join()
+            sys.setswitchinterval(switch)
+        assert selects > 0 and not errors, errors
