@@ -8,6 +8,9 @@ the directory's record (``buffer.table.retired``) and fsynced: a segment is neve
 without its line, so a reopen still knows which acknowledged steps were stored. After the
 unlinks the record may be folded (``RetiredSeqs.fold``), so it stays a few lines per robot,
 and once enough rows are gone the row index drops them too (``buffer.table.compaction``).
+A file whose unlink fails stays listed and is unlinked again at every deletion; until none is
+left the record is not folded, because a fold would count the rows of a segment that a reopen
+still finds on disk (and stores) as retired too.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class Retention:
         # first row -> every file of that segment, as strings (a Path object costs hundreds
         # of bytes, and a directory holds thousands of segments)
         self._files: dict[int, tuple[str, ...]] = {}
+        self.undeleted: dict[int, tuple[str, ...]] = {}  # first row -> files still to unlink
 
     def add(self, first_row: int, num_rows: int, segment: Segment) -> None:
         """Record a segment sealed (or found on open) at ``first_row``."""
@@ -65,6 +69,8 @@ class Retention:
         limit = self.max_bytes
         if not limit or self.read_only:
             return
+        if self.undeleted and self._unlink_undeleted():
+            fsync_dir(self.directory)
         sizes = [
             sum(os.stat(f).st_size for f in self._files.get(first, (str(p),)) if os.path.exists(f))
             for first, _, p in self.segments
@@ -92,14 +98,35 @@ class Retention:
             if c.mapped is not None:
                 c.mapped.close_files()
         for first, _, p in gone:
-            for f in self._files.pop(first, (str(p),)):
-                os.unlink(f)
+            self.undeleted[first] = self._files.pop(first, (str(p),))
+        self._unlink_undeleted()
         fsync_dir(self.directory)
         try:  # only now: a folded record no longer names the segments just deleted
-            state.retired.fold()
+            if not self.undeleted:
+                state.retired.fold()
         except OSError as exc:  # the record is whole as it was; the next deletion retries
             log.warning("%s: the retired record is not folded: %s", self.directory, exc)
         maybe_compact(state)
+
+    def _unlink_undeleted(self) -> bool:
+        """Unlink the files of deleted segments still on disk; returns whether any went."""
+        went = False
+        for first, files in list(self.undeleted.items()):
+            left = []
+            for f in files:
+                try:
+                    os.unlink(f)
+                    went = True
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    log.warning("%s: retention cannot delete %s yet: %s", self.directory, f, exc)
+                    left.append(f)
+            if left:
+                self.undeleted[first] = tuple(left)
+            else:
+                del self.undeleted[first]
+        return went
 
 
 def _rows_of(state: TableState, first: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -291,3 +291,37 @@ def test_a_fold_that_cannot_be_written_leaves_the_record_whole(tmp_path, monkeyp
     with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
         np.testing.assert_array_equal(ro.stored_seqs("robot-0"), np.arange(230))
         np.testing.assert_array_equal(ro.stored_seqs("robot-3"), np.arange(1000, 1200))
+
+
+def test_a_segment_whose_unlink_failed_is_not_folded_into_the_record(tmp_path, monkeypatch) -> None:
+    """An unlink that fails (a busy or read-only file) leaves the segment on disk: retention
+    tries it again at the next deletion and folds the record only once it is gone, so a
+    reopen never counts the rows of a segment it finds on disk as retired too."""
+    from buffer.table import retention, retired
+
+    monkeypatch.setattr(retired, "FOLD_LINES", 4)
+    real_unlink = os.unlink
+    refused: list[str] = []
+
+    def unlink(path, *a, **kw) -> None:  # type: ignore[no-untyped-def]
+        # The first sealed segment file retention deletes, refused five times.
+        segment = os.path.basename(str(path)).startswith("seg-")
+        if segment and (not refused or str(path) == refused[0]) and len(refused) < 5:
+            refused.append(str(path))
+            raise OSError(16, "Device or resource busy")
+        real_unlink(path, *a, **kw)
+
+    monkeypatch.setattr(retention.os, "unlink", unlink)
+    with open_buffer(tmp_path / "b", **SMALL) as buf:
+        _fill(buf, rounds=20)
+        assert len(refused) >= 2  # the first file, refused and tried again
+        monkeypatch.setattr(retention.os, "unlink", real_unlink)
+        buf.append(episodes(0, [10] * 3, seq0=200, ep0=20))
+        buf.flush()
+        assert not os.path.exists(refused[0])  # deleted at a later deletion
+        np.testing.assert_array_equal(buf.stored_seqs("robot-0"), np.arange(230))
+    with ReplayBuffer.open(tmp_path / "b", read_only=True) as ro:
+        for r, seqs in (("robot-0", np.arange(230)), ("robot-3", np.arange(1000, 1200))):
+            gone, kept = ro.retired_seqs(r), ro.stored_seqs(r, retired=False)
+            assert np.intersect1d(gone, kept).size == 0  # no row counted twice
+            np.testing.assert_array_equal(np.sort(np.concatenate([gone, kept])), seqs)
