@@ -105,7 +105,9 @@ class Slot:
         fd, name = tempfile.mkstemp(prefix=f"{PREFIX}{os.getpid()}-", dir=SHM_DIR)
         self.path = name
         try:
-            os.ftruncate(fd, self.size)
+            # Reserved now: a /dev/shm too small for the slot (a container's 64 MiB) fails
+            # here with ENOSPC, not with SIGBUS in the server that writes into it.
+            os.posix_fallocate(fd, 0, self.size)
             self._mm = mmap.mmap(fd, self.size)
         except BaseException:
             os.close(fd)
@@ -169,6 +171,7 @@ class BatchSlots:
     def __init__(self, max_slots: int = MAX_SLOTS) -> None:
         self.max_slots = max_slots
         self.layout: Layout | None = None
+        self.failed = ""  # why no slot can be made here (e.g. /dev/shm is full): frames only
         self._slots: list[Slot] = []
         sweep_stale()
 
@@ -182,8 +185,8 @@ class BatchSlots:
 
     def take(self, rows: int) -> Slot | None:
         """A slot of ``rows`` rows nothing holds (made when none is free), or None: no layout
-        learnt yet, or ``max_slots`` held."""
-        if self.layout is None or rows <= 0:
+        learnt yet, ``max_slots`` held, or no slot can be made here (:attr:`failed`)."""
+        if self.layout is None or rows <= 0 or self.failed:
             return None
         for s in self._slots:
             if s.rows == rows and s.layout == self.layout and not s.in_use:
@@ -191,7 +194,12 @@ class BatchSlots:
         self._drop(lambda s: s.rows != rows)
         if len(self._slots) >= self.max_slots:
             return None
-        slot = Slot(self.layout, rows)
+        try:
+            slot = Slot(self.layout, rows)
+        except OSError as exc:
+            self.failed = f"cannot make a batch slot in {SHM_DIR}: {exc.strerror}"
+            log.warning("%s: batches come over the socket", self.failed)
+            return None
         self._slots.append(slot)
         return slot
 

@@ -246,3 +246,23 @@ def test_shards_write_their_parts_side_by_side_into_one_slot(tmp_path: Path) -> 
             remote.close()
             for s in servers:
                 s.close()
+
+
+def test_no_room_in_dev_shm_means_batches_over_the_socket(
+    server: BatchServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A container's /dev/shm of 64 MiB: the reservation fails at once (ENOSPC), never a
+    # SIGBUS in the server writing into a file the filesystem cannot back.
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    try:
+        for _ in range(3):
+            batch = remote.sample(16)
+            assert not _in_slot(batch)
+            _check_rows(batch)
+        assert remote.slots is not None and "No space left" in remote.slots.failed
+    finally:
+        remote.close()
