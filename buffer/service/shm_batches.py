@@ -31,6 +31,7 @@ import re
 import stat
 import sys
 import tempfile
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ PREFIX = "robofleet-batch-"
 ALIGN = 64  # each column starts on a cache line
 MAX_SLOTS = 6  # a learner's slots at once; past it (batches held on to) it falls back to TCP
 WRITER_CACHE = 16  # mapped slot files a server keeps open
+PURGE_EVERY_S = 1.0  # how often a server unmaps the slots their learner removed
 
 
 class ShmRefused(ValueError):
@@ -261,6 +263,7 @@ class SlotWriter:
         self.directory = directory
         self.cache = cache
         self._mapped: OrderedDict[str, _Mapped] = OrderedDict()
+        self._purged = time.monotonic()
 
     def write(self, into: Mapping[str, Any], batch: Mapping[str, np.ndarray]) -> int:
         """Copy ``batch`` (every column, ``n`` rows) into rows ``row0 : row0 + n`` of the slot
@@ -299,6 +302,7 @@ class SlotWriter:
             if offset < 0:
                 raise ShmRefused(f"column {key!r} at offset {offset}")
             end = max(end, offset + rows * math.prod(shape) * want.itemsize)
+        self._purge()
         mm = self._map(path, end)
         root = np.frombuffer(mm, dtype=np.uint8)
         try:
@@ -340,6 +344,16 @@ class SlotWriter:
         while len(self._mapped) > self.cache:
             self._forget(next(iter(self._mapped)))
         return mm
+
+    def _purge(self) -> None:
+        """Unmap slots whose files are gone (a learner that closed or died): the mapping
+        would keep their memory in use."""
+        now = time.monotonic()
+        if now - self._purged < PURGE_EVERY_S:
+            return
+        self._purged = now
+        for path in [p for p in self._mapped if not os.path.exists(p)]:
+            self._forget(path)
 
     def _forget(self, path: str) -> None:
         m = self._mapped.pop(path)

@@ -266,3 +266,24 @@ def test_no_room_in_dev_shm_means_batches_over_the_socket(
         assert remote.slots is not None and "No space left" in remote.slots.failed
     finally:
         remote.close()
+
+
+def test_a_server_unmaps_the_slots_of_a_learner_that_is_gone(
+    server: BatchServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from buffer.service import shm_batches
+
+    monkeypatch.setattr(shm_batches, "PURGE_EVERY_S", 0.0)
+    first = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    for _ in range(3):
+        first.sample(8)
+    mapped = set(server._slots._mapped)  # noqa: SLF001
+    assert mapped and all(p.startswith(str(SHM_DIR)) for p in mapped)
+    first.close()  # its files are removed
+    second = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    try:
+        for _ in range(3):
+            _check_rows(second.sample(8))
+        assert not mapped & set(server._slots._mapped)  # noqa: SLF001
+    finally:
+        second.close()
