@@ -6,13 +6,18 @@ segments and batch server, the run's buffer settings split across them); robots 
 camera steps (two 128x128x3 cameras and the state, ~98 KB) into their shards through
 ``ShardActors.append`` (Arrow IPC to the shard, acknowledged after its fdatasync) at a steady
 rate; and a learner drawing batches of 256 with ``ShardedRemoteBuffer`` (prefetch on, the SAC
-layout: both cameras and their next frames, ~50 MB a batch) in two phases, ``rounds`` times:
+layout: both cameras and their next frames, ~50 MB a batch; the shards write each batch into
+the learner's shared memory, ``buffer.service.shm_batches``) in two phases, ``rounds`` times:
 
 * full speed: ``sample`` back to back; batches/s and MB/s delivered: the data rate ceiling.
 * at the learner's rate: each ``sample`` is followed by a simulated update of
   ``1 / learner_hz`` s (a sleep: a GPU update leaves the CPU to the prefetch thread); the
   wait fraction is the time inside ``sample`` (blocked on the next batch) over the phase's
   wall time.
+
+The same phases follow in each round with a second learner client that takes every batch over
+the socket (``shared_memory=False``: ZeroMQ frames on TCP loopback, as from shards on other
+nodes): keys ``learner_socket_*``.
 
 Baseline: a numpy fancy-index gather of the same columns from the frames the robots wrote
 before the learner started, held as contiguous arrays in one process
@@ -305,7 +310,9 @@ def measure_shards(
 
     Keys: ``learner_batches_per_s`` / ``learner_mb_per_s`` / ``learner_ms_per_batch`` (full
     speed), ``learner_ratio_vs_gather``, ``learner_wait_fraction`` and
-    ``learner_updates_per_s`` (at ``cfg.learner_hz``), ``learner_wait_p50_ms`` /
+    ``learner_updates_per_s`` (at ``cfg.learner_hz``), the same five of the socket client
+    as ``learner_socket_*``, ``learner_slot_share`` (of the shared-memory client's batches,
+    those that arrived in a slot), ``learner_wait_p50_ms`` /
     ``learner_wait_p99_ms`` (per ``sample`` call at that rate), ``learner_robot_steps_per_s``
     (acknowledged while the learner sampled), ``learner_rows`` (in the shards at the end) and
     ``learner_share_dev`` (largest difference between a shard's share of the rows drawn and
@@ -319,33 +326,47 @@ def measure_shards(
     names = robot_names(cfg.robots, cfg.shard_counts)
     robots = Robots(actors, schema, names, cfg)
     remote: ShardedRemoteBuffer | None = None
+    socket: ShardedRemoteBuffer | None = None
     try:
         robots.prefill(prefill)
         robots.start()
         t_writing = time.perf_counter()
+        layout = learner_layout(schema)
         remote = ShardedRemoteBuffer(
+            actors.addresses, cfg.timeout_s, layout, seed=shards, prefetch=True
+        )
+        socket = ShardedRemoteBuffer(
             actors.addresses,
             cfg.timeout_s,
-            learner_layout(schema),
+            layout,
             seed=shards,
             prefetch=True,
+            shared_memory=False,
         )
         per_shard = np.zeros(shards, dtype=np.int64)
-        # Warm up: sockets connected, sealed segments promoted into the shards' hot tiers.
+        # Warm up: sockets connected, slots made, sealed segments promoted into the hot tiers.
         _phase(remote, cfg, 0.0, per_shard, min(cfg.seconds, 1.0))
+        _phase(socket, cfg, 0.0, per_shard, min(cfg.seconds, 1.0))
+        slotted = remote.slot_batches
         full: list[_Draws] = []
         paced: list[_Draws] = []
+        sfull: list[_Draws] = []
+        spaced: list[_Draws] = []
         for _ in range(cfg.rounds):
             full.append(_phase(remote, cfg, 0.0, per_shard, cfg.seconds))
             paced.append(_phase(remote, cfg, 1.0 / cfg.learner_hz, per_shard, cfg.seconds))
+            sfull.append(_phase(socket, cfg, 0.0, per_shard, cfg.seconds))
+            spaced.append(_phase(socket, cfg, 1.0 / cfg.learner_hz, per_shard, cfg.seconds))
+        in_slots = (remote.slot_batches - slotted) / max(1, sum(d.batches for d in (*full, *paced)))
         rows_written = robots.rows
         writing_s = time.perf_counter() - t_writing
         robots.stop()
         sizes = np.array([int(f["size"]) for f in actors.refresh()], dtype=np.float64)
     finally:
         robots.halt()
-        if remote is not None:
-            remote.close()
+        for r in (remote, socket):
+            if r is not None:
+                r.close()
         actors.close()
         shutil.rmtree(root, ignore_errors=True)
     ms_per_batch = float(np.median([d.wall_s / d.batches for d in full])) * 1e3
@@ -364,7 +385,14 @@ def measure_shards(
         "learner_robot_steps_per_s": rows_written / writing_s,
         "learner_rows": float(sizes.sum()),
         "learner_share_dev": float(np.abs(drawn - held).max()),
+        "learner_slot_share": min(1.0, in_slots),
+        "learner_socket_ms_per_batch": float(np.median([d.wall_s / d.batches for d in sfull]))
+        * 1e3,
+        "learner_socket_batches_per_s": float(np.median([d.batches / d.wall_s for d in sfull])),
+        "learner_socket_wait_fraction": float(np.median([d.waited_s / d.wall_s for d in spaced])),
+        "learner_socket_updates_per_s": float(np.median([d.batches / d.wall_s for d in spaced])),
     }
+    out["learner_socket_ratio_vs_gather"] = gather_s * 1e3 / out["learner_socket_ms_per_batch"]
     return {f"{k}_{shards}": v for k, v in out.items()}
 
 

@@ -234,4 +234,18 @@ def learner_rows(
                 "< 5 %",
             )
         )
+        if f"learner_socket_ms_per_batch_{k}" in r:
+            rows.append(
+                (
+                    "  the same over the socket (no shared memory): full speed ms; wait at "
+                    f"{r['learner_hz']:g} updates/s",
+                    f"{r[f'learner_socket_ms_per_batch_{k}']:.1f} "
+                    f"({r[f'learner_socket_batches_per_s_{k}']:.1f}/s); "
+                    f"{100 * r[f'learner_socket_wait_fraction_{k}']:.1f} % "
+                    f"({r[f'learner_socket_updates_per_s_{k}']:.1f} updates/s)",
+                    f"{r['learner_gather_ms']:.1f}",
+                    f"{r[f'learner_socket_ratio_vs_gather_{k}']:.2f}",
+                    "",
+                )
+            )
     return rows

@@ -7,7 +7,9 @@ numpy columns); ``buffer.service.sharded_batches.ShardedRemoteBuffer`` samples a
 servers of a buffer's shards. Requests are one JSON frame (``op``: ``sample``, ``size``, ``sampler_state``,
 ``load_sampler_state``, ``demonstrations``, ``labelled_episodes``, ``policy_episodes``); a
 ``sample`` reply carries the batch in the safetensors layout (never pickle) in frames that
-neither side copies (``buffer.service.payload``), a
+neither side copies (``buffer.service.payload``), or, when the request names a slot of the
+learner's shared memory on the same machine, a header alone after the batch was written there
+(``buffer.service.shm_batches``); a
 ``labelled_episodes`` reply the observations the steps of the episodes people labelled reached
 (``buffer.table.labels``), a ``policy_episodes`` reply the observations and intervention flags
 of the latest episodes a policy acted in (a help probe's training data). The wire, the layout of a row, the adaptive mix and the
@@ -30,6 +32,7 @@ import zmq
 from buffer.errors import NothingToSample
 from buffer.sampling.samplers import Sampler
 from buffer.service.payload import arrays_in_place, tensor_frames
+from buffer.service.shm_batches import BatchSlots, ShmRefused, Slot, SlotWriter, boot_id
 from buffer.table.labels import labelled_episodes, recent_policy_episodes
 from buffer.table.replay_buffer import ReplayBuffer
 
@@ -124,6 +127,8 @@ class BatchServer:
         self.sampler = sampler
         self.learner_stats: dict[str, float] = {}
         self.samples = 0
+        self.boot_id = boot_id()
+        self._slots = SlotWriter()
         self._ctx: zmq.Context[Any] = zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.REP)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -145,6 +150,7 @@ class BatchServer:
         self._stop.set()
         self._thread.join(5)
         self._sock.close(0)
+        self._slots.close()
 
     def _serve(self) -> None:
         poller = zmq.Poller()
@@ -213,7 +219,17 @@ class BatchServer:
             else:
                 arrays = self.buffer.sample(n, sampler=sampler, timeout=1.0)
             images = self._images(how)
-            return self._sizes(), self._batch(arrays, images)
+            batch = self._batch(arrays, images)
+            header: dict[str, Any] = {**self._sizes(), "boot_id": self.boot_id}
+            into = req.get("into")
+            if isinstance(into, dict):
+                try:
+                    header["into"] = self._slots.write(into, batch)
+                    return header, None
+                except ShmRefused as exc:  # the batch goes as frames; the learner learns why
+                    header["shm_refused"] = str(exc)
+                    header["shm_layout"] = exc.layout
+            return header, batch
         raise ValueError(f"unknown op {op!r}")
 
     def _images(self, how: Mapping[str, Any]) -> list[str]:
@@ -348,8 +364,11 @@ class RemoteBuffer:
         timeout_s: longest wait for one reply.
         layout: what each row carries (``images``, ``next_images``, ``chunk``: module
             docstring); None = the state columns alone.
+        shared_memory: take batches through shared memory when the server reports this
+            machine's boot id (``buffer.service.shm_batches``); False: always as frames.
 
-    ``stats`` (name -> float) travels with the next ``sample`` or ``size`` request.
+    ``slots``: the shared-memory slots its batches go into (its own unless a
+    ``ShardedRemoteBuffer`` shares one set among its shards). ``stats`` (name -> float) travels with the next ``sample`` or ``size`` request.
 
     Raises (from every request): ``RuntimeError`` with the server's reason, or
     ``TimeoutError`` when the server does not answer within ``timeout_s`` (the cloud is gone).
@@ -360,9 +379,15 @@ class RemoteBuffer:
         address: str,
         timeout_s: float = 30.0,
         layout: Mapping[str, Any] | None = None,
+        shared_memory: bool = True,
     ) -> None:
         self.address = address
         self.layout = dict(layout) if layout else None
+        self.shared_memory = shared_memory
+        self.slots: BatchSlots | None = None
+        self._own_slots = False
+        self._shm: bool | None = None  # None: not known until the server's first batch
+        self._asked: tuple[Slot, int] | None = None
         self.timeout_ms = int(timeout_s * 1000)
         self.stats: dict[str, float] = {}
         self._size = 0
@@ -456,15 +481,28 @@ class RemoteBuffer:
                 return batch
             time.sleep(0.1)
 
-    def ask_sample(self, batch_size: int) -> None:
+    @property
+    def shm_usable(self) -> bool:
+        """The server shares this machine's ``/dev/shm`` (as far as its replies tell)."""
+        return bool(self._shm)
+
+    def ask_sample(self, batch_size: int, into: tuple[Slot, int] | None = None) -> None:
         """Send a ``sample`` request; :meth:`take_sample` receives its reply (so a caller can
-        have several servers draw at once: ``ShardedRemoteBuffer``)."""
-        req = {
+        have several servers draw at once: ``ShardedRemoteBuffer``). ``into``: the slot and
+        row the batch is written to (by default, this client's own free slot, once the
+        server is known to share the machine)."""
+        req: dict[str, Any] = {
             "op": "sample",
             "batch_size": batch_size,
             "stats": self.stats,
             "layout": self.layout,
         }
+        if into is None and self.shm_usable and self._own_slots and self.slots is not None:
+            slot = self.slots.take(batch_size)
+            into = None if slot is None else (slot, 0)
+        self._asked = into
+        if into is not None:
+            req["into"] = into[0].spec(into[1])
         try:
             self._sock.send(json.dumps(req).encode())
         except zmq.Again:
@@ -472,10 +510,34 @@ class RemoteBuffer:
             raise TimeoutError(f"batch server {self.address} did not take the request") from None
 
     def take_sample(self) -> dict[str, np.ndarray] | None:
-        """The reply to :meth:`ask_sample`: the batch, or None when the buffer was empty."""
+        """The reply to :meth:`ask_sample`: the batch, or None when the buffer was empty (a
+        batch in a slot: arrays over the slot's rows)."""
+        asked, self._asked = self._asked, None
         header, payload = self._receive()
         self._note_sizes(header)
-        return arrays_in_place(payload) if payload is not None else None
+        if self._shm is None and "boot_id" in header:
+            self._shm = (
+                self.shared_memory and bool(header["boot_id"]) and (header["boot_id"] == boot_id())
+            )
+            if self._shm and self.slots is None:
+                self.slots, self._own_slots = BatchSlots(), True
+        if "into" in header and asked is not None:
+            slot, row0 = asked
+            return slot.arrays(row0, row0 + int(header["into"]))
+        if "shm_refused" in header and not header.get("shm_layout"):
+            log.warning(
+                "batch server %s cannot write into this learner's shared memory (%s): "
+                "batches come over the socket",
+                self.address,
+                header["shm_refused"],
+            )
+            self._shm = False
+        if payload is None:
+            return None
+        batch = arrays_in_place(payload)
+        if self.slots is not None:
+            self.slots.learn(batch)
+        return batch
 
     def sampler_state(self) -> dict[str, Any]:
         """``{"sampler": the server sampler's state_dict}`` (for the learner's checkpoint)."""
@@ -487,3 +549,5 @@ class RemoteBuffer:
 
     def close(self) -> None:
         self._sock.close(0)
+        if self._own_slots and self.slots is not None:
+            self.slots.close()

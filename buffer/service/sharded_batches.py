@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from buffer.service.batches import RemoteBuffer, RemoteNothingToSample
-from buffer.table.reading import sample_across_shards
+from buffer.service.shm_batches import BatchSlots, Slot
+from buffer.table.reading import concat_parts, sample_across_shards
 
 
 class ShardedRemoteBuffer:
@@ -23,7 +24,9 @@ class ShardedRemoteBuffer:
     A batch of B draws its rows per shard from a multinomial weighted by the shards' sizes
     (each at most 1 s old), so every transition is equally likely whichever shard holds it;
     the shards draw at once (every request is sent before any reply is read) and the parts
-    are concatenated. A shard that turns out empty hands its share to the others.
+    are concatenated. A shard that turns out empty hands its share to the others. Shards on
+    this machine write their parts side by side into one shared-memory slot
+    (``buffer.service.shm_batches``): the batch is that slot's arrays, with no copy here.
 
     With ``prefetch`` a thread of its own (with sockets of its own) draws the next batch of
     the size last asked for while the learner trains on this one, so a slow shard delays
@@ -35,6 +38,7 @@ class ShardedRemoteBuffer:
         timeout_s / layout: as :class:`RemoteBuffer`, for every shard.
         seed: of the draw of rows per shard.
         prefetch: draw one batch ahead on a thread.
+        shared_memory: as :class:`RemoteBuffer`.
 
     ``stats`` travel to every shard. Raises as :class:`RemoteBuffer`.
     """
@@ -46,16 +50,25 @@ class ShardedRemoteBuffer:
         layout: Mapping[str, Any] | None = None,
         seed: int | None = None,
         prefetch: bool = False,
+        shared_memory: bool = True,
     ) -> None:
         if not addresses:
             raise ValueError("a sharded buffer needs at least one shard address")
-        self.shards = [RemoteBuffer(a, timeout_s, layout) for a in addresses]
+        self.shards = [RemoteBuffer(a, timeout_s, layout, shared_memory) for a in addresses]
+        self.slots = BatchSlots()
+        for r in self.shards:
+            r.slots = self.slots
+        self._whole: tuple[Slot, int] | None = None  # one round filled a slot: (slot, rows)
+        self._rounds = 0
+        self._in_slots = 0
         self.stats: dict[str, float] = {}
         self._rng = np.random.default_rng(seed)
         self._ahead: _Prefetcher | None = None
         self.closing = False  # set: a wait for rows ends (the prefetch thread's)
         if prefetch:
-            fetcher = ShardedRemoteBuffer(addresses, timeout_s, layout, seed)
+            fetcher = ShardedRemoteBuffer(
+                addresses, timeout_s, layout, seed, shared_memory=shared_memory
+            )
             self._ahead = _Prefetcher(fetcher, lambda: self.stats)
 
     def _sizes(self) -> np.ndarray:
@@ -75,7 +88,28 @@ class ShardedRemoteBuffer:
         waits (polling every 0.1 s) while every shard is empty."""
         if self._ahead is not None:
             return self._ahead.take(batch_size)
-        return sample_across_shards(batch_size, self._sizes, self._rng, self._draw, self._nothing)
+        self._whole, self._rounds = None, 0
+        return sample_across_shards(
+            batch_size, self._sizes, self._rng, self._draw, self._nothing, self._join
+        )
+
+    @property
+    def slot_batches(self) -> int:
+        """Batches handed out as one shared-memory slot's arrays (no copy here)."""
+        ahead = self._ahead.fetcher.slot_batches if self._ahead is not None else 0
+        return self._in_slots + ahead
+
+    def _join(self, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """The parts as one batch: the slot's arrays when one round wrote every row into it
+        in order, else a concatenation."""
+        whole = self._whole
+        if whole is None or self._rounds != 1:
+            return concat_parts(parts)
+        slot, rows = whole
+        self._in_slots += 1
+        out = slot.arrays(0, rows)
+        out["shard"] = np.concatenate([p["shard"] for p in parts])
+        return out
 
     def _nothing(self, barren: bool) -> None:
         if self.closing:
@@ -90,20 +124,31 @@ class ShardedRemoteBuffer:
         asked = np.flatnonzero(counts).tolist()
         sent: list[int] = []
         out: list[tuple[int, dict[str, np.ndarray] | None]] = []
+        total = int(counts.sum())
+        self._rounds += 1
+        slot = self.slots.take(total) if any(self.shards[k].shm_usable for k in asked) else None
+        in_slot = 0  # rows the replies put into the slot
         try:
+            row0 = 0
             for k in asked:
-                self.shards[k].ask_sample(int(counts[k]))
+                r = self.shards[k]
+                r.ask_sample(int(counts[k]), (slot, row0) if slot and r.shm_usable else None)
                 sent.append(k)
+                row0 += int(counts[k])
             while sent:
+                k = sent[0]
                 try:
-                    part: dict[str, np.ndarray] | None = self.shards[sent[0]].take_sample()
+                    part: dict[str, np.ndarray] | None = self.shards[k].take_sample()
                 except RemoteNothingToSample:
                     part = None
+                if part is not None and slot is not None and _over(part, slot):
+                    in_slot += int(counts[k])
                 out.append((sent.pop(0), part))
         except BaseException:
             for k in sent:
                 self.shards[k]._reconnect()  # noqa: SLF001 - same module's client
             raise
+        self._whole = (slot, total) if slot is not None and in_slot == total else None
         return out
 
     def demonstrations(self) -> dict[str, int]:
@@ -145,6 +190,13 @@ class ShardedRemoteBuffer:
             self._ahead.close()
         for r in self.shards:
             r.close()
+        self.slots.close()
+
+
+def _over(part: dict[str, np.ndarray], slot: Slot) -> bool:
+    """Whether ``part``'s arrays lie in ``slot`` (the server wrote them there)."""
+    arr = next(iter(part.values()), None)
+    return arr is not None and arr.base is slot.root
 
 
 class _Prefetcher:

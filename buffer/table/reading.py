@@ -71,13 +71,15 @@ def sample_across_shards(
     rng: np.random.Generator,
     draw: Callable[[np.ndarray], list[tuple[int, dict[str, np.ndarray] | None]]],
     nothing: Callable[[bool], None],
+    concat: Callable[[list[dict[str, np.ndarray]]], dict[str, np.ndarray]] | None = None,
 ) -> dict[str, np.ndarray]:
     """``batch_size`` rows across shards in proportion to their sizes, so every transition is
     equally likely whichever shard holds it: the rows per shard are a multinomial draw
     weighted by ``sizes()`` (float64 ``(shards,)``), ``draw(counts)`` returns ``(k, part)``
     for each shard it drew from, a part of ``counts[k]`` rows or None when shard ``k``'s
     sampler finds nothing there; such a shard's share is drawn again from the others. The
-    parts get ``shard`` (int16) and are concatenated in order.
+    parts get ``shard`` (int16) and are joined in order by ``concat`` (``concat_parts`` by
+    default).
 
     ``nothing(barren)`` is called while no shard can be drawn from (``barren``: some shard's
     sampler found nothing, else every shard is empty): it raises, or waits and returns to
@@ -100,7 +102,7 @@ def sample_across_shards(
             part["shard"] = np.full(int(counts[k]), k, dtype=np.int16)
             parts.append(part)
             need -= int(counts[k])
-    return concat_parts(parts)
+    return (concat or concat_parts)(parts)
 
 
 def read_transitions(

@@ -52,5 +52,13 @@ def test_learner_view_figures_at_tiny_sizes(tmp_path: Path) -> None:
         assert r[f"learner_robot_steps_per_s_{k}"] > 0
         # Rows are drawn from each shard in proportion to its size (one robot in each).
         assert r[f"learner_share_dev_{k}"] < 0.15
+        # The shards run in Ray's worker processes on this machine: their batches arrive in
+        # the learner's shared memory (all but the first of each client and a warm-up's).
+        assert r[f"learner_slot_share_{k}"] > 0.5
+        # The same learner over the socket, beside it.
+        assert r[f"learner_socket_ms_per_batch_{k}"] > 0
+        assert 0.0 <= r[f"learner_socket_wait_fraction_{k}"] <= 1.0
+        assert 0 < r[f"learner_socket_updates_per_s_{k}"] <= 50.0
     rows = learner_rows(r, (1, 2))
-    assert len(rows) == 4 and rows[3][-1] == "< 5 %" and "2 shards" in rows[2][0]
+    assert len(rows) == 6 and rows[4][-1] == "< 5 %" and "2 shards" in rows[3][0]
+    assert "over the socket" in rows[5][0]
