@@ -352,6 +352,9 @@ class ExperienceServicer(rpc.ExperienceServicer):
         ``coalesce``: consecutive plain batch acks go as one (``UploadAck.batches``)."""
         self.s.uploaded_rows += stored_rows
         if stored_rows:
+            by_run = self.s.uploaded_rows_by_run
+            by_run[up.run_id] = by_run.get(up.run_id, 0) + stored_rows
+        if stored_rows:
             await self.sink_full.stored(up.run_id)
         for ack in _coalesce(acks) if coalesce else [a for a, _ in acks]:
             await write(self.s, context, ack)

@@ -30,11 +30,13 @@ class _Spell:
 class SinkFullEvents:
     """Per run: whether its sink is refusing for a full disk, as events of the run.
 
+    Without a store (a buffer shard's ingest endpoint) the spells are logged only.
+
     Used from the server's event loop only (the store is called in worker threads, one
     record at a time, so a run's events keep their order).
     """
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: MetadataStore | None) -> None:
         self.store = store
         self._spells: dict[str, _Spell] = {}
         self._lock = asyncio.Lock()
@@ -67,6 +69,9 @@ class SinkFullEvents:
             await self._record("buffer.disk_recovered", run_id, refused_for_s=took)
 
     async def _record(self, kind: str, run_id: str, **data: Any) -> bool:
+        if self.store is None:
+            log.warning("run %s: %s %s", run_id, kind, data)
+            return True
         try:
             await asyncio.to_thread(self.store.record_event, kind, run_id=run_id, **data)
         except Exception as exc:  # noqa: BLE001 - the store's disk may be the full one
