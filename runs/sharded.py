@@ -25,7 +25,7 @@ from typing import Any
 
 from buffer.sampling.samplers import Sampler
 from buffer.service.batches import MixConfig
-from buffer.service.shard_actor import Mount
+from buffer.service.shard_actor import EndpointFactory, Mount
 from buffer.service.shard_client import ShardActors
 from foundation.runspec import RunSpec
 from runs.offline import mount_sources
@@ -95,8 +95,11 @@ def open_shards(
     mounts: list[Mount],
     demonstration_robots: list[str],
     on_event: Callable[..., None],
+    endpoint: EndpointFactory | None = None,
 ) -> ShardActors:
-    """The run's ``spec.buffer.shards`` shard actors under ``run_dir/buffer``, opened.
+    """The run's ``spec.buffer.shards`` shard actors under ``run_dir/buffer``, opened;
+    ``endpoint``: the service each shard starts beside its batch server (the run's ingest
+    endpoint, ``comms.cloud.shard_ingest.ShardIngest``).
 
     Raises:
         ValueError: the run's buffer holds another shard count.
@@ -112,12 +115,14 @@ def open_shards(
         mix=mix_config(spec),
         demonstration_robots=demonstration_robots,
         on_event=lambda kind, data: on_event(kind, **data),
+        endpoint=endpoint,
     )
     on_event(
         "buffer.shards_started",
         shards=len(shards.actors),
         pids=shards.pids,
         addresses=shards.addresses,
+        ingest=[e["address"] if e else "" for e in shards.endpoints],
     )
     return shards
 
