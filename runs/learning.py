@@ -171,7 +171,9 @@ class RunLearning:
             mounts,
             [DEMO_ROBOT],
             self.on_event,
-            endpoint=ShardIngest(comms, self.run_id, key),
+            endpoint=ShardIngest(
+                comms, self.run_id, key, insecure_network=self.ctx.settings.insecure_network
+            ),
         )
         self.batch_server = ShardedBatches(self.buffer, spec)
         shards = self.buffer
@@ -194,12 +196,16 @@ class RunLearning:
     def ingest_figures(self) -> dict[str, Any]:
         """Rows stored by the cloud's own upload streams into this run (``cloud_rows``) and,
         for a sharded run, by each shard's ingest endpoint as last reported
-        (``shard_rows``, shard ``k`` at ``k``, with ``shard_addresses``)."""
+        (``shard_rows``, shard ``k`` at ``k``, with ``shard_addresses`` and
+        ``shard_data_plane_batches``: batches that came on the endpoints' data planes)."""
         out: dict[str, Any] = {"cloud_rows": int(self.ctx.server.uploaded_rows(self.run_id))}
         if self.routes is not None:
             ends = self.buffer.endpoints
             out["shard_rows"] = [int(e["rows"]) if e else 0 for e in ends]
             out["shard_addresses"] = [str(e["address"]) if e else "" for e in ends]
+            out["shard_data_plane_batches"] = [
+                int(e["data_plane_batches"]) if e else 0 for e in ends
+            ]
         return out
 
     def _buffer_config(self, spec: RunSpec) -> Any:

@@ -5,7 +5,9 @@ The endpoint registers the cloud's Experience servicer (``comms.cloud.services.e
 the same validation against the run's schema, the same refusal rules, acks after the
 shard's fdatasync) and, when ``comms.data_plane`` is on, the same ZeroMQ data plane, on the
 shard node's address with a port the OS picks (the one it had before a restart when that is
-free). TLS is on with the cloud's certificate settings (``comms.tls_cert_file``).
+free). TLS is on with the cloud's certificate settings (``comms.tls_cert_file``; the data
+plane is then CURVE-encrypted); beyond loopback without TLS the endpoint is refused unless
+the cloud's ``insecure_network`` is set, and then it names itself in the log as plaintext.
 
 Callers authenticate with a shard ticket (``comms.wire.tickets``) instead of their robot
 credential: :class:`TicketAuth` checks its signature under the run's ticket key and that it
@@ -38,6 +40,10 @@ from comms.wire.credentials import credential_from
 from foundation.durable import atomic_write_text
 
 log = logging.getLogger(__name__)
+
+
+class InsecureEndpoint(RuntimeError):
+    """A shard endpoint would listen beyond loopback in plaintext without ``insecure_network``."""
 
 
 class TicketAuth:
@@ -92,6 +98,7 @@ class ShardIngestServer:
         key: the run's ticket key.
         host: the node's address it binds and robots reach.
         port: the port to try first (0: any); a taken one falls back to any.
+        insecure_network: plaintext beyond loopback is accepted (and logged).
     """
 
     def __init__(
@@ -103,7 +110,9 @@ class ShardIngestServer:
         key: bytes,
         host: str,
         port: int = 0,
+        insecure_network: bool = False,
     ) -> None:
+        self.insecure_network = insecure_network
         self.settings = settings.model_copy(
             update={"bind_host": host, "data_port": 0, "data_advertise_host": None}
         )
@@ -132,13 +141,20 @@ class ShardIngestServer:
         """Bind and serve; returns the bound port.
 
         Raises:
+            InsecureEndpoint: ``host`` is beyond loopback, TLS is off and
+                ``insecure_network`` is not set.
             RuntimeError: no port could be bound on ``host``, or a TLS certificate without
                 its key.
         """
         if not self.tls and not _loopback(self.host):
+            if not self.insecure_network:
+                raise InsecureEndpoint(
+                    f"shard {self.shard}'s ingest endpoint would listen on {self.host} without "
+                    "TLS: set comms.tls_cert_file and comms.tls_key_file, or insecure_network: "
+                    "true to accept plaintext"
+                )
             log.warning(
-                "shard %d ingest on %s without TLS (comms.tls_cert_file unset): tickets and "
-                "steps travel in plaintext",
+                "insecure_network: shard %d ingest on %s in plaintext (tickets and steps)",
                 self.shard,
                 self.host,
             )
@@ -226,18 +242,25 @@ class ShardIngest:
         run_id: the run.
         key: the run's ticket key.
         host: the address to bind; None: the shard node's IP as Ray knows it.
+        insecure_network: the cloud's ``insecure_network`` (plaintext beyond loopback).
     """
 
     def __init__(
-        self, settings: CommsSettings, run_id: str, key: bytes, host: str | None = None
+        self,
+        settings: CommsSettings,
+        run_id: str,
+        key: bytes,
+        host: str | None = None,
+        insecure_network: bool = False,
     ) -> None:
         self.settings, self.run_id, self.key, self.host = settings, run_id, key, host
+        self.insecure_network = insecure_network
 
     def __call__(self, buffer: Any, k: int, directory: Path) -> ShardIngestServer:
         """The started endpoint of shard ``k`` over ``buffer`` (an open ``ReplayBuffer``).
 
         Raises:
-            RuntimeError: no port could be bound.
+            InsecureEndpoint / RuntimeError: as :meth:`ShardIngestServer.start`.
         """
         from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
@@ -249,7 +272,14 @@ class ShardIngest:
         path = directory / PORT_FILE
         port = int(path.read_text()) if path.exists() else 0
         server = ShardIngestServer(
-            self.settings, ReplayBufferSink(buffer), self.run_id, k, self.key, host, port
+            self.settings,
+            ReplayBufferSink(buffer),
+            self.run_id,
+            k,
+            self.key,
+            host,
+            port,
+            insecure_network=self.insecure_network,
         )
         server.start()
         if server.port != port:

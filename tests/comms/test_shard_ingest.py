@@ -20,12 +20,12 @@ from comms.cloud.shard_routes import ShardRoutes
 from comms.proto import robofleet_pb2 as pb
 from comms.proto import robofleet_pb2_grpc as rpc
 from comms.robot.client import make_channel
-from comms.robot.shard_route import ShardRouter
+from comms.robot.shard_route import Route, ShardRouter
 from comms.robot.uploader import MemorySpool, Uploader
 from comms.wire import steps as S
 from comms.wire import tickets
 from foundation.store.metadata_store import MetadataStore
-from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps
+from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps, self_signed_cert
 from tests.fakes.cloud import RUN, Cloud
 from tests.fakes.settings import fast_comms
 
@@ -158,3 +158,95 @@ def test_uploads_go_to_the_robots_shard_and_follow_it_to_a_new_port(
     # Each acknowledged step stored once.
     assert buf.num_steps == 80
     assert buf.stored_seqs(str(robot.robot_id)).tolist() == list(range(80))
+
+
+def test_the_router_refreshes_a_ticket_before_it_expires_and_rides_out_a_cloud_outage(
+    shards: Shards, store: MetadataStore
+) -> None:
+    cloud = Cloud(store, routes=lambda run: shards.routes if run == RUN else None)
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    now = time.time()
+    # The assignment's route: issued 70 s of its 90 s ago, so less than a third is left.
+    shards.routes.ttl_s = 90
+    first = shards.routes.route(robot.robot_id, "arm-1", now=now - 70)
+    router = ShardRouter(client, RUN, robot.robot_id, Route.from_proto(first))
+    try:
+        router.target()
+        assert router.asked == 1  # refreshed before its expiry
+        assert router.route is not None and router.route.expires_at > first.expires_at
+        router.target()
+        assert router.asked == 1  # a fresh route is used as it is
+
+        # The cloud is away: after a stream to the shard ended, the valid route is kept...
+        cloud.stop()
+        router.stream_ended(grpc.StatusCode.UNAVAILABLE)
+        _, metadata, to_shard = router.target()
+        assert to_shard and metadata[0][1] == "Bearer " + router.route.ticket
+        # ...but a ticket the shard refused is not used again.
+        router.stream_ended(grpc.StatusCode.UNAUTHENTICATED)
+        with pytest.raises(grpc.RpcError):
+            router.target()
+    finally:
+        router.close()
+        client.close()
+        cloud.close()
+
+
+def test_an_unsharded_runs_route_is_the_cloud(store: MetadataStore) -> None:
+    cloud = Cloud(store)
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    router = ShardRouter(client, RUN, robot.robot_id)
+    try:
+        upload, metadata, to_shard = router.target()
+        assert not to_shard and upload is client.upload_stream and metadata == client.metadata
+    finally:
+        router.close()
+        client.close()
+        cloud.close()
+
+
+def test_a_plaintext_endpoint_beyond_loopback_is_refused_without_insecure_network(
+    tmp_path: Path,
+) -> None:
+    from comms.cloud.shard_ingest import InsecureEndpoint
+
+    with ReplayBuffer.open(tmp_path / "shard-0", BUFFER_SCHEMA) as buf:
+        sink = ReplayBufferSink(buf)
+        server = ShardIngestServer(fast_comms(), sink, RUN, 0, tickets.new_key(), "0.0.0.0")
+        with pytest.raises(InsecureEndpoint, match="insecure_network"):
+            server.start()
+
+
+def test_the_endpoint_serves_tls_with_the_clouds_certificate(tmp_path: Path) -> None:
+    from comms.robot.client import EdgeClient
+
+    cert, key_file = self_signed_cert(tmp_path)
+    server_settings = fast_comms().model_copy(
+        update={"tls_cert_file": cert, "tls_key_file": key_file}
+    )
+    robot_settings = fast_comms().model_copy(update={"tls_ca_file": cert})
+    key = tickets.new_key()
+    robot = next(r for r in range(1, 50) if shard_of(r, SHARDS) == 1)
+    with ReplayBuffer.open(tmp_path / "buffer" / "shard-1", BUFFER_SCHEMA) as buf:
+        server = ShardIngest(server_settings, RUN, key, host="127.0.0.1")(
+            buf, 1, tmp_path / "buffer" / "shard-1"
+        )
+        routes = ShardRoutes(RUN, key, SHARDS, lambda: ["", server.address], tls=True)
+        # Nothing listens where the robot's cloud would be: the route comes with the
+        # assignment and is fresh, so the cloud is not asked.
+        client = EdgeClient(make_channel("127.0.0.1:9", robot_settings), "unused", robot_settings)
+        router = ShardRouter(client, RUN, robot, Route.from_proto(routes.route(robot, "arm")))
+        spool = MemorySpool()
+        up = Uploader(client, RUN, spool, router)
+        try:
+            spool.put(buffer_steps(robot, 0, 8))
+            assert up.wait_durable(7, 20), up.last_error
+            assert server.figures()["tls"] and server.figures()["rows"] == 8
+            assert router.asked == 0
+        finally:
+            up.close()
+            client.close()
+            server.stop()
+        assert buf.stored_seqs(str(robot)).tolist() == list(range(8))

@@ -82,6 +82,8 @@ def test_a_two_shard_runs_robots_upload_to_their_shards_and_follow_a_killed_one(
     [ingest] = events(store, run_id, "buffer.ingest")
     assert ingest["cloud_rows"] == 0, ingest
     assert len(ingest["shard_rows"]) == SHARDS and all(n > 0 for n in ingest["shard_rows"]), ingest
+    # The robots take the shards' ZeroMQ data planes as they take the cloud's.
+    assert sum(ingest["shard_data_plane_batches"]) > 0, ingest
 
     directory = run_dir(store, run_id)
     report = json.loads((directory / "report.json").read_text())
