@@ -191,9 +191,15 @@ class Uploader:
                 self.last_error = f"{code}: {exc.details() if hasattr(exc, 'details') else exc}"
                 if to_shard:
                     # The shard was away, moved, or refused its ticket: the cloud is asked
-                    # for the route before the next stream.
+                    # for the route before the next stream. A refusal of the steps
+                    # themselves (invalid, not the robot's) is as loud as the cloud's.
                     self._note_shard_end(code)
-                    log.info("shard upload stream ended (%s); asking the cloud again", code)
+                    loud = code in FATAL_CODES and code != grpc.StatusCode.UNAUTHENTICATED
+                    log.log(
+                        logging.ERROR if loud else logging.INFO,
+                        "upload stream to the shard ended (%s); asking the cloud again",
+                        self.last_error,
+                    )
                 elif code in FATAL_CODES:
                     log.error("upload refused (%s); retrying slowly", self.last_error)
                 elif code == grpc.StatusCode.ALREADY_EXISTS:  # another stream of this robot
