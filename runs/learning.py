@@ -40,7 +40,13 @@ from foundation.rows import RowFilter
 from foundation.runspec import RunSpec
 from hal.compat import RunFeatures
 from runs.offline import mount_sources
-from runs.sharded import ShardedBatches, checked_mounts, mix_config, open_shards
+from runs.sharded import (
+    ShardedBatches,
+    checked_mounts,
+    mix_config,
+    new_endpoint_events,
+    open_shards,
+)
 from runs.starting import initial_weights_path
 from runs.supervisor import ChildRefused, ProcessSupervisor
 from runs.versions import VersionRecorder
@@ -85,6 +91,7 @@ class RunLearning:
         self.buffer: Any  # a ReplayBuffer, or the shards' ShardActors
         self.batch_server: Any  # a BatchServer, or ShardedBatches
         self.routes: Any = None  # a sharded run's ShardRoutes
+        self._endpoint_events: dict[int, tuple[int, int]] = {}  # runs.sharded.new_endpoint_events
         if spec.buffer.shards > 1:
             self._open_shards(spec, features)
         else:
@@ -243,6 +250,10 @@ class RunLearning:
         if isinstance(self.batch_server, ShardedBatches):
             self.batch_server.poll()
             self._follow_batch_addresses()
+            shards = self.buffer
+            seen = self._endpoint_events
+            for kind, data in new_endpoint_events(shards.endpoints, shards.pids, seen):
+                self.on_event(kind, **data)  # a shard's disk full / recovered
         self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
         self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,32 @@ def open_shards(
         ingest=[e["address"] if e else "" for e in shards.endpoints],
     )
     return shards
+
+
+def new_endpoint_events(
+    endpoints: Sequence[Mapping[str, Any] | None],
+    pids: Sequence[int],
+    seen: dict[int, tuple[int, int]],
+) -> list[tuple[str, dict[str, Any]]]:
+    """The run events of the shards' ingest endpoints (``events`` in their figures,
+    ``comms.cloud.shard_ingest.EndpointEvents``) not returned before, as ``(kind, data)``.
+
+    ``seen`` (shard -> (its process id, the last event number returned)) is updated; a shard
+    process that changed (Ray restarted it) numbers its events from 0 again.
+    """
+    out: list[tuple[str, dict[str, Any]]] = []
+    for k, (figures, pid) in enumerate(zip(endpoints, pids, strict=False)):
+        if not figures:
+            continue
+        was, last = seen.get(k, (pid, -1))
+        if was != pid:
+            last = -1
+        for e in figures.get("events", ()):
+            if int(e["n"]) > last:
+                out.append((str(e["kind"]), dict(e["data"])))
+                last = int(e["n"])
+        seen[k] = (pid, last)
+    return out
 
 
 class ShardedBatches:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,30 @@ class TicketAuth:
             )
 
 
+class EndpointEvents:
+    """The run events an endpoint records (``buffer.disk_full``, ``buffer.disk_recovered``:
+    ``comms.cloud.services.sink_events``), each numbered ``n`` from 0 in this process and
+    tagged with the shard, until the cloud records them from the shard's figures
+    (``runs.sharded.new_endpoint_events``). The newest ``keep`` are kept."""
+
+    def __init__(self, shard: int, keep: int = 100) -> None:
+        self.shard, self.keep = shard, keep
+        self._lock = threading.Lock()
+        self._events: list[dict[str, Any]] = []
+        self._n = 0
+
+    def record_event(self, kind: str, *, run_id: str | None = None, **data: Any) -> None:
+        log.warning("run %s shard %d: %s %s", run_id, self.shard, kind, data)
+        with self._lock:
+            self._events.append({"n": self._n, "kind": kind, "data": {**data, "shard": self.shard}})
+            self._n += 1
+            del self._events[: -self.keep]
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(e) for e in self._events]
+
+
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -122,6 +147,7 @@ class ShardIngestServer:
             store=None,
             auth=TicketAuth(key, run_id, shard),
             sinks=lambda asked: sink if asked == run_id else None,
+            events=EndpointEvents(shard),
         )
         self._want_port = port
         self._loop: LoopThread | None = None
@@ -202,14 +228,17 @@ class ShardIngestServer:
 
     def figures(self) -> dict[str, Any]:
         """``address``, ``rows`` (stored through this endpoint), ``streams`` (open now),
-        ``data_plane_batches``, ``tls``."""
+        ``data_plane_batches``, ``tls``, ``events`` (:class:`EndpointEvents`)."""
         dp = self.state.dataplane
+        events = self.state.events
+        assert isinstance(events, EndpointEvents)
         return {
             "address": self.address,
             "rows": self.state.uploaded_rows,
             "streams": self.state.active_streams,
             "data_plane_batches": dp.batches_received if dp is not None else 0,
             "tls": self.tls,
+            "events": events.snapshot(),
         }
 
     def stop(self) -> None:

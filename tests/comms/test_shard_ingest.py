@@ -27,6 +27,8 @@ from comms.wire import tickets
 from foundation.store.metadata_store import MetadataStore
 from tests.comms.helpers import BUFFER_SCHEMA, buffer_steps, self_signed_cert
 from tests.fakes.cloud import RUN, Cloud
+from tests.fakes.disk import Disk
+from tests.fakes.procs import wait_until
 from tests.fakes.settings import fast_comms
 
 SHARDS = 2
@@ -250,3 +252,49 @@ def test_the_endpoint_serves_tls_with_the_clouds_certificate(tmp_path: Path) -> 
             client.close()
             server.stop()
         assert buf.stored_seqs(str(robot)).tolist() == list(range(8))
+
+
+def test_a_full_shard_disk_is_refused_by_name_and_reported_as_the_runs_events(
+    full_disk: Disk, store: MetadataStore
+) -> None:
+    key = tickets.new_key()
+    cloud = Cloud(store, settings=fast_comms(reconnect_max_s=1.0))
+    robot = cloud.robot("arm-1")
+    home = shard_of(robot.robot_id, SHARDS)
+    directory = full_disk.path / f"shard-{home}"
+    buf = ReplayBuffer.open(directory, BUFFER_SCHEMA)
+    server = ShardIngest(fast_comms(), RUN, key, host="127.0.0.1")(buf, home, directory)
+    addresses = ["", ""]
+    addresses[home] = server.address
+    cloud.server.state.routes = lambda run: ShardRoutes(RUN, key, SHARDS, lambda: addresses)
+    client = cloud.client(robot)
+    spool = MemorySpool()
+    up = Uploader(client, RUN, spool, ShardRouter(client, RUN, robot.robot_id))
+    n = 0
+    try:
+        spool.put(buffer_steps(robot.robot_id, n, 8))
+        n += 8
+        assert up.wait_durable(n - 1, 20), up.last_error
+        full_disk.fill()
+        for _ in range(40):  # more than the last pages of the disk hold
+            spool.put(buffer_steps(robot.robot_id, n, 8))
+            n += 8
+        wait_until(
+            lambda: "buffer disk full" in (up.last_error or ""), 20, lambda: str(up.last_error)
+        )
+        assert "RESOURCE_EXHAUSTED" in str(up.last_error)
+        wait_until(lambda: server.figures()["events"], 10, lambda: "no endpoint event")
+        [full] = server.figures()["events"]
+        assert full["kind"] == "buffer.disk_full" and full["data"]["shard"] == home
+        full_disk.free()
+        assert up.wait_durable(n - 1, 30), up.last_error
+        kinds = [e["kind"] for e in server.figures()["events"]]
+        assert kinds == ["buffer.disk_full", "buffer.disk_recovered"]
+        assert buf.stored_seqs(str(robot.robot_id)).tolist() == list(range(n))
+    finally:
+        full_disk.free()
+        up.close()
+        client.close()
+        server.stop()
+        cloud.close()
+        buf.close()

@@ -21,6 +21,7 @@ from comms.cloud.dataplane import DataPlaneServer
 from comms.cloud.distributor import WeightDistributor
 from comms.cloud.ratelimit import AsyncByteRate
 from comms.cloud.services.requests import BadRequest, checked
+from comms.cloud.services.sink_events import EventRecorder
 from comms.cloud.shard_routes import RouteResolver
 from comms.cloud.step_sink import SinkClosed, SinkFull, SinkRejected, SinkResolver
 from comms.config import CommsSettings
@@ -53,6 +54,8 @@ class ServerState:
     store: MetadataStore | None  # None: a buffer shard's ingest endpoint (no metadata store)
     auth: CallerAuth
     sinks: SinkResolver
+    # Where a server without a metadata store records run events (a shard's endpoint).
+    events: EventRecorder | None = None
     # A sharded run's ingest routes (``Ingest.Route``); None for other runs.
     routes: RouteResolver = field(default=lambda _run_id: None)
     distributors: dict[str, WeightDistributor] = field(default_factory=dict)

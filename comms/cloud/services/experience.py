@@ -178,7 +178,8 @@ class _LiveStreams:
 class ExperienceServicer(rpc.ExperienceServicer):
     def __init__(self, state: ServerState) -> None:
         self.s = state
-        self.sink_full = SinkFullEvents(state.store)
+        recorder = state.events if state.events is not None else state.metadata_store()
+        self.sink_full = SinkFullEvents(recorder)
         self.live = _LiveStreams()
 
     @guarded

@@ -13,11 +13,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from foundation.store.metadata_store import MetadataStore
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+
+
+class EventRecorder(Protocol):
+    """Where a run's events go: the metadata store, or a shard endpoint's own list that the
+    cloud records from (``comms.cloud.shard_ingest.EndpointEvents``)."""
+
+    def record_event(self, kind: str, *, run_id: str | None = None, **data: Any) -> Any: ...
 
 
 @dataclass
@@ -30,13 +35,11 @@ class _Spell:
 class SinkFullEvents:
     """Per run: whether its sink is refusing for a full disk, as events of the run.
 
-    Without a store (a buffer shard's ingest endpoint) the spells are logged only.
-
     Used from the server's event loop only (the store is called in worker threads, one
     record at a time, so a run's events keep their order).
     """
 
-    def __init__(self, store: MetadataStore | None) -> None:
+    def __init__(self, store: EventRecorder) -> None:
         self.store = store
         self._spells: dict[str, _Spell] = {}
         self._lock = asyncio.Lock()
@@ -69,9 +72,6 @@ class SinkFullEvents:
             await self._record("buffer.disk_recovered", run_id, refused_for_s=took)
 
     async def _record(self, kind: str, run_id: str, **data: Any) -> bool:
-        if self.store is None:
-            log.warning("run %s: %s %s", run_id, kind, data)
-            return True
         try:
             await asyncio.to_thread(self.store.record_event, kind, run_id=run_id, **data)
         except Exception as exc:  # noqa: BLE001 - the store's disk may be the full one
