@@ -67,10 +67,10 @@ class Route:
         )
 
     def fresh(self, now: float) -> bool:
-        """More than :data:`REFRESH_LEFT` of the ticket's lifetime is left at ``now``. The
-        robot's clock is compared with the cloud's only through the ticket's own lifetime
-        (issued to expiry), so a skewed clock shortens or lengthens a route's use a little
-        but the shard decides by its own."""
+        """More than :data:`REFRESH_LEFT` of the ticket's lifetime is left at ``now`` (the
+        robot's clock against the cloud's expiry: a skewed robot clock asks earlier or
+        later; the shard's clock decides, and a ticket it refuses as expired makes the
+        robot ask again)."""
         life = self.expires_at - self.issued_at
         return now < self.expires_at - life * REFRESH_LEFT
 
