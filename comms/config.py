@@ -64,6 +64,12 @@ class CommsSettings(BaseModel):
         "unacknowledged (the batch that crosses it is sent). Keep it above the link's "
         "bandwidth-delay product (ack latency x upload rate).",
     )
+    shard_ticket_ttl_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="Lifetime of a shard ticket: what lets a sharded run's robot upload to its "
+        "buffer shard's own ingest endpoint (robots ask for a fresh one before it ends).",
+    )
     call_timeout_s: float = Field(default=10.0, gt=0, description="Deadline of unary calls.")
     act_timeout_s: float = Field(default=0.5, gt=0, description="Deadline of a remote Act call.")
     stream_idle_timeout_s: float = Field(

@@ -61,6 +61,10 @@ class Assignment(BaseModel):
         help: the run's ``help:`` section (``edge_agent.help.HelpSettings`` fields; empty:
             the robot never asks for help).
         edge: the run's edge settings, keys of :data:`RUN_EDGE_FIELDS` only.
+        ingest: where this robot uploads its steps in a sharded run: its buffer shard's
+            ingest endpoint and a shard ticket (``comms.robot.shard_route.Route`` fields:
+            ``address``, ``ticket``, ``shard``, ``expires_at``, ``issued_at``, ``tls``);
+            empty: the cloud it is connected to.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -76,6 +80,7 @@ class Assignment(BaseModel):
     reward_source: Literal["robot", "labels", "classifier"] = "robot"
     help: dict[str, Any] = Field(default_factory=dict)
     edge: dict[str, Any] = Field(default_factory=dict)
+    ingest: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("demonstrations")
     @classmethod

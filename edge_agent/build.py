@@ -34,6 +34,7 @@ from edge_agent.uplink import UplinkWorker
 if TYPE_CHECKING:
     from comms.robot.client import EdgeClient
     from comms.robot.receiver import WeightReceiver
+    from comms.robot.shard_route import ShardRouter
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ class AgentOptions:
         reward_source: the run's ``reward.source`` (``edge_agent.rewards``): ``robot``,
             ``labels`` or ``classifier``.
         help: the run's ``help:`` (``edge_agent.help.HelpSettings`` fields; empty: never ask).
+        ingest: the assignment's ingest route (a sharded run: the robot's shard endpoint and
+            ticket, ``comms.robot.shard_route.Route``); empty: uploads go to ``server``.
     """
 
     robot_name: str
@@ -98,6 +101,7 @@ class AgentOptions:
     demonstrations: dict[str, int] = field(default_factory=dict)
     reward_source: str = "robot"
     help: dict[str, Any] = field(default_factory=dict)
+    ingest: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     credential_dir: Path | None = None
 
@@ -228,7 +232,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     if client is not None:
         from comms.robot.uploader import Uploader
 
-        closers.append(Uploader(client, opts.run_id, spool).close)
+        closers.append(Uploader(client, opts.run_id, spool, _router(client, opts, robot_id)).close)
         heartbeat = functools.partial(client.heartbeat, run_id=opts.run_id)
     agent = EdgeAgent(
         driver,
@@ -328,6 +332,24 @@ def _connect(
     home = opts.credential_dir or spool_dir
     robot_id, secret = credential(home, opts, comms, spec.to_dict())
     return robot_id, EdgeClient(make_channel(opts.server, comms), secret, comms)
+
+
+def _router(client: EdgeClient, opts: AgentOptions, robot_id: int | str) -> ShardRouter | None:
+    """Where the uploads of a sharded run's robot go (its shard, from the assignment's
+    ``ingest``); None: to the cloud, as for every other run.
+
+    Raises:
+        ValueError: the assignment's ``ingest`` lacks a field or has one of the wrong type.
+    """
+    if not opts.ingest:
+        return None
+    from comms.robot.shard_route import Route, ShardRouter
+
+    try:
+        first = Route.from_dict(opts.ingest)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"assignment ingest: {exc!r} in {sorted(opts.ingest)}") from None
+    return ShardRouter(client, opts.run_id, int(robot_id), first)
 
 
 def _policy_runner(

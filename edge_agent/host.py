@@ -284,6 +284,7 @@ class RobotComputer:
             demonstrations=dict(a.demonstrations),
             reward_source=a.reward_source,
             help=dict(a.help),
+            ingest=dict(a.ingest),
             spool_dir=spool,
             credential_dir=self.root,
             token=None,

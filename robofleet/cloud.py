@@ -124,7 +124,10 @@ class CloudService:
                 )
                 self._started_ray = True
         self.sinks: dict[str, Any] = {}
-        self.server = CloudServer(s.comms, store, sinks=self.sinks.get, port=self.grpc_port)
+        self.routes: dict[str, Any] = {}
+        self.server = CloudServer(
+            s.comms, store, sinks=self.sinks.get, port=self.grpc_port, routes=self.routes.get
+        )
         port = self.server.start()
         address = f"{s.comms.bind_host}:{port}"
         if self.start_robots is not None:
@@ -136,6 +139,7 @@ class CloudService:
             server_address=address,
             sinks=self.sinks,
             python=sys.executable,
+            routes=self.routes,
             eval_every_s=self.eval_every_s,
         )
         self.manager = RunManager(ctx, self.data_dir / "runs", auto_resume=self.auto_resume)

@@ -66,6 +66,8 @@ class RobotAssignments:
         base: the run's assignment; each robot gets it with its own ``seed``.
         on_event: records an event of the run (``kind, **data``).
         resend_s: shortest interval between two pushes to the same robot.
+        route: ``(robot id, name) -> ingest route`` of a sharded run (each push carries a
+            fresh one as the assignment's ``ingest``); None: robots upload to the cloud.
     """
 
     def __init__(
@@ -76,8 +78,10 @@ class RobotAssignments:
         base: Assignment,
         on_event: Callable[..., None],
         resend_s: float = 3.0,
+        route: Callable[[int, str], dict[str, Any] | None] | None = None,
     ) -> None:
         self.store, self.server, self.run_id = store, server, run_id
+        self.route = route
         self.base = base
         self.on_event = on_event
         self.resend_s = resend_s
@@ -198,6 +202,9 @@ class RobotAssignments:
 
     def _push_assign(self, name: str, reason: str) -> None:
         robot_id, assignment = self.robots[name]
+        ingest = None if self.route is None else self.route(robot_id, name)
+        if ingest is not None:
+            assignment = assignment.model_copy(update={"ingest": ingest})
         self._pushed_at[name] = time.monotonic()
         self._push(robot_id, "assign", reason, assignment.to_json())
 

@@ -13,7 +13,9 @@ the node lacks) is not restarted: :meth:`RunLearning.poll` raises :class:`Learne
 with its refusal.
 
 A run with ``buffer.shards`` above 1 keeps its buffer in shard actors instead, each with its
-own batch server (:mod:`runs.sharded`); the learner samples all of them.
+own batch server and ingest endpoint (:mod:`runs.sharded`); the learner samples all of them,
+and the run's robots upload to their shards' endpoints with the tickets the cloud gives them
+(:meth:`RunLearning.ingest_route`).
 
 Versions already in the run's ``weights/`` when the learner starts (the last attempt's) are not
 handed to comms again: the first version handed on is one this learner published, after it
@@ -30,12 +32,21 @@ from typing import Any
 
 from cloud_learner.process import EXIT_REFUSED, read_refusal
 from cloud_learner.run_plan import RunPlan
+from comms.cloud.shard_ingest import ShardIngest
+from comms.cloud.shard_routes import ShardRoutes
 from comms.cloud.weight_file import WeightFileFeed, latest_version
+from comms.wire import tickets
 from foundation.rows import RowFilter
 from foundation.runspec import RunSpec
 from hal.compat import RunFeatures
 from runs.offline import mount_sources
-from runs.sharded import ShardedBatches, checked_mounts, mix_config, open_shards
+from runs.sharded import (
+    ShardedBatches,
+    checked_mounts,
+    mix_config,
+    new_endpoint_events,
+    open_shards,
+)
 from runs.starting import initial_weights_path
 from runs.supervisor import ChildRefused, ProcessSupervisor
 from runs.versions import VersionRecorder
@@ -79,6 +90,8 @@ class RunLearning:
         spec = plan.spec
         self.buffer: Any  # a ReplayBuffer, or the shards' ShardActors
         self.batch_server: Any  # a BatchServer, or ShardedBatches
+        self.routes: Any = None  # a sharded run's ShardRoutes
+        self._endpoint_events: dict[int, tuple[int, int]] = {}  # runs.sharded.new_endpoint_events
         if spec.buffer.shards > 1:
             self._open_shards(spec, features)
         else:
@@ -155,10 +168,52 @@ class RunLearning:
         for entry in self.offline_sources:
             self.on_event("run.offline_mounted", **entry)
         self.demo_rows = 0  # the cloud-side demonstrations of older runs were never sharded
+        comms = self.ctx.settings.comms
+        key = tickets.new_key()
         self.buffer = open_shards(
-            spec, schema, config, self.run_dir, mounts, [DEMO_ROBOT], self.on_event
+            spec,
+            schema,
+            config,
+            self.run_dir,
+            mounts,
+            [DEMO_ROBOT],
+            self.on_event,
+            endpoint=ShardIngest(
+                comms, self.run_id, key, insecure_network=self.ctx.settings.insecure_network
+            ),
         )
         self.batch_server = ShardedBatches(self.buffer, spec)
+        shards = self.buffer
+        self.routes = ShardRoutes(
+            self.run_id,
+            key,
+            spec.buffer.shards,
+            lambda: [str(e["address"]) if e else "" for e in shards.endpoints],
+            tls=comms.tls_cert_file is not None,
+            ttl_s=comms.shard_ticket_ttl_s,
+        )
+        self.ctx.routes[self.run_id] = self.routes
+
+    def ingest_route(self, robot_id: int, name: str) -> dict[str, Any] | None:
+        """Robot ``robot_id``'s (named ``name``) ingest route for its assignment: its
+        shard's endpoint and a fresh shard ticket; None for an unsharded run (the robot
+        uploads to the cloud)."""
+        return None if self.routes is None else self.routes.route_dict(robot_id, name)
+
+    def ingest_figures(self) -> dict[str, Any]:
+        """Rows stored by the cloud's own upload streams into this run (``cloud_rows``) and,
+        for a sharded run, by each shard's ingest endpoint as last reported
+        (``shard_rows``, shard ``k`` at ``k``, with ``shard_addresses`` and
+        ``shard_data_plane_batches``: batches that came on the endpoints' data planes)."""
+        out: dict[str, Any] = {"cloud_rows": int(self.ctx.server.uploaded_rows(self.run_id))}
+        if self.routes is not None:
+            ends = self.buffer.endpoints
+            out["shard_rows"] = [int(e["rows"]) if e else 0 for e in ends]
+            out["shard_addresses"] = [str(e["address"]) if e else "" for e in ends]
+            out["shard_data_plane_batches"] = [
+                int(e["data_plane_batches"]) if e else 0 for e in ends
+            ]
+        return out
 
     def _buffer_config(self, spec: RunSpec) -> Any:
         """The cloud's buffer settings with the run's own hot-tier budget, when it has one."""
@@ -195,6 +250,10 @@ class RunLearning:
         if isinstance(self.batch_server, ShardedBatches):
             self.batch_server.poll()
             self._follow_batch_addresses()
+            shards = self.buffer
+            seen = self._endpoint_events
+            for kind, data in new_endpoint_events(shards.endpoints, shards.pids, seen):
+                self.on_event(kind, **data)  # a shard's disk full / recovered
         self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
         self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
         try:
@@ -249,4 +308,11 @@ class RunLearning:
             log.exception("recording the learner's last versions")
         self.batch_server.close()
         self.ctx.sinks.pop(self.run_id, None)
+        if self.routes is not None:
+            self.ctx.routes.pop(self.run_id, None)
+            try:
+                self.buffer.refresh()
+                self.on_event("buffer.ingest", **self.ingest_figures())
+            except Exception:  # a shard that is away: its figures are not final anyway
+                log.exception("reading the shards' ingest figures")
         self.buffer.close()

@@ -72,6 +72,8 @@ class CloudContext:
     server_address: str
     sinks: dict[str, Any]
     python: str
+    # run id -> a sharded run's ingest routes (comms.cloud.shard_routes.ShardRoutes)
+    routes: dict[str, Any] = field(default_factory=dict)
     learner_restarts: RestartPolicy = field(default_factory=RestartPolicy)
     eval_every_s: float | None = None
 
@@ -356,8 +358,14 @@ class RunDriver:
         """Assign the leased robots: their computers build the run's agent (connect,
         subscribe, wait for the first version) while the learner starts and warm-starts."""
         assert self.allocation is not None
+        assert self.learning is not None
         self.agents = RobotAssignments(
-            self.ctx.store, self.ctx.server, self.run_id, self.assignment(), self._event
+            self.ctx.store,
+            self.ctx.server,
+            self.run_id,
+            self.assignment(),
+            self._event,
+            route=self.learning.ingest_route,
         )
         members = sorted(self._members().items())
         per_task = self.spec.demonstrations.episodes_per_task

@@ -19,13 +19,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from buffer.sampling.samplers import Sampler
 from buffer.service.batches import MixConfig
-from buffer.service.shard_actor import Mount
+from buffer.service.shard_actor import EndpointFactory, Mount
 from buffer.service.shard_client import ShardActors
 from foundation.runspec import RunSpec
 from runs.offline import mount_sources
@@ -95,8 +95,11 @@ def open_shards(
     mounts: list[Mount],
     demonstration_robots: list[str],
     on_event: Callable[..., None],
+    endpoint: EndpointFactory | None = None,
 ) -> ShardActors:
-    """The run's ``spec.buffer.shards`` shard actors under ``run_dir/buffer``, opened.
+    """The run's ``spec.buffer.shards`` shard actors under ``run_dir/buffer``, opened;
+    ``endpoint``: the service each shard starts beside its batch server (the run's ingest
+    endpoint, ``comms.cloud.shard_ingest.ShardIngest``).
 
     Raises:
         ValueError: the run's buffer holds another shard count.
@@ -112,14 +115,42 @@ def open_shards(
         mix=mix_config(spec),
         demonstration_robots=demonstration_robots,
         on_event=lambda kind, data: on_event(kind, **data),
+        endpoint=endpoint,
     )
     on_event(
         "buffer.shards_started",
         shards=len(shards.actors),
         pids=shards.pids,
         addresses=shards.addresses,
+        ingest=[e["address"] if e else "" for e in shards.endpoints],
     )
     return shards
+
+
+def new_endpoint_events(
+    endpoints: Sequence[Mapping[str, Any] | None],
+    pids: Sequence[int],
+    seen: dict[int, tuple[int, int]],
+) -> list[tuple[str, dict[str, Any]]]:
+    """The run events of the shards' ingest endpoints (``events`` in their figures,
+    ``comms.cloud.shard_ingest.EndpointEvents``) not returned before, as ``(kind, data)``.
+
+    ``seen`` (shard -> (its process id, the last event number returned)) is updated; a shard
+    process that changed (Ray restarted it) numbers its events from 0 again.
+    """
+    out: list[tuple[str, dict[str, Any]]] = []
+    for k, (figures, pid) in enumerate(zip(endpoints, pids, strict=False)):
+        if not figures:
+            continue
+        was, last = seen.get(k, (pid, -1))
+        if was != pid:
+            last = -1
+        for e in figures.get("events", ()):
+            if int(e["n"]) > last:
+                out.append((str(e["kind"]), dict(e["data"])))
+                last = int(e["n"])
+        seen[k] = (pid, last)
+    return out
 
 
 class ShardedBatches:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +39,22 @@ from foundation.durable import atomic_write_text
 from foundation.rows import RowFilter
 
 PORT_FILE = "batch_port"
+
+
+class ShardEndpoint(Protocol):
+    """A service a shard runs in its own process beside its batch server (its ingest
+    endpoint, ``comms.cloud.shard_ingest``)."""
+
+    def figures(self) -> dict[str, Any]:
+        """Plain values about it (``address`` at least), reported with the shard's counts."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+# (the shard's open buffer, its index, its directory) -> a started endpoint. Picklable: Ray
+# runs it again in a restarted shard process.
+EndpointFactory = Callable[[ReplayBuffer, int, Path], ShardEndpoint]
 SamplerFactory = Callable[[bool, dict[str, float]], Sampler | None]
 # (directory, rows kept, name, task every row counts as): one offline mount of every shard.
 Mount = tuple[str, RowFilter, str, str | None]
@@ -61,6 +77,8 @@ class BufferShard:
         sampler_factory: builds the sampler instead of ``sampler``, called with (offline data
             mounted, the batch server's adaptive per-task shares).
         mix: the batch server's online share when offline data is mounted.
+        endpoint: starts a service on the open buffer after the batch server (the run's
+            ingest endpoint); its ``figures()`` are the counts' ``endpoint``.
     """
 
     def __init__(
@@ -77,6 +95,7 @@ class BufferShard:
         mounts: Sequence[Mount] = (),
         sampler_factory: SamplerFactory | None = None,
         mix: MixConfig | None = None,
+        endpoint: EndpointFactory | None = None,
     ) -> None:
         shard_count(root, shards)
         self.k = k
@@ -92,6 +111,12 @@ class BufferShard:
                 sampler = sampler_factory(bool(self.buffer.offline), shares)
             self.server = self._serve(tasks, sampler, demonstration_robots, host, mix, shares)
         except BaseException:
+            self.buffer.close()
+            raise
+        try:
+            self.endpoint = None if endpoint is None else endpoint(self.buffer, k, self.directory)
+        except BaseException:
+            self.server.close()
             self.buffer.close()
             raise
 
@@ -184,7 +209,8 @@ class BufferShard:
         """``size`` (transitions in the window), ``selected`` (eligible rows each filter
         keeps), ``offline`` (rows of each mounted view), ``stats`` (``ReplayBuffer.stats``
         plus the cache's ``hits`` and ``misses``) and the batch server's ``requests``,
-        ``learner_stats``, ``mix_shares`` and ``address``, and the process ``pid``."""
+        ``learner_stats``, ``mix_shares`` and ``address``, the process ``pid`` and the
+        ``endpoint``'s figures (None without one)."""
         storage = self.buffer.storage
         return {
             "size": len(self.buffer),
@@ -197,6 +223,7 @@ class BufferShard:
             "mix_shares": dict(self.server.mix_shares),
             "pid": os.getpid(),
             "address": self.server.address,
+            "endpoint": None if self.endpoint is None else self.endpoint.figures(),
         }
 
     def size(self) -> int:
@@ -204,6 +231,8 @@ class BufferShard:
         return len(self.buffer)
 
     def close(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.stop()
         self.server.close()
         self.buffer.close()
 
@@ -222,14 +251,15 @@ def start_shards(
     mounts: Sequence[Mount] = (),
     sampler_factory: SamplerFactory | None = None,
     mix: MixConfig | None = None,
+    endpoint: EndpointFactory | None = None,
 ) -> list[Any]:
     """One Ray actor per shard (``ray.init`` done by the caller); returns their handles,
     shard ``k`` at ``k``. ``actor_options`` go to ``.options()``: e.g. a node's custom
     resource (``{"resources": {"buffer-node-1": 1}}``), a scheduling strategy to place each
     shard where its directory is, ``max_restarts``. Each shard gets an equal part of the
     memory budget and limits (:func:`shard_settings`) and its own copy of ``sampler`` (the
-    run's algorithm's; None: uniform) or one built by ``sampler_factory``; ``mounts`` and
-    ``mix``: :class:`BufferShard`.
+    run's algorithm's; None: uniform) or one built by ``sampler_factory``; ``mounts``,
+    ``mix`` and ``endpoint``: :class:`BufferShard`.
 
     Raises:
         ValueError: ``shards`` differs from the count recorded under ``root``.
@@ -255,6 +285,7 @@ def start_shards(
             list(mounts),
             sampler_factory,
             mix,
+            endpoint,
         )
         for k in range(shards)
     ]

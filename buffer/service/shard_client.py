@@ -28,7 +28,13 @@ from numpy.typing import ArrayLike, NDArray
 from buffer.config import BufferSettings
 from buffer.errors import BackpressureError
 from buffer.service.batches import MixConfig
-from buffer.service.shard_actor import Mount, SamplerFactory, raise_append_error, start_shards
+from buffer.service.shard_actor import (
+    EndpointFactory,
+    Mount,
+    SamplerFactory,
+    raise_append_error,
+    start_shards,
+)
 from buffer.service.shards import merge_stats, shard_count, shard_dir, shard_of, split_by_shard
 from buffer.table.claim import AppendResult
 from buffer.table.schema import StepSchema
@@ -82,6 +88,7 @@ class ShardActors:
         self.on_event = on_event
         self.offline: list[MountedRows] = []
         self.addresses: list[str] = []
+        self.endpoints: list[dict[str, Any] | None] = []  # each shard's endpoint figures
         self.pids: list[int] = []
         self._figures: list[dict[str, Any]] = []
         self._answered = [time.monotonic()] * len(self.actors)
@@ -103,9 +110,11 @@ class ShardActors:
         host: str = "127.0.0.1",
         max_restarts: int = 20,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        endpoint: EndpointFactory | None = None,
     ) -> ShardActors:
         """Start the ``shards`` actors (spread over the cluster's nodes, each restarted by Ray
-        up to ``max_restarts`` times) and wait until every one has opened its shard.
+        up to ``max_restarts`` times) and wait until every one has opened its shard;
+        ``endpoint``: a service each shard starts beside its batch server (``BufferShard``).
 
         Raises:
             ValueError: ``shards`` differs from the count recorded under ``root``.
@@ -133,6 +142,7 @@ class ShardActors:
             mounts=mounts,
             sampler_factory=sampler_factory,
             mix=mix,
+            endpoint=endpoint,
         )
         out = cls(root, actors, schema, on_event=on_event)
         try:
@@ -236,7 +246,8 @@ class ShardActors:
         """Every shard's figures (``BufferShard.counts``) for ``filters``; a shard that does not
         answer keeps its last ones. A shard process that changed (Ray restarted it) is
         reported to ``on_event`` as ``buffer.shard_restarted``; ``addresses`` follow the
-        batch servers (a restarted one whose port was taken listens on another).
+        batch servers (a restarted one whose port was taken listens on another), and
+        ``endpoints`` the shards' endpoint figures.
 
         Raises:
             BackpressureError: a shard has never answered yet.
@@ -252,6 +263,7 @@ class ShardActors:
                 got = {**self._figures[k], "selected": [0] * len(filters)}
             figures.append(got)
         self.addresses = [str(f["address"]) for f in figures]
+        self.endpoints = [f.get("endpoint") for f in figures]
         pids = [int(f["pid"]) for f in figures]
         for k, (was, pid) in enumerate(zip(self.pids, pids, strict=False)):
             if was != pid and self.on_event is not None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from comms.wire.credentials import credential_from
 from foundation.store.metadata_store import MetadataStore
 
 
@@ -30,6 +33,26 @@ class RobotIdentity:
     robot_id: int
     name: str
     robot_type: str
+
+
+Metadata = Sequence[tuple[str, str | bytes]]
+
+
+class CallerAuth(Protocol):
+    """Who may call a server's services: the cloud's :class:`Authenticator` (credentials and
+    leases) or a buffer shard's ticket check (``comms.cloud.shard_ingest``)."""
+
+    def identify_call(self, metadata: Metadata | None) -> RobotIdentity:
+        """The robot a call's metadata authenticates.
+
+        Raises:
+            AuthError: (unauthenticated) the metadata authenticates no robot (the reason).
+        """
+        ...
+
+    def require_lease(self, ident: RobotIdentity, run_id: str) -> None:
+        """Raises AuthError (permission denied) unless ``ident`` may act in ``run_id``."""
+        ...
 
 
 class Authenticator:
@@ -66,6 +89,10 @@ class Authenticator:
         if hit[1] is None:
             raise AuthError("unknown or revoked robot credential", unauthenticated=True)
         return hit[1]
+
+    def identify_call(self, metadata: Metadata | None) -> RobotIdentity:
+        """:meth:`identify` of the bearer credential in a call's ``metadata``."""
+        return self.identify(credential_from(metadata))
 
     def require_lease(self, ident: RobotIdentity, run_id: str) -> None:
         """Raises AuthError (permission denied) unless ``ident`` holds an active lease on ``run_id``."""

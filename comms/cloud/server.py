@@ -29,6 +29,7 @@ from comms.cloud.services import add_servicers
 from comms.cloud.services.common import ActHandler, ServerState, server_options
 from comms.cloud.services.control import control_command
 from comms.cloud.services.station import StationView
+from comms.cloud.shard_routes import RouteResolver
 from comms.cloud.step_sink import SinkResolver, StepSink
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
@@ -61,6 +62,7 @@ class CloudServer:
         store: the metadata store (credentials, leases, heartbeats).
         sinks: a single :class:`StepSink` for every run, or ``run_id -> sink or None``.
         act_handler: remote policy for the Act service (None answers UNIMPLEMENTED).
+        routes: a sharded run's ingest routes by run id (``Ingest.Route``; default none).
         port: overrides ``settings.grpc_port`` (0 = any free port).
     """
 
@@ -72,6 +74,7 @@ class CloudServer:
         *,
         act_handler: ActHandler | None = None,
         port: int | None = None,
+        routes: RouteResolver | None = None,
     ) -> None:
         resolver: SinkResolver
         if isinstance(sinks, StepSink):
@@ -80,13 +83,16 @@ class CloudServer:
         else:
             resolver = sinks
         self.settings = settings
+        self._auth = Authenticator(store, settings.auth_cache_s)
         self.state = ServerState(
             settings=settings,
             store=store,
-            auth=Authenticator(store, settings.auth_cache_s),
+            auth=self._auth,
             sinks=resolver,
             act_handler=act_handler,
         )
+        if routes is not None:
+            self.state.routes = routes
         self._port = settings.grpc_port if port is None else port
         self._loop: LoopThread | None = None
         self._server: grpc.aio.Server | None = None
@@ -236,6 +242,11 @@ class CloudServer:
             "uploaded_rows": st.uploaded_rows,
         }
 
+    def uploaded_rows(self, run_id: str) -> int:
+        """Rows this server's upload streams stored into run ``run_id`` (its own ingest;
+        a sharded run's robots upload to their shards' endpoints instead)."""
+        return self.state.uploaded_rows_by_run.get(run_id, 0)
+
     @property
     def data_endpoint(self) -> str | None:
         """The ZeroMQ data plane's endpoint, None when none is offered."""
@@ -244,7 +255,7 @@ class CloudServer:
 
     def invalidate_auth(self) -> None:
         """Re-read credentials and leases at the next call (after a revocation or lease change)."""
-        self.state.auth.invalidate()
+        self._auth.invalidate()
 
 
 def start_dataplane(settings: CommsSettings) -> DataPlaneServer | None:

@@ -69,6 +69,28 @@ class UploadAck(_message.Message):
     batches: int
     def __init__(self, durable_seq: _Optional[int] = ..., backpressure: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[str] = ..., data_plane: _Optional[_Union[DataPlane, _Mapping]] = ..., batches: _Optional[int] = ...) -> None: ...
 
+class RouteRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class IngestRoute(_message.Message):
+    __slots__ = ("address", "ticket", "shard", "expires_at", "issued_at", "tls")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_AT_FIELD_NUMBER: _ClassVar[int]
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    ticket: str
+    shard: int
+    expires_at: float
+    issued_at: float
+    tls: bool
+    def __init__(self, address: _Optional[str] = ..., ticket: _Optional[str] = ..., shard: _Optional[int] = ..., expires_at: _Optional[float] = ..., issued_at: _Optional[float] = ..., tls: _Optional[bool] = ...) -> None: ...
+
 class EpisodeMark(_message.Message):
     __slots__ = ("run_id", "episode_index", "kind", "reason")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

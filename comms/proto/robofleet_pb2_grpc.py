@@ -169,6 +169,78 @@ class Experience:
             _registered_method=True)
 
 
+class IngestStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Route = channel.unary_unary(
+                '/robofleet.comms.v1.Ingest/Route',
+                request_serializer=robofleet__pb2.RouteRequest.SerializeToString,
+                response_deserializer=robofleet__pb2.IngestRoute.FromString,
+                _registered_method=True)
+
+
+class IngestServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def Route(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_IngestServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Route': grpc.unary_unary_rpc_method_handler(
+                    servicer.Route,
+                    request_deserializer=robofleet__pb2.RouteRequest.FromString,
+                    response_serializer=robofleet__pb2.IngestRoute.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'robofleet.comms.v1.Ingest', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('robofleet.comms.v1.Ingest', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Ingest:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Route(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/robofleet.comms.v1.Ingest/Route',
+            robofleet__pb2.RouteRequest.SerializeToString,
+            robofleet__pb2.IngestRoute.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
 class EpisodesStub:
     """Missing associated documentation comment in .proto file."""
 

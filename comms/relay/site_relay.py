@@ -51,6 +51,7 @@ from comms.robot.client import EdgeClient, channel_options, make_channel
 from comms.robot.grpc_subscription import GrpcWeightSubscription
 from comms.robot.receiver import WeightReceiver
 from comms.wire import tls
+from comms.wire.credentials import credential_from
 from comms.wire.dataplane_frames import CHUNK_HEADER
 from comms.wire.fanout import TOPIC_CHUNK, TOPIC_MANIFEST, manifest_tag
 
@@ -75,8 +76,9 @@ class _RelayAuth:
     def __init__(self, relay: SiteRelay) -> None:
         self.relay = relay
 
-    def identify(self, credential: str | None) -> Any:
-        return credential
+    def identify_call(self, metadata: Any) -> Any:
+        """The call's bearer credential itself: the cloud checks it (:meth:`require_lease`)."""
+        return credential_from(metadata)
 
     def require_lease(self, credential: str, run_id: str) -> None:
         self.relay.authorize(credential, run_id)
@@ -119,7 +121,7 @@ class SiteRelay:
         # The relay serves weights only; auth is asked of the cloud, nothing is stored here.
         self.state = ServerState(
             settings=settings,
-            store=None,  # type: ignore[arg-type]
+            store=None,
             auth=_RelayAuth(self),  # type: ignore[arg-type]
             sinks=_no_sink,
         )

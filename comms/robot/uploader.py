@@ -31,6 +31,7 @@ import zmq
 from comms.proto import robofleet_pb2 as pb
 from comms.robot import dataplane_client
 from comms.robot.client import FATAL_CODES, EdgeClient
+from comms.robot.shard_route import ShardRouter
 from comms.wire import payload_messages
 from comms.wire import steps as S
 from comms.wire.dataplane_frames import BATCH, BATCH_HEADER
@@ -137,6 +138,7 @@ class Uploader:
         client: the robot's :class:`EdgeClient` (cloud or site relay).
         run_id: the run the steps belong to (the robot must hold a lease on it).
         spool: where batches wait for their acknowledgement.
+        router: where each stream goes (a sharded run's shard endpoint); None: the cloud.
 
     Attributes:
         durable_seq: highest seq the cloud acknowledged as durable.
@@ -144,8 +146,11 @@ class Uploader:
         reconnects: how many times the stream was re-opened.
     """
 
-    def __init__(self, client: EdgeClient, run_id: str, spool: Spool) -> None:
+    def __init__(
+        self, client: EdgeClient, run_id: str, spool: Spool, router: ShardRouter | None = None
+    ) -> None:
         self._client = client
+        self._router = router
         self._run_id = run_id
         self._spool = spool
         self._s = client.settings
@@ -168,17 +173,34 @@ class Uploader:
         if call is not None:
             call.cancel()
         self._thread.join(timeout=10)
+        if self._router is not None:
+            self._router.close()
 
     def _run(self) -> None:
         backoff = Backoff(self._s.reconnect_initial_s, self._s.reconnect_max_s)
         while not self._stop.is_set():
             progressed = False
+            to_shard = False
             try:
-                progressed = self._stream_once()
+                upload, metadata, to_shard = self._target()
+                progressed = self._stream_once(upload, metadata)
+                if to_shard:
+                    self._note_shard_end(None)
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 self.last_error = f"{code}: {exc.details() if hasattr(exc, 'details') else exc}"
-                if code in FATAL_CODES:
+                if to_shard:
+                    # The shard was away, moved, or refused its ticket: the cloud is asked
+                    # for the route before the next stream. A refusal of the steps
+                    # themselves (invalid, not the robot's) is as loud as the cloud's.
+                    self._note_shard_end(code)
+                    loud = code in FATAL_CODES and code != grpc.StatusCode.UNAUTHENTICATED
+                    log.log(
+                        logging.ERROR if loud else logging.INFO,
+                        "upload stream to the shard ended (%s); asking the cloud again",
+                        self.last_error,
+                    )
+                elif code in FATAL_CODES:
                     log.error("upload refused (%s); retrying slowly", self.last_error)
                 elif code == grpc.StatusCode.ALREADY_EXISTS:  # another stream of this robot
                     log.warning("upload refused (%s); retrying", self.last_error)
@@ -192,10 +214,24 @@ class Uploader:
             if backoff.sleep(self._stop):
                 return
 
-    def _stream_once(self) -> bool:
+    def _target(self) -> tuple[Any, Any, bool]:
+        """(upload call, metadata, whether to a shard) of the next stream.
+
+        Raises:
+            grpc.RpcError: the router could not learn a route.
+        """
+        if self._router is None:
+            return self._client.upload_stream, self._client.metadata, False
+        return self._router.target()
+
+    def _note_shard_end(self, code: grpc.StatusCode | None) -> None:
+        assert self._router is not None
+        self._router.stream_ended(code)
+
+    def _stream_once(self, upload: Any, metadata: Any) -> bool:
         """One stream's life. Returns whether it got any acknowledgement."""
         st = _StreamState()
-        call = self._client.upload_stream(self._requests(st), metadata=self._client.metadata)
+        call = upload(self._requests(st), metadata=metadata)
         self._call = call
         got_ack = False
         try:

@@ -36,6 +36,7 @@ METHODS: list[MethodDescriptor] = [
 EMPTY_REFUSAL: dict[str, str | None] = {
     "Enroll": "EnrollRequest.token is empty",
     "Upload": "StepBatch.run_id is empty",
+    "Route": "RouteRequest.run_id is empty",
     "Subscribe": "SubscribeRequest.run_id is empty",
     "Fetch": "FetchRequest.run_id is empty",
     "Beat": "HeartbeatRequest.state is empty",

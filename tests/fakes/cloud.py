@@ -26,6 +26,7 @@ from typing import Any
 from buffer.table.schema import StepSchema
 from comms.cloud.server import CloudServer
 from comms.cloud.services.common import ActHandler
+from comms.cloud.shard_routes import RouteResolver
 from comms.cloud.step_sink import MemorySink, SinkResolver, StepSink
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
@@ -94,6 +95,7 @@ class Cloud[SinkT: StepSink | SinkResolver]:
         settings: transport settings (default: ``fast_comms()``).
         act_handler: the remote-inference policy, if the cloud serves ``Act``.
         port: the gRPC port (default: any free one; a restart keeps it).
+        routes: a sharded run's ingest routes by run id (``Ingest.Route``).
     """
 
     def __init__(
@@ -104,8 +106,10 @@ class Cloud[SinkT: StepSink | SinkResolver]:
         *,
         act_handler: ActHandler | None = None,
         port: int | None = None,
+        routes: RouteResolver | None = None,
     ) -> None:
         self.store = store
+        self._routes = routes
         self.sink: SinkT = sink if sink is not None else MemorySink()  # type: ignore[assignment]
         self.settings = settings or fast_comms()
         self._act_handler = act_handler
@@ -115,7 +119,12 @@ class Cloud[SinkT: StepSink | SinkResolver]:
     def start(self) -> CloudServer:
         """Serve (again, after :meth:`stop`: same port, same sink, like a restarted cloud)."""
         self.server = CloudServer(
-            self.settings, self.store, self.sink, act_handler=self._act_handler, port=self.port
+            self.settings,
+            self.store,
+            self.sink,
+            act_handler=self._act_handler,
+            port=self.port,
+            routes=self._routes,
         )
         self.port = self.server.start()
         return self.server

@@ -5,6 +5,7 @@ module                 service
 =====================  ===============================================================
 ``enrollment``         Enrollment: a one-time token for a robot id and credential
 ``experience``         Experience: step batches in (gRPC or the data plane), acks out
+``ingest``             Ingest: where a robot uploads (a sharded run's shard, with a ticket)
 ``episodes``           Episodes: a robot's marks on its episodes (discard, rerecord)
 ``weights``            Weights: policy versions streamed latest-only; Fetch repairs
 ``heartbeat``          Heartbeat: state, applied policy version, loop stats
@@ -35,6 +36,7 @@ from comms.cloud.services.enrollment import EnrollmentServicer
 from comms.cloud.services.episodes import EpisodesServicer
 from comms.cloud.services.experience import ExperienceServicer
 from comms.cloud.services.heartbeat import HeartbeatServicer
+from comms.cloud.services.ingest import IngestServicer
 from comms.cloud.services.requests import add_service
 from comms.cloud.services.station import StationServicer
 from comms.cloud.services.weights import WeightsServicer
@@ -50,6 +52,7 @@ def add_servicers(server: grpc.aio.Server, state: ServerState) -> None:
     servicers: dict[str, Any] = {
         "Enrollment": EnrollmentServicer(state),
         "Experience": ExperienceServicer(state),
+        "Ingest": IngestServicer(state),
         "Episodes": EpisodesServicer(state),
         "Weights": WeightsServicer(state),
         "Heartbeat": HeartbeatServicer(state),

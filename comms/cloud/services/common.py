@@ -16,15 +16,16 @@ import grpc
 import grpc.aio
 import numpy as np
 
-from comms.cloud.auth import Authenticator, AuthError, RobotIdentity
+from comms.cloud.auth import AuthError, CallerAuth, RobotIdentity
 from comms.cloud.dataplane import DataPlaneServer
 from comms.cloud.distributor import WeightDistributor
 from comms.cloud.ratelimit import AsyncByteRate
 from comms.cloud.services.requests import BadRequest, checked
+from comms.cloud.services.sink_events import EventRecorder
+from comms.cloud.shard_routes import RouteResolver
 from comms.cloud.step_sink import SinkClosed, SinkFull, SinkRejected, SinkResolver
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
-from comms.wire.credentials import credential_from
 from foundation.store.metadata_store import MetadataStore
 
 if TYPE_CHECKING:
@@ -50,9 +51,13 @@ class ServerState:
     """What every servicer of one server shares."""
 
     settings: CommsSettings
-    store: MetadataStore
-    auth: Authenticator
+    store: MetadataStore | None  # None: a buffer shard's ingest endpoint (no metadata store)
+    auth: CallerAuth
     sinks: SinkResolver
+    # Where a server without a metadata store records run events (a shard's endpoint).
+    events: EventRecorder | None = None
+    # A sharded run's ingest routes (``Ingest.Route``); None for other runs.
+    routes: RouteResolver = field(default=lambda _run_id: None)
     distributors: dict[str, WeightDistributor] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)  # distributors, robot_locks
     robot_locks: dict[tuple[str, int], threading.Lock] = field(default_factory=dict)
@@ -68,9 +73,20 @@ class ServerState:
     active_streams: int = 0
     weight_bytes_sent: int = 0
     uploaded_rows: int = 0
+    uploaded_rows_by_run: dict[str, int] = field(default_factory=dict)
     control_seq: int = 0
     # robot id -> its latest station report (comms.cloud.services.station.StationView)
     station: dict[int, StationView] = field(default_factory=dict)
+
+    def metadata_store(self) -> MetadataStore:
+        """The metadata store of this server.
+
+        Raises:
+            RuntimeError: it has none (a buffer shard's ingest endpoint serves uploads only).
+        """
+        if self.store is None:
+            raise RuntimeError("this server has no metadata store (a shard ingest endpoint)")
+        return self.store
 
     def robot_lock(self, run_id: str, robot_id: int) -> threading.Lock:
         """Serializes one robot's appends to one run across its streams."""
@@ -147,8 +163,7 @@ def guarded[R](
 
 
 async def identify(state: ServerState, context: grpc.aio.ServicerContext) -> RobotIdentity:
-    cred = credential_from(context.invocation_metadata())
-    return await asyncio.to_thread(state.auth.identify, cred)
+    return await asyncio.to_thread(state.auth.identify_call, context.invocation_metadata())
 
 
 async def write(state: ServerState, context: grpc.aio.ServicerContext, msg: Any) -> None:

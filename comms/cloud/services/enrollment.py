@@ -31,7 +31,7 @@ class EnrollmentServicer(rpc.EnrollmentServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"spec_json: {exc}")
         try:
             robot, credential = await asyncio.to_thread(
-                self.s.store.consume_enrollment_token,
+                self.s.metadata_store().consume_enrollment_token,
                 request.token,
                 robot_name=request.robot_name,
                 robot_type=request.robot_type,

@@ -178,7 +178,8 @@ class _LiveStreams:
 class ExperienceServicer(rpc.ExperienceServicer):
     def __init__(self, state: ServerState) -> None:
         self.s = state
-        self.sink_full = SinkFullEvents(state.store)
+        recorder = state.events if state.events is not None else state.metadata_store()
+        self.sink_full = SinkFullEvents(recorder)
         self.live = _LiveStreams()
 
     @guarded
@@ -351,6 +352,9 @@ class ExperienceServicer(rpc.ExperienceServicer):
         """Send the acks of one :meth:`_Upload.take_all` (then abort on its refusal);
         ``coalesce``: consecutive plain batch acks go as one (``UploadAck.batches``)."""
         self.s.uploaded_rows += stored_rows
+        if stored_rows:
+            by_run = self.s.uploaded_rows_by_run
+            by_run[up.run_id] = by_run.get(up.run_id, 0) + stored_rows
         if stored_rows:
             await self.sink_full.stored(up.run_id)
         for ack in _coalesce(acks) if coalesce else [a for a, _ in acks]:

@@ -37,7 +37,7 @@ class HeartbeatServicer(rpc.HeartbeatServicer):
         try:
             await asyncio.to_thread(
                 record_heartbeat,
-                self.s.store,
+                self.s.metadata_store(),
                 ident.robot_id,
                 request.state,
                 applied,

@@ -27,6 +27,7 @@ from comms.wire import payload_messages
 REQUIRED: dict[str, tuple[str, ...]] = {
     "EnrollRequest": ("token",),
     "StepBatch": ("run_id",),
+    "RouteRequest": ("run_id",),
     "SubscribeRequest": ("run_id",),
     "FetchRequest": ("run_id",),
     "HeartbeatRequest": ("state",),

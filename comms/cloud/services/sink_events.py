@@ -13,11 +13,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
-
-from foundation.store.metadata_store import MetadataStore
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+
+
+class EventRecorder(Protocol):
+    """Where a run's events go: the metadata store, or a shard endpoint's own list that the
+    cloud records from (``comms.cloud.shard_ingest.EndpointEvents``)."""
+
+    def record_event(self, kind: str, *, run_id: str | None = None, **data: Any) -> Any: ...
 
 
 @dataclass
@@ -34,7 +39,7 @@ class SinkFullEvents:
     record at a time, so a run's events keep their order).
     """
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: EventRecorder) -> None:
         self.store = store
         self._spells: dict[str, _Spell] = {}
         self._lock = asyncio.Lock()
