@@ -62,3 +62,16 @@ class BufferSettings(BaseModel):
     prefetch_interval_s: float = Field(
         default=0.05, gt=0, description="How often the prefetch thread looks for work."
     )
+    shard_resource: str = Field(
+        default="",
+        description="Ray custom resource each shard actor of a sharded run takes one unit of, "
+        "so shards are placed only on nodes that advertise it (a node started with "
+        '{"robofleet/buffer": 8} holds up to 8 shards). Empty: any node.',
+    )
+    shard_batch_host: str = Field(
+        default="127.0.0.1",
+        description="Where a shard's batch server (what the learner samples) listens: "
+        "127.0.0.1 when the shards run on the learner's node; 'node' for the shard node's IP "
+        "as Ray knows it, when they run on other nodes (keep that on the cluster network: "
+        "the batch server is neither authenticated nor encrypted).",
+    )

@@ -70,6 +70,21 @@ class CommsSettings(BaseModel):
         description="Lifetime of a shard ticket: what lets a sharded run's robot upload to its "
         "buffer shard's own ingest endpoint (robots ask for a fresh one before it ends).",
     )
+    shard_ingest_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="First port of the range a sharded run's shard ingest endpoints bind on "
+        "their node (each takes the first free one, the port it had first when that is in "
+        "range); a shard that finds the range full does not start. 0 = any free port.",
+    )
+    shard_ingest_ports: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="How many ports from shard_ingest_port the range holds (open them to the "
+        "robots: one per shard a node holds, for every run at once).",
+    )
     call_timeout_s: float = Field(default=10.0, gt=0, description="Deadline of unary calls.")
     act_timeout_s: float = Field(default=0.5, gt=0, description="Deadline of a remote Act call.")
     stream_idle_timeout_s: float = Field(

@@ -60,6 +60,18 @@ SamplerFactory = Callable[[bool, dict[str, float]], Sampler | None]
 Mount = tuple[str, RowFilter, str, str | None]
 
 
+NODE_HOST = "node"
+
+
+def batch_host(host: str) -> str:
+    """``host``, or for :data:`NODE_HOST` the IP of the node this process runs on (Ray's)."""
+    if host != NODE_HOST:
+        return host
+    import ray
+
+    return str(ray.util.get_node_ip_address())
+
+
 class BufferShard:
     """Shard ``k`` of the buffer under ``root`` (see the module docstring).
 
@@ -71,7 +83,8 @@ class BufferShard:
         settings: ``BufferSettings`` fields for this shard (its own memory budget).
         tasks: the run's tasks (the batch server's ``task_index``).
         demonstration_robots: robots whose steps are demonstrations.
-        host: where the batch server listens (``127.0.0.1`` on one machine).
+        host: where the batch server listens (``127.0.0.1`` on one machine; ``node``: this
+            node's IP as Ray knows it, :func:`batch_host`).
         sampler: the batch server's sampler (the run's algorithm's; None: uniform).
         mounts: offline data every shard mounts (``Mount``), before its batch server starts.
         sampler_factory: builds the sampler instead of ``sampler``, called with (offline data
@@ -145,6 +158,7 @@ class BufferShard:
                 port=p,
             )
 
+        host = batch_host(host)
         try:
             server = start(port)
         except zmq.ZMQError:

@@ -46,6 +46,13 @@ FIGURES_TIMEOUT_S = 5.0  # the run's figures go on without a shard that is away
 FIGURES_MAX_AGE_S = 0.5
 
 
+def placement(settings: BufferSettings) -> dict[str, Any]:
+    """The Ray actor options that place a shard on a node advertising
+    ``settings.shard_resource`` (one unit each); none when it is empty."""
+    name = settings.shard_resource
+    return {"resources": {name: 1}} if name else {}
+
+
 class ShardLost(RuntimeError):
     """A shard has not answered for longer than its restarts may take."""
 
@@ -107,14 +114,16 @@ class ShardActors:
         sampler_factory: SamplerFactory | None = None,
         mix: MixConfig | None = None,
         demonstration_robots: Iterable[str] = (),
-        host: str = "127.0.0.1",
+        host: str | None = None,
         max_restarts: int = 20,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
         endpoint: EndpointFactory | None = None,
     ) -> ShardActors:
-        """Start the ``shards`` actors (spread over the cluster's nodes, each restarted by Ray
-        up to ``max_restarts`` times) and wait until every one has opened its shard;
-        ``endpoint``: a service each shard starts beside its batch server (``BufferShard``).
+        """Start the ``shards`` actors (spread over the cluster's nodes, or over those that
+        advertise ``settings.shard_resource`` when set, each restarted by Ray up to
+        ``max_restarts`` times) and wait until every one has opened its shard; ``host``: where
+        their batch servers listen (None: ``settings.shard_batch_host``); ``endpoint``: a
+        service each shard starts beside its batch server (``BufferShard``).
 
         Raises:
             ValueError: ``shards`` differs from the count recorded under ``root``.
@@ -137,8 +146,12 @@ class ShardActors:
             settings,
             tasks,
             demonstration_robots=demonstration_robots,
-            host=host,
-            actor_options={"max_restarts": max_restarts, "scheduling_strategy": "SPREAD"},
+            host=settings.shard_batch_host if host is None else host,
+            actor_options={
+                "max_restarts": max_restarts,
+                "scheduling_strategy": "SPREAD",
+                **placement(settings),
+            },
             mounts=mounts,
             sampler_factory=sampler_factory,
             mix=mix,

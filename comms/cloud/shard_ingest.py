@@ -4,10 +4,11 @@ process, appending straight into the shard's buffer.
 The endpoint registers the cloud's Experience servicer (``comms.cloud.services.experience``:
 the same validation against the run's schema, the same refusal rules, acks after the
 shard's fdatasync) and, when ``comms.data_plane`` is on, the same ZeroMQ data plane, on the
-shard node's address with a port the OS picks (the one it had before a restart when that is
-free). TLS is on with the cloud's certificate settings (``comms.tls_cert_file``; the data
-plane is then CURVE-encrypted); beyond loopback without TLS the endpoint is refused unless
-the cloud's ``insecure_network`` is set, and then it names itself in the log as plaintext.
+shard node's address with a port the OS picks, or the first free one of the range
+``comms.shard_ingest_port`` starts (the one it had before a restart when that is free).
+TLS is on with the cloud's certificate settings (``comms.tls_cert_file``; the data plane is
+then CURVE-encrypted); beyond loopback without TLS the endpoint is refused unless the
+cloud's ``insecure_network`` is set, and then it names itself in the log as plaintext.
 
 Callers authenticate with a shard ticket (``comms.wire.tickets``) instead of their robot
 credential: :class:`TicketAuth` checks its signature under the run's ticket key and that it
@@ -106,6 +107,22 @@ class EndpointEvents:
             return [dict(e) for e in self._events]
 
 
+def ports_to_try(settings: CommsSettings, kept: int) -> list[int]:
+    """The ports a shard's endpoint tries, in order: ``kept`` (the port it had; 0: none) then
+    any free one, or with ``settings.shard_ingest_port`` set, only the ports of that range
+    (``kept`` first when it lies in it)."""
+    first = settings.shard_ingest_port
+    if not first:
+        return list(dict.fromkeys((kept, 0)))
+    span = range(first, min(first + settings.shard_ingest_ports, 65536))
+    return list(dict.fromkeys(([kept] if kept in span else []) + list(span)))
+
+
+def _range_text(settings: CommsSettings) -> str:
+    last = min(settings.shard_ingest_port + settings.shard_ingest_ports, 65536) - 1
+    return f"{settings.shard_ingest_port}-{last} (comms.shard_ingest_port, shard_ingest_ports)"
+
+
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -122,7 +139,8 @@ class ShardIngestServer:
         run_id / shard: what it serves.
         key: the run's ticket key.
         host: the node's address it binds and robots reach.
-        port: the port to try first (0: any); a taken one falls back to any.
+        port: the port to try first (0: any); a taken one falls back to any, or to the
+            range ``settings.shard_ingest_port`` starts when that is set (:func:`ports_to_try`).
         insecure_network: plaintext beyond loopback is accepted (and logged).
     """
 
@@ -200,7 +218,7 @@ class ShardIngestServer:
 
     async def _start(self) -> int:
         s = self.settings
-        for port in dict.fromkeys((self._want_port, 0)):
+        for port in ports_to_try(s, self._want_port):
             server = grpc.aio.server(
                 options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
             )
@@ -224,7 +242,8 @@ class ShardIngestServer:
                 await server.start()
                 self._server = server
                 return bound
-        raise RuntimeError(f"cannot bind the shard ingest endpoint on {self.host}")
+        where = f"{self.host}:{_range_text(s)}" if s.shard_ingest_port else self.host
+        raise RuntimeError(f"cannot bind the shard ingest endpoint on {where}")
 
     def figures(self) -> dict[str, Any]:
         """``address``, ``rows`` (stored through this endpoint), ``streams`` (open now),
