@@ -350,7 +350,12 @@ def test_the_site_relay_serves_the_settings_ports_with_tls() -> None:
     env = _env(c)
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert str(Path(env["ROBOFLEET_COMMS__TLS_CERT_FILE"]).parent) == mounts["tls"]
-    assert str(Path(cmd[cmd.index("--cloud-ca") + 1]).parent) == mounts["cloud-ca"]
+    ca = Path(cmd[cmd.index("--cloud-ca") + 1])
+    assert str(ca.parent) == mounts["cloud-ca"]
+    # The guide creates the Secrets the relay mounts, with the key it reads.
+    section = _section()
+    assert f"secret generic robofleet-cloud-ca --from-file={ca.name}=" in section
+    assert "secret tls robofleet-relay-tls" in section
     ref = env["ROBOFLEET_COMMS__CLOUD_ADDRESS"]["configMapKeyRef"]
     kust = _kustomization(SITE)
     (generated,) = kust["configMapGenerator"]
