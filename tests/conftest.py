@@ -62,6 +62,7 @@ CLOUD_FILES = frozenset(
     f"tests/{path}.py"
     for path in (
         "hal/test_multinode",
+        "robofleet/test_bench_fleet_hosts",
         "robofleet/test_bench_operators",
         "robofleet/test_bench_soak",
         "runs/test_algorithms_runs",

@@ -8,6 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from comms.cloud.server import CloudServer
+from comms.cloud.shard_routes import RouteResolver
 from comms.cloud.step_sink import MemorySink, StepSink
 from comms.config import CommsSettings
 from comms.robot.client import EdgeClient, enroll, make_channel
@@ -47,7 +48,11 @@ class BenchCloud:
         self.tmp.cleanup()
 
 
-def start_cloud(sink: StepSink | None = None, **settings: object) -> BenchCloud:
+def start_cloud(
+    sink: StepSink | None = None, routes: RouteResolver | None = None, **settings: object
+) -> BenchCloud:
+    """A cloud server on a throwaway store with the run ``RUN``; ``routes``: a sharded run's
+    ingest routes (``Ingest.Route``); ``settings``: ``CommsSettings`` fields."""
     tmp = tempfile.TemporaryDirectory(prefix="robofleet-bench-")
     url = f"sqlite:///{Path(tmp.name) / 'meta.db'}"
     upgrade(url)
@@ -55,6 +60,6 @@ def start_cloud(sink: StepSink | None = None, **settings: object) -> BenchCloud:
     with store.session() as s:
         s.add(Run(id=RUN, algorithm="bench"))
     cs = CommsSettings(grpc_port=0, auth_cache_s=5.0, **settings)  # type: ignore[arg-type]
-    server = CloudServer(cs, store, sink or MemorySink())
+    server = CloudServer(cs, store, sink or MemorySink(), routes=routes)
     server.start()
     return BenchCloud(server, store, cs, tmp)

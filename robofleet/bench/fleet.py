@@ -13,6 +13,9 @@ backpressure events the cloud sent, the cloud process's CPU time (``/proc/PID/st
 (and, for reference, its CPU over 2 s with the robots enrolled before any uplink started), and
 MB/s acked. The answer: the largest robot count whose ack p99 stays under 100 ms with every
 batch acked, per step kind. Prints a table, then one JSON object as the last line.
+
+``--hosts H --shards 1,2,4``: the same robots against buffer shards spread over H hosts in
+network namespaces, each shard with its own ingest endpoint (``robofleet.bench.fleet_hosts``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ _DRIVER = """
 import json, sys
 from robofleet.bench.fleet_procs import drive
 c = json.loads(sys.stdin.readline())
-drive(c["address"], [tuple(r) for r in c["robots"]], c["kind"], c["batch_steps"], c["hz"])
+robots = [tuple(r) for r in c["robots"]]
+drive(c["address"], robots, c["kind"], c["batch_steps"], c["hz"], c.get("sharded", False))
 """
 
 
@@ -131,26 +135,37 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
+def spawn(
+    code: str, *args: str, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``python -c code args`` talking JSON lines on its stdin/stdout; ``prefix``: what runs
+    it (``ip netns exec NS``, which execs it in place: the pid is Python's)."""
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args],
+        [*prefix, sys.executable, "-c", code, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
-def _start_drivers(
-    info: dict[str, Any], kind: str, n_drivers: int, args: argparse.Namespace
+def start_drivers(
+    info: dict[str, Any],
+    kind: str,
+    n_drivers: int,
+    args: argparse.Namespace,
+    prefix: Sequence[str] = (),
+    sharded: bool = False,
 ) -> list[subprocess.Popen[str]]:
-    """Driver processes, each with a share of the robots, once all said ``ready``."""
+    """Driver processes, each with a share of the robots, once all said ``ready``
+    (``prefix``: as :func:`spawn`; ``sharded``: the robots upload to their shards)."""
     robots = info["robots"]
     groups = [robots[i::n_drivers] for i in range(n_drivers) if robots[i::n_drivers]]
     procs = []
     for group in groups:
-        p = _spawn(_DRIVER)
+        p = spawn(_DRIVER, prefix=prefix)
         assert p.stdin is not None
-        conf = {"address": info["address"], "robots": group, "kind": kind}
+        conf = {"address": info["address"], "robots": group, "kind": kind, "sharded": sharded}
         conf.update(batch_steps=args.batch_steps, hz=args.hz)
         p.stdin.write(json.dumps(conf) + "\n")
         p.stdin.flush()
@@ -163,9 +178,21 @@ def _start_drivers(
     return procs
 
 
+def release(procs: Sequence[subprocess.Popen[str]], args: argparse.Namespace) -> float:
+    """Tell the ready drivers when to start (a second from now, wall clock) and the window;
+    returns that start."""
+    start = time.time() + 1.0
+    timing = json.dumps([start, args.warmup, args.seconds, args.drain]) + "\n"
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write(timing)
+        p.stdin.flush()
+    return start
+
+
 def run_case(kind: str, robots: int, args: argparse.Namespace) -> Case:
     """One fresh cloud process, ``robots`` uplinks in driver processes, one measured window."""
-    cloud = _spawn(_CLOUD, kind, str(robots))
+    cloud = spawn(_CLOUD, kind, str(robots))
     procs: list[subprocess.Popen[str]] = []
     try:
         assert cloud.stdout is not None and cloud.stdin is not None
@@ -173,13 +200,8 @@ def run_case(kind: str, robots: int, args: argparse.Namespace) -> Case:
         idle0, i0 = proc_cpu_s(cloud.pid), time.monotonic()
         time.sleep(IDLE_S)  # the cloud with its robots enrolled, before any uplink
         idle_cores = (proc_cpu_s(cloud.pid) - idle0) / (time.monotonic() - i0)
-        procs = _start_drivers(info, kind, min(args.drivers, robots), args)
-        start = time.time() + 1.0
-        timing = json.dumps([start, args.warmup, args.seconds, args.drain]) + "\n"
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write(timing)
-            p.stdin.flush()
+        procs = start_drivers(info, kind, min(args.drivers, robots), args)
+        start = release(procs, args)
         time.sleep(max(0.0, start + args.warmup - time.time()))
         cpu0, t0 = proc_cpu_s(cloud.pid), time.monotonic()
         time.sleep(max(0.0, start + args.warmup + args.seconds - time.time()))
@@ -240,10 +262,25 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--drain", type=float, default=20.0, help="s to wait for late acks")
     parser.add_argument("--hz", type=float, default=20.0, help="steps/s of each robot")
     parser.add_argument("--batch-steps", type=int, default=10, help="steps per uploaded batch")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=0,
+        help="across network-namespace hosts (needs root): host 0 runs the Ray head, the cloud "
+        "and the drivers, hosts 1.. the buffer shards (0: one cloud process, no shards)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=parse_robots,
+        default=[1, 2, 4],
+        help="with --hosts: buffer shard counts, each with its own ingest endpoint",
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(list(argv))
     if args.drivers < 1 or args.seconds <= 0 or args.hz <= 0 or args.batch_steps < 1:
         parser.error("--drivers, --seconds, --hz and --batch-steps must be positive")
+    if args.hosts == 1 or args.hosts < 0:
+        parser.error("--hosts needs 2 or more (host 0 for the cloud, the others for shards)")
     return args
 
 
@@ -316,6 +353,10 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str]) -> int:
     args = parse_args(argv)
+    if args.hosts:
+        from robofleet.bench import fleet_hosts
+
+        return fleet_hosts.main(args)
     cases = [run_case(kind, n, args) for kind in args.kinds for n in args.robots]
     if not args.json:
         _print_table(cases, args)

@@ -9,6 +9,14 @@ recorded episode at ``hz`` steps/s, cut into batches of ``batch_steps`` steps as
 agent's uplink cuts them, through a real :class:`comms.robot.uploader.Uploader` (gRPC stream, ZeroMQ
 data plane). Each batch's ack latency is the time from its spooling to the ack that covers it.
 Both talk JSON lines on stdin/stdout.
+
+Across hosts (``robofleet bench fleet --hosts``) the cloud process is
+:func:`serve_sharded_cloud`: it joins the hosts' Ray cluster, starts a sharded buffer's
+``BufferShard`` actors on the hosts that offer :data:`SHARD_RESOURCE`, each with its own
+ingest endpoint (``comms.cloud.shard_ingest``), and serves the robots' ``Ingest.Route`` calls
+(their shard's address and a shard ticket, ``comms.cloud.shard_routes``). Its drivers give
+each uploader a :class:`comms.robot.shard_route.ShardRouter`, so every batch goes straight to
+the robot's shard, as a sharded run's robot computers upload.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from comms.robot.uploader import SpoolEntry
 
 RECORDED_BATCHES = 8  # a recorded episode's distinct batches, replayed round robin
 SPOOL_CAP_BYTES = 256 * 1024**2  # per driver: unacked bytes beyond this are not produced
+SHARD_RESOURCE = "robofleet/bench-shard"  # what the shard hosts offer, one unit a shard
+SHARD_BUDGET_BYTES = 256 * 1024**2  # each shard's hot-tier budget (one cloud's, above)
 
 
 def features(kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -170,24 +180,115 @@ def serve_cloud(kind: str, robots: int) -> None:
     print(json.dumps(out), flush=True)
 
 
+def serve_sharded_cloud(
+    kind: str, robots: int, shards: int, ray_address: str, host: str, root: str
+) -> None:
+    """The cloud process across hosts: ``shards`` buffer shards (Ray actors on the nodes that
+    offer :data:`SHARD_RESOURCE`, each with its ingest endpoint on its node's address) under
+    ``root``, the comms server on ``host`` answering the robots' route calls, ``robots``
+    enrolled robots. Prints the robots' credentials and the shards' pids and addresses as one
+    JSON line, serves until stdin closes, then prints the shards' figures."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    import ray
+
+    from buffer import BufferSettings
+    from buffer.service.shard_client import ShardActors
+    from comms.bench.common import RUN, start_cloud
+    from comms.cloud.replay_buffer_sink import ReplayBufferSink
+    from comms.cloud.shard_ingest import ShardIngest
+    from comms.cloud.shard_routes import ShardRoutes
+    from comms.config import CommsSettings
+    from comms.wire import tickets
+
+    ray.init(address=ray_address, logging_level=logging.ERROR, log_to_driver=False)
+    streams = 4 * robots + 64
+    comms = CommsSettings(bind_host=host, max_concurrent_streams=streams)
+    key = tickets.new_key()
+    settings = BufferSettings(
+        memory_budget_bytes=SHARD_BUDGET_BYTES * shards, shard_resource=SHARD_RESOURCE
+    )
+    buf = ShardActors.start(
+        Path(root),
+        shards,
+        schema(kind),
+        settings,
+        ["reach-v3"],
+        max_restarts=0,
+        # A private bridge between the bench's namespaces: plaintext, as the run's
+        # ``insecure_network`` allows.
+        endpoint=ShardIngest(comms, RUN, key, insecure_network=True),
+    )
+    routes = ShardRoutes(
+        RUN, key, shards, lambda: [str(e["address"]) if e else "" for e in buf.endpoints]
+    )
+    cloud = start_cloud(
+        ReplayBufferSink(buf),  # type: ignore[arg-type]  # the shards: the same calls
+        routes=lambda run: routes if run == RUN else None,
+        bind_host=host,
+        max_concurrent_streams=streams,
+    )
+    creds = cloud.robots(robots)
+    ends = [e or {} for e in buf.endpoints]
+    info = {
+        "address": cloud.server.address,
+        "robots": creds,
+        "run": RUN,
+        "shard_pids": list(buf.pids),
+        "shard_addresses": [str(e.get("address", "")) for e in ends],
+    }
+    print(json.dumps(info), flush=True)
+    sys.stdin.read()
+    figures = buf.refresh()
+    stats = buf.stats()
+    out: dict[str, Any] = {
+        "cloud_rows": int(cloud.server.uploaded_rows(RUN)),
+        "shard_rows": [int((f["endpoint"] or {}).get("rows", 0)) for f in figures],
+        "shard_sizes": [int(f["size"]) for f in figures],
+        "data_plane_batches": [
+            int((f["endpoint"] or {}).get("data_plane_batches", 0)) for f in figures
+        ],
+        "fsyncs": stats["wal_fsyncs"],
+        "appends": stats["appends"],
+        "merged_appends": stats["merged_appends"],
+    }
+    cloud.close()
+    buf.close()
+    print(json.dumps(out), flush=True)
+
+
 def drive(
-    address: str, robots: list[tuple[int, str]], kind: str, batch_steps: int, hz: float
+    address: str,
+    robots: list[tuple[int, str]],
+    kind: str,
+    batch_steps: int,
+    hz: float,
+    sharded: bool = False,
 ) -> None:
     """A driver process: connect an uplink per robot, print ``ready``, then replay steps from
-    the start time (wall clock) read on stdin for the measured window; print the figures."""
+    the start time (wall clock) read on stdin for the measured window; print the figures.
+    ``sharded``: each robot asks the cloud for its shard's route and uploads there."""
     import logging
 
     logging.disable(logging.WARNING)
     from comms.bench.common import RUN
     from comms.config import CommsSettings
     from comms.robot.client import EdgeClient, make_channel
+    from comms.robot.shard_route import ShardRouter
     from comms.robot.uploader import Uploader
     from comms.wire.steps import encode_batch
 
     s = CommsSettings()
     clients = [EdgeClient(make_channel(address, s), cred, s) for _, cred in robots]
     spools = [TimedSpool() for _ in robots]
-    ups = [Uploader(c, RUN, sp) for c, sp in zip(clients, spools, strict=True)]
+    routers = [
+        ShardRouter(c, RUN, rid) if sharded else None
+        for c, (rid, _) in zip(clients, robots, strict=True)
+    ]
+    ups = [
+        Uploader(c, RUN, sp, router) for c, sp, router in zip(clients, spools, routers, strict=True)
+    ]
     templates = recording(kind, batch_steps, RUN)
     print("ready", flush=True)
     start_wall, warmup, seconds, drain = json.loads(sys.stdin.readline())
@@ -198,7 +299,10 @@ def drive(
     deadline = time.monotonic() + drain
     while time.monotonic() < deadline and any(sp.bytes for sp in spools):
         time.sleep(0.05)
-    print(json.dumps(replay.figures(window, ups)), flush=True)
+    out = replay.figures(window, ups)
+    out["shard_streams"] = sum(r.shard_streams for r in routers if r is not None)
+    out["route_asks"] = sum(r.asked for r in routers if r is not None)
+    print(json.dumps(out), flush=True)
     for u in ups:
         u.close()
     for c in clients:
