@@ -50,9 +50,15 @@ def test_robots_served_per_shard_count_and_the_scaling_efficiency() -> None:
     assert H.efficiency(cases, "state", 4) == pytest.approx(64 / (4 * 64))
     assert H.efficiency([_case(1, 64, 500.0), _case(2, 64, 5.0)], "state", 2) is None
     assert H.efficiency([_case(1, 64, 5.0), _case(2, 64, 500.0)], "state", 2) == 0.0
+    # one shard served the largest count tried: how many more it serves is not measured
+    assert H.efficiency(cases, "state", 2, largest_tried=64) is None
+    assert H.efficiency(cases, "state", 1, largest_tried=64) == 1.0
     args = F.parse_args(["--hosts", "4", "--shards", "1,2,4", "--kinds", "state"])
     out = H.result([*cases, _case(4, 1024, math.inf, acked=0)], args)
     assert out["largest_robots_ack_p99_under_100ms"] == {"state": {"1": 64, "2": 256, "4": 64}}
+    # the default counts end at 256, which 2 shards served: a lower bound
+    assert out["served_largest_tried"] == {"state": {"1": False, "2": True, "4": False}}
+    assert out["scaling_efficiency"]["state"]["2"] == pytest.approx(2.0)
     assert out["cases"][-1]["p99_ms"] is None  # JSON has no infinity
     json.dumps(out)
 
