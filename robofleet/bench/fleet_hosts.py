@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import secrets
+import select
 import shutil
 import subprocess
 import sys
@@ -59,6 +60,7 @@ SUBNET = "10.219.40"
 RAY_PORT = 6379
 OBJECT_STORE_BYTES = 100_000_000  # a node's Ray object store (the steps never cross Ray)
 SHARDS_PER_HOST = 64  # shard resource units each shard host offers
+START_S = 600.0  # the most a cloud process may take to start its shards and enroll its robots
 
 _SHARDED_CLOUD = """
 import sys
@@ -175,25 +177,26 @@ def cluster(n_hosts: int, subnet: str = SUBNET) -> Iterator[Cluster]:
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
     }
+    ray_tmp: str | None = None
     try:
         with bridged_hosts("rfh", subnet, n_hosts) as hosts:
             # Short: Ray's AF_UNIX paths under it stay below 108 bytes.
             ray_tmp = f"/tmp/rf-{hosts.switch}"
             common = (f"--temp-dir={ray_tmp}", f"--object-store-memory={OBJECT_STORE_BYTES}")
-            try:
-                head = hosts.ips[0]
-                _ray(hosts, 0, env, "--head", f"--node-ip-address={head}",
-                     f"--port={RAY_PORT}", "--num-cpus=1", "--include-dashboard=false",
-                     "--disable-usage-stats", *common)  # fmt: skip
-                for i in range(1, n_hosts):
-                    _ray(hosts, i, env, f"--address={head}:{RAY_PORT}",
-                         f"--node-ip-address={hosts.ips[i]}", "--num-cpus=1",
-                         "--resources=" + json.dumps({SHARD_RESOURCE: SHARDS_PER_HOST}),
-                         *common)  # fmt: skip
-                yield Cluster(hosts, env, f"{head}:{RAY_PORT}", tmp)
-            finally:
-                shutil.rmtree(ray_tmp, ignore_errors=True)
+            head = hosts.ips[0]
+            _ray(hosts, 0, env, "--head", f"--node-ip-address={head}",
+                 f"--port={RAY_PORT}", "--num-cpus=1", "--include-dashboard=false",
+                 "--disable-usage-stats", *common)  # fmt: skip
+            for i in range(1, n_hosts):
+                _ray(hosts, i, env, f"--address={head}:{RAY_PORT}",
+                     f"--node-ip-address={hosts.ips[i]}", "--num-cpus=1",
+                     "--resources=" + json.dumps({SHARD_RESOURCE: SHARDS_PER_HOST}),
+                     *common)  # fmt: skip
+            yield Cluster(hosts, env, f"{head}:{RAY_PORT}", tmp)
     finally:
+        # after the namespaces' processes (Ray's among them) were killed on leaving them
+        if ray_tmp is not None:
+            shutil.rmtree(ray_tmp, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -216,9 +219,13 @@ def run_case(
     procs: list[subprocess.Popen[str]] = []
     try:
         assert cloud.stdout is not None
-        line = cloud.stdout.readline()
+        ready, _, _ = select.select([cloud.stdout], [], [], START_S)
+        line = cloud.stdout.readline() if ready else ""
         if not line:
-            raise RuntimeError(f"the sharded cloud process exited ({cloud.wait(30)})")
+            raise RuntimeError(
+                f"the sharded cloud process did not start within {START_S:g} s "
+                f"(exit code {cloud.poll()})"
+            )
         info = json.loads(line)
         pids = [cloud.pid, *info["shard_pids"]]
         shard_hosts = [cl.hosts.ips.index(a.rsplit(":", 1)[0]) for a in info["shard_addresses"]]

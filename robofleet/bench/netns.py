@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -50,15 +51,29 @@ def netns_available(*tools: str) -> bool:
     return os.geteuid() == 0 and all(shutil.which(t) for t in ("ip", *tools))
 
 
+def _running(pid: int) -> bool:
+    """Process ``pid`` exists and is not a zombie waiting for its parent."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
 def _teardown(namespaces: Sequence[str]) -> None:
     """SIGKILL every process in ``namespaces`` and delete them (their devices go with them)."""
+    killed: list[int] = []
     for ns in namespaces:
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-        for pid in pids.stdout.split():
+        for pid in map(int, pids.stdout.split()):
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             except ProcessLookupError:
                 pass
+    deadline = time.monotonic() + 10.0  # gone (or reaped by their parents) before cleanup
+    while any(_running(pid) for pid in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for ns in namespaces:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 

@@ -102,6 +102,7 @@ def test_shards_on_another_host_ack_every_batch_of_robots_routed_to_them(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     robots = 8
+    before = set(_ours("rfh"))
     argv = ["--hosts", "2", "--shards", "1,2", "--robots", str(robots), "--kinds", "state"]
     argv += ["--seconds", "3", "--warmup", "2", "--drain", "15"]
     assert F.main(argv) == 0
@@ -128,4 +129,4 @@ def test_shards_on_another_host_ack_every_batch_of_robots_routed_to_them(
     served = out["largest_robots_ack_p99_under_100ms"]["state"]
     assert set(served) == {"1", "2"}
     assert set(out["scaling_efficiency"]["state"]) == {"1", "2"}
-    assert not _ours("rfh")  # the hosts are gone
+    assert set(_ours("rfh")) <= before  # the hosts are gone
