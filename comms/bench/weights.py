@@ -446,7 +446,7 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="comms.weight_max_bytes_per_s of the cloud in the learner run, MB/s (0 = none)",
     )
     vla = parser.add_argument_group(
-        "VLA-sized versions (opt-in: a full run of them takes ~20 minutes and ~10 GiB)"
+        "VLA-sized versions (opt-in: a full run of them takes ~10 minutes and ~10 GiB)"
     )
     vla.add_argument(
         "--vla",
