@@ -72,8 +72,7 @@ class CloudContext:
     server_address: str
     sinks: dict[str, Any]
     python: str
-    # run id -> a sharded run's ingest routes (comms.cloud.shard_routes.ShardRoutes)
-    routes: dict[str, Any] = field(default_factory=dict)
+    routes: dict[str, Any] = field(default_factory=dict)  # run id -> a sharded run's ShardRoutes
     learner_restarts: RestartPolicy = field(default_factory=RestartPolicy)
     eval_every_s: float | None = None
 
@@ -357,24 +356,18 @@ class RunDriver:
     def _start_agents(self) -> None:
         """Assign the leased robots: their computers build the run's agent (connect,
         subscribe, wait for the first version) while the learner starts and warm-starts."""
-        assert self.allocation is not None
-        assert self.learning is not None
+        assert self.allocation is not None and self.learning is not None
+        ctx, route = self.ctx, self.learning.ingest_route
         self.agents = RobotAssignments(
-            self.ctx.store,
-            self.ctx.server,
-            self.run_id,
-            self.assignment(),
-            self._event,
-            route=self.learning.ingest_route,
+            ctx.store, ctx.server, self.run_id, self.assignment(), self._event, route=route
         )
         members = sorted(self._members().items())
         per_task = self.spec.demonstrations.episodes_per_task
         for i, (name, robot_id) in enumerate(members):
             demos = split_demonstrations(self.spec.tasks, per_task, len(members), i)
             self.agents.start(name, robot_id, i, demos)
-        self.agents.wait_acting(
-            self.orchestration.robots_ready_timeout_s, self._going, self._poll_learner
-        )
+        ready_s = self.orchestration.robots_ready_timeout_s
+        self.agents.wait_acting(ready_s, self._going, self._poll_learner)
 
     def _wait_first_version(self, timeout_s: float = 300.0) -> None:
         assert self.learning is not None

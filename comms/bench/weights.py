@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from comms.bench.weights_vla_cli import add_arguments as add_vla_arguments
+from comms.bench.weights_vla_cli import run_vla
+
 if TYPE_CHECKING:
     from comms.bench.common import BenchCloud
     from comms.cloud.weight_file import WeightDirectory
@@ -445,61 +448,8 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
         default=100.0,
         help="comms.weight_max_bytes_per_s of the cloud in the learner run, MB/s (0 = none)",
     )
-    vla = parser.add_argument_group(
-        "VLA-sized versions (opt-in: a full run of them takes ~10 minutes and ~10 GiB)"
-    )
-    vla.add_argument(
-        "--vla",
-        action="store_true",
-        help="also run the 0.5B and 1B BF16 cases (full and delta, direct and via a site relay, "
-        "1/4/16 subscribers) and a robot's peak memory while it applies one",
-    )
-    vla.add_argument("--vla-only", action="store_true", help="run only the VLA cases")
-    vla.add_argument(
-        "--vla-params",
-        default=None,
-        help="comma-separated parameter counts of the VLA cases (default 500000000,1000000000)",
-    )
-    vla.add_argument(
-        "--vla-subscribers", default=None, help="comma-separated subscriber counts (default 1,4,16)"
-    )
-    vla.add_argument(
-        "--vla-repeats",
-        type=int,
-        default=2,
-        help="runs of each VLA case; the best is reported (the first is shown too)",
-    )
-    vla.add_argument(
-        "--vla-memory-gib",
-        type=float,
-        default=10.0,
-        help="memory a VLA case may use: held subscribers and LeRobot's path only where they "
-        "fit, else verify-only subscribers and no LeRobot figure",
-    )
+    add_vla_arguments(parser)
     return parser.parse_args(list(argv))
-
-
-def _ints(text: str | None, default: Sequence[int]) -> list[int]:
-    return list(default) if text is None else [int(x) for x in text.split(",") if x.strip()]
-
-
-def _vla(args: argparse.Namespace) -> dict[str, Any]:
-    """The VLA cases (:mod:`comms.bench.weights_vla`): tables unless ``--json``, JSON keys."""
-    from comms.bench import weights_vla as V
-
-    sizes = _ints(args.vla_params, V.VLA_PARAMS)
-    subs = _ints(args.vla_subscribers, V.SUBSCRIBERS)
-    budget = int(args.vla_memory_gib * (1 << 30))
-
-    def log(msg: str) -> None:
-        if not args.json:
-            print(msg, file=sys.stderr, flush=True)
-
-    rows = V.push_rows(sizes, subs, budget, log, args.vla_repeats)
-    mem = V.memory_rows(sizes, log)
-    if not args.json:
-        V.print_tables(rows, mem, args.vla_repeats)
-    return V.result(rows, mem)
 
 
 def _result(
@@ -584,7 +534,7 @@ def main(argv: Sequence[str]) -> int:
 
     torch.set_num_threads(2)
     if args.vla_only:
-        print(json.dumps(_vla(args)))
+        print(json.dumps(run_vla(args)))
         return 0
     repeats = 2 if args.quick else 3
     rows, relay_rows = _push_rows(args.quick, repeats)
@@ -595,7 +545,7 @@ def main(argv: Sequence[str]) -> int:
     if not args.json:
         _print_tables(rows, relay_rows, repeats, codec, learner)
     if args.vla:
-        result.update(_vla(args))
+        result.update(run_vla(args))
     print(json.dumps(result))
     return 0
 
