@@ -13,6 +13,7 @@ The counts travel in the heartbeat statistics (cumulative, per task)::
     eval/<task>/episodes, eval/<task>/successes, eval/version   (last evaluated version)
     eval/<task>/by/<scorer>   (evaluation episodes scored by each source, :func:`scored_by`)
     autonomous/<task>/episodes, autonomous/<task>/successes
+    tally_epoch   (a random number per tally: a new one means the counts start from zero)
 
 so the cloud (``runs.robot_evals``) turns their increments into the
 run's success curve without a simulator.
@@ -20,7 +21,11 @@ run's success curve without a simulator.
 
 from __future__ import annotations
 
+import secrets
 from collections import defaultdict
+
+# Heartbeat statistics travel as float64: an epoch below 2**52 survives the trip exactly.
+EPOCH_KEY = "tally_epoch"
 
 
 def is_evaluation(episode_index: int, every: int) -> bool:
@@ -50,6 +55,9 @@ class SuccessTally:
 
     def __init__(self) -> None:
         self.counts: dict[str, float] = defaultdict(float)
+        # Each agent (each assignment, each robot-computer start) counts from zero; the epoch
+        # tells the cloud so, even when the new counts are not below the old ones.
+        self.epoch = float(secrets.randbits(52) + 1)
 
     def add(
         self,
@@ -69,4 +77,4 @@ class SuccessTally:
             self.counts["eval/version"] = float(version)
 
     def report(self) -> dict[str, float]:
-        return dict(self.counts)
+        return {**self.counts, EPOCH_KEY: self.epoch}

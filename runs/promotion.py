@@ -38,7 +38,14 @@ RULE = "highest 95% Wilson lower bound of an evaluation point's success; latest 
 
 def wilson_lower(p: float, n: int, z: float = Z95) -> float:
     """Lower end of the Wilson score interval of a success rate ``p`` (0..1) observed over
-    ``n`` trials (0 for ``n`` 0)."""
+    ``n`` trials (0 for ``n`` 0).
+
+    Raises:
+        ValueError: ``p`` is not a rate between 0 and 1.
+    """
+    if not 0.0 <= p <= 1.0 + 1e-9:
+        raise ValueError(f"a success rate must lie in [0, 1], got {p!r} over {n} trials")
+    p = min(p, 1.0)  # a mean of rates may round a hair above 1
     if n <= 0:
         return 0.0
     denom = 1 + z * z / n

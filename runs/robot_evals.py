@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import select
 
+from edge_agent.evaluation import EPOCH_KEY
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot
 from runs.eval_record import EvalPoint, Stamp
@@ -49,6 +50,7 @@ class RobotEvaluations:
         self._seen: dict[tuple[str, str], float] = {}  # (robot, counter) -> last value
         self._pending: dict[str, float] = defaultdict(float)  # counter -> increment
         self._ready: list[EvalPoint] = []
+        self._epochs: dict[str, object] = {}  # robot -> the epoch of its counts (EPOCH_KEY)
 
     def offer(
         self, version: int, weights: bytes, stamp: Callable[[], Stamp], final: bool
@@ -93,15 +95,34 @@ class RobotEvaluations:
         for name, st in stats.items():
             if st.get("run_id") != self.run_id:
                 continue  # not (yet, or no longer) in this run: its counts are another's
-            for key, value in st.items():
-                if not isinstance(value, int | float) or key.split("/")[0] not in KINDS:
-                    continue
-                if key == "eval/version":
-                    continue
-                last = self._seen.get((name, key), 0.0)
-                # A restarted robot computer counts from zero: its value is the increment.
-                self._pending[key] += value - last if value >= last else value
-                self._seen[(name, key)] = float(value)
+            counts = {
+                key: float(value)
+                for key, value in st.items()
+                if isinstance(value, int | float)
+                and key.split("/")[0] in KINDS
+                and key != "eval/version"
+            }
+            epoch = st.get(EPOCH_KEY)
+            step = {key: value - self._seen.get((name, key), 0.0) for key, value in counts.items()}
+            restarted = (
+                epoch != self._epochs.get(name)
+                or any(d < 0 for d in step.values())
+                or any(
+                    d > step.get(key.removesuffix("successes") + "episodes", 0.0)
+                    for key, d in step.items()
+                    if key.endswith("/successes")
+                )
+            )
+            if restarted:
+                # A new agent (re-assignment, restarted robot computer) counts from zero: every
+                # counter of the robot is taken whole, never some whole and some as differences,
+                # so a point's successes never exceed its episodes. Without an epoch (an older
+                # robot computer) a counter that fell or more successes than episodes say so.
+                self._seen = {k: v for k, v in self._seen.items() if k[0] != name}
+                self._epochs[name] = epoch
+            for key, value in counts.items():
+                self._pending[key] += value - self._seen.get((name, key), 0.0)
+                self._seen[(name, key)] = value
 
     def poll(self, wait: bool) -> EvalPoint | None:
         """The oldest point not yet recorded (points are made by :meth:`offer`; ``wait`` has

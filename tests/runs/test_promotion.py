@@ -145,3 +145,35 @@ def test_without_evaluations_nothing_is_promoted_and_the_report_says_why(
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["promoted_version"] is None and report["promotion"]["why"] == got["why"]
     assert f"promoted: none ({got['why']})" in (tmp_path / "report.txt").read_text()
+
+
+@pytest.mark.parametrize(
+    ("epochs", "first_episodes"),
+    [((1.0, 2.0), 2), ((None, None), 2), ((None, None), 3)],
+    ids=["epoch", "no-epoch", "no-epoch-fell"],
+)
+def test_a_robot_that_counts_from_zero_again_gives_whole_counts(
+    store: MetadataStore, epochs: tuple[float | None, float | None], first_episodes: int
+) -> None:
+    # The robot's first agent evaluates 2 episodes, 0 successes; it is released and assigned
+    # again, and its new agent reports 2 episodes, 2 successes. Taken as differences counter by
+    # counter, that was "0 new episodes, 2 new successes": a rate of infinity and a run that
+    # failed at its final report. With the tally's epoch the new counts are taken whole; without
+    # one (an older robot computer) more new successes than new episodes say the same.
+    source = RobotEvaluations(store, RUN, ["reach-v3"], lambda: ["arm-1"])
+    first, second = epochs
+    for epoch, episodes, successes, version in ((first, first_episodes, 0, 1), (second, 2, 2, 2)):
+        counts = {"eval/reach-v3/episodes": episodes, "eval/reach-v3/successes": successes}
+        if epoch is not None:
+            counts["tally_epoch"] = epoch
+        heartbeat(store, counts)
+        source.offer(version, weights(version), lambda: Stamp(1.0, 0.1, 10, 0), False)
+    points = [source.poll(False), source.poll(False)]
+    assert [p.success["reach-v3"] for p in points if p is not None] == [0.0, 1.0]
+    assert [p.extra["episodes"]["reach-v3"] for p in points if p is not None] == [first_episodes, 2]
+
+
+def test_a_rate_outside_zero_to_one_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="success rate must lie in"):
+        wilson_lower(2.0, 3)
+    assert wilson_lower(1.0 + 1e-12, 3) == wilson_lower(1.0, 3)
