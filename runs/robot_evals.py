@@ -4,8 +4,8 @@ Each robot runs policy-only evaluation episodes on the run's schedule and counts
 its autonomous training episodes, in its heartbeat statistics (``edge_agent.evaluation``:
 cumulative ``eval/<task>/episodes`` and ``eval/<task>/successes`` ...). At each evaluation
 tick :class:`RobotEvaluations` takes the increments since the previous point, over every robot
-of the run (a robot computer that restarted counts from zero again: its new count is the
-increment), and once every task of the run has at least one new evaluation episode makes a
+of the run (a new agent, after a re-assignment or a restart of its robot computer, counts from
+zero again under a new ``tally_epoch``: its new counts are the increment), and once every task of the run has at least one new evaluation episode makes a
 point of the success curve (``source: robots``, and ``scored_by``: its evaluation episodes by
 who decided their outcome: the robots' ``driver``, an ``operator``, the ``classifier``), which
 :mod:`runs.eval_record` records. Until then increments accumulate. The autonomous success of training episodes goes beside it in
