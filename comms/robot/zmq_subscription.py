@@ -5,6 +5,8 @@ The robot first asks the relay (gRPC, with its credential) for the run, which al
 relay subscribe upstream; then it listens on the relay's PUB socket. Chunks that fail their
 digest check or never arrive, and full versions when a delta does not fit the version held,
 are fetched from the relay's Weights service. Only complete, verified versions are applied.
+With no authentic manifest for ``REGISTER_AGAIN_S`` (the relay beacons every second) the robot
+registers again: a restarted relay has a new fan-out key and follows no run until asked.
 
 Manifests on the fan-out must carry the HMAC tag of the relay's run key, which the robot got
 over authenticated gRPC (see :mod:`comms.wire.fanout`); untagged or mistagged ones are dropped,
@@ -34,6 +36,10 @@ from foundation.retry import Backoff
 log = logging.getLogger(__name__)
 
 STALL_S = 1.0  # an unfinished version with no chunk for this long is repaired by Fetch
+# The relay beacons its latest manifest every second: with no authentic manifest for this long
+# the relay restarted (a new fan-out key, and it follows no run until a robot asks) or holds no
+# version yet, and the robot registers again.
+REGISTER_AGAIN_S = 5.0
 RECEIVE_QUEUE_MESSAGES = 64  # fan-out messages (a chunk is <= 1 MiB) queued in the robot at most
 
 
@@ -62,6 +68,8 @@ class ZmqWeightSubscription:
         self._key: bytes | None = None
         self._asm: VersionAssembler | None = None  # the version being assembled
         self._last_chunk = 0.0  # monotonic s of its last chunk
+        self._last_authentic = 0.0  # monotonic s of the last manifest with a valid tag
+        self.registrations = 0
         self._thread = threading.Thread(target=self._run, name=f"zmq-rx-{run_id}", daemon=True)
         self._thread.start()
 
@@ -88,16 +96,22 @@ class ZmqWeightSubscription:
             try:
                 msgs = list(call)
                 self._take_key(call)
+                self._registered()
                 if msgs and msgs[0].manifest.version > self._rx.version:
                     self._full(int(msgs[0].manifest.version))
                 return
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code == grpc.StatusCode.NOT_FOUND and self._take_key(call):
+                    self._registered()
                     return  # allowed; no version yet
                 log.info("relay refused or unreachable (%s); retrying", code)
             if backoff.sleep(self._stop):
                 return
+
+    def _registered(self) -> None:
+        self.registrations += 1
+        self._last_authentic = time.monotonic()  # the next REGISTER_AGAIN_S count from here
 
     def _take_key(self, call: grpc.Call) -> bool:
         """Keep the fan-out key from the call's initial metadata; returns whether it had one."""
@@ -119,6 +133,8 @@ class ZmqWeightSubscription:
         )
         if not ok:
             self.manifests_refused += 1
+        else:
+            self._last_authentic = time.monotonic()
         return ok
 
     def _finish(self, asm: VersionAssembler) -> None:
@@ -169,6 +185,12 @@ class ZmqWeightSubscription:
         self._asm = None
         self._last_chunk = time.monotonic()
         while not self._stop.is_set():
+            if time.monotonic() - self._last_authentic > REGISTER_AGAIN_S:
+                log.info(
+                    "no manifest from the relay for %.0fs; registering again", REGISTER_AGAIN_S
+                )
+                self._finish_current()
+                self._register()
             if not sock.poll(200):
                 if self._asm is not None and time.monotonic() - self._last_chunk > STALL_S:
                     self._finish_current()

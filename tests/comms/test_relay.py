@@ -166,3 +166,33 @@ def test_fanout_manifests_without_the_relays_hmac_are_never_applied(cloud: Cloud
         rogue.close(0)
         ctx.term()
         relay.stop()
+
+
+def test_a_robot_follows_its_relay_through_a_restart(cloud: Cloud) -> None:
+    # A restarted relay has a new fan-out key and follows no run until a robot asks for it:
+    # the robot, hearing no authentic manifest, registers again and gets the next version.
+    relay = SiteRelay(cloud.settings, cloud_address=cloud.address, port=0, zmq_port=0)
+    port, zmq_port = relay.start()
+    robot = cloud.robot("arm-0")
+    client = EdgeClient(
+        make_channel(relay.address, cloud.settings), robot.credential, cloud.settings
+    )
+    rx = WeightReceiver()
+    source = ZmqWeightSubscription(client, relay.zmq_address, RUN, rx)
+    pub = cloud.server.distributor(RUN)
+    state = {"w": np.zeros(10_000, np.float32)}
+    try:
+        pub.publish(state)
+        assert rx.wait_for(0, 30)
+        relay.stop()
+        relay = SiteRelay(cloud.settings, cloud_address=cloud.address, port=port, zmq_port=zmq_port)
+        assert relay.start() == (port, zmq_port)
+        state["w"][:10] = 1.0
+        pub.publish(state)
+        assert rx.wait_for(1, 60), f"registrations {source.registrations}"
+        np.testing.assert_array_equal(rx.current()[1]["w"], state["w"])
+        assert source.registrations >= 2
+    finally:
+        source.close()
+        client.close()
+        relay.stop()
