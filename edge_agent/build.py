@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from comms.robot.client import EdgeClient
     from comms.robot.receiver import WeightReceiver
     from comms.robot.shard_route import ShardRouter
+    from edge_agent.site_relay import RelayLink
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +214,12 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     robot_id, client = _connect(spool_dir, opts, comms, driver.spec)
     if client is not None:
         closers.append(client.close)
+    relay = None
+    if client is not None and edge.relay:
+        from edge_agent.site_relay import RelayLink
+
+        relay = RelayLink(edge, comms, client)
+        closers.append(relay.close)
     uplink = UplinkWorker(
         spool,
         schema,
@@ -220,7 +228,7 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         robot_id_on_wire="int64" if client is not None else "schema",
     ).start()
     closers.append(uplink.close)
-    runner, weights = _policy_runner(edge, opts, driver, tasks, client, closers)
+    runner, weights = _policy_runner(edge, opts, driver, tasks, client, closers, relay)
     operator = _operator(edge, opts, driver, tasks, experts)
     closers.append(operator.close)
 
@@ -228,12 +236,19 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     desk = help_kw.get("helpdesk")
     if desk is not None and desk.settings.on_call:
         operator = _on_call(operator, desk)
-    heartbeat = None
+    heartbeat: Callable[..., Any] | None = None
+    # Through the site relay unless the run is sharded (its shard takes the uploads).
+    upload = relay.client if relay is not None and not opts.ingest else client
     if client is not None:
         from comms.robot.uploader import Uploader
 
-        closers.append(Uploader(client, opts.run_id, spool, _router(client, opts, robot_id)).close)
+        assert upload is not None
+        closers.append(Uploader(upload, opts.run_id, spool, _router(client, opts, robot_id)).close)
         heartbeat = functools.partial(client.heartbeat, run_id=opts.run_id)
+        if relay is not None:
+            from edge_agent.site_relay import with_counters
+
+            heartbeat = with_counters(heartbeat, relay.counters)
     agent = EdgeAgent(
         driver,
         runner,
@@ -252,7 +267,8 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
     if client is not None:
         from comms.robot.mark_sender import EpisodeMarkSender
 
-        closers.append(EpisodeMarkSender(client, agent.marks).close)
+        assert upload is not None
+        closers.append(EpisodeMarkSender(upload, agent.marks).close)
     if client is not None and edge.cloud_control:
         from edge_agent.control import listen
 
@@ -359,10 +375,11 @@ def _policy_runner(
     tasks: list[str],
     client: EdgeClient | None,
     closers: list[Any],
+    relay: RelayLink | None = None,
 ) -> tuple[Any, WeightReceiver | None]:
     """The policy runner ``edge.inference`` names and the receiver of the weights the local
-    runner applies (None for remote inference or offline); appends what must be closed to
-    ``closers``.
+    runner applies (None for remote inference or offline; through ``relay`` when the robot
+    has one); appends what must be closed to ``closers``.
 
     Raises:
         ValueError: remote inference without a client (no ``--server``).
@@ -410,7 +427,10 @@ def _policy_runner(
     from comms.robot.receiver import WeightReceiver
 
     receiver = WeightReceiver(as_torch=True)
-    closers.append(GrpcWeightSubscription(client, opts.run_id, receiver).close)
+    if relay is not None:
+        closers.append(relay.subscribe(opts.run_id, receiver))
+    else:
+        closers.append(GrpcWeightSubscription(client, opts.run_id, receiver).close)
     return local, receiver
 
 

@@ -145,6 +145,24 @@ class EdgeSettings(BaseModel):
         ),
     )
 
+    # --- site relay (edge_agent.site_relay)
+    relay: str | None = Field(
+        default=None,
+        description=(
+            "host:port of the site relay's gRPC: weights come from it, and a run's uploads and "
+            "episode marks go through it unless the run is sharded; None: all to the cloud."
+        ),
+    )
+    relay_zmq_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description=(
+            "The relay's ZeroMQ fan-out port (None: comms.relay_zmq_port; 0: weights over the "
+            "relay's gRPC only)."
+        ),
+    )
+
     # --- episodes
     control_hz: float | None = Field(
         default=None, gt=0, description="Loop rate; None runs at the driver's control rate."

@@ -223,6 +223,13 @@ class EdgeClient:
         """
         self._station.Report(report, metadata=self.metadata, timeout=self.settings.call_timeout_s)
 
+    def via(self, channel: grpc.Channel) -> EdgeClient:
+        """The same robot (its credential, its settings) on another ``channel``: its site
+        relay's, which forwards the credential to the cloud."""
+        other = EdgeClient(channel, "", self.settings)
+        other.metadata = self.metadata
+        return other
+
     def close(self) -> None:
         self.channel.close()
 

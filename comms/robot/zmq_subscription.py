@@ -186,7 +186,8 @@ class ZmqWeightSubscription:
         self._last_chunk = time.monotonic()
         while not self._stop.is_set():
             if time.monotonic() - self._last_authentic > REGISTER_AGAIN_S:
-                log.info(
+                # Debug only: a relay that holds no version yet is quiet for minutes.
+                log.debug(
                     "no manifest from the relay for %.0fs; registering again", REGISTER_AGAIN_S
                 )
                 self._finish_current()

@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML settings file (edge:, comms: sections)")
     p.add_argument("--server", default=None, help="cloud gRPC host:port (omit to run offline)")
     p.add_argument("--token", default=None, help="one-time enrollment token (first start only)")
+    p.add_argument(
+        "--relay",
+        default=None,
+        metavar="HOST:PORT",
+        help="the site relay's gRPC (edge.relay): weights from it, uploads through it",
+    )
     p.add_argument("--robot", default="edge-robot", help="robot name")
     p.add_argument(
         "--task",
@@ -175,6 +181,9 @@ def main(argv: Sequence[str]) -> int:
 
     args = build_parser().parse_args(list(argv))
     settings = load_settings(args.config)
+    if args.relay:
+        edge = settings.edge.model_copy(update={"relay": args.relay})
+        settings = settings.model_copy(update={"edge": edge})
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     try:
         opts = options_from_args(args)

@@ -1,0 +1,36 @@
+"""The pieces of a robot computer behind a site relay (``edge_agent.site_relay``); the whole
+path, with real relay and robot-computer processes, is ``tests/runs/test_site_relay_robots.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edge_agent.site_relay import with_counters, zmq_address
+
+
+def test_the_fan_out_address_is_the_relays_host_on_its_zmq_port() -> None:
+    assert zmq_address("relay.room-1.lan:50061", 50062) == "tcp://relay.room-1.lan:50062"
+    assert zmq_address("10.0.0.7:1", 2) == "tcp://10.0.0.7:2"
+    for bad in ("relay", ":50061", "relay:port"):
+        with pytest.raises(ValueError, match="edge.relay must be host:port"):
+            zmq_address(bad, 50062)
+
+
+def test_every_beat_carries_the_relay_counters_beside_the_agents() -> None:
+    sent: list[tuple[Any, ...]] = []
+
+    def beat(state: str, version: int | None, stats: Any, **kw: Any) -> float:
+        sent.append((state, version, dict(stats), kw))
+        return 1.0
+
+    counters = {"relay_weight_bytes": 10.0}
+    wrapped = with_counters(beat, lambda: dict(counters))
+    assert wrapped("running", 3, {"steps": 5.0}, info={"help": []}) == 1.0
+    counters["relay_weight_bytes"] = 20.0
+    wrapped("running", 4, {"steps": 6.0})
+    assert sent == [
+        ("running", 3, {"steps": 5.0, "relay_weight_bytes": 10.0}, {"info": {"help": []}}),
+        ("running", 4, {"steps": 6.0, "relay_weight_bytes": 20.0}, {}),
+    ]
