@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -243,7 +243,11 @@ def build_agent(edge: EdgeSettings, comms: Any, opts: AgentOptions) -> BuiltAgen
         from comms.robot.uploader import Uploader
 
         assert upload is not None
-        closers.append(Uploader(upload, opts.run_id, spool, _router(client, opts, robot_id)).close)
+        closers.append(
+            Uploader(
+                upload, opts.run_id, spool, shard_router(client, opts.run_id, robot_id, opts.ingest)
+            ).close
+        )
         heartbeat = functools.partial(client.heartbeat, run_id=opts.run_id)
         if relay is not None:
             from edge_agent.site_relay import with_counters
@@ -350,22 +354,24 @@ def _connect(
     return robot_id, EdgeClient(make_channel(opts.server, comms), secret, comms)
 
 
-def _router(client: EdgeClient, opts: AgentOptions, robot_id: int | str) -> ShardRouter | None:
+def shard_router(
+    client: EdgeClient, run_id: str, robot_id: int | str, ingest: Mapping[str, Any]
+) -> ShardRouter | None:
     """Where the uploads of a sharded run's robot go (its shard, from the assignment's
-    ``ingest``); None: to the cloud, as for every other run.
+    ``ingest``); None (``ingest`` empty): to the client's server, as for every other run.
 
     Raises:
-        ValueError: the assignment's ``ingest`` lacks a field or has one of the wrong type.
+        ValueError: ``ingest`` lacks a field or has one of the wrong type.
     """
-    if not opts.ingest:
+    if not ingest:
         return None
     from comms.robot.shard_route import Route, ShardRouter
 
     try:
-        first = Route.from_dict(opts.ingest)
+        first = Route.from_dict(ingest)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"assignment ingest: {exc!r} in {sorted(opts.ingest)}") from None
-    return ShardRouter(client, opts.run_id, int(robot_id), first)
+        raise ValueError(f"assignment ingest: {exc!r} in {sorted(ingest)}") from None
+    return ShardRouter(client, run_id, int(robot_id), first)
 
 
 def _policy_runner(

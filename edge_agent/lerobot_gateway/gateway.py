@@ -231,17 +231,24 @@ class LeRobotGateway:
             self._join(pending)
 
     def _join(self, a: Assignment) -> None:
-        o = self.opts
         task = a.tasks[0] if a.tasks else "lerobot"
         try:
             reward = GatewayReward(a.reward_source)
-        except RewardSourceRefused as exc:
+            link = self._open(a, task, reward)
+        except (RewardSourceRefused, ValueError) as exc:  # a reward or an ingest route
             log.error("refusing run %s: %s", a.run_id, exc)
             with self._lock:
                 self._refused = (a.run_id, str(exc))
             self.beat()
             return
-        link = RunLink(
+        with self._lock:
+            self._link, self._refused = link, None
+        self.state.set_run(link)
+        log.info("assigned to run %s (reward: %s)", a.run_id, reward.name)
+
+    def _open(self, a: Assignment, task: str, reward: GatewayReward) -> RunLink:
+        o = self.opts
+        return RunLink(
             a.run_id,
             task,
             o.root,
@@ -254,11 +261,8 @@ class LeRobotGateway:
             self.state.set_parameters,
             self._parameter_error,
             reward,
+            a.ingest,
         )
-        with self._lock:
-            self._link, self._refused = link, None
-        self.state.set_run(link)
-        log.info("assigned to run %s (reward: %s)", a.run_id, reward.name)
 
     def _leave(self) -> None:
         with self._lock:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from buffer.table.schema import StepSchema
 from comms.robot.grpc_subscription import GrpcWeightSubscription
 from comms.robot.receiver import WeightReceiver
 from comms.robot.uploader import Uploader
+from edge_agent.build import shard_router
 from edge_agent.config import EdgeSettings
 from edge_agent.episodes import EpisodeLog
 from edge_agent.host import run_spool
@@ -46,6 +47,11 @@ class RunLink:
         parameters: version -> LeRobot bytes. on_parameters(version, bytes): the offer.
         on_error(): called when a version does not convert.
         reward: the run's reward source (``rewards``; None: LeRobot's reward as sent).
+        ingest: the assignment's route to the robot's buffer shard (a sharded run; empty or
+            None: uploads go to the cloud).
+
+    Raises:
+        ValueError: ``ingest`` lacks a field or has one of the wrong type.
     """
 
     def __init__(
@@ -62,7 +68,9 @@ class RunLink:
         on_parameters: Callable[[int, bytes], None],
         on_error: Callable[[], None],
         reward: GatewayReward | None = None,
+        ingest: Mapping[str, Any] | None = None,
     ) -> None:
+        router = shard_router(client, run_id, robot_id, ingest or {})  # refused before a start
         self.run_id = run_id
         directory = run_spool(root, run_id)
         directory.mkdir(parents=True, exist_ok=True)
@@ -74,7 +82,7 @@ class RunLink:
             batch_max_delay_s=edge.batch_max_delay_s,
             robot_id_on_wire="int64",
         ).start()
-        self.uploader = Uploader(client, run_id, self.spool)
+        self.uploader = Uploader(client, run_id, self.spool, router)
         ids = {"robot_id": str(robot_id), "run_id": run_id, "task": task}
         self.reward = reward or GatewayReward("robot")
         self.replaces_reward = self.reward.replaces
