@@ -1,8 +1,9 @@
 """Transport settings (the ``comms:`` section, ``ROBOFLEET_COMMS__*``)."""
 
 from pathlib import Path
+from typing import Self
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class CommsSettings(BaseModel):
@@ -75,15 +76,17 @@ class CommsSettings(BaseModel):
         ge=0,
         le=65535,
         description="First port of the range a sharded run's shard ingest endpoints bind on "
-        "their node (each takes the first free one, the port it had first when that is in "
-        "range); a shard that finds the range full does not start. 0 = any free port.",
+        "their node: each endpoint's gRPC port and, with data_plane on, its data-plane port "
+        "(each the first free one, the one it had first when that is in range); a shard that "
+        "finds the range full does not start. 0 = any free ports.",
     )
     shard_ingest_ports: int = Field(
         default=64,
         ge=1,
         le=1024,
         description="How many ports from shard_ingest_port the range holds (open them to the "
-        "robots: one per shard a node holds, for every run at once).",
+        "robots): two per shard a node holds with data_plane on (gRPC and ZeroMQ), one "
+        "without, for every run at once.",
     )
     call_timeout_s: float = Field(default=10.0, gt=0, description="Deadline of unary calls.")
     act_timeout_s: float = Field(default=0.5, gt=0, description="Deadline of a remote Act call.")
@@ -133,3 +136,16 @@ class CommsSettings(BaseModel):
         description="Nice value added to the threads that read, hash and delta-encode weight "
         "versions, so publishing never takes CPU from a learner on the same cores (0 = off).",
     )
+
+    @model_validator(mode="after")
+    def _range_holds_a_shard(self) -> Self:
+        # One shard endpoint takes a gRPC and a data-plane port of the range.
+        first, count = self.shard_ingest_port, self.shard_ingest_ports
+        held = min(first + count, 65536) - first
+        if first and self.data_plane and held < 2:
+            raise ValueError(
+                f"comms.shard_ingest_port {first} with shard_ingest_ports {count} holds {held} "
+                "port, and one shard takes two (gRPC and the data plane): widen "
+                "shard_ingest_ports, move shard_ingest_port down, or turn comms.data_plane off"
+            )
+        return self

@@ -30,9 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from buffer.service.shard_client import most_shards_on_a_node
 from cloud_learner.process import EXIT_REFUSED, read_refusal
 from cloud_learner.run_plan import RunPlan
 from comms.cloud.shard_ingest import ShardIngest
+from comms.cloud.shard_ports import check_range
 from comms.cloud.shard_routes import ShardRoutes
 from comms.cloud.weight_file import WeightFileFeed, latest_version
 from comms.wire import tickets
@@ -158,7 +160,12 @@ class RunLearning:
 
     def _open_shards(self, spec: RunSpec, features: RunFeatures) -> None:
         """``buffer.shards`` shard actors (``runs.sharded``), the offline data mounted in
-        each, and the batch service over their servers."""
+        each, and the batch service over their servers.
+
+        Raises:
+            comms.cloud.shard_ports.PortRangeTooSmall: ``comms.shard_ingest_ports`` is too
+                few for the shards a buffer node may host (two ports each with the data plane).
+        """
         from buffer import StepSchema
 
         schema = StepSchema.from_features(features.observation_features, features.action_features)
@@ -169,6 +176,9 @@ class RunLearning:
             self.on_event("run.offline_mounted", **entry)
         self.demo_rows = 0  # the cloud-side demonstrations of older runs were never sharded
         comms = self.ctx.settings.comms
+        # A node that may host more shards than its range has ports for refuses them one
+        # at a time (a restart landing there too): refuse the run at its start instead.
+        check_range(comms, most_shards_on_a_node(config, spec.buffer.shards))
         key = tickets.new_key()
         self.buffer = open_shards(
             spec,

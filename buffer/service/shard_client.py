@@ -53,6 +53,20 @@ def placement(settings: BufferSettings) -> dict[str, Any]:
     return {"resources": {name: 1}} if name else {}
 
 
+def most_shards_on_a_node(settings: BufferSettings, shards: int) -> int:
+    """The most of a run's ``shards`` one node may host: all of them without
+    ``settings.shard_resource`` (Ray may place them together), else the most units of it a
+    live node advertises now, at most ``shards``; 0 when no live node advertises it yet (not
+    knowable). Needs ``ray.init``."""
+    name = settings.shard_resource
+    if not name:
+        return shards
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    return min(shards, max((int(n["Resources"].get(name, 0)) for n in nodes), default=0))
+
+
 class ShardLost(RuntimeError):
     """A shard has not answered for longer than its restarts may take."""
 

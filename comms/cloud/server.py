@@ -259,25 +259,44 @@ class CloudServer:
 
 
 def start_dataplane(settings: CommsSettings) -> DataPlaneServer | None:
-    """The server's ZeroMQ data plane, or None (turned off, or TLS without CURVE in libzmq:
-    then bytes stay on the encrypted gRPC streams rather than travel in plaintext)."""
-    if not settings.data_plane:
-        return None
-    if settings.tune_malloc:
-        allocator.tune_for_messages()
-    tls_on = settings.tls_cert_file is not None
-    if tls_on and not curve_available():
-        log.warning("TLS is on but libzmq lacks CURVE: no data plane, bytes stay on gRPC")
+    """The server's ZeroMQ data plane on ``settings.data_port``, or None (turned off, TLS
+    without CURVE in libzmq: then bytes stay on the encrypted gRPC streams rather than travel
+    in plaintext, or the port cannot be bound: logged)."""
+    if not dataplane_offered(settings):
         return None
     try:
-        return DataPlaneServer(
-            settings.bind_host,
-            settings.data_port,
-            advertise_host=settings.data_advertise_host,
-            curve=tls_on,
-            max_bytes_per_s=settings.weight_max_bytes_per_s,
-            max_message_bytes=settings.max_upload_batch_bytes,
-        )
+        return new_dataplane(settings, settings.data_port)
     except RuntimeError as exc:
         log.error("no data plane: %s", exc)
         return None
+
+
+def dataplane_offered(settings: CommsSettings) -> bool:
+    """Whether a server under ``settings`` offers a data plane: ``data_plane`` is on, and
+    libzmq has CURVE when TLS is on (logged when it lacks it). Tunes malloc for its messages
+    when it is on (``tune_malloc``)."""
+    if not settings.data_plane:
+        return False
+    if settings.tune_malloc:
+        allocator.tune_for_messages()
+    if settings.tls_cert_file is not None and not curve_available():
+        log.warning("TLS is on but libzmq lacks CURVE: no data plane, bytes stay on gRPC")
+        return False
+    return True
+
+
+def new_dataplane(settings: CommsSettings, port: int) -> DataPlaneServer:
+    """A data plane bound to ``settings.bind_host`` on ``port`` (0: any free one), CURVE when
+    TLS is on.
+
+    Raises:
+        RuntimeError: ``port`` is taken or the host cannot be bound (named).
+    """
+    return DataPlaneServer(
+        settings.bind_host,
+        port,
+        advertise_host=settings.data_advertise_host,
+        curve=settings.tls_cert_file is not None,
+        max_bytes_per_s=settings.weight_max_bytes_per_s,
+        max_message_bytes=settings.max_upload_batch_bytes,
+    )

@@ -4,8 +4,9 @@ process, appending straight into the shard's buffer.
 The endpoint registers the cloud's Experience servicer (``comms.cloud.services.experience``:
 the same validation against the run's schema, the same refusal rules, acks after the
 shard's fdatasync) and, when ``comms.data_plane`` is on, the same ZeroMQ data plane, on the
-shard node's address with a port the OS picks, or the first free one of the range
-``comms.shard_ingest_port`` starts (the one it had before a restart when that is free).
+shard node's address: each on a port the OS picks, or both on free ports of the range
+``comms.shard_ingest_port`` starts (two a shard; ``comms.cloud.shard_ports``), the ones it
+held when the shard last ran first when they are free.
 TLS is on with the cloud's certificate settings (``comms.tls_cert_file``; the data plane is
 then CURVE-encrypted); beyond loopback without TLS the endpoint is refused unless the
 cloud's ``insecure_network`` is set, and then it names itself in the log as plaintext.
@@ -31,10 +32,11 @@ import grpc.aio
 
 from comms.cloud.auth import AuthError, Metadata, RobotIdentity
 from comms.cloud.loop_thread import LoopThread
-from comms.cloud.server import start_dataplane
 from comms.cloud.services.common import ServerState, server_options
 from comms.cloud.services.experience import ExperienceServicer
 from comms.cloud.services.requests import add_service
+from comms.cloud.shard_ports import bind_dataplane, ingest_range, range_full
+from comms.cloud.shard_ports import ports_to_try as ports_to_try
 from comms.cloud.step_sink import StepSink
 from comms.config import CommsSettings
 from comms.wire import tickets, tls
@@ -107,22 +109,6 @@ class EndpointEvents:
             return [dict(e) for e in self._events]
 
 
-def ports_to_try(settings: CommsSettings, kept: int) -> list[int]:
-    """The ports a shard's endpoint tries, in order: ``kept`` (the port it had; 0: none) then
-    any free one, or with ``settings.shard_ingest_port`` set, only the ports of that range
-    (``kept`` first when it lies in it)."""
-    first = settings.shard_ingest_port
-    if not first:
-        return list(dict.fromkeys((kept, 0)))
-    span = range(first, min(first + settings.shard_ingest_ports, 65536))
-    return list(dict.fromkeys(([kept] if kept in span else []) + list(span)))
-
-
-def _range_text(settings: CommsSettings) -> str:
-    last = min(settings.shard_ingest_port + settings.shard_ingest_ports, 65536) - 1
-    return f"{settings.shard_ingest_port}-{last} (comms.shard_ingest_port, shard_ingest_ports)"
-
-
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -139,8 +125,9 @@ class ShardIngestServer:
         run_id / shard: what it serves.
         key: the run's ticket key.
         host: the node's address it binds and robots reach.
-        port: the port to try first (0: any); a taken one falls back to any, or to the
+        port: the gRPC port to try first (0: any); a taken one falls back to any, or to the
             range ``settings.shard_ingest_port`` starts when that is set (:func:`ports_to_try`).
+        data_port: the same for the data plane's port.
         insecure_network: plaintext beyond loopback is accepted (and logged).
     """
 
@@ -153,6 +140,7 @@ class ShardIngestServer:
         key: bytes,
         host: str,
         port: int = 0,
+        data_port: int = 0,
         insecure_network: bool = False,
     ) -> None:
         self.insecure_network = insecure_network
@@ -167,7 +155,7 @@ class ShardIngestServer:
             sinks=lambda asked: sink if asked == run_id else None,
             events=EndpointEvents(shard),
         )
-        self._want_port = port
+        self._want_port, self._want_data_port = port, data_port
         self._loop: LoopThread | None = None
         self._server: grpc.aio.Server | None = None
         self.port = 0
@@ -176,6 +164,12 @@ class ShardIngestServer:
     def address(self) -> str:
         """``host:port`` robots upload to."""
         return f"{self.host}:{self.port}"
+
+    @property
+    def data_port(self) -> int:
+        """The data plane's port; 0 when none is offered."""
+        dp = self.state.dataplane
+        return dp.port if dp is not None else 0
 
     @property
     def tls(self) -> bool:
@@ -187,6 +181,8 @@ class ShardIngestServer:
         Raises:
             InsecureEndpoint: ``host`` is beyond loopback, TLS is off and
                 ``insecure_network`` is not set.
+            PortRangeFull: a range is set (``comms.shard_ingest_port``) and it has no free
+                port for the gRPC server or the data plane (the range and settings named).
             RuntimeError: no port could be bound on ``host``, or a TLS certificate without
                 its key.
         """
@@ -204,21 +200,30 @@ class ShardIngestServer:
             )
         self._loop = LoopThread(f"shard-{self.shard}-ingest")
         self.state.loop = self._loop.loop
-        self.state.dataplane = start_dataplane(self.settings)
         self.state.ingest_pool = ThreadPoolExecutor(
             max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="shard-ingest"
         )
         try:
+            # The data plane first: the servicer offers it from the first stream on.
+            self.state.dataplane = bind_dataplane(
+                self.settings, self._want_data_port, avoid=self._want_port
+            )
             self.port = self._loop.run(self._start())
         except BaseException:
             self.stop()
             raise
-        log.info("shard %d ingest on %s (tls=%s)", self.shard, self.address, self.tls)
+        log.info(
+            "shard %d ingest on %s, data plane port %d (tls=%s)",
+            self.shard,
+            self.address,
+            self.data_port,
+            self.tls,
+        )
         return self.port
 
     async def _start(self) -> int:
         s = self.settings
-        for port in ports_to_try(s, self._want_port):
+        for port in ports_to_try(s, self._want_port, avoid=self._want_data_port):
             server = grpc.aio.server(
                 options=server_options(s), maximum_concurrent_rpcs=s.max_concurrent_streams
             )
@@ -242,8 +247,9 @@ class ShardIngestServer:
                 await server.start()
                 self._server = server
                 return bound
-        where = f"{self.host}:{_range_text(s)}" if s.shard_ingest_port else self.host
-        raise RuntimeError(f"cannot bind the shard ingest endpoint on {where}")
+        if ingest_range(s):
+            raise range_full("ingest endpoint (gRPC)", self.host, s)
+        raise RuntimeError(f"cannot bind the shard ingest endpoint on {self.host}")
 
     def figures(self) -> dict[str, Any]:
         """``address``, ``rows`` (stored through this endpoint), ``streams`` (open now),
@@ -277,13 +283,23 @@ class ShardIngestServer:
             self.state.ingest_pool = None
 
 
-PORT_FILE = "ingest_port"
+PORT_FILE = "ingest_port"  # the gRPC port, in the shard's directory
+DATA_PORT_FILE = "ingest_data_port"  # the data plane's
+
+
+def _kept(path: Path) -> int:
+    return int(path.read_text()) if path.exists() else 0
+
+
+def _keep(path: Path, port: int) -> None:
+    if port and _kept(path) != port:
+        atomic_write_text(path, str(port))
 
 
 class ShardIngest:
     """Starts a shard's :class:`ShardIngestServer` in the shard's process: a
     ``buffer.service.shard_actor.EndpointFactory`` (picklable; Ray runs it again in a
-    restarted shard, which binds the port it had when that is free, else another).
+    restarted shard, which binds the ports it had when they are free, else others).
 
     Args:
         settings: the cloud's ``comms`` settings.
@@ -308,7 +324,8 @@ class ShardIngest:
         """The started endpoint of shard ``k`` over ``buffer`` (an open ``ReplayBuffer``).
 
         Raises:
-            InsecureEndpoint / RuntimeError: as :meth:`ShardIngestServer.start`.
+            InsecureEndpoint / PortRangeFull / RuntimeError: as
+                :meth:`ShardIngestServer.start`.
         """
         from comms.cloud.replay_buffer_sink import ReplayBufferSink
 
@@ -317,8 +334,7 @@ class ShardIngest:
             import ray
 
             host = ray.util.get_node_ip_address()
-        path = directory / PORT_FILE
-        port = int(path.read_text()) if path.exists() else 0
+        grpc_file, data_file = directory / PORT_FILE, directory / DATA_PORT_FILE
         server = ShardIngestServer(
             self.settings,
             ReplayBufferSink(buffer),
@@ -326,10 +342,11 @@ class ShardIngest:
             k,
             self.key,
             host,
-            port,
+            _kept(grpc_file),
+            _kept(data_file),
             insecure_network=self.insecure_network,
         )
         server.start()
-        if server.port != port:
-            atomic_write_text(path, str(server.port))
+        _keep(grpc_file, server.port)
+        _keep(data_file, server.data_port)
         return server

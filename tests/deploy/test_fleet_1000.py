@@ -19,6 +19,7 @@ import yaml
 
 from buffer.service.shard_actor import NODE_HOST
 from buffer.service.shards import shard_of
+from comms.cloud.shard_ports import PortRangeTooSmall, check_range, ports_per_shard
 from comms.config import CommsSettings
 from foundation.runspec import RunSpec, parse_run_spec
 
@@ -293,13 +294,20 @@ def test_the_sizing_in_the_guide_matches_the_manifests_and_the_run_spec() -> Non
     assert per_shard == 8 * GIB
     assert slots * per_shard * 2 <= _quantity(bc["resources"]["requests"]["memory"])
     assert slots <= _quantity(bc["resources"]["requests"]["cpu"]) / 2
-    # The port range holds every shard a node can hold.
+    # The port range holds both ports (gRPC, data plane) of every shard a node can hold.
     (cc,) = groups["learner-gpu"]["template"]["spec"]["containers"]
     env = _env(cc)
     first = int(env["ROBOFLEET_COMMS__SHARD_INGEST_PORT"])
     last = first + int(env["ROBOFLEET_COMMS__SHARD_INGEST_PORTS"]) - 1
-    assert last - first + 1 >= slots
+    ranged = CommsSettings(shard_ingest_port=first, shard_ingest_ports=last - first + 1)
+    assert ranged.data_plane and ports_per_shard(ranged) == 2
+    check_range(ranged, slots)
+    with pytest.raises(PortRangeTooSmall):
+        check_range(ranged, (last - first + 1) // 2 + 1)
     assert f"{first}-{last}" in section
+    assert f"six shard slots take {slots} x 2 = {slots * 2} ports" in section
+    assert (last - first + 1) // (slots * 2) == 5
+    assert "the range holds five\nruns of this size at once on a node" in section
     # The learner's GPU is the learner node's.
     (lc,) = groups["learner-gpu"]["template"]["spec"]["containers"]
     gpus = int(groups["learner-gpu"]["rayStartParams"]["num-gpus"])
