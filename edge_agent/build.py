@@ -351,7 +351,9 @@ def _connect(
 
     home = opts.credential_dir or spool_dir
     robot_id, secret = credential(home, opts, comms, spec.to_dict())
-    return robot_id, EdgeClient(make_channel(opts.server, comms), secret, comms)
+    return robot_id, EdgeClient(
+        make_channel(opts.server, comms), secret, comms, address=opts.server
+    )
 
 
 def shard_router(

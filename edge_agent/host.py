@@ -149,7 +149,9 @@ class RobotComputer:
             robot_id, secret = credential(self.root, self.base, self.comms, spec, self._stop)
         except EnrollmentStopped:
             return {}
-        self.client = EdgeClient(make_channel(self.base.server, self.comms), secret, self.comms)
+        self.client = EdgeClient(
+            make_channel(self.base.server, self.comms), secret, self.comms, address=self.base.server
+        )
         listener = ControlListener(self.client, self._on_command)
         log.info("robot %s (id %d) is idle, waiting for a run", self.base.robot_name, robot_id)
         # Imports run on one thread at a time here: an assignment waits for this thread

@@ -62,7 +62,7 @@ class RelayLink:
         port = comms.relay_zmq_port if edge.relay_zmq_port is None else edge.relay_zmq_port
         self.zmq = zmq_address(edge.relay, port) if port else None
         self.address = edge.relay
-        self.client = cloud.via(make_channel(edge.relay, comms))
+        self.client = cloud.via(make_channel(edge.relay, comms), edge.relay)
         self._subscription: Any = None
 
     def subscribe(self, run_id: str, receiver: WeightReceiver) -> Callable[[], None]:

@@ -38,8 +38,9 @@ class BenchCloud:
         return out
 
     def client(self, credential: str) -> EdgeClient:
+        address = self.server.address
         return EdgeClient(
-            make_channel(self.server.address, self.settings), credential, self.settings
+            make_channel(address, self.settings), credential, self.settings, address=address
         )
 
     def close(self) -> None:

@@ -34,9 +34,12 @@ from comms.cloud.step_sink import SinkResolver, StepSink
 from comms.config import CommsSettings
 from comms.proto import robofleet_pb2 as pb
 from comms.wire import tls
+from comms.wire.dataplane_frames import WILDCARD_HOSTS
 from foundation.store.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 CONTROL_KINDS = {
     "estop": pb.ControlCommand.ESTOP,
@@ -265,10 +268,31 @@ def start_dataplane(settings: CommsSettings) -> DataPlaneServer | None:
     if not dataplane_offered(settings):
         return None
     try:
-        return new_dataplane(settings, settings.data_port)
+        dp = new_dataplane(settings, settings.data_port)
     except RuntimeError as exc:
         log.error("no data plane: %s", exc)
         return None
+    if advertised_host(settings) in WILDCARD_HOSTS:
+        log.info(
+            "data plane offered as %s: robots dial it at the host they dial for gRPC; set "
+            "comms.data_advertise_host where that host does not reach port %d",
+            dp.endpoint,
+            dp.port,
+        )
+    if settings.data_port == 0 and settings.bind_host not in LOOPBACK_HOSTS:
+        log.warning(
+            "comms.data_port is 0: the data plane took port %d, another at the next start; "
+            "set comms.data_port to open it in a firewall or Service (robots use gRPC bytes "
+            "where it is closed)",
+            dp.port,
+        )
+    return dp
+
+
+def advertised_host(settings: CommsSettings) -> str:
+    """The host the server's data-plane offers name: ``data_advertise_host``, else
+    ``bind_host``."""
+    return settings.data_advertise_host or settings.bind_host
 
 
 def dataplane_offered(settings: CommsSettings) -> bool:
@@ -295,7 +319,7 @@ def new_dataplane(settings: CommsSettings, port: int) -> DataPlaneServer:
     return DataPlaneServer(
         settings.bind_host,
         port,
-        advertise_host=settings.data_advertise_host,
+        advertise_host=advertised_host(settings),
         curve=settings.tls_cert_file is not None,
         max_bytes_per_s=settings.weight_max_bytes_per_s,
         max_message_bytes=settings.max_upload_batch_bytes,

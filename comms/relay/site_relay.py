@@ -265,7 +265,9 @@ class SiteRelay:
         run.authorized[credential] = time.monotonic()
         with self._runs_lock:
             if run.subscription is None:
-                client = EdgeClient(self.upstream, credential, self.settings)
+                client = EdgeClient(
+                    self.upstream, credential, self.settings, address=self.cloud_address
+                )
                 run.subscription = GrpcWeightSubscription(
                     client,
                     run_id,

@@ -100,11 +100,22 @@ class EdgeClient:
         channel: from :func:`make_channel`.
         credential: the robot's credential from :func:`enroll`.
         settings: deadlines, keepalive, backoff.
+        address: the ``host:port`` the channel dials: a data plane offered at a wildcard
+            host (a cloud bound to 0.0.0.0) is dialed at this host. None: such an offer is
+            declined (gRPC bytes).
     """
 
-    def __init__(self, channel: grpc.Channel, credential: str, settings: CommsSettings) -> None:
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        credential: str,
+        settings: CommsSettings,
+        *,
+        address: str | None = None,
+    ) -> None:
         self.channel = channel
         self.settings = settings
+        self.address = address
         self.metadata = credential_metadata(credential)
         self.experience = rpc.ExperienceStub(channel)
         self._episodes = rpc.EpisodesStub(channel)
@@ -223,10 +234,10 @@ class EdgeClient:
         """
         self._station.Report(report, metadata=self.metadata, timeout=self.settings.call_timeout_s)
 
-    def via(self, channel: grpc.Channel) -> EdgeClient:
-        """The same robot (its credential, its settings) on another ``channel``: its site
-        relay's, which forwards the credential to the cloud."""
-        other = EdgeClient(channel, "", self.settings)
+    def via(self, channel: grpc.Channel, address: str | None = None) -> EdgeClient:
+        """The same robot (its credential, its settings) on another ``channel`` (dialing
+        ``address``): its site relay's, which forwards the credential to the cloud."""
+        other = EdgeClient(channel, "", self.settings, address=address)
         other.metadata = self.metadata
         return other
 

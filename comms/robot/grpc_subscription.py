@@ -182,6 +182,7 @@ class GrpcWeightSubscription:
                     msg.data_plane,
                     s.data_plane_handshake_s,
                     require_curve=s.tls_ca_file is not None,
+                    dialed=self._client.address,
                 )
                 ok = True
             elif msg.HasField("manifest") and msg.chunks_on_data_plane:

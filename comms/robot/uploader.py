@@ -183,7 +183,7 @@ class Uploader:
             to_shard = False
             try:
                 upload, metadata, to_shard = self._target()
-                progressed = self._stream_once(upload, metadata)
+                progressed = self._stream_once(upload, metadata, self._dialed(to_shard))
                 if to_shard:
                     self._note_shard_end(None)
             except grpc.RpcError as exc:
@@ -224,13 +224,19 @@ class Uploader:
             return self._client.upload_stream, self._client.metadata, False
         return self._router.target()
 
+    def _dialed(self, to_shard: bool) -> str | None:
+        """The ``host:port`` the next stream dials (a shard's route, else the client's)."""
+        route = self._router.route if to_shard and self._router is not None else None
+        return route.address if route is not None else self._client.address
+
     def _note_shard_end(self, code: grpc.StatusCode | None) -> None:
         assert self._router is not None
         self._router.stream_ended(code)
 
-    def _stream_once(self, upload: Any, metadata: Any) -> bool:
-        """One stream's life. Returns whether it got any acknowledgement."""
+    def _stream_once(self, upload: Any, metadata: Any, dialed: str | None) -> bool:
+        """One stream's life (to ``dialed``). Returns whether it got any acknowledgement."""
         st = _StreamState()
+        st.dialed = dialed
         call = upload(self._requests(st), metadata=metadata)
         self._call = call
         got_ack = False
@@ -339,6 +345,7 @@ class Uploader:
                 st.offer,
                 self._s.data_plane_handshake_s,
                 require_curve=self._s.tls_ca_file is not None,
+                dialed=st.dialed,
             )
 
     def _send_hello(self, st: _StreamState) -> Generator[_Request, None, bool]:
@@ -426,6 +433,7 @@ class _StreamState:
         self.last_progress = time.monotonic()
         self.offer: pb.DataPlane | None = None  # from the first ack
         self.tried = False
+        self.dialed: str | None = None  # the stream's gRPC target: a wildcard offer's host
         self.sock: zmq.Socket[bytes] | None = None  # owned by the request generator
 
     def pop_outstanding(self) -> int:

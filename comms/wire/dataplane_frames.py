@@ -19,3 +19,6 @@ BATCH = b"b"
 CHUNK_HEADER = struct.Struct("<qqI")
 # Step batch header: last_seq (int64), flags (uint32, unused so far).
 BATCH_HEADER = struct.Struct("<qI")
+# Hosts an offer's endpoint can name that bind every interface and reach none from afar: the
+# robot dials such an endpoint at the host it dialed for gRPC.
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]", "*"})

@@ -119,7 +119,9 @@ class LeRobotGateway:
         self.robot_id, secret = credential(
             o.root, base, self.comms, o.actor.spec.to_dict(), self._stop
         )
-        self._client = EdgeClient(make_channel(o.server, self.comms), secret, self.comms)
+        self._client = EdgeClient(
+            make_channel(o.server, self.comms), secret, self.comms, address=o.server
+        )
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="lerobot-gw"),
             options=GRPC_OPTIONS,

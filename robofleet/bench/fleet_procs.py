@@ -280,7 +280,7 @@ def drive(
     from comms.wire.steps import encode_batch
 
     s = CommsSettings()
-    clients = [EdgeClient(make_channel(address, s), cred, s) for _, cred in robots]
+    clients = [EdgeClient(make_channel(address, s), cred, s, address=address) for _, cred in robots]
     spools = [TimedSpool() for _ in robots]
     routers = [
         ShardRouter(c, RUN, rid) if sharded else None

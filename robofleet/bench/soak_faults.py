@@ -154,7 +154,7 @@ def idle_subscriptions(
     done = threading.Event()
     clients, calls = [], []
     for _ in range(count):
-        client = EdgeClient(make_channel(address, settings), credential, settings)
+        client = EdgeClient(make_channel(address, settings), credential, settings, address=address)
         first = pb.SubscribeRequest(run_id=run_id, have_version=0, data_plane=False)
         calls.append(
             client.weights.Subscribe(_first_then_wait(first, done), metadata=client.metadata)
@@ -186,7 +186,7 @@ def reconnect_burst(
     ok = failed = 0
     t0 = time.monotonic()
     for _ in range(count):
-        client = EdgeClient(make_channel(address, settings), credential, settings)
+        client = EdgeClient(make_channel(address, settings), credential, settings, address=address)
         try:
             client.heartbeat("idle", None, {})
             listener = ControlListener(client, lambda _cmd: None)

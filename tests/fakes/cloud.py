@@ -159,7 +159,7 @@ class Cloud[SinkT: StepSink | SinkResolver]:
     def client(self, robot: Robot, ca: Path | None = None) -> EdgeClient:
         """A robot's client of this cloud (the caller closes it)."""
         channel = make_channel(self.address, self.settings, ca)
-        return EdgeClient(channel, robot.credential, self.settings)
+        return EdgeClient(channel, robot.credential, self.settings, address=self.address)
 
 
 PAUSE_RESUME = {"pause": "paused", "resume": "running"}
