@@ -113,12 +113,17 @@ class CommsSettings(BaseModel):
         "gRPC: servers offer one, clients take it when they can reach it (else gRPC bytes).",
     )
     data_port: int = Field(
-        default=0, ge=0, le=65535, description="ZeroMQ data-plane port (0 = any free port)."
+        default=0,
+        ge=0,
+        le=65535,
+        description="ZeroMQ data-plane port (0 = any free port, a new one at each start: fix "
+        "one, e.g. 50052, to open it in a firewall or Service when binding beyond loopback).",
     )
     data_advertise_host: str | None = Field(
         default=None,
-        description="Host robots use for the data plane (default: bind_host; set it when "
-        "binding 0.0.0.0).",
+        description="Host written into data-plane offers (default: bind_host). A wildcard "
+        "(0.0.0.0, ::) is dialed at the host each robot dials for gRPC; set it only where "
+        "robots reach data_port at another address.",
     )
     data_plane_handshake_s: float = Field(
         default=2.0, gt=0, description="How long a client waits for the data plane to answer."

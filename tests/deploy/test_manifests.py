@@ -18,7 +18,7 @@ from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
 from robofleet.settings import Settings
 
-from ._paths import COMPOSE, DEPLOY, K8S, REPO
+from ._paths import COMPOSE, DEPLOY, GUIDE, K8S, REPO
 
 COMMS = CommsSettings()
 DASH = DashboardSettings()
@@ -108,7 +108,11 @@ def test_compose_has_the_services_and_their_ports_match_the_settings() -> None:
     assert {"postgres", "migrate", "cloud", "dashboard", "relay"} <= set(services)
     robots = [n for n in services if n.startswith("sim-robot-")]
     assert len(robots) >= 2
-    assert services["cloud"]["ports"] == [f"{COMMS.grpc_port}:{COMMS.grpc_port}"]
+    data_port = int(services["cloud"]["environment"]["ROBOFLEET_COMMS__DATA_PORT"])
+    assert services["cloud"]["ports"] == [
+        f"{COMMS.grpc_port}:{COMMS.grpc_port}",
+        f"{data_port}:{data_port}",
+    ]
     assert services["cloud"]["environment"]["ROBOFLEET_COMMS__GRPC_PORT"] == str(COMMS.grpc_port)
     assert services["dashboard"]["ports"] == [f"{DASH.port}:{DASH.port}"]
     dash_cmd = services["dashboard"]["command"]
@@ -255,7 +259,40 @@ def test_k8s_raycluster_has_head_gpu_learner_and_cpu_workers() -> None:
     vols = {v["name"]: v for v in learner["template"]["spec"]["volumes"]}
     assert vols["runs"]["persistentVolumeClaim"]["claimName"] == "robofleet-runs"
     assert int(_env(lc)["ROBOFLEET_COMMS__GRPC_PORT"]) == COMMS.grpc_port
-    assert {p["containerPort"] for p in lc["ports"]} == {COMMS.grpc_port}
+    data_port = int(_env(lc)["ROBOFLEET_COMMS__DATA_PORT"])
+    assert {p["containerPort"] for p in lc["ports"]} == {COMMS.grpc_port, data_port}
+
+
+def _k8s_cloud_container() -> dict[str, Any]:
+    (rc,) = [o for _, o in _k8s_objects() if o["kind"] == "RayCluster"]
+    learner = next(g for g in rc["spec"]["workerGroupSpecs"] if g["groupName"] == "learner-gpu")
+    (lc,) = learner["template"]["spec"]["containers"]
+    return dict(lc)
+
+
+def test_the_clouds_data_plane_has_one_fixed_port_everywhere_it_is_published() -> None:
+    """A random data port (the default, 0) cannot be opened in a Service or a firewall: every
+    deployment binding beyond loopback fixes one, and its manifests, Service, compose file,
+    image and guide name the same port, beside gRPC's."""
+    lc = _k8s_cloud_container()
+    env = _env(lc)
+    port = int(env["ROBOFLEET_COMMS__DATA_PORT"])
+    assert port not in (0, COMMS.grpc_port) and env["ROBOFLEET_COMMS__BIND_HOST"] == "0.0.0.0"
+    assert {"name": "data-plane", "containerPort": port} in lc["ports"]
+    objs = {(o["kind"], o["metadata"]["name"]): o for _, o in _k8s_objects()}
+    service_ports = objs[("Service", "robofleet-grpc")]["spec"]["ports"]
+    assert {"name": "data-plane", "port": port, "targetPort": port} in service_ports
+    cloud = _compose()["services"]["cloud"]
+    assert cloud["environment"]["ROBOFLEET_COMMS__DATA_PORT"] == str(port)
+    assert f"{port}:{port}" in cloud["ports"]
+    exposed = re.findall(r"^EXPOSE (.+)$", _dockerfile("cloud"), flags=re.M)[0].split()
+    assert str(port) in exposed
+    # Offers name the bind host (0.0.0.0): robots dial the host they dial for gRPC, so no
+    # manifest sets an advertise host a robot elsewhere could not reach.
+    assert "ROBOFLEET_COMMS__DATA_ADVERTISE_HOST" not in env
+    assert "ROBOFLEET_COMMS__DATA_ADVERTISE_HOST" not in cloud["environment"]
+    guide = GUIDE.read_text()
+    assert re.search(rf"^\| {port} +\| cloud data plane .*`comms\.data_port`", guide, flags=re.M)
 
 
 def test_k8s_images_ports_and_services_agree_with_the_settings() -> None:
