@@ -150,23 +150,9 @@ class CloudServer:
 
     def stop(self, grace_s: float = 0.0) -> None:
         """Stop serving (open streams are cancelled after ``grace_s``). Distributors keep running."""
-        if self._loop is None:
-            return
-        server, self._server = self._server, None
-        if server is not None:
-            self._loop.run(server.stop(grace_s))
-        # grpc's poller lets go of its event loops when the last aio object is freed, from the
-        # thread that frees it; under a running loop that closes the wake-up socket beneath the
-        # loop's reader (an EBADF traceback). So the server goes once its loop has stopped.
-        self._loop.stop()
-        self._loop = None
-        del server
-        if self.state.dataplane is not None:
-            self.state.dataplane.close()
-            self.state.dataplane = None
-        if self.state.ingest_pool is not None:
-            self.state.ingest_pool.shutdown(wait=False, cancel_futures=True)
-            self.state.ingest_pool = None
+        loop, server = self._loop, self._server
+        self._loop = self._server = None
+        stop_serving(self.state, loop, server, grace_s)
 
     def close(self) -> None:
         """Stop and close every distributor."""
@@ -259,6 +245,33 @@ class CloudServer:
     def invalidate_auth(self) -> None:
         """Re-read credentials and leases at the next call (after a revocation or lease change)."""
         self._auth.invalidate()
+
+
+def stop_serving(
+    state: ServerState,
+    loop: LoopThread | None,
+    server: grpc.aio.Server | None,
+    grace_s: float = 0.0,
+) -> None:
+    """Tear down what a server's start set up, for the cloud's server and a shard's ingest
+    endpoint alike: ``server`` (open streams cancelled after ``grace_s``), its ``loop``, and
+    ``state``'s data plane and ingest pool. The caller clears its own attributes first, so
+    that only local references to ``server`` are left, and none outlives ``loop``'s stop.
+    """
+    if loop is not None:
+        if server is not None:
+            loop.run(server.stop(grace_s))
+        # grpc's poller lets go of its event loops when the last aio object is freed, from the
+        # thread that frees it; under a running loop that closes the wake-up socket beneath the
+        # loop's reader (an EBADF traceback). So the server goes once its loop has stopped.
+        loop.stop()
+        del server
+    if state.dataplane is not None:
+        state.dataplane.close()
+        state.dataplane = None
+    if state.ingest_pool is not None:
+        state.ingest_pool.shutdown(wait=False, cancel_futures=True)
+        state.ingest_pool = None
 
 
 def start_dataplane(settings: CommsSettings) -> DataPlaneServer | None:

@@ -32,6 +32,7 @@ import grpc.aio
 
 from comms.cloud.auth import AuthError, Metadata, RobotIdentity
 from comms.cloud.loop_thread import LoopThread
+from comms.cloud.server import stop_serving
 from comms.cloud.services.common import ServerState, server_options
 from comms.cloud.services.experience import ExperienceServicer
 from comms.cloud.services.requests import add_service
@@ -268,19 +269,9 @@ class ShardIngestServer:
 
     def stop(self) -> None:
         """Stop serving (open streams are cancelled) and let go of the port."""
-        if self._loop is not None:
-            server, self._server = self._server, None
-            if server is not None:
-                self._loop.run(server.stop(0))
-            self._loop.stop()
-            self._loop = None
-            del server
-        if self.state.dataplane is not None:
-            self.state.dataplane.close()
-            self.state.dataplane = None
-        if self.state.ingest_pool is not None:
-            self.state.ingest_pool.shutdown(wait=False, cancel_futures=True)
-            self.state.ingest_pool = None
+        loop, server = self._loop, self._server
+        self._loop = self._server = None
+        stop_serving(self.state, loop, server)
 
 
 PORT_FILE = "ingest_port"  # the gRPC port, in the shard's directory
