@@ -26,13 +26,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from buffer.table.ack_phases import PHASES
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 P99_LIMIT_MS = 100.0
 IDLE_S = 2.0  # the cloud process's CPU is read this long before the uplinks start
@@ -284,26 +287,40 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return args
 
 
+def finite(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with its infinite floats as None: JSON has no infinity."""
+    return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in d.items()}
+
+
 def result(cases: Sequence[Case], kinds: Sequence[str]) -> dict[str, Any]:
     """The JSON line's object (infinite latencies as null)."""
-
-    def finite(d: dict[str, Any]) -> dict[str, Any]:
-        return {
-            k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in d.items()
-        }
-
     return {
         "largest_robots_ack_p99_under_100ms": {k: largest_under(cases, k) for k in kinds},
         "cases": [finite(asdict(c)) for c in cases],
     }
 
 
-def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
+def print_table(
+    title: str, cols: Sequence[str], rows: Iterable[Sequence[str]], width: int
+) -> Console:
+    """Print a table of right-aligned columns at least ``width`` characters wide (so a log
+    file keeps its columns); the console, for the lines that follow it."""
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(
-        title=f"one cloud process (comms server + replay buffer, acks after fdatasync); robots "
+    t = Table(title=title)
+    for col in cols:
+        t.add_column(col, justify="right")
+    for row in rows:
+        t.add_row(*row)
+    con = Console(width=max(width, Console().width))
+    con.print(t)
+    return con
+
+
+def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
+    title = (
+        f"one cloud process (comms server + replay buffer, acks after fdatasync); robots "
         f"at {args.hz:g} Hz in {args.batch_steps}-step batches, played by uplink driver "
         f"processes on the same {os.cpu_count()}-core machine; {args.seconds:g} s measured"
     )
@@ -324,10 +341,8 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
         "buffer append ms: stage / write / sync / visible",
         "MB/s acked",
     ]
-    for col in cols:
-        t.add_column(col, justify="right")
-    for c in cases:
-        t.add_row(
+    rows = [
+        (
             c.kind,
             str(c.robots),
             str(c.drivers),
@@ -344,8 +359,9 @@ def _print_table(cases: Sequence[Case], args: argparse.Namespace) -> None:
             " / ".join(f"{c.append_phases_ms.get(k, 0.0):.1f}" for k in PHASES),
             f"{c.mb_per_s:.1f}",
         )
-    con = Console(width=max(200, Console().width))
-    con.print(t)
+        for c in cases
+    ]
+    con = print_table(title, cols, rows, 200)
     for k in args.kinds:
         n = largest_under(cases, k)
         con.print(f"{k} steps: largest robot count with ack p99 < {P99_LIMIT_MS:g} ms: {n}")

@@ -43,11 +43,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from robofleet.bench.fleet import (
     P99_LIMIT_MS,
+    finite,
     latency_ms,
+    print_table,
     proc_cpu_s,
     release,
     spawn,
@@ -287,13 +287,6 @@ def run_case(
 
 def result(cases: Sequence[ShardedCase], args: argparse.Namespace) -> dict[str, Any]:
     """The JSON line's object (infinite latencies as null; shard counts as string keys)."""
-
-    def finite(c: ShardedCase) -> dict[str, Any]:
-        d = asdict(c)
-        return {
-            k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in d.items()
-        }
-
     top = max(args.robots)
     return {
         "hosts": args.hosts,
@@ -309,16 +302,13 @@ def result(cases: Sequence[ShardedCase], args: argparse.Namespace) -> dict[str, 
             kind: {str(k): served(cases, kind, k) == top for k in args.shards}
             for kind in args.kinds
         },
-        "cases": [finite(c) for c in cases],
+        "cases": [finite(asdict(c)) for c in cases],
     }
 
 
 def _print_table(cases: Sequence[ShardedCase], args: argparse.Namespace) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(
-        title=f"buffer shards over {args.hosts} network-namespace hosts (host 0: Ray head, cloud, "
+    title = (
+        f"buffer shards over {args.hosts} network-namespace hosts (host 0: Ray head, cloud, "
         f"{args.drivers} driver processes; hosts 1-{args.hosts - 1}: shards, each with its ingest "
         f"endpoint); robots at {args.hz:g} Hz in {args.batch_steps}-step batches; "
         f"{args.seconds:g} s measured; all hosts share this machine's {os.cpu_count()} cores"
@@ -340,10 +330,8 @@ def _print_table(cases: Sequence[ShardedCase], args: argparse.Namespace) -> None
         "rows cloud / shards",
         "MB/s acked",
     ]
-    for col in cols:
-        t.add_column(col, justify="right")
-    for c in cases:
-        t.add_row(
+    rows = [
+        (
             c.kind,
             str(c.shards),
             str(c.robots),
@@ -360,8 +348,9 @@ def _print_table(cases: Sequence[ShardedCase], args: argparse.Namespace) -> None
             f"{c.cloud_rows} / {sum(c.shard_rows)}",
             f"{c.mb_per_s:.1f}",
         )
-    con = Console(width=max(220, Console().width))
-    con.print(t)
+        for c in cases
+    ]
+    con = print_table(title, cols, rows, 220)
     for kind in args.kinds:
         for k in args.shards:
             top = max(args.robots)
