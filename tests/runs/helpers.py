@@ -13,11 +13,17 @@ import yaml
 from sqlalchemy import select
 
 from buffer import ReplayBuffer
-from foundation.store.metadata_store import MetadataStore
-from foundation.store.models import Event, Lease, Run, RunState
+from buffer.service.shards import shard_of
+from foundation.store.metadata_store import MetadataStore, upgrade
+from foundation.store.models import Event, Lease, Robot, Run, RunState
+from runs.accounting import acked_total
 from tests.fakes import procs
-from tests.fakes.cloud import cli
+from tests.fakes.cloud import RobofleetCloud, cli, store_for
 from tests.fakes.settings import FAST_RUN
+
+LIVE = (RunState.RUNNING, RunState.DEGRADED)
+ENDED = (RunState.FINISHED, RunState.STOPPED)
+SHARDS = 2  # buffer shards of the sharded runs (:func:`ids_apart`)
 
 
 def wait_until(
@@ -65,6 +71,48 @@ def launch(data_dir: Path, spec: Path) -> str:
     out = cli(data_dir, "run", "launch", str(spec), "--json")
     assert out.returncode == 0, out.stderr
     return str(json.loads(out.stdout.strip().splitlines()[-1])["run_id"])
+
+
+def start_run(
+    data_dir: Path, store: MetadataStore, spec: Path, cloud: RobofleetCloud, steps: int
+) -> str:
+    """:func:`launch` ``spec``, then wait until the run is live (150 s) and its robots have
+    taken more than ``steps`` steps (90 s); the run's id."""
+    run_id = launch(data_dir, spec)
+    wait_until(lambda: run_state(store, run_id) in LIVE, 150, cloud.fail_text)
+    wait_until(lambda: progress(store, run_id).get("env_steps", 0) > steps, 90, cloud.fail_text)
+    return run_id
+
+
+def stop_and_report(
+    data_dir: Path,
+    store: MetadataStore,
+    run_id: str,
+    cloud: RobofleetCloud,
+    requested: bool = False,
+) -> dict[str, Any]:
+    """Stop the run (unless its stop is already ``requested``), wait until it has ended with
+    every lease released and some steps acknowledged; its ``report.json``."""
+    if not requested:
+        out = cli(data_dir, "run", "stop", run_id)
+        assert out.returncode == 0, out.stderr
+    wait_until(lambda: run_state(store, run_id) in ENDED, 120, cloud.fail_text)
+    assert active_lease_robots(store, run_id) == set()
+    report: dict[str, Any] = json.loads((run_dir(store, run_id) / "report.json").read_text())
+    assert acked_total(run_spools(data_dir, run_id)) > 0
+    return report
+
+
+def ids_apart(data_dir: Path) -> None:
+    """Enroll robots not of the run's type first, so that the two simulated robots get ids
+    that hash to different ones of :data:`SHARDS` shards (ids 1 and 2 share one of 2)."""
+    placeholders = next(
+        p for p in range(10) if shard_of(str(p + 1), SHARDS) != shard_of(str(p + 2), SHARDS)
+    )
+    upgrade(f"sqlite:///{(data_dir / 'robofleet.db').as_posix()}")
+    with store_for(data_dir).session() as s:
+        for i in range(placeholders):
+            s.add(Robot(name=f"placeholder-{i}", robot_type="not-a-sawyer"))
 
 
 def run_state(store: MetadataStore, run_id: str) -> RunState:

@@ -3,47 +3,27 @@ Meta-World, buffer, learner process); crashes are SIGKILLs of real processes."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
 
-from foundation.store.models import RunState
-from runs.accounting import acked_total
 from tests.fakes.cloud import RobofleetCloud, cli, store_for
 from tests.fakes.procs import alive, descendants
 from tests.runs.helpers import (
+    LIVE,
     active_lease_robots,
     events,
     launch,
     progress,
-    run_dir,
-    run_spools,
     run_state,
     spec_file,
+    stop_and_report,
     wait_until,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-
-LIVE = (RunState.RUNNING, RunState.DEGRADED)
-ENDED = (RunState.FINISHED, RunState.STOPPED)
-
-
-def _stop_and_report(
-    data_dir: Path, run_id: str, cloud: RobofleetCloud, requested: bool = False
-) -> dict[str, object]:
-    store = store_for(data_dir)
-    if not requested:
-        out = cli(data_dir, "run", "stop", run_id)
-        assert out.returncode == 0, out.stderr
-    wait_until(lambda: run_state(store, run_id) in ENDED, 120, cloud.fail_text)
-    assert active_lease_robots(store, run_id) == set()
-    report = json.loads((run_dir(store, run_id) / "report.json").read_text())
-    assert acked_total(run_spools(data_dir, run_id)) > 0
-    return report
 
 
 def test_two_runs_on_disjoint_robots_and_a_sigkilled_learner_resumes_by_itself(
@@ -80,8 +60,8 @@ def test_two_runs_on_disjoint_robots_and_a_sigkilled_learner_resumes_by_itself(
         for r in (a, b):  # both end at once
             out = cli(tmp_path, "run", "stop", r)
             assert out.returncode == 0, out.stderr
-        report_a = _stop_and_report(tmp_path, a, cloud, requested=True)
-        report_b = _stop_and_report(tmp_path, b, cloud, requested=True)
+        report_a = stop_and_report(tmp_path, store, a, cloud, requested=True)
+        report_b = stop_and_report(tmp_path, store, b, cloud, requested=True)
         assert report_a["acked_lost"] == report_b["acked_lost"] == 0
         assert report_a["learner_restarts"] == 1 and report_b["learner_restarts"] == 0
         assert report_a["initial_success"] is not None
@@ -104,7 +84,7 @@ def test_whole_cloud_killed_and_started_again_resumes_the_run(tmp_path: Path) ->
         wait_until(lambda: bool(events(store, run_id, "run.resuming")), 60, cloud.fail_text)
         wait_until(lambda: run_state(store, run_id) in LIVE, 120, cloud.fail_text)
         wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 40, 90, cloud.fail_text)
-        report = _stop_and_report(tmp_path, run_id, cloud)
+        report = stop_and_report(tmp_path, store, run_id, cloud)
         assert report["acked_lost"] == 0
         # One run, one curve: the elapsed time carried over the restart.
         assert report["env_steps"] > steps

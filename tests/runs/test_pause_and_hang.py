@@ -19,18 +19,19 @@ from foundation.store.models import Lease, Robot, RobotStatus, RunState
 from runs.accounting import acked_lost, acked_total
 from tests.fakes.cloud import RobofleetCloud, cli, store_for
 from tests.runs.helpers import (
+    LIVE,
     events,
     progress,
     run_dir,
     run_spools,
     run_state,
     spec_file,
+    start_run,
     wait_until,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
-LIVE = (RunState.RUNNING, RunState.DEGRADED)
 HANG_S = 30  # generous for a restarted learner's imports on a loaded 2-core machine
 
 
@@ -58,10 +59,7 @@ def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(tmp_path: P
     store = store_for(tmp_path)
     try:
         spec = spec_file(tmp_path / "spec.yaml", "pause-hang", 1)
-        out = _ok("run", "launch", str(spec), "--json", data_dir=tmp_path)
-        run_id = str(json.loads(out.strip().splitlines()[-1])["run_id"])
-        wait_until(lambda: run_state(store, run_id) in LIVE, 150, cloud.fail_text)
-        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 30, 90, cloud.fail_text)
+        run_id = start_run(tmp_path, store, spec, cloud, 30)
         leases = _open_leases(store, run_id)
         assert len(leases) == 1
 

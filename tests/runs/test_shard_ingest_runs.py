@@ -5,7 +5,6 @@ to it through the cloud's routes, with nothing acknowledged lost or stored twice
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -15,24 +14,20 @@ import pytest
 
 from buffer import ReplayBuffer
 from buffer.service.shards import shard_dir, shard_of
-from foundation.store.models import RunState
-from runs.accounting import acked_total
-from tests.fakes.cloud import RobofleetCloud, cli, store_for
+from tests.fakes.cloud import RobofleetCloud, store_for
 from tests.runs.helpers import (
+    SHARDS,
     events,
-    launch,
+    ids_apart,
     progress,
     run_dir,
-    run_spools,
-    run_state,
     spec_file,
+    start_run,
+    stop_and_report,
     wait_until,
 )
-from tests.runs.test_sharded_runs import SHARDS, _ids_apart
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
-
-LIVE = (RunState.RUNNING, RunState.DEGRADED)
 
 
 def _stored_once(buffer_dir: Path, k: int) -> dict[str, int]:
@@ -52,14 +47,12 @@ def _stored_once(buffer_dir: Path, k: int) -> dict[str, int]:
 def test_a_two_shard_runs_robots_upload_to_their_shards_and_follow_a_killed_one(
     tmp_path: Path,
 ) -> None:
-    _ids_apart(tmp_path)
+    ids_apart(tmp_path)
     cloud = RobofleetCloud(tmp_path, sim_robots=2)
     store = store_for(tmp_path)
     spec = spec_file(tmp_path / "spec.yaml", "shard-ingest", 2, buffer={"shards": SHARDS})
     try:
-        run_id = launch(tmp_path, spec)
-        wait_until(lambda: run_state(store, run_id) in LIVE, 150, cloud.fail_text)
-        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 40, 90, cloud.fail_text)
+        run_id = start_run(tmp_path, store, spec, cloud, 40)
         [started] = events(store, run_id, "buffer.shards_started")
         assert len(started["ingest"]) == SHARDS and all(started["ingest"]), started
 
@@ -70,10 +63,7 @@ def test_a_two_shard_runs_robots_upload_to_their_shards_and_follow_a_killed_one(
         steps = progress(store, run_id)["env_steps"]
         wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 40, 90, cloud.fail_text)
 
-        out = cli(tmp_path, "run", "stop", run_id)
-        assert out.returncode == 0, out.stderr
-        ended = (RunState.FINISHED, RunState.STOPPED)
-        wait_until(lambda: run_state(store, run_id) in ended, 120, cloud.fail_text)
+        report = stop_and_report(tmp_path, store, run_id, cloud)
     finally:
         cloud.stop()
 
@@ -86,8 +76,6 @@ def test_a_two_shard_runs_robots_upload_to_their_shards_and_follow_a_killed_one(
     assert sum(ingest["shard_data_plane_batches"]) > 0, ingest
 
     directory = run_dir(store, run_id)
-    report = json.loads((directory / "report.json").read_text())
-    assert acked_total(run_spools(tmp_path, run_id)) > 0
     assert report["acked_lost"] == 0
     homes: dict[str, int] = {}
     for k in range(SHARDS):

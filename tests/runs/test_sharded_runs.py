@@ -18,27 +18,23 @@ import pytest
 from buffer import BufferSettings, ReplayBuffer, StepSchema
 from buffer.service.shards import shard_dir, shard_of
 from cloud_learner.metrics import read_metrics
-from foundation.store.metadata_store import upgrade
-from foundation.store.models import Robot, RunState
 from hal.drivers.metaworld import ACTION_NAMES, STATE_NAMES
-from runs.accounting import acked_total
-from tests.fakes.cloud import RobofleetCloud, cli, store_for
+from tests.fakes.cloud import RobofleetCloud, store_for
 from tests.runs.helpers import (
-    active_lease_robots,
+    LIVE,
+    SHARDS,
     events,
-    launch,
+    ids_apart,
     progress,
     run_dir,
-    run_spools,
     run_state,
     spec_file,
+    start_run,
+    stop_and_report,
     wait_until,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
-
-LIVE = (RunState.RUNNING, RunState.DEGRADED)
-SHARDS = 2
 
 
 def _offline_data(directory: Path) -> Path:
@@ -76,18 +72,6 @@ def _offline_data(directory: Path) -> Path:
     return directory
 
 
-def _ids_apart(data_dir: Path) -> None:
-    """Robots not of the run's type enrolled first, so the two simulated robots get ids that
-    hash to different shards (ids 1 and 2 share one of 2 shards)."""
-    placeholders = next(
-        p for p in range(10) if shard_of(str(p + 1), SHARDS) != shard_of(str(p + 2), SHARDS)
-    )
-    upgrade(f"sqlite:///{(data_dir / 'robofleet.db').as_posix()}")
-    with store_for(data_dir).session() as s:
-        for i in range(placeholders):
-            s.add(Robot(name=f"placeholder-{i}", robot_type="not-a-sawyer"))
-
-
 def _shard_contents(buffer_dir: Path, k: int) -> tuple[set[str], list[dict[str, Any]]]:
     """(robot ids with rows, episode marks) of shard ``k`` of a run that is not running."""
     directory = shard_dir(buffer_dir, k)
@@ -102,7 +86,7 @@ def test_a_two_shard_run_routes_robots_samples_offline_data_and_loses_nothing_to
     tmp_path: Path,
 ) -> None:
     offline = _offline_data(tmp_path / "offline-data")
-    _ids_apart(tmp_path)
+    ids_apart(tmp_path)
     cloud = RobofleetCloud(tmp_path, sim_robots=2)
     store = store_for(tmp_path)
     spec = spec_file(
@@ -112,9 +96,7 @@ def test_a_two_shard_run_routes_robots_samples_offline_data_and_loses_nothing_to
         buffer={"shards": SHARDS, "offline_data": [str(offline)]},
     )
     try:
-        run_id = launch(tmp_path, spec)
-        wait_until(lambda: run_state(store, run_id) in LIVE, 150, cloud.fail_text)
-        wait_until(lambda: progress(store, run_id).get("env_steps", 0) > 40, 90, cloud.fail_text)
+        run_id = start_run(tmp_path, store, spec, cloud, 40)
         [started] = events(store, run_id, "buffer.shards_started")
         assert started["shards"] == SHARDS and len(set(started["pids"])) == SHARDS
 
@@ -135,17 +117,11 @@ def test_a_two_shard_run_routes_robots_samples_offline_data_and_loses_nothing_to
         steps = progress(store, run_id)["env_steps"]
         wait_until(lambda: progress(store, run_id)["env_steps"] > steps + 30, 90, cloud.fail_text)
 
-        out = cli(tmp_path, "run", "stop", run_id)
-        assert out.returncode == 0, out.stderr
-        ended = (RunState.FINISHED, RunState.STOPPED)
-        wait_until(lambda: run_state(store, run_id) in ended, 120, cloud.fail_text)
-        assert active_lease_robots(store, run_id) == set()
+        report = stop_and_report(tmp_path, store, run_id, cloud)
     finally:
         cloud.stop()
 
     directory = run_dir(store, run_id)
-    report = json.loads((directory / "report.json").read_text())
-    assert acked_total(run_spools(tmp_path, run_id)) > 0
     assert report["acked_lost"] == 0
     assert report["env_steps"] > 0
     [mounted] = report["offline_data"]
