@@ -50,23 +50,17 @@ class Relay:
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
+def site(tmp_path: Path) -> Iterator[tuple[Lab, Relay]]:
+    """A cloud with its REST API, and a site relay for it."""
     lab = Lab(tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
-
-
-@pytest.fixture
-def relay(lab: Lab) -> Iterator[Relay]:
     relay = Relay(lab.data_dir, lab.grpc)
-    relay.start()
     try:
-        yield relay
+        relay.start()
+        yield lab, relay
     finally:
         if relay.child is not None:
             relay.child.stop(30)
+        lab.close()
 
 
 def _stats(lab: Lab, name: str) -> dict[str, Any]:
@@ -79,7 +73,10 @@ def _applied(lab: Lab) -> dict[str, int]:
         return {r.name: int(r.applied_policy_version or 0) for r in rows}
 
 
-def test_robots_behind_a_site_relay_learn_through_it_and_outlive_it(lab: Lab, relay: Relay) -> None:
+def test_robots_behind_a_site_relay_learn_through_it_and_outlive_it(
+    site: tuple[Lab, Relay],
+) -> None:
+    lab, relay = site
     for name in PENDULUMS:
         lab.enroll(
             name, "--driver", "gymnasium", "--driver-option", "env_id=Pendulum-v1",
