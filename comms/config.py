@@ -88,6 +88,12 @@ class CommsSettings(BaseModel):
         "robots): two per shard a node holds with data_plane on (gRPC and ZeroMQ), one "
         "without, for every run at once.",
     )
+    shard_advertise_hosts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node IP -> the address robots reach that node at (behind NAT, or a DNS "
+        "name): a shard ingest endpoint on that node binds the node IP and tells robots this "
+        "address for its gRPC and its data plane; a node not named is reached at its IP.",
+    )
     call_timeout_s: float = Field(default=10.0, gt=0, description="Deadline of unary calls.")
     act_timeout_s: float = Field(default=0.5, gt=0, description="Deadline of a remote Act call.")
     stream_idle_timeout_s: float = Field(

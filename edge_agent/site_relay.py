@@ -38,8 +38,10 @@ def zmq_address(relay: str, port: int) -> str:
     Raises:
         ValueError: ``relay`` is not "host:port".
     """
-    host, sep, grpc_port = relay.rpartition(":")
-    if not sep or not host or not grpc_port.isdigit():
+    from comms.robot.dataplane_client import grpc_host
+
+    host = grpc_host(relay)
+    if host is None or not relay.rpartition(":")[2].isdigit():
         raise ValueError(f"edge.relay must be host:port, got {relay!r}")
     return f"tcp://{host}:{port}"
 

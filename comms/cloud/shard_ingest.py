@@ -125,7 +125,8 @@ class ShardIngestServer:
         sink: the shard's buffer as a step sink (``ReplayBufferSink``).
         run_id / shard: what it serves.
         key: the run's ticket key.
-        host: the node's address it binds and robots reach.
+        host: the node's address it binds (robots reach it there, or at the address
+            ``comms.shard_advertise_hosts`` names for it).
         port: the gRPC port to try first (0: any); a taken one falls back to any, or to the
             range ``settings.shard_ingest_port`` starts when that is set (:func:`ports_to_try`).
         data_port: the same for the data plane's port.
@@ -145,8 +146,10 @@ class ShardIngestServer:
         insecure_network: bool = False,
     ) -> None:
         self.insecure_network = insecure_network
+        # Robots may reach the node at another address than the one it binds (NAT, DNS).
+        self.advertised = settings.shard_advertise_hosts.get(host, host)
         self.settings = settings.model_copy(
-            update={"bind_host": host, "data_port": 0, "data_advertise_host": None}
+            update={"bind_host": host, "data_port": 0, "data_advertise_host": self.advertised}
         )
         self.run_id, self.shard, self.host = run_id, shard, host
         self.state = ServerState(
@@ -163,8 +166,9 @@ class ShardIngestServer:
 
     @property
     def address(self) -> str:
-        """``host:port`` robots upload to."""
-        return f"{self.host}:{self.port}"
+        """``host:port`` robots upload to (the host as ``comms.shard_advertise_hosts``
+        names the node, else the one it binds)."""
+        return f"{self.advertised}:{self.port}"
 
     @property
     def data_port(self) -> int:

@@ -172,6 +172,8 @@ class ZmqWeightSubscription:
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE_MESSAGES)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SUBSCRIBE, self._run_id.encode())
+        if "://[" in self._address:  # an IPv6 relay: libzmq dials IPv4 only unless told
+            sock.setsockopt(zmq.IPV6, 1)
         sock.connect(self._address)
         try:
             self._register()

@@ -202,3 +202,36 @@ def test_a_robot_uploads_over_the_data_plane_inside_the_range(
         client.close()
         cloud.close()
         server.stop()
+
+
+def test_a_node_behind_nat_is_advertised_at_its_outside_address(
+    tmp_path: Path, buffers: list[ReplayBuffer], store: MetadataStore
+) -> None:
+    # The shard binds the node's IP (127.0.0.1 here) and tells robots the address they reach
+    # the node at ("localhost": a name, as a NAT's outside address would be): for gRPC and for
+    # its data plane.
+    settings = fast_comms(shard_advertise_hosts={"127.0.0.1": "localhost"})
+    key = tickets.new_key()
+    server = ShardIngest(settings, RUN, key, host="127.0.0.1")(buffers[0], 0, tmp_path / "shard-0")
+    routes = ShardRoutes(RUN, key, 1, lambda: [server.address])
+    cloud = Cloud(store, routes=lambda run: routes if run == RUN else None)
+    robot = cloud.robot("arm-1")
+    client = cloud.client(robot)
+    spool = MemorySpool()
+    router = ShardRouter(client, RUN, robot.robot_id)
+    up = Uploader(client, RUN, spool, router)
+    try:
+        assert server.address == f"localhost:{server.port}"
+        assert server.state.dataplane is not None
+        assert server.state.dataplane.endpoint == f"tcp://localhost:{server.data_port}"
+        for i in range(4):
+            spool.put(buffer_steps(robot.robot_id, i * 8, 8))
+        assert up.wait_durable(31, 20), up.last_error
+        assert router.route is not None and router.route.address == server.address
+        assert server.figures()["rows"] == 32
+        assert server.figures()["data_plane_batches"] > 0
+    finally:
+        up.close()
+        client.close()
+        cloud.close()
+        server.stop()

@@ -13,6 +13,7 @@ from edge_agent.site_relay import with_counters, zmq_address
 def test_the_fan_out_address_is_the_relays_host_on_its_zmq_port() -> None:
     assert zmq_address("relay.room-1.lan:50061", 50062) == "tcp://relay.room-1.lan:50062"
     assert zmq_address("10.0.0.7:1", 2) == "tcp://10.0.0.7:2"
+    assert zmq_address("[fd00::7]:50061", 50062) == "tcp://[fd00::7]:50062"
     for bad in ("relay", ":50061", "relay:port"):
         with pytest.raises(ValueError, match="edge.relay must be host:port"):
             zmq_address(bad, 50062)
