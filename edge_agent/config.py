@@ -7,7 +7,7 @@ taken from the working directory of the agent).
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 
 class RiskRegion(BaseModel):
@@ -162,6 +162,15 @@ class EdgeSettings(BaseModel):
             "relay's gRPC only)."
         ),
     )
+
+    @field_validator("relay")
+    @classmethod
+    def _relay_is_host_port(cls, relay: str | None) -> str | None:
+        if relay is not None:
+            from edge_agent.site_relay import zmq_address  # here: it imports this module
+
+            zmq_address(relay, 1)  # raises ValueError naming edge.relay
+        return relay
 
     # --- episodes
     control_hz: float | None = Field(

@@ -182,7 +182,15 @@ def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     settings = load_settings(args.config)
     if args.relay:
-        edge = settings.edge.model_copy(update={"relay": args.relay})
+        from pydantic import ValidationError
+
+        try:
+            edge = type(settings.edge).model_validate(
+                {**settings.edge.model_dump(), "relay": args.relay}
+            )
+        except ValidationError as exc:
+            print(f"robofleet edge: --relay: {exc.errors()[0]['msg']}", file=sys.stderr)
+            return 2
         settings = settings.model_copy(update={"edge": edge})
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(name)s %(message)s")
     try:

@@ -35,3 +35,22 @@ def test_every_beat_carries_the_relay_counters_beside_the_agents() -> None:
         ("running", 3, {"steps": 5.0, "relay_weight_bytes": 10.0}, {"info": {"help": []}}),
         ("running", 4, {"steps": 6.0, "relay_weight_bytes": 20.0}, {}),
     ]
+
+
+def test_a_relay_that_is_not_host_port_is_refused_at_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pydantic import ValidationError
+
+    from edge_agent.config import EdgeSettings
+    from robofleet.commands import edge
+
+    with pytest.raises(ValidationError, match="edge.relay must be host:port"):
+        EdgeSettings(relay="relay.lan")
+    assert EdgeSettings(relay="relay.lan:50061").relay == "relay.lan:50061"
+    # The robot computer stops before it dials anything: exit code 2 and one line.
+    assert edge.main(["--server", "127.0.0.1:9", "--robot", "arm-1", "--relay", "relay"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "robofleet edge: --relay: Value error, edge.relay must be host:port, got 'relay'"
+    ]
