@@ -33,17 +33,17 @@ from edge_agent.core import (
 )
 from edge_agent.episode_state import Episode
 from edge_agent.episodes import EpisodeLog, MarkOutbox
-from edge_agent.evaluation import SuccessTally, is_evaluation, scored_by
+from edge_agent.evaluation import is_evaluation, scored_by
 from edge_agent.heartbeat import HeartbeatLoop
 from edge_agent.help import HelpDesk, send_heartbeat
 from edge_agent.help_risk import RiskSource
 from edge_agent.holds import Holds
-from edge_agent.human_cost import HumanCost
 from edge_agent.operators import NoOperator
 from edge_agent.pacing import StepClock, set_realtime
 from edge_agent.recording import EpisodeRecorder
 from edge_agent.resets import ResetHold, needs_person
 from edge_agent.rewards import RewardSource, RobotReward, Scored
+from edge_agent.run_counts import RunCounts
 from edge_agent.stats import LoopStats
 from edge_agent.uplink import UplinkWorker
 from edge_agent.weights import WeightApplier
@@ -128,7 +128,6 @@ class EdgeAgent:
         )
         self._holds = Holds(self.control, uplink, self._stop, self.stats)
         self._episodes = EpisodeLog(spool_dir)
-        self.tally = SuccessTally()
         self.marks = MarkOutbox(spool_dir)
         self._redo: str | None = None  # the task of a rerecorded episode, recorded next
         self._help_hold_s = 0.0
@@ -138,7 +137,7 @@ class EdgeAgent:
         }
         hz = settings.control_hz or float(driver.control_hz)
         self.period = 1.0 / hz
-        self.human = HumanCost(self.period)
+        self.counts = RunCounts(spool_dir, self.period)  # kept across this run's agents
         self._resets = ResetHold(
             needs_person(driver), self.control, self.operator, self._stop, settings.reset_timeout_s
         )
@@ -206,8 +205,7 @@ class EdgeAgent:
             holds=float(getattr(self.runner, "holds", 0)),
         )
         out.update(self.control.report())
-        out.update(self.tally.report())
-        out.update(self.human.report())
+        out.update(self.counts.report())
         operator_report = getattr(self.operator, "report", None)  # a source's own counters
         if callable(operator_report):
             out.update(operator_report())
@@ -265,11 +263,11 @@ class EdgeAgent:
         self.state = "resetting"  # the next regular heartbeat says so
         beat = self._heartbeats.beat if self.heartbeat is not None else (lambda: None)
         try:
-            done = self._resets.wait(self.human.reset_time, beat)  # beats at once on timeout
+            done = self._resets.wait(self.counts.human.reset_time, beat)  # beats at once on timeout
         finally:
             self.state = "running"
         if done:
-            self.human.reset_done()
+            self.counts.human.reset_done()
         return done
 
     # -- one episode -------------------------------------------------------------------------
@@ -296,7 +294,9 @@ class EdgeAgent:
             ep.demonstrating, ep.evaluating = True, False
         while self._step(ep):
             pass
-        return self._finish(ep)
+        counted = self._finish(ep)
+        self.counts.save()
+        return counted
 
     def _begin(self, task: str) -> Episode | None:
         """Start an episode of ``task``; None when an e-stop refused the driver's reset."""
@@ -368,7 +368,7 @@ class EdgeAgent:
         executed = np.asarray(reply["action"], np.float32)
         self._resets.moved()
         intervening = self._claimed_by_operator(op)
-        self.human.step(ep.task, intervening)
+        self.counts.human.step(ep.task, intervening)
         if self.helpdesk is not None:
             self.helpdesk.operator_step(intervening, type(self.operator).__name__)
         if hasattr(self.runner, "last_executed"):
@@ -459,7 +459,7 @@ class EdgeAgent:
         word = review("success") if callable(review) else None
         if word == "failure":
             self.stats.overrules += 1
-            self.human.label(ep.task)  # an overrule is a label a person gave
+            self.counts.human.label(ep.task)  # an overrule is a label a person gave
             ep.label, ep.label_by = "failure", type(self.operator).__name__
             return Scored(0.0)
         ep.label, ep.label_by = "success", self.rewards.name
@@ -524,7 +524,7 @@ class EdgeAgent:
             terminated = terminated or command == "success"
             truncated = truncated or command == "failure"
             if cloud is None:  # a person's verdict, not the cloud's
-                self.human.label(ep.task)
+                self.counts.human.label(ep.task)
         elif command in ("rerecord", "discard"):
             ep.label, ep.label_by = command, by
             truncated = True
@@ -540,7 +540,7 @@ class EdgeAgent:
         if self.helpdesk is not None:
             self.helpdesk.end_episode(ep.label)
         kept = ep.label not in ("rerecord", "discard")
-        self.human.episode(ep.task, ep.frame, kept and self._autonomous(ep))
+        self.counts.human.episode(ep.task, ep.frame, kept and self._autonomous(ep))
         if ep.label in ("success", "failure"):
             self.stats.labels[ep.label] += 1
         kind = "demonstration" if ep.demonstrating else "episode"
@@ -566,7 +566,7 @@ class EdgeAgent:
             self.marks.add(EpisodeMark(self.run_id, ep.index, ep.label, ep.label_by))
         self._episodes.log(ep.index, ep.task, ep.frame, ep.label, kind)
         if ep.evaluating:  # an operator's abort of an evaluation episode is a failure
-            self.tally.add("eval", ep.task, False, self.applied_version, "operator")
+            self.counts.tally.add("eval", ep.task, False, self.applied_version, "operator")
         return False
 
     def _count_outcome(self, ep: Episode) -> bool:
@@ -581,9 +581,9 @@ class EdgeAgent:
             spec = getattr(self.driver, "spec", None)  # hal drivers declare it; fakes may not
             detects = bool(spec is not None and spec.capabilities.detects_success)
             scorer = scored_by(ep.label, ep.label_by, ep.succeeded, detects)
-            self.tally.add("eval", ep.task, success, self.applied_version, scorer)
+            self.counts.tally.add("eval", ep.task, success, self.applied_version, scorer)
         elif self._autonomous(ep):
-            self.tally.add("autonomous", ep.task, success)
+            self.counts.tally.add("autonomous", ep.task, success)
         return success
 
     @staticmethod

@@ -55,8 +55,9 @@ class SuccessTally:
 
     def __init__(self) -> None:
         self.counts: dict[str, float] = defaultdict(float)
-        # Each agent (each assignment, each robot-computer start) counts from zero; the epoch
-        # tells the cloud so, even when the new counts are not below the old ones.
+        # A tally that counts from zero (a new robot computer, a lost spool) has a new epoch:
+        # it tells the cloud so, even when the new counts are not below the old ones. A run's
+        # later agents on the same spool keep it (edge_agent.run_counts).
         self.epoch = float(secrets.randbits(52) + 1)
 
     def add(

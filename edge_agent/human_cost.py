@@ -1,6 +1,7 @@
 """What a robot's people spent, per task: takeovers, labels, resets; and autonomous time.
 
-Counted by the control loop and reported, cumulative since the agent started, in the
+Counted by the control loop and reported, cumulative over the run (a restarted or re-assigned
+robot's agent takes them up where the last one saved them: ``edge_agent.run_counts``), in the
 heartbeat statistics (flat keys, ``<task>`` the task of the episode concerned)::
 
     human/<task>/takeover_s          seconds of steps the operator claimed (is_intervention;

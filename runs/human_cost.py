@@ -1,6 +1,6 @@
 """A run's human cost per robot and per task, from its robots' heartbeat statistics.
 
-Each robot counts, per task (``edge_agent.human_cost``; cumulative since its agent started)::
+Each robot counts, per task (``edge_agent.human_cost``; cumulative over the run)::
 
     human/<task>/takeover_s, labels, reset_s, resets, episode_s, autonomous_reset_s
     autonomous/<task>/episodes, autonomous/<task>/successes     (edge_agent.evaluation)
@@ -13,8 +13,8 @@ From them, per robot and task, summed over the robots per task, and over everyth
   hours of the resets that followed them): what a robot and the person resetting it deliver.
 
 Both are None without autonomous episode time. On robots that reset themselves the two are
-equal (no reset time). A robot computer that restarted during the run counts from its restart
-(its agent's counters start at zero).
+equal (no reset time). A robot computer that restarts during the run takes its counts up where
+its last agent saved them, at the end of its last episode (``edge_agent.run_counts``).
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Each robot runs policy-only evaluation episodes on the run's schedule and counts
 its autonomous training episodes, in its heartbeat statistics (``edge_agent.evaluation``:
 cumulative ``eval/<task>/episodes`` and ``eval/<task>/successes`` ...). At each evaluation
 tick :class:`RobotEvaluations` takes the increments since the previous point, over every robot
-of the run (a new agent, after a re-assignment or a restart of its robot computer, counts from
-zero again under a new ``tally_epoch``: its new counts are the increment), and once every task of the run has at least one new evaluation episode makes a
+of the run. A robot's counts cover the whole run across its agents (``edge_agent.run_counts``);
+a robot that counts from zero again shows a new ``tally_epoch``, and its new counts are the
+increment. Once every task of the run has at least one new evaluation episode it makes a
 point of the success curve (``source: robots``, and ``scored_by``: its evaluation episodes by
 who decided their outcome: the robots' ``driver``, an ``operator``, the ``classifier``), which
 :mod:`runs.eval_record` records. Until then increments accumulate. The autonomous success of training episodes goes beside it in
@@ -104,24 +105,25 @@ class RobotEvaluations:
             }
             epoch = st.get(EPOCH_KEY)
             step = {key: value - self._seen.get((name, key), 0.0) for key, value in counts.items()}
-            restarted = (
-                epoch != self._epochs.get(name)
-                or any(d < 0 for d in step.values())
-                or any(
-                    d > step.get(key.removesuffix("successes") + "episodes", 0.0)
-                    for key, d in step.items()
-                    if key.endswith("/successes")
-                )
-            )
+            if epoch is None:  # an older robot computer: a fallen count says it restarted
+                restarted = any(d < 0 for d in step.values()) or _more_successes(step)
+            else:
+                restarted = epoch != self._epochs.get(name)
             if restarted:
-                # A new agent (re-assignment, restarted robot computer) counts from zero: every
-                # counter of the robot is taken whole, never some whole and some as differences,
-                # so a point's successes never exceed its episodes. Without an epoch (an older
-                # robot computer) a counter that fell or more successes than episodes say so.
-                self._seen = {k: v for k, v in self._seen.items() if k[0] != name}
+                # A new agent (a new robot computer, or a lost spool) counts from zero: every
+                # counter of the robot is taken whole, never some whole and some as differences.
                 self._epochs[name] = epoch
+                self._seen = {k: v for k, v in self._seen.items() if k[0] != name}
+                step = dict(counts)
+            # Under one epoch a count falls only when a crash lost what was counted after the
+            # agent last saved (edge_agent.run_counts): no increment, and never more successes
+            # than episodes, so a point's rate stays within [0, 1].
+            step = {key: max(d, 0.0) for key, d in step.items()}
+            for key, d in step.items():
+                if key.endswith("/successes"):
+                    d = min(d, step.get(key.removesuffix("successes") + "episodes", 0.0))
+                self._pending[key] += d
             for key, value in counts.items():
-                self._pending[key] += value - self._seen.get((name, key), 0.0)
                 self._seen[(name, key)] = value
 
     def poll(self, wait: bool) -> EvalPoint | None:
@@ -134,3 +136,12 @@ class RobotEvaluations:
 
     def close(self) -> None:
         """Nothing runs in the background."""
+
+
+def _more_successes(step: dict[str, float]) -> bool:
+    """Whether some task's successes grew by more than its episodes (``kind/task/...``)."""
+    return any(
+        d > step.get(key.removesuffix("successes") + "episodes", 0.0)
+        for key, d in step.items()
+        if key.endswith("/successes")
+    )

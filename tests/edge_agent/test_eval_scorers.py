@@ -36,7 +36,7 @@ def test_an_operators_label_and_an_unlabelled_episode_are_counted_apart(tmp_path
         settings=fast_edge(evaluate_every_episodes=1),
     )
     agent.run(episodes=3)
-    counts = agent.tally.report()
+    counts = agent.counts.tally.report()
     assert counts["eval/reach-v3/episodes"] == 3.0
     assert counts["eval/reach-v3/successes"] == 1.0
     assert counts["eval/reach-v3/by/operator"] == 1.0

@@ -177,3 +177,30 @@ def test_a_rate_outside_zero_to_one_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="success rate must lie in"):
         wilson_lower(2.0, 3)
     assert wilson_lower(1.0 + 1e-12, 3) == wilson_lower(1.0, 3)
+
+
+def test_a_count_that_fell_under_one_epoch_adds_nothing_and_keeps_the_rate_in_bounds(
+    store: MetadataStore,
+) -> None:
+    # Robot computer crashes lose what its agent counted after its last save: under the same
+    # epoch the counts fall (5 -> 4 episodes), then a success follows (5 episodes, 4
+    # successes). Nothing is counted twice and no point has more successes than episodes.
+    source = RobotEvaluations(store, RUN, ["reach-v3"], lambda: ["arm-1"])
+    seen: list[tuple[int, int, int]] = []
+    for version, (episodes, successes) in enumerate([(5, 3), (4, 3), (5, 4), (7, 5)], 1):
+        heartbeat(
+            store,
+            {
+                "eval/reach-v3/episodes": episodes,
+                "eval/reach-v3/successes": successes,
+                "tally_epoch": 7.0,
+            },
+        )
+        source.offer(version, weights(version), lambda: Stamp(1.0, 0.1, 10, 0), False)
+        point = source.poll(False)
+        if point is not None:
+            n = point.extra["episodes"]["reach-v3"]
+            seen.append((version, n, round(point.success["reach-v3"] * n)))
+    # v1: 5 episodes, 3 successes; v2: nothing new (no point); v3: one episode whose success
+    # is within it; v4: 2 more episodes, 1 success.
+    assert seen == [(1, 5, 3), (3, 1, 1), (4, 2, 1)]
