@@ -15,17 +15,24 @@ each row (``autonomous``).
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from sqlalchemy import select
 
 from edge_agent.evaluation import EPOCH_KEY
+from foundation.durable import atomic_write_text
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot
 from runs.eval_record import EvalPoint, Stamp
 
 KINDS = ("eval", "autonomous")
+STATE_FILE = "robot_evals.json"
+
+log = logging.getLogger(__name__)
 
 
 class RobotEvaluations:
@@ -36,6 +43,10 @@ class RobotEvaluations:
         store / run_id: the run.
         tasks: the run's tasks (a point needs a new evaluation episode of each).
         robots: the names of the run's robots now (called at every tick).
+        run_dir: where what the points so far took of each robot's counts is kept
+            (``robot_evals.json``, at every point), so that a resumed run counts on from there
+            instead of taking the robots' counts, which cover the whole run, whole again.
+            None: kept in memory only.
     """
 
     def __init__(
@@ -44,6 +55,7 @@ class RobotEvaluations:
         run_id: str,
         tasks: Sequence[str],
         robots: Callable[[], list[str]],
+        run_dir: Path | None = None,
     ) -> None:
         self.store, self.run_id = store, run_id
         self.tasks = list(tasks)
@@ -52,6 +64,8 @@ class RobotEvaluations:
         self._pending: dict[str, float] = defaultdict(float)  # counter -> increment
         self._ready: list[EvalPoint] = []
         self._epochs: dict[str, object] = {}  # robot -> the epoch of its counts (EPOCH_KEY)
+        self._file = None if run_dir is None else run_dir / STATE_FILE
+        self._load()
 
     def offer(
         self, version: int, weights: bytes, stamp: Callable[[], Stamp], final: bool
@@ -76,7 +90,28 @@ class RobotEvaluations:
         }
         self._ready.append(EvalPoint(stamp(), version, success, extra, weights=weights))
         self._pending.clear()
+        self._save()
         return None
+
+    def _load(self) -> None:
+        if self._file is None or not self._file.exists():
+            return
+        try:
+            state = json.loads(self._file.read_text())
+            seen = {(str(r), str(k)): float(v) for r, k, v in state["seen"]}
+            epochs = {str(r): e for r, e in dict(state["epochs"]).items()}
+        except (ValueError, KeyError, TypeError) as exc:
+            # Written atomically, so only a hand or a foreign tool makes it so: the run goes
+            # on, and its next point may count again what earlier points counted.
+            log.warning("%s unreadable (%s): robots' counts are taken whole", self._file, exc)
+            return
+        self._seen, self._epochs = seen, epochs
+
+    def _save(self) -> None:
+        if self._file is None:
+            return
+        seen = [[r, k, v] for (r, k), v in sorted(self._seen.items())]
+        atomic_write_text(self._file, json.dumps({"seen": seen, "epochs": self._epochs}))
 
     def _scorers(self) -> dict[str, int]:
         """Evaluation episodes of the pending increments by who scored them (``driver``,

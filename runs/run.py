@@ -263,8 +263,7 @@ class RunDriver:
         self._set_live_state(only_from={RunState.PENDING, RunState.RESUMING})
 
     def _evaluations(self) -> EvaluationRecorder:
-        """The run's success curve: from its robots' evaluation episodes, or a cloud-side
-        simulator of the robots' driver kind (``evaluation.on``).
+        """The run's success curve: robots' evaluation episodes or a simulator (evaluation.on).
 
         Raises:
             ValueError: the leased robots described no common driver kind (simulator).
@@ -280,6 +279,7 @@ class RunDriver:
                 self.run_id,
                 self.spec.tasks,
                 lambda: [] if self.agents is None else self.agents.names,
+                self.run_dir,
             )
         else:
             o = self.orchestration

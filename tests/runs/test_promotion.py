@@ -204,3 +204,26 @@ def test_a_count_that_fell_under_one_epoch_adds_nothing_and_keeps_the_rate_in_bo
     # v1: 5 episodes, 3 successes; v2: nothing new (no point); v3: one episode whose success
     # is within it; v4: 2 more episodes, 1 success.
     assert seen == [(1, 5, 3), (3, 1, 1), (4, 2, 1)]
+
+
+def test_a_resumed_run_counts_on_from_its_last_point(tmp_path: Path, store: MetadataStore) -> None:
+    # The robots' counts cover the whole run (edge_agent.run_counts); a run that resumes after
+    # a crash must not take them whole again: it counts on from what its last point took.
+    def point(source: RobotEvaluations, version: int, episodes: int, successes: int) -> Any:
+        counts = {
+            "eval/reach-v3/episodes": episodes,
+            "eval/reach-v3/successes": successes,
+            "tally_epoch": 3.0,
+        }
+        heartbeat(store, counts)
+        source.offer(version, weights(version), lambda: Stamp(1.0, 0.1, 10, 0), False)
+        return source.poll(False)
+
+    first = RobotEvaluations(store, RUN, ["reach-v3"], lambda: ["arm-1"], tmp_path)
+    got = point(first, 1, 3, 1)
+    assert got is not None and got.extra["episodes"]["reach-v3"] == 3
+    resumed = RobotEvaluations(store, RUN, ["reach-v3"], lambda: ["arm-1"], tmp_path)
+    assert point(resumed, 2, 3, 1) is None  # nothing new since the last point
+    got = point(resumed, 3, 5, 2)
+    assert got is not None
+    assert (got.extra["episodes"]["reach-v3"], got.success["reach-v3"]) == (2, 0.5)
