@@ -73,5 +73,7 @@ class BufferSettings(BaseModel):
         description="Where a shard's batch server (what the learner samples) listens: "
         "127.0.0.1 when the shards run on the learner's node; 'node' for the shard node's IP "
         "as Ray knows it, when they run on other nodes (keep that on the cluster network: "
-        "the batch server is neither authenticated nor encrypted).",
+        "every request must carry the run's random batch token, which only the cloud, the "
+        "shards and the learner get, but batches cross the network unencrypted, as Ray's "
+        "object transfers do).",
     )

@@ -22,8 +22,10 @@ hands each new version to comms' distributor, so encoding and streaming never sl
 here, and records the versions (from the learner's journal, ``cloud_learner.loop.PUBLISHED``)
 and checkpoints in the metadata store: this process needs no store access. Signals: SIGTERM = final checkpoint and exit 0; SIGUSR1 = checkpoint at
 the next update boundary. The process also stops when its parent (the cloud) is gone.
+Its batch requests carry the batch token the cloud puts in its environment
+(``ROBOFLEET_BATCH_TOKEN``, ``buffer.service.batch_token``).
 Exit codes: 0 stopped, 4 refused (no GPU where one was asked for, a checkpoint the spec no
-longer fits): restarting cannot help, so the refusal is also written, durably, to
+longer fits, no batch token): restarting cannot help, so the refusal is also written, durably, to
 ``<run-dir>/learner.refused`` (:func:`read_refusal`) for the run driver to end the run with;
 each start removes the last one first.
 """
@@ -46,6 +48,7 @@ from typing import Any
 import torch
 
 from buffer import StepSchema
+from buffer.service.batch_token import token_from_env
 from buffer.service.batches import RemoteBuffer, RemoteNothingToSample
 from buffer.service.sharded_batches import ShardedRemoteBuffer
 from cloud_learner.checkpoint import CheckpointError
@@ -79,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock_fd = _lock(args.run_dir)
     (args.run_dir / REFUSAL).unlink(missing_ok=True)
     try:
-        proc = RunLearner.open(args.run_dir, args.batches, args.init_weights)
+        proc = RunLearner.open(args.run_dir, args.batches, args.init_weights, token=_batch_token())
     except Refused as exc:
         print(f"learner: refused: {exc}", file=sys.stderr)
         try:
@@ -118,6 +121,19 @@ def read_refusal(run_dir: Path) -> str | None:
         return (run_dir / REFUSAL).read_text().strip() or None
     except FileNotFoundError:
         return None
+
+
+def _batch_token() -> str:
+    """The batch service's token the cloud put in this process's environment
+    (``buffer.service.batch_token.TOKEN_ENV``; not an argument: other users read those).
+
+    Raises:
+        Refused: it is missing (restarting cannot bring it).
+    """
+    try:
+        return token_from_env()
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -192,9 +208,12 @@ class RunLearner:
         run_dir: Path,
         batches: str,
         init_weights: Path | None = None,
+        *,
+        token: str,
     ) -> RunLearner:
         """Build everything from the run directory and resume or start fresh (from
-        ``init_weights`` when given: ``cloud_learner.init_weights``).
+        ``init_weights`` when given: ``cloud_learner.init_weights``); ``token``: the batch
+        service's (``buffer.service.batch_token``).
 
         Raises:
             Refused: a GPU asked for and none here, a policy that cannot be built, a
@@ -214,7 +233,7 @@ class RunLearner:
             images=list(settings.policy.image_keys),
             chunk=int(getattr(algorithm.policy, "chunk_size", settings.policy.chunk_size)),
         )
-        remote = remote_buffer(batches, layout)
+        remote = remote_buffer(batches, layout, token)
         source = TransitionBatchSource(remote, device=device, reward_scale=plan.reward_scale)
         # Every version carries its policy card, so robots and the evaluator build the right
         # policy (MLP, RECAP's indicator MLP, SAC's Gaussian) from the weights alone.
@@ -455,13 +474,14 @@ def learner_device(num_gpus: float) -> torch.device:
     return torch.device("cuda")
 
 
-def remote_buffer(batches: str, layout: Any) -> RemoteBuffer | ShardedRemoteBuffer:
+def remote_buffer(batches: str, layout: Any, token: str) -> RemoteBuffer | ShardedRemoteBuffer:
     """The run's batch service at ``batches``: one server's address, or the shards' servers'
-    comma-separated (sampled in proportion to their sizes, one batch drawn ahead)."""
+    comma-separated (sampled in proportion to their sizes, one batch drawn ahead); every
+    request carries ``token``."""
     addresses = [a.strip() for a in batches.split(",") if a.strip()]
     if len(addresses) == 1:
-        return RemoteBuffer(addresses[0], layout=layout)
-    return ShardedRemoteBuffer(addresses, layout=layout, prefetch=True)
+        return RemoteBuffer(addresses[0], layout=layout, token=token)
+    return ShardedRemoteBuffer(addresses, layout=layout, prefetch=True, token=token)
 
 
 def run_features(run_dir: Path) -> tuple[dict[str, dict[str, Any]], int]:

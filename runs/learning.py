@@ -12,6 +12,9 @@ the run (``cloud_learner.process.EXIT_REFUSED``: a checkpoint the spec no longer
 the node lacks) is not restarted: :meth:`RunLearning.poll` raises :class:`LearnerRefused`
 with its refusal.
 
+The learner gets the batch service's token (``buffer.service.batch_token``: one per run, or
+per group of shards) in its environment, never on its command line.
+
 A run with ``buffer.shards`` above 1 keeps its buffer in shard actors instead, each with its
 own batch server and ingest endpoint (:mod:`runs.sharded`); the learner samples all of them,
 and the run's robots upload to their shards' endpoints with the tickets the cloud gives them
@@ -25,11 +28,13 @@ passed its start checks, so robots and the evaluator never run a policy of a ref
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from buffer.service.batch_token import TOKEN_ENV, new_token
 from buffer.service.shard_client import most_shards_on_a_node
 from cloud_learner.process import EXIT_REFUSED, read_refusal
 from cloud_learner.run_plan import RunPlan
@@ -111,6 +116,8 @@ class RunLearning:
             run_dir / "learner.log",
             ctx.learner_restarts,
             on_event=lambda kind, data: on_event(kind, **data),
+            # The batch token goes in the environment: a command line is world-readable.
+            env={**os.environ, TOKEN_ENV: self.batch_server.token},
             final_exit_codes=[EXIT_REFUSED],
         )
         weights = run_dir / "weights"
@@ -153,6 +160,7 @@ class RunLearning:
                 demonstration_robots=[DEMO_ROBOT],
                 mix=mix_config(spec),
                 mix_shares=shares,
+                token=new_token(),
             )
         except BaseException:
             self.buffer.close()  # its directory lock must not outlive a failed start

@@ -184,6 +184,11 @@ class ShardedBatches:
         return ",".join(self.shards.addresses)
 
     @property
+    def token(self) -> str:
+        """The shards' batch token (the learner's requests carry it)."""
+        return self.shards.token
+
+    @property
     def requests(self) -> int:
         return self.shards.requests
 

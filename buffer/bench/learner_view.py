@@ -333,7 +333,12 @@ def measure_shards(
         t_writing = time.perf_counter()
         layout = learner_layout(schema)
         remote = ShardedRemoteBuffer(
-            actors.addresses, cfg.timeout_s, layout, seed=shards, prefetch=True
+            actors.addresses,
+            cfg.timeout_s,
+            layout,
+            seed=shards,
+            prefetch=True,
+            token=actors.token,
         )
         socket = ShardedRemoteBuffer(
             actors.addresses,
@@ -342,6 +347,7 @@ def measure_shards(
             seed=shards,
             prefetch=True,
             shared_memory=False,
+            token=actors.token,
         )
         per_shard = np.zeros(shards, dtype=np.int64)
         # Warm up: sockets connected, slots made, sealed segments promoted into the hot tiers.

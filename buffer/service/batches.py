@@ -4,8 +4,10 @@ process, over ZeroMQ (Reverb keeps its server next to its table the same way).
 :class:`BatchServer` serves one open buffer, drawing every batch with the sampler its run
 gave it; :class:`RemoteBuffer` asks it (it implements ``foundation.contracts.TransitionSource``:
 numpy columns); ``buffer.service.sharded_batches.ShardedRemoteBuffer`` samples across the
-servers of a buffer's shards. Requests are one JSON frame (``op``: ``sample``, ``size``, ``sampler_state``,
-``load_sampler_state``, ``demonstrations``, ``labelled_episodes``, ``policy_episodes``); a
+servers of a buffer's shards. Requests are one JSON frame carrying the run's batch token
+(``buffer.service.batch_token``: a request without it is refused unread) and an ``op``
+(``sample``, ``size``, ``sampler_state``, ``load_sampler_state``, ``demonstrations``,
+``labelled_episodes``, ``policy_episodes``); a
 ``sample`` reply carries the batch in the safetensors layout (never pickle) in frames that
 neither side copies (``buffer.service.payload``), or, when the request names a slot of the
 learner's shared memory on the same machine, a header alone after the batch was written there
@@ -31,6 +33,13 @@ import zmq
 
 from buffer.errors import NothingToSample
 from buffer.sampling.samplers import Sampler
+from buffer.service.batch_token import (
+    REFUSED,
+    TOKEN_FIELD,
+    BatchRefused,
+    checked_token,
+    token_matches,
+)
 from buffer.service.payload import arrays_in_place, tensor_frames
 from buffer.service.shm_batches import BatchSlots, ShmRefused, Slot, SlotWriter, boot_id
 from buffer.table.labels import labelled_episodes, recent_policy_episodes
@@ -54,6 +63,7 @@ KEYS = (
 DEMONSTRATION = 0
 IMAGE_PREFIX = "observation.images."
 NEXT_PREFIX = "next."
+_REFUSAL = json.dumps({"error": REFUSED, "refused": True}).encode()
 
 
 @dataclass(frozen=True)
@@ -96,12 +106,17 @@ class BatchServer:
         host: the interface to listen on: loopback for a learner on this machine; a shard on
             another node (``buffer.service.shard_actor``) listens where its learner can reach it.
         port: the port to listen on (a restarted shard's own); 0: any free one.
+        token: the batch token every request must carry (``batch_token.new_token()``, made
+            by whoever starts the server and handed to its clients out of band).
 
     Raises:
         zmq.ZMQError: ``port`` is taken.
+        ValueError: ``token`` is empty or not ASCII.
 
     ``requests`` counts every request answered: the run's hang watchdog reads it, so a learner
     that waits for data (its update-to-data ratio reached) and polls ``size`` is alive.
+    ``refused`` counts requests refused for a wrong or missing token (never executed, and
+    not progress for the watchdog).
     """
 
     def __init__(
@@ -115,13 +130,17 @@ class BatchServer:
         host: str = "127.0.0.1",
         mix_shares: dict[str, float] | None = None,
         port: int = 0,
+        *,
+        token: str,
     ) -> None:
+        self.token = checked_token(token)
         self.buffer = buffer
         self.offline_rows = offline_rows
         self.mix = mix or MixConfig()
         # Per-task online shares (adaptive); the sampler reads this one mapping.
         self.mix_shares: dict[str, float] = {} if mix_shares is None else mix_shares
         self.requests = 0
+        self.refused = 0
         self.tasks = {t: i for i, t in enumerate(tasks)}
         self.demonstration_robots = frozenset(str(r) for r in demonstration_robots)
         self.sampler = sampler
@@ -158,11 +177,15 @@ class BatchServer:
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
-            request = self._sock.recv()
+            request = self._request()
+            if not token_matches(request, self.token):
+                self.refused += 1
+                self._sock.send(_REFUSAL)
+                continue
             self.requests += 1
             frames: list[bytes | np.ndarray]
             try:
-                header, payload = self._handle(json.loads(request))
+                header, payload = self._handle(request)
                 frames = [] if payload is None else tensor_frames(payload)
             except Exception as exc:  # the learner gets the reason; the server keeps serving
                 header, frames = {"error": f"{type(exc).__name__}: {exc}"}, []
@@ -170,6 +193,13 @@ class BatchServer:
                     header["nothing_to_sample"] = True
             # The tensors go to ZeroMQ as they are (``buffer.service.payload``): no copy.
             self._sock.send_multipart([json.dumps(header).encode(), *frames], copy=False)
+
+    def _request(self) -> Any:
+        """The next request decoded (None when it is not JSON: refused as tokenless)."""
+        try:
+            return json.loads(self._sock.recv())
+        except ValueError:
+            return None
 
     def _note_losses(self, stats: Mapping[str, float]) -> None:
         """SOP's adaptive shares from the learner's per-task window losses."""
@@ -366,12 +396,15 @@ class RemoteBuffer:
             docstring); None = the state columns alone.
         shared_memory: take batches through shared memory when the server reports this
             machine's boot id (``buffer.service.shm_batches``); False: always as frames.
+        token: the server's batch token (every request carries it).
 
     ``slots``: the shared-memory slots its batches go into (its own unless a
     ``ShardedRemoteBuffer`` shares one set among its shards). ``stats`` (name -> float) travels with the next ``sample`` or ``size`` request.
 
-    Raises (from every request): ``RuntimeError`` with the server's reason, or
-    ``TimeoutError`` when the server does not answer within ``timeout_s`` (the cloud is gone).
+    Raises (from every request): ``RuntimeError`` with the server's reason
+    (``batch_token.BatchRefused`` when it refused the token), or ``TimeoutError`` when the
+    server does not answer within ``timeout_s`` (the cloud is gone); the constructor
+    ``ValueError`` for an empty or non-ASCII ``token``.
     """
 
     def __init__(
@@ -380,8 +413,11 @@ class RemoteBuffer:
         timeout_s: float = 30.0,
         layout: Mapping[str, Any] | None = None,
         shared_memory: bool = True,
+        *,
+        token: str,
     ) -> None:
         self.address = address
+        self._token = checked_token(token)
         self.layout = dict(layout) if layout else None
         self.shared_memory = shared_memory
         self.slots: BatchSlots | None = None
@@ -406,7 +442,7 @@ class RemoteBuffer:
 
     def _call(self, req: Mapping[str, Any]) -> tuple[dict[str, Any], list[memoryview] | None]:
         try:
-            self._sock.send(json.dumps(req).encode())
+            self._sock.send(json.dumps({**req, TOKEN_FIELD: self._token}).encode())
         except zmq.Again:
             self._reconnect()
             raise TimeoutError(f"batch server {self.address} did not answer") from None
@@ -421,6 +457,8 @@ class RemoteBuffer:
             self._reconnect()
             raise TimeoutError(f"batch server {self.address} did not answer") from None
         header = json.loads(frames[0].bytes)
+        if header.get("refused"):
+            raise BatchRefused(f"batch server {self.address}: {header['error']}")
         if header.get("nothing_to_sample"):
             raise RemoteNothingToSample(f"batch server: {header['error']}")
         if "error" in header:
@@ -496,6 +534,7 @@ class RemoteBuffer:
             "batch_size": batch_size,
             "stats": self.stats,
             "layout": self.layout,
+            TOKEN_FIELD: self._token,
         }
         if into is None and self.shm_usable and self._own_slots and self.slots is not None:
             slot = self.slots.take(batch_size)

@@ -9,7 +9,7 @@ routes each robot's uploads to ``shards[shard_of(robot_id, n)]`` and the learner
 ``buffer.service.shard_client.ShardActors``).
 
 Everything a shard needs is in its constructor's arguments (its offline mounts, its sampler's
-factory), so Ray can restart a shard process that died by running the constructor again: the
+factory, its batch server's token: ``buffer.service.batch_token``), so Ray can restart a shard process that died by running the constructor again: the
 shard recovers from its WAL and its batch server binds the port it had (kept in the shard
 directory, ``batch_port``), where the learner's sockets reconnect by themselves.
 
@@ -92,6 +92,11 @@ class BufferShard:
         mix: the batch server's online share when offline data is mounted.
         endpoint: starts a service on the open buffer after the batch server (the run's
             ingest endpoint); its ``figures()`` are the counts' ``endpoint``.
+        token: the batch server's token (the shards' ``ShardActors.token``; a restarted
+            shard gets the same one with its other arguments).
+
+    Raises:
+        ValueError: ``shards`` differs from the recorded count; ``token`` is empty.
     """
 
     def __init__(
@@ -109,8 +114,11 @@ class BufferShard:
         sampler_factory: SamplerFactory | None = None,
         mix: MixConfig | None = None,
         endpoint: EndpointFactory | None = None,
+        *,
+        token: str,
     ) -> None:
         shard_count(root, shards)
+        self.token = token
         self.k = k
         self.directory = shard_dir(root, k)
         self.buffer = ReplayBuffer.open(
@@ -156,6 +164,7 @@ class BufferShard:
                 host=host,
                 mix_shares=shares,
                 port=p,
+                token=self.token,
             )
 
         host = batch_host(host)
@@ -266,6 +275,7 @@ def start_shards(
     sampler_factory: SamplerFactory | None = None,
     mix: MixConfig | None = None,
     endpoint: EndpointFactory | None = None,
+    token: str,
 ) -> list[Any]:
     """One Ray actor per shard (``ray.init`` done by the caller); returns their handles,
     shard ``k`` at ``k``. ``actor_options`` go to ``.options()``: e.g. a node's custom
@@ -273,7 +283,7 @@ def start_shards(
     shard where its directory is, ``max_restarts``. Each shard gets an equal part of the
     memory budget and limits (:func:`shard_settings`) and its own copy of ``sampler`` (the
     run's algorithm's; None: uniform) or one built by ``sampler_factory``; ``mounts``,
-    ``mix`` and ``endpoint``: :class:`BufferShard`.
+    ``mix``, ``endpoint`` and ``token`` (every shard's batch token): :class:`BufferShard`.
 
     Raises:
         ValueError: ``shards`` differs from the count recorded under ``root``.
@@ -300,6 +310,7 @@ def start_shards(
             sampler_factory,
             mix,
             endpoint,
+            token=token,
         )
         for k in range(shards)
     ]

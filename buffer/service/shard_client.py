@@ -92,6 +92,8 @@ class ShardActors:
         schema: the run's step schema.
         timeout_s: longest wait for one shard's answer.
         on_event: ``(kind, data)`` for each shard process that changed (a restart).
+        token: the batch token of the shards' batch servers (``ShardedRemoteBuffer`` over
+            ``addresses`` needs it; :meth:`start` makes a fresh one).
     """
 
     def __init__(
@@ -101,8 +103,11 @@ class ShardActors:
         schema: StepSchema,
         timeout_s: float = 30.0,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
+        *,
+        token: str,
     ) -> None:
         self.root = root
+        self.token = token
         self.actors = list(actors)
         self.schema = schema
         self.timeout_s = timeout_s
@@ -137,7 +142,8 @@ class ShardActors:
         advertise ``settings.shard_resource`` when set, each restarted by Ray up to
         ``max_restarts`` times) and wait until every one has opened its shard; ``host``: where
         their batch servers listen (None: ``settings.shard_batch_host``); ``endpoint``: a
-        service each shard starts beside its batch server (``BufferShard``).
+        service each shard starts beside its batch server (``BufferShard``). Their batch
+        servers take a fresh batch token, ``token`` of the result.
 
         Raises:
             ValueError: ``shards`` differs from the count recorded under ``root``.
@@ -145,10 +151,12 @@ class ShardActors:
         """
         import ray
 
+        from buffer.service.batch_token import new_token
         from buffer.table.opening import SCHEMA_FILE
         from foundation.durable import atomic_write_text
 
         shard_count(root, shards)  # another count is refused before any shard starts
+        token = new_token()  # the group's batch token: to its actors and its learner only
         if not (root / SCHEMA_FILE).exists():
             # The run's schema beside the shards: readers of the run directory (the learner's
             # dimensions) find it where a single buffer keeps it.
@@ -170,8 +178,9 @@ class ShardActors:
             sampler_factory=sampler_factory,
             mix=mix,
             endpoint=endpoint,
+            token=token,
         )
-        out = cls(root, actors, schema, on_event=on_event)
+        out = cls(root, actors, schema, on_event=on_event, token=token)
         try:
             out.addresses = list(ray.get([a.address.remote() for a in actors]))
             out.refresh()

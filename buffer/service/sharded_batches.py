@@ -39,8 +39,10 @@ class ShardedRemoteBuffer:
         seed: of the draw of rows per shard.
         prefetch: draw one batch ahead on a thread.
         shared_memory: as :class:`RemoteBuffer`.
+        token: the shards' batch token (``ShardActors.token``: one for a run's shards).
 
-    ``stats`` travel to every shard. Raises as :class:`RemoteBuffer`.
+    ``stats`` travel to every shard. Raises as :class:`RemoteBuffer`; the constructor also
+    ``ValueError`` for no ``addresses``.
     """
 
     def __init__(
@@ -51,10 +53,14 @@ class ShardedRemoteBuffer:
         seed: int | None = None,
         prefetch: bool = False,
         shared_memory: bool = True,
+        *,
+        token: str,
     ) -> None:
         if not addresses:
             raise ValueError("a sharded buffer needs at least one shard address")
-        self.shards = [RemoteBuffer(a, timeout_s, layout, shared_memory) for a in addresses]
+        self.shards = [
+            RemoteBuffer(a, timeout_s, layout, shared_memory, token=token) for a in addresses
+        ]
         self.slots = BatchSlots()
         for r in self.shards:
             r.slots = self.slots
@@ -67,7 +73,7 @@ class ShardedRemoteBuffer:
         self.closing = False  # set: a wait for rows ends (the prefetch thread's)
         if prefetch:
             fetcher = ShardedRemoteBuffer(
-                addresses, timeout_s, layout, seed, shared_memory=shared_memory
+                addresses, timeout_s, layout, seed, shared_memory=shared_memory, token=token
             )
             self._ahead = _Prefetcher(fetcher, lambda: self.stats)
 

@@ -11,6 +11,7 @@ import numpy as np
 from buffer import BufferSettings, ReplayBuffer, StepSchema
 
 IMAGE = (6, 5, 3)
+BATCH_TOKEN = "batch-token-of-the-tests"  # the tests' batch servers and clients share it
 
 
 def small_schema(image: tuple[int, int, int] = IMAGE, **kw: Any) -> StepSchema:

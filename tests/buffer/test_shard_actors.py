@@ -103,7 +103,9 @@ def test_shard_actors_route_count_mount_and_survive_a_sigkill(
             events
         )
         # Its batch server is back on its address: the learner's sockets find it again.
-        remote = ShardedRemoteBuffer(shards.addresses, timeout_s=20, seed=0, prefetch=True)
+        remote = ShardedRemoteBuffer(
+            shards.addresses, timeout_s=20, seed=0, prefetch=True, token=shards.token
+        )
         try:
             for _ in range(3):
                 batch = remote.sample(32)
@@ -121,7 +123,7 @@ def test_shard_actors_route_count_mount_and_survive_a_sigkill(
             assert got.acked == {f"robot-{b}": 14}
             shards.refresh()
             assert shards.pids[1] != pid1 and shards.addresses[1] != was
-            remote = ShardedRemoteBuffer(shards.addresses, timeout_s=20, seed=0)
+            remote = ShardedRemoteBuffer(shards.addresses, timeout_s=20, seed=0, token=shards.token)
             try:
                 assert len(remote.sample(16)["shard"]) == 16
             finally:

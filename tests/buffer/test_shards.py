@@ -18,7 +18,7 @@ from buffer.service.batches import BatchServer
 from buffer.service.sharded_batches import ShardedRemoteBuffer
 from buffer.service.shards import ShardedBuffer, shard_dir, shard_of
 from foundation.rows import RowFilter
-from tests.buffer.helpers import episodes, obs_value, small_schema
+from tests.buffer.helpers import BATCH_TOKEN, episodes, obs_value, small_schema
 
 SETTINGS = {"segment_target_bytes": 4096, "memory_budget_bytes": 1 << 24}
 
@@ -150,8 +150,10 @@ def test_remote_shards_sample_in_proportion_to_their_size(tmp_path: Path) -> Non
     # One batch server per shard, as on separate nodes; the learner's client spans them.
     with _open(tmp_path / "b") as buf:
         _uneven(buf)
-        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
-        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10, seed=0)
+        servers = [BatchServer(s, ["reach"], token=BATCH_TOKEN) for s in buf.shards]
+        remote = ShardedRemoteBuffer(
+            [s.address for s in servers], timeout_s=10, seed=0, token=BATCH_TOKEN
+        )
         try:
             assert remote.num_transitions() == len(buf)
             online = sum(s._sizes()["online"] for s in servers)  # noqa: SLF001
@@ -186,7 +188,9 @@ def test_shards_as_ray_actors(tmp_path: Path, ray_local: None) -> None:
     from buffer.service.shard_actor import start_shards
 
     schema = small_schema()
-    actors = start_shards(tmp_path / "b", 2, schema, BufferSettings(**SETTINGS), ["reach"])
+    actors = start_shards(
+        tmp_path / "b", 2, schema, BufferSettings(**SETTINGS), ["reach"], token=BATCH_TOKEN
+    )
     try:
         for r in range(6):
             rid = f"robot-{r}"
@@ -202,7 +206,7 @@ def test_shards_as_ray_actors(tmp_path: Path, ray_local: None) -> None:
         sizes = ray.get([a.size.remote() for a in actors])
         assert sum(sizes) == 6 * 10
         addresses = ray.get([a.address.remote() for a in actors])
-        remote = ShardedRemoteBuffer(addresses, seed=0)
+        remote = ShardedRemoteBuffer(addresses, seed=0, token=BATCH_TOKEN)
         try:
             batch = remote.sample(50)
             assert len(batch["shard"]) == 50 and set(batch["shard"].tolist()) <= {0, 1}
@@ -219,8 +223,12 @@ def test_remote_shards_skip_a_shard_whose_sampler_finds_nothing(tmp_path: Path) 
     with _open(tmp_path / "b") as buf:
         r0, r1 = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]
         buf.append(episodes(r0, [10, 10]))  # no interventions in shard 0
-        servers = [BatchServer(s, ["reach"], InterventionSampler()) for s in buf.shards]
-        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10, seed=0)
+        servers = [
+            BatchServer(s, ["reach"], InterventionSampler(), token=BATCH_TOKEN) for s in buf.shards
+        ]
+        remote = ShardedRemoteBuffer(
+            [s.address for s in servers], timeout_s=10, seed=0, token=BATCH_TOKEN
+        )
         try:
             with pytest.raises(RemoteNothingToSample):  # none in any shard: the learner waits
                 remote.sample(8)
@@ -258,8 +266,8 @@ def test_the_episodes_people_labelled_come_from_every_shard(tmp_path: Path) -> N
         buf.mark_episode(f"robot-{r0}", "run-a", 1, "success", "Keyboard")
         buf.mark_episode(f"robot-{r1}", "run-a", 0, "failure", "Keyboard")
         buf.mark_episode(f"robot-{r0}", "run-a", 0, "success", "driver")  # no person's label
-        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
-        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10)
+        servers = [BatchServer(s, ["reach"], token=BATCH_TOKEN) for s in buf.shards]
+        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10, token=BATCH_TOKEN)
         try:
             found, arrays = remote.labelled_episodes()
         finally:
@@ -288,9 +296,13 @@ def test_prefetch_draws_the_next_batch_while_the_learner_trains(
             return draw(*args, **kw)  # type: ignore[arg-type]
 
         monkeypatch.setattr(slow, "sample", slow_sample)
-        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
+        servers = [BatchServer(s, ["reach"], token=BATCH_TOKEN) for s in buf.shards]
         remote = ShardedRemoteBuffer(
-            [s.address for s in servers], timeout_s=10, seed=0, prefetch=True
+            [s.address for s in servers],
+            timeout_s=10,
+            seed=0,
+            prefetch=True,
+            token=BATCH_TOKEN,
         )
         try:
             assert len(remote.sample(32)["shard"]) == 32  # the first waits for the slow shard
@@ -328,8 +340,8 @@ def test_the_latest_policy_episodes_come_from_every_shard(tmp_path: Path) -> Non
         r0, r1 = _robots_in(0, 2, 1)[0], _robots_in(1, 2, 1)[0]
         buf.append(episodes(r0, [4, 6], policy_version=1))
         buf.append(episodes(r1, [5, 3], policy_version=1))
-        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
-        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10)
+        servers = [BatchServer(s, ["reach"], token=BATCH_TOKEN) for s in buf.shards]
+        remote = ShardedRemoteBuffer([s.address for s in servers], timeout_s=10, token=BATCH_TOKEN)
         try:
             found, arrays = remote.policy_episodes(3)
         finally:

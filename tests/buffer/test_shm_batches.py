@@ -29,7 +29,7 @@ from buffer.service.shm_batches import (
     layout_of,
     sweep_stale,
 )
-from tests.buffer.helpers import episodes, small_schema
+from tests.buffer.helpers import BATCH_TOKEN, episodes, small_schema
 
 SETTINGS = {"segment_target_bytes": 4096, "memory_budget_bytes": 1 << 24}
 LAYOUT = {"images": ["observation.images.front"], "next_images": True}
@@ -60,7 +60,7 @@ def server(tmp_path: Path) -> Iterator[BatchServer]:
     buf = ReplayBuffer.open(tmp_path / "b", small_schema(), BufferSettings(**SETTINGS))
     for r in range(3):
         buf.append(episodes(r, [20, 20]))
-    srv = BatchServer(buf, ["reach"])
+    srv = BatchServer(buf, ["reach"], token=BATCH_TOKEN)
     yield srv
     srv.close()
     buf.close()
@@ -70,7 +70,7 @@ def test_a_server_on_this_machine_writes_batches_into_the_learners_slots(
     server: BatchServer,
 ) -> None:
     before = _slot_files()
-    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT, token=BATCH_TOKEN)
     try:
         first = remote.sample(32)  # over the socket: the server's machine is not known yet
         assert not _in_slot(first) and remote.shm_usable
@@ -108,7 +108,9 @@ def test_a_server_on_this_machine_writes_batches_into_the_learners_slots(
 
 
 def test_without_shared_memory_every_batch_comes_over_the_socket(server: BatchServer) -> None:
-    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT, shared_memory=False)
+    remote = RemoteBuffer(
+        server.address, timeout_s=10, layout=LAYOUT, shared_memory=False, token=BATCH_TOKEN
+    )
     try:
         for _ in range(3):
             batch = remote.sample(16)
@@ -122,7 +124,7 @@ def test_without_shared_memory_every_batch_comes_over_the_socket(server: BatchSe
 def test_a_server_that_cannot_open_the_slot_sends_the_batch_and_says_why(
     server: BatchServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT, token=BATCH_TOKEN)
     try:
         remote.sample(8)
         assert remote.shm_usable and remote.slots is not None
@@ -143,7 +145,7 @@ def test_a_server_that_cannot_open_the_slot_sends_the_batch_and_says_why(
 def test_a_slot_of_other_columns_is_refused_and_the_learner_learns_them_again(
     server: BatchServer,
 ) -> None:
-    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT, token=BATCH_TOKEN)
     try:
         remote.sample(8)
         # The learner asks for more columns: the old slots' layout is refused by name, the
@@ -228,9 +230,13 @@ def test_shards_write_their_parts_side_by_side_into_one_slot(tmp_path: Path) -> 
     ) as buf:
         for r in range(6):
             buf.append(episodes(r, [15, 15]))
-        servers = [BatchServer(s, ["reach"]) for s in buf.shards]
+        servers = [BatchServer(s, ["reach"], token=BATCH_TOKEN) for s in buf.shards]
         remote = ShardedRemoteBuffer(
-            [s.address for s in servers], timeout_s=10, layout=LAYOUT, seed=0
+            [s.address for s in servers],
+            timeout_s=10,
+            layout=LAYOUT,
+            seed=0,
+            token=BATCH_TOKEN,
         )
         try:
             remote.sample(64)  # the servers' machine and the columns are learnt
@@ -257,7 +263,7 @@ def test_no_room_in_dev_shm_means_batches_over_the_socket(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full)
-    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    remote = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT, token=BATCH_TOKEN)
     try:
         for _ in range(3):
             batch = remote.sample(16)
@@ -274,13 +280,13 @@ def test_a_server_unmaps_the_slots_of_a_learner_that_is_gone(
     from buffer.service import shm_batches
 
     monkeypatch.setattr(shm_batches, "PURGE_EVERY_S", 0.0)
-    first = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    first = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT, token=BATCH_TOKEN)
     for _ in range(3):
         first.sample(8)
     mapped = set(server._slots._mapped)  # noqa: SLF001
     assert mapped and all(p.startswith(str(SHM_DIR)) for p in mapped)
     first.close()  # its files are removed
-    second = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT)
+    second = RemoteBuffer(server.address, timeout_s=10, layout=LAYOUT, token=BATCH_TOKEN)
     try:
         for _ in range(3):
             _check_rows(second.sample(8))

@@ -21,6 +21,7 @@ from cloud_learner.reward_classifier import CARD_KEY, RewardClassifier, read_car
 from comms.cloud.weight_file import latest_version, read_weights, weight_file_name
 from edge_agent.policy_build import CardPolicy
 from foundation.runspec import ClassifierSpec
+from tests.buffer.helpers import BATCH_TOKEN
 from tests.cloud_learner.helpers import ACTION, STATE
 from tests.fakes.labelled_reach import buffer_records, reach_episodes
 
@@ -66,8 +67,8 @@ def test_learner_trains_the_classifier_and_ships_it_in_the_next_version(tmp_path
     labelled = labelled_episodes(buf)
     assert [e.key[2] for e in labelled] == [e for e in range(20) if e not in MACHINE]
     assert all(e.reason == "SimulatedPerson" for e in labelled)
-    server = BatchServer(buf, ["reach-v3"])
-    proc = RunLearner.open(run_dir, server.address)
+    server = BatchServer(buf, ["reach-v3"], token=BATCH_TOKEN)
+    proc = RunLearner.open(run_dir, server.address, token=BATCH_TOKEN)
     try:
         assert proc.classifier is not None
         proc.classifier.epochs = 15
@@ -109,8 +110,8 @@ def test_a_new_label_trains_the_next_version_and_the_same_labels_none(tmp_path, 
     from buffer.service.batches import RemoteBuffer
 
     run_dir, buf = _run_dir(tmp_path, reach)
-    server = BatchServer(buf, ["reach-v3"])
-    remote = RemoteBuffer(server.address)
+    server = BatchServer(buf, ["reach-v3"], token=BATCH_TOKEN)
+    remote = RemoteBuffer(server.address, token=BATCH_TOKEN)
     try:
         spec = ClassifierSpec(min_labelled_episodes=8, holdout_fraction=0.25)
         trainer = ClassifierTrainer(spec, {"observation.state": STATE}, tmp_path, epochs=5)
@@ -130,10 +131,10 @@ def test_a_new_label_trains_the_next_version_and_the_same_labels_none(tmp_path, 
 
 def test_too_few_labels_train_nothing(tmp_path, reach) -> None:
     run_dir, buf = _run_dir(tmp_path, reach)
-    server = BatchServer(buf, ["reach-v3"])
+    server = BatchServer(buf, ["reach-v3"], token=BATCH_TOKEN)
     from buffer.service.batches import RemoteBuffer
 
-    remote = RemoteBuffer(server.address)
+    remote = RemoteBuffer(server.address, token=BATCH_TOKEN)
     try:
         spec = ClassifierSpec(min_labelled_episodes=40)
         trainer = ClassifierTrainer(spec, {"observation.state": STATE}, tmp_path)

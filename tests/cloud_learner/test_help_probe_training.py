@@ -22,6 +22,7 @@ from cloud_learner.process import RunLearner
 from comms.cloud.weight_file import latest_version, read_weights, weight_file_name
 from edge_agent.policy_build import CardPolicy
 from foundation.runspec import HelpSpec
+from tests.buffer.helpers import BATCH_TOKEN
 from tests.cloud_learner.helpers import ACTION, STATE
 
 STEPS, TAKEOVER = 20, 14  # a person takes over from step 14 of each policy episode
@@ -79,8 +80,8 @@ def test_learner_trains_the_probe_and_ships_it(tmp_path: Path) -> None:
     found = recent_policy_episodes(buf, 4)
     assert [e.key[2] for e in found] == [2, 3, 4, 5]  # the latest 4; no demo, no running one
     assert all(len(e.rows) == STEPS and not e.failed for e in found)
-    server = BatchServer(buf, ["reach-v3"])
-    proc = RunLearner.open(run_dir, server.address)
+    server = BatchServer(buf, ["reach-v3"], token=BATCH_TOKEN)
+    proc = RunLearner.open(run_dir, server.address, token=BATCH_TOKEN)
     try:
         assert proc.probe is not None
         proc.run(lambda: proc.learner.step >= 12, lambda: False)

@@ -22,6 +22,7 @@ from cloud_learner.publisher import InMemoryWeightPublisher
 from cloud_learner.run_plan import RunPlan, parse_spec
 from cloud_learner.sources import BufferSource
 from foundation.runspec import RunSpecError
+from tests.buffer.helpers import BATCH_TOKEN
 
 STATE_MIN, STATE_MAX = [-3.0, -3.0, -3.0], [3.0, 3.0, 3.0]
 FEATURES: dict[str, dict[str, Any]] = {"observation.state": {"dtype": "float32", "shape": (3,)}}
@@ -370,8 +371,8 @@ def test_a_runs_learner_process_publishes_versions_lerobots_actor_loads(tmp_path
     (run_dir / "spec.json").write_text(json.dumps(spec))
     buf = _open_buffer(run_dir / "buffer")
     plan = RunPlan.from_spec(parse_spec(spec))
-    server = BatchServer(buf, ["pick-cube"], plan.sampler(False, {}))
-    proc = RunLearner.open(run_dir, server.address, None)
+    server = BatchServer(buf, ["pick-cube"], plan.sampler(False, {}), token=BATCH_TOKEN)
+    proc = RunLearner.open(run_dir, server.address, None, token=BATCH_TOKEN)
     stop = threading.Event()
     worker = threading.Thread(target=proc.run, args=(stop.is_set, lambda: False), daemon=True)
     try:

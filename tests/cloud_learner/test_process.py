@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 from sqlalchemy import select
 
 from buffer import BufferSettings, InterventionSampler, ReplayBuffer, StepSchema
+from buffer.service.batch_token import TOKEN_ENV
 from buffer.service.batches import BatchServer
 from cloud_learner.checkpoint import CheckpointManager
 from cloud_learner.metrics import read_metrics
@@ -32,6 +33,7 @@ from comms.cloud.weight_file import WeightDirectory
 from foundation.store.metadata_store import MetadataStore, upgrade
 from foundation.store.models import Checkpoint, Event, PolicyVersion, Run
 from runs.versions import VersionRecorder
+from tests.buffer.helpers import BATCH_TOKEN
 from tests.cloud_learner.helpers import ACTION, STATE, rows
 
 TASKS = ["reach-v3"]
@@ -65,14 +67,14 @@ class Run_:
         schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
         self.buffer = ReplayBuffer.open(self.dir / "buffer", schema)
         self.buffer.append(schema.batch_from_records(rows(2000)))
-        self.server = BatchServer(self.buffer, TASKS, InterventionSampler())
+        self.server = BatchServer(self.buffer, TASKS, InterventionSampler(), token=BATCH_TOKEN)
         self.db = f"sqlite:///{tmp}/meta.db"
         upgrade(self.db)
         self.store = MetadataStore(self.db)
         with self.store.session() as s:
             s.add(Run(id="run-1", algorithm="hg-dagger"))
 
-    def learner(self, *extra: str) -> subprocess.Popen[str]:
+    def learner(self, *extra: str, token: str | None = BATCH_TOKEN) -> subprocess.Popen[str]:
         cmd = [
             sys.executable,
             "-m",
@@ -82,6 +84,9 @@ class Run_:
             *extra,
         ]
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        env.pop(TOKEN_ENV, None)
+        if token is not None:  # the batch token comes in the environment, as the cloud's
+            env[TOKEN_ENV] = token
         return subprocess.Popen(
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -204,6 +209,15 @@ def test_a_checkpoint_the_spec_no_longer_fits_is_refused(run: Run_) -> None:
     assert read_refusal(run.dir) is None
 
 
+def test_a_learner_without_the_batch_token_is_refused_by_name(run: Run_) -> None:
+    refused = run.learner(token=None)
+    _, err = refused.communicate(timeout=120)
+    assert refused.returncode == EXIT_REFUSED, err
+    reason = read_refusal(run.dir)
+    assert reason is not None and TOKEN_ENV in reason
+    assert run.server.requests == 0 and run.server.refused == 0  # it never asked
+
+
 def test_a_spec_without_gpus_trains_on_the_cpu() -> None:
     assert learner_device(0.0) == torch.device("cpu")
 
@@ -228,9 +242,14 @@ def test_online_updates_wait_for_min_size_robot_transitions_not_demonstrations(
     buffer = ReplayBuffer.open(run_dir / "buffer", schema)
     buffer.append(schema.batch_from_records(rows(200, robot_id="demo")))
     server = BatchServer(
-        buffer, TASKS, InterventionSampler(), offline_rows=200, demonstration_robots=["demo"]
+        buffer,
+        TASKS,
+        InterventionSampler(),
+        offline_rows=200,
+        demonstration_robots=["demo"],
+        token=BATCH_TOKEN,
     )
-    proc = RunLearner.open(run_dir, server.address, None)
+    proc = RunLearner.open(run_dir, server.address, None, token=BATCH_TOKEN)
     bc_updates = proc.params.bc_updates
     stop = threading.Event()
     worker = threading.Thread(target=proc.run, args=(stop.is_set, lambda: False), daemon=True)
@@ -276,8 +295,8 @@ def test_a_window_without_labelled_rows_is_waited_out_not_a_crash(tmp_path: Path
     schema = StepSchema.from_features({"observation.state": STATE}, {"action": ACTION})
     buffer = ReplayBuffer.open(run_dir / "buffer", schema, BufferSettings(capacity_transitions=100))
     buffer.append(schema.batch_from_records(rows(200)))  # every other row the operator's
-    server = BatchServer(buffer, TASKS, InterventionSampler())
-    proc = RunLearner.open(run_dir, server.address, None)
+    server = BatchServer(buffer, TASKS, InterventionSampler(), token=BATCH_TOKEN)
+    proc = RunLearner.open(run_dir, server.address, None, token=BATCH_TOKEN)
     stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -315,7 +334,7 @@ def test_a_full_checkpoint_disk_is_waited_out_not_a_crash(run: Run_, tmp_path: P
 
     disk = TmpfsDisk(run.dir / "checkpoints", size="1m")
     manager = CheckpointManager(run.dir)
-    proc = RunLearner.open(run.dir, run.server.address, None)
+    proc = RunLearner.open(run.dir, run.server.address, None, token=BATCH_TOKEN)
     stop = threading.Event()
     errors: list[BaseException] = []
 

@@ -17,6 +17,7 @@ from buffer.service.batches import BatchServer, RemoteBuffer
 from cloud_learner.sources import TransitionBatchSource
 from foundation.contracts import TransitionSource
 from hal.drivers.metaworld import MetaWorldDriver
+from tests.buffer.helpers import BATCH_TOKEN
 from tests.runs.helpers import algorithm_sampler
 
 TASKS = ["reach-v3", "push-v3"]
@@ -84,11 +85,11 @@ def server(buffer: ReplayBuffer) -> Iterator[BatchServer]:
 def algorithm_server(buffer: ReplayBuffer, algorithm: str, **spec_buffer: Any) -> BatchServer:
     """The batch server a run of ``algorithm`` builds: its builder's sampler."""
     sampler = algorithm_sampler(algorithm, **spec_buffer)
-    return BatchServer(buffer, TASKS, sampler, demonstration_robots=["demo"])
+    return BatchServer(buffer, TASKS, sampler, demonstration_robots=["demo"], token=BATCH_TOKEN)
 
 
 def source(server: BatchServer, **kwargs: Any) -> RemoteBuffer:
-    return RemoteBuffer(server.address, timeout_s=10, **kwargs)
+    return RemoteBuffer(server.address, timeout_s=10, **kwargs, token=BATCH_TOKEN)
 
 
 def test_hg_dagger_draws_operator_labels_only(server: BatchServer) -> None:
@@ -184,7 +185,7 @@ def test_reward_scale_is_applied_on_the_learner_side(buffer: ReplayBuffer) -> No
 
 def test_without_demonstration_robots_nothing_is_a_demonstration(buffer: ReplayBuffer) -> None:
     """The server knows the run's demonstration convention only from its arguments."""
-    srv = BatchServer(buffer, TASKS)
+    srv = BatchServer(buffer, TASKS, token=BATCH_TOKEN)
     src = source(srv)
     try:
         b = src.sample(1024)
@@ -259,7 +260,7 @@ def test_replies_count_online_rows_without_the_demonstrations_and_size_carries_s
 ) -> None:
     """The update-to-data rule counts robots' rows only; a learner waiting for data polls
     ``size``, which still counts as a request (watchdog) and hands over its statistics."""
-    srv = BatchServer(buffer, TASKS, InterventionSampler(), offline_rows=10)
+    srv = BatchServer(buffer, TASKS, InterventionSampler(), offline_rows=10, token=BATCH_TOKEN)
     src = source(srv)
     try:
         assert src.online_transitions() == 50  # 60 rows, 10 of them the demonstration

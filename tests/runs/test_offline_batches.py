@@ -18,6 +18,7 @@ from buffer.service.batches import BatchServer, MixConfig, RemoteBuffer
 from cloud_learner.mix_losses import TaskLossWindow, per_row_bc_loss
 from cloud_learner.policies import MLPPolicy, PolicySpec
 from cloud_learner.sources import TransitionBatchSource
+from tests.buffer.helpers import BATCH_TOKEN
 from tests.runs.helpers import algorithm_sampler
 
 TASKS = ["reach-v3", "push-v3"]
@@ -103,14 +104,14 @@ def serve(buf: ReplayBuffer, algorithm: str, mix: MixConfig | None = None) -> Ba
         mix="adaptive" if mix.adaptive else "fixed",
         adaptive={"min_online": mix.min_online, "max_online": mix.max_online},
     )
-    return BatchServer(buf, TASKS, sampler, mix=mix, mix_shares=shares)
+    return BatchServer(buf, TASKS, sampler, mix=mix, mix_shares=shares, token=BATCH_TOKEN)
 
 
 def test_hg_dagger_batches_mix_labels_with_the_mounted_rows_at_the_share(
     buffers: ReplayBuffer,
 ) -> None:
     server = serve(buffers, "hg-dagger", MixConfig(online_fraction=0.25))
-    remote = RemoteBuffer(server.address, timeout_s=10)
+    remote = RemoteBuffer(server.address, timeout_s=10, token=BATCH_TOKEN)
     try:
         batch = remote.sample(400)
         offline = batch["is_offline"]
@@ -132,7 +133,7 @@ def test_frames_arrive_bit_exact_and_chunks_stop_at_the_episode_end(
 ) -> None:
     server = serve(buffers, "recap", MixConfig(online_fraction=0.5))
     how = {"images": [CAM], "next_images": True, "chunk": 5}
-    remote = RemoteBuffer(server.address, timeout_s=10, layout=how)
+    remote = RemoteBuffer(server.address, timeout_s=10, layout=how, token=BATCH_TOKEN)
     try:
         batch = remote.sample(256)
     finally:
@@ -160,7 +161,7 @@ def test_adaptive_shares_follow_each_tasks_losses_within_the_range(
 ) -> None:
     mix = MixConfig(online_fraction=0.5, adaptive=True, min_online=0.2, max_online=0.8)
     server = serve(buffers, "recap", mix)
-    remote = RemoteBuffer(server.address, timeout_s=10)
+    remote = RemoteBuffer(server.address, timeout_s=10, token=BATCH_TOKEN)
     try:
         # The policy fits reach's online rows worse than its offline ones: more online rows.
         remote.stats = {"loss_online/reach-v3": 3.0, "loss_offline/reach-v3": 1.0}
@@ -179,7 +180,7 @@ def test_adaptive_shares_follow_each_tasks_losses_within_the_range(
 
 def test_the_learner_measures_each_tasks_loss_on_each_side(buffers: ReplayBuffer) -> None:
     server = serve(buffers, "recap", MixConfig(online_fraction=0.5))
-    remote = RemoteBuffer(server.address, timeout_s=10)
+    remote = RemoteBuffer(server.address, timeout_s=10, token=BATCH_TOKEN)
     source = TransitionBatchSource(remote)
     policy = MLPPolicy(PolicySpec(3, 2, num_tasks=2, hidden_sizes=[16, 8]))
     window = TaskLossWindow(TASKS, window=3)
@@ -208,7 +209,7 @@ def test_a_task_with_nothing_to_draw_gives_its_share_to_the_others(tmp_path: Pat
     run.mount(tmp_path / "dataset")
     mix = MixConfig(online_fraction=0.5, adaptive=True)
     server = serve(run, "hg-dagger", mix)
-    remote = RemoteBuffer(server.address, timeout_s=10)
+    remote = RemoteBuffer(server.address, timeout_s=10, token=BATCH_TOKEN)
     try:
         batch = remote.sample(64)
         assert len(batch["task_index"]) == 64
@@ -227,7 +228,7 @@ def test_demonstration_episodes_are_counted_and_kept_apart_from_robot_steps(
         row["policy_version"] = 0  # an operator drove it (edge_agent.core.DEMONSTRATION)
     run = write(tmp_path / "run", demo + episode("arm-1", 1, 20, "push-v3", interventions=3))
     server = serve(run, "recap")
-    remote = RemoteBuffer(server.address, timeout_s=10)
+    remote = RemoteBuffer(server.address, timeout_s=10, token=BATCH_TOKEN)
     try:
         assert remote.demonstrations() == {"reach-v3": 1}
         assert remote.online_transitions() == 20  # the robot's own steps only
