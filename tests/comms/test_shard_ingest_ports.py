@@ -19,6 +19,7 @@ from buffer import ReplayBuffer
 from comms.cloud.shard_ingest import ShardIngest, ShardIngestServer, ports_to_try
 from comms.cloud.shard_ports import PortRangeFull, PortRangeTooSmall, check_range
 from comms.cloud.shard_routes import ShardRoutes
+from comms.config import CommsSettings
 from comms.robot.shard_route import ShardRouter
 from comms.robot.uploader import MemorySpool, Uploader
 from comms.wire import tickets
@@ -176,43 +177,14 @@ def test_a_range_with_no_free_port_refuses_by_name_and_lets_go_of_what_it_took(
             probe.bind(("127.0.0.1", p))
 
 
-def test_a_robot_uploads_over_the_data_plane_inside_the_range(
-    tmp_path: Path, buffers: list[ReplayBuffer], store: MetadataStore
-) -> None:
-    first = _free_block(2)
-    settings = fast_comms(shard_ingest_port=first, shard_ingest_ports=2)
+def _one_robot_uploads(
+    settings: CommsSettings, buffer: ReplayBuffer, directory: Path, store: MetadataStore
+) -> tuple[int, int, str, str]:
+    """Shard 0 of ``RUN`` on 127.0.0.1 under ``settings``, and one robot that asks the cloud
+    for its route and uploads 32 steps there over the data plane: the server's gRPC and data
+    ports, the address the robot's route named and the data plane's offered endpoint."""
     key = tickets.new_key()
-    start = ShardIngest(settings, RUN, key, host="127.0.0.1")
-    server = start(buffers[0], 0, tmp_path / "shard-0")
-    routes = ShardRoutes(RUN, key, 1, lambda: [server.address])
-    cloud = Cloud(store, routes=lambda run: routes if run == RUN else None)
-    robot = cloud.robot("arm-1")
-    client = cloud.client(robot)
-    spool = MemorySpool()
-    up = Uploader(client, RUN, spool, ShardRouter(client, RUN, robot.robot_id))
-    try:
-        for i in range(4):
-            spool.put(buffer_steps(robot.robot_id, i * 8, 8))
-        assert up.wait_durable(31, 20), up.last_error
-        assert {server.port, server.data_port} == {first, first + 1}
-        assert server.figures()["rows"] == 32
-        assert server.figures()["data_plane_batches"] > 0
-    finally:
-        up.close()
-        client.close()
-        cloud.close()
-        server.stop()
-
-
-def test_a_node_behind_nat_is_advertised_at_its_outside_address(
-    tmp_path: Path, buffers: list[ReplayBuffer], store: MetadataStore
-) -> None:
-    # The shard binds the node's IP (127.0.0.1 here) and tells robots the address they reach
-    # the node at ("localhost": a name, as a NAT's outside address would be): for gRPC and for
-    # its data plane.
-    settings = fast_comms(shard_advertise_hosts={"127.0.0.1": "localhost"})
-    key = tickets.new_key()
-    server = ShardIngest(settings, RUN, key, host="127.0.0.1")(buffers[0], 0, tmp_path / "shard-0")
+    server = ShardIngest(settings, RUN, key, host="127.0.0.1")(buffer, 0, directory)
     routes = ShardRoutes(RUN, key, 1, lambda: [server.address])
     cloud = Cloud(store, routes=lambda run: routes if run == RUN else None)
     robot = cloud.robot("arm-1")
@@ -221,17 +193,39 @@ def test_a_node_behind_nat_is_advertised_at_its_outside_address(
     router = ShardRouter(client, RUN, robot.robot_id)
     up = Uploader(client, RUN, spool, router)
     try:
-        assert server.address == f"localhost:{server.port}"
-        assert server.state.dataplane is not None
-        assert server.state.dataplane.endpoint == f"tcp://localhost:{server.data_port}"
         for i in range(4):
             spool.put(buffer_steps(robot.robot_id, i * 8, 8))
         assert up.wait_durable(31, 20), up.last_error
-        assert router.route is not None and router.route.address == server.address
         assert server.figures()["rows"] == 32
         assert server.figures()["data_plane_batches"] > 0
+        assert router.route is not None and server.state.dataplane is not None
+        endpoint = server.state.dataplane.endpoint
+        return server.port, server.data_port, router.route.address, endpoint
     finally:
         up.close()
         client.close()
         cloud.close()
         server.stop()
+
+
+def test_a_robot_uploads_over_the_data_plane_inside_the_range(
+    tmp_path: Path, buffers: list[ReplayBuffer], store: MetadataStore
+) -> None:
+    first = _free_block(2)
+    settings = fast_comms(shard_ingest_port=first, shard_ingest_ports=2)
+    port, data_port, _, _ = _one_robot_uploads(settings, buffers[0], tmp_path / "shard-0", store)
+    assert {port, data_port} == {first, first + 1}
+
+
+def test_a_node_behind_nat_is_advertised_at_its_outside_address(
+    tmp_path: Path, buffers: list[ReplayBuffer], store: MetadataStore
+) -> None:
+    # The shard binds the node's IP (127.0.0.1 here) and tells robots the address they reach
+    # the node at ("localhost": a name, as a NAT's outside address would be): for gRPC and for
+    # its data plane, which the robot used.
+    settings = fast_comms(shard_advertise_hosts={"127.0.0.1": "localhost"})
+    port, data_port, routed, endpoint = _one_robot_uploads(
+        settings, buffers[0], tmp_path / "shard-0", store
+    )
+    assert routed == f"localhost:{port}"
+    assert endpoint == f"tcp://localhost:{data_port}"
