@@ -32,14 +32,13 @@ from comms.cloud.services.station import StationView
 from comms.cloud.shard_routes import RouteResolver
 from comms.cloud.step_sink import SinkResolver, StepSink
 from comms.config import CommsSettings
+from comms.exposure import is_loopback
 from comms.proto import robofleet_pb2 as pb
 from comms.wire import tls
 from comms.wire.dataplane_frames import WILDCARD_HOSTS
 from foundation.store.metadata_store import MetadataStore
 
 log = logging.getLogger(__name__)
-
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 CONTROL_KINDS = {
     "estop": pb.ControlCommand.ESTOP,
@@ -292,7 +291,7 @@ def start_dataplane(settings: CommsSettings) -> DataPlaneServer | None:
             dp.endpoint,
             dp.port,
         )
-    if settings.data_port == 0 and settings.bind_host not in LOOPBACK_HOSTS:
+    if settings.data_port == 0 and not is_loopback(settings.bind_host):
         log.warning(
             "comms.data_port is 0: the data plane took port %d, another at the next start; "
             "set comms.data_port to open it in a firewall or Service (robots use gRPC bytes "

@@ -20,7 +20,6 @@ a lease), so a lease that ends stops new streams within the ticket's lifetime.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import threading
@@ -40,6 +39,7 @@ from comms.cloud.shard_ports import bind_dataplane, ingest_range, range_full
 from comms.cloud.shard_ports import ports_to_try as ports_to_try
 from comms.cloud.step_sink import StepSink
 from comms.config import CommsSettings
+from comms.exposure import is_loopback
 from comms.wire import tickets, tls
 from comms.wire.credentials import credential_from
 from foundation.durable import atomic_write_text
@@ -108,13 +108,6 @@ class EndpointEvents:
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
             return [dict(e) for e in self._events]
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 class ShardIngestServer:
@@ -191,7 +184,7 @@ class ShardIngestServer:
             RuntimeError: no port could be bound on ``host``, or a TLS certificate without
                 its key.
         """
-        if not self.tls and not _loopback(self.host):
+        if not self.tls and not is_loopback(self.host):
             if not self.insecure_network:
                 raise InsecureEndpoint(
                     f"shard {self.shard}'s ingest endpoint would listen on {self.host} without "
