@@ -5,8 +5,8 @@ the feed of its weight versions to comms' distributor, and the run's version row
 metadata store (:mod:`runs.versions`, their one writer).
 
 The learner is supervised for crashes and hangs: alive, but no batch taken and no update for
-``orchestration.learner_hang_s`` (longer until the run's first version: start-up and the BC
-warm start). Progress is the batch server's request count (a learner waiting for data at its
+``orchestration.learner_hang_s`` (``learner_warmup_hang_s`` until the run's first version, for
+start-up and the BC warm start, and from each restart until the learner's first batch). Progress is the batch server's request count (a learner waiting for data at its
 samples-per-insert rate still polls it) and the learner's reported step. A learner that refuses
 the run (``cloud_learner.process.EXIT_REFUSED``: a checkpoint the spec no longer fits, a GPU
 the node lacks) is not restarted: :meth:`RunLearning.poll` raises :class:`LearnerRefused`
@@ -274,6 +274,7 @@ class RunLearning:
                 self.on_event(kind, **data)  # a shard's disk full / recovered
         self.learner.note_progress((self.batch_server.requests, self.stats.get("learner_step")))
         self.learner.hang_after_s = hang_s if self.version else warmup_hang_s
+        self.learner.start_hang_s = warmup_hang_s  # a restart imports and loads before its batch
         try:
             self.learner.poll()
         except ChildRefused as exc:

@@ -16,6 +16,9 @@ owner reports progress with :meth:`ProcessSupervisor.note_progress` (any value t
 while the child works, e.g. the learner's batch count); with ``hang_after_s`` set, a child whose
 value has not changed for that long since its last progress (or its start) is SIGKILLed with a
 ``<name>.hung`` event and handled like any other crash: restart with backoff, crash loop.
+From each start until the child's first progress, ``start_hang_s`` applies instead when set: a
+restarted learner imports torch and loads its checkpoint before it takes a batch, which on a
+loaded machine can outlast the limit of a working one.
 """
 
 from __future__ import annotations
@@ -100,6 +103,8 @@ class ProcessSupervisor:
         env: environment of the child (default: ours).
         hang_after_s: seconds without progress after which a running child counts as hung
             (None: never); the owner may change it at any time (e.g. longer during warm-up).
+        start_hang_s: the limit from each start until the child's first progress (None: the
+            same as ``hang_after_s``); the owner may change it at any time.
         final_exit_codes: exit codes that mean restarting cannot help (the child refused).
     """
 
@@ -113,6 +118,7 @@ class ProcessSupervisor:
         env: dict[str, str] | None = None,
         hang_after_s: float | None = None,
         final_exit_codes: Collection[int] = (),
+        start_hang_s: float | None = None,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -121,6 +127,9 @@ class ProcessSupervisor:
         self.on_event = on_event or (lambda _k, _d: None)
         self.env = env
         self.hang_after_s = hang_after_s
+        self.start_hang_s = start_hang_s
+        self._started_up = False  # progress seen since the last start
+        self._baseline = True  # the first marker after a start is where it starts from
         self.final_exit_codes = frozenset(final_exit_codes)
         self.hangs = 0
         self._killed_hung = False
@@ -149,27 +158,36 @@ class ProcessSupervisor:
                 self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env
             )
         self._started_at = self._progress_at = time.monotonic()
+        self._started_up = False
+        self._baseline = True
         self._restart_at = None
         self.on_event(f"{self.name}.started", {"pid": self.proc.pid, "restarts": self.restarts})
 
     def note_progress(self, marker: Hashable) -> None:
         """Report the child's progress; a ``marker`` different from the last one resets the
         hang clock (equal markers mean no progress)."""
-        if marker != self._progress:
+        if self._baseline and self.proc is not None:
+            self._baseline = False
+            self._progress = marker  # what the last child left counts for nothing
+        elif marker != self._progress:
             self._progress = marker
             self._progress_at = time.monotonic()
+            self._started_up = self.proc is not None
 
     def _kill_if_hung(self) -> None:
         assert self.proc is not None
         silent = time.monotonic() - self._progress_at
-        if self.hang_after_s is None or silent <= self.hang_after_s:
+        limit = self.hang_after_s
+        if not self._started_up and self.start_hang_s is not None and limit is not None:
+            limit = max(limit, self.start_hang_s)
+        if limit is None or silent <= limit:
             return
         self.hangs += 1
         self._killed_hung = True
         log.error("%s made no progress for %.0fs; killing it", self.name, silent)
         self.on_event(
             f"{self.name}.hung",
-            {"pid": self.proc.pid, "silent_s": round(silent, 1), "limit_s": self.hang_after_s},
+            {"pid": self.proc.pid, "silent_s": round(silent, 1), "limit_s": limit},
         )
         self.proc.kill()  # SIGKILL also ends a SIGSTOPped process
         self.proc.wait()

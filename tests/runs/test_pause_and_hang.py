@@ -131,7 +131,12 @@ def test_pause_keeps_leases_and_a_hung_learner_is_killed_and_resumed(tmp_path: P
         assert _open_leases(store, run_id) == set()
         assert _robot_statuses(store) == {RobotStatus.IDLE}
         rdir = run_dir(store, run_id)
-        assert json.loads((rdir / "progress.json").read_text())["learner_restarts"] == 1
+        learner_events = [
+            (kind, events(store, run_id, kind))
+            for kind in ("learner.hung", "learner.died", "learner.restarted")
+        ]
+        restarts = json.loads((rdir / "progress.json").read_text())["learner_restarts"]
+        assert restarts == 1, f"{learner_events}\n{(rdir / 'learner.log').read_text()[-3000:]}"
         buffer = ReplayBuffer.open(rdir / "buffer")
         try:
             assert acked_total(run_spools(tmp_path, run_id)) > 0

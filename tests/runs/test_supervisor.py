@@ -196,3 +196,46 @@ def test_terminate_kills_a_child_that_ignores_sigterm_its_callers_way() -> None:
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     done.wait()
     assert terminate(done, 0.5, kill) == 0 and killed == [own.pid]  # nothing to end
+
+
+def test_a_restarted_child_gets_its_start_up_limit_until_its_first_progress(
+    tmp_path: Path,
+) -> None:
+    ticks = tmp_path / "ticks"
+    sup = ProcessSupervisor(
+        "slow-starter",
+        # start-up (imports, a checkpoint) takes 1.5 s before the first tick
+        [sys.executable, "-c", f"import time; time.sleep(1.5)\n{TICKER}", str(ticks)],
+        tmp_path / "log",
+        FAST,
+        hang_after_s=0.6,
+        start_hang_s=5.0,
+    )
+    sup.start()
+    for restart in range(2):  # the first start and a restart after a kill
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            sup.note_progress(_size(ticks))
+            assert sup.poll() == "running", f"start {restart}: killed during its start-up"
+            time.sleep(0.05)
+        assert sup.hangs == 0 and _size(ticks) > 0
+        assert sup.signal(signal.SIGKILL) and sup.proc is not None
+        sup.proc.wait()
+        ticks.unlink()
+        _poll_until(sup, "running")
+    # once it made progress, the working limit applies again
+    deadline = time.monotonic() + 3.0
+    while _size(ticks) == 0:
+        sup.note_progress(_size(ticks))
+        sup.poll()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sup.note_progress(_size(ticks))
+    assert sup.signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    while sup.poll() == "running":
+        sup.note_progress(_size(ticks))
+        assert time.monotonic() - t0 < 4.0, "a working child's hang waited for the start-up limit"
+        time.sleep(0.05)
+    assert sup.hangs == 1
+    sup.stop(timeout_s=10)
