@@ -476,14 +476,18 @@ class TieredStorage:
         """Copy one chunk's ``local`` rows of ``names`` into ``out`` at positions ``sel``
         (None: all of ``out``, in order): large columns of a cold chunk are read from its
         segment file, the rest taken from the chunk's arrays."""
-        contiguous = sel is None or (sel[-1] - sel[0] + 1 == len(sel) and _increasing(sel))
+        runs = None if sel is None else _runs(sel)
         for k in names:
             if mapped is not None and k not in arrs:
                 mapped.read_rows(k, local, out[k], at=sel)
             elif sel is None:
                 np.take(arrs[k], local, axis=0, out=out[k], mode="clip")
-            elif contiguous:
-                np.take(arrs[k], local, axis=0, out=out[k][sel[0] : sel[-1] + 1], mode="clip")
+            elif runs is not None:
+                # Straight into ``out``: a scatter would copy every row twice, through a
+                # temporary (fresh pages the kernel zero-fills when rows are camera frames).
+                for a, b in runs:
+                    at = int(sel[a])
+                    np.take(arrs[k], local[a:b], axis=0, out=out[k][at : at + b - a], mode="clip")
             else:
                 out[k][sel] = arrs[k][local]
 
@@ -565,8 +569,16 @@ def _chunk_groups(ci: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
     ]
 
 
-def _increasing(sel: np.ndarray) -> bool:
-    return bool(len(sel) < 2 or (np.diff(sel) == 1).all())
+def _runs(sel: np.ndarray, most: int = 8) -> list[tuple[int, int]] | None:
+    """``[(a, b)]``: ``sel[a:b]`` are consecutive positions, the runs covering ``sel`` in
+    order; None when ``sel`` falls into more than ``most`` runs (a scatter is then cheaper)."""
+    if len(sel) < 2:
+        return [(0, len(sel))]
+    breaks = np.flatnonzero(np.diff(sel) != 1) + 1
+    if len(breaks) >= most:
+        return None
+    edges = [0, *breaks.tolist(), len(sel)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 def _pages(nbytes: int) -> int:
