@@ -34,6 +34,7 @@ import pyarrow.ipc as ipc
 
 from buffer.columns import values_address
 from buffer.errors import CorruptDataError
+from buffer.files import row_reads
 from buffer.files.descriptors import DESCRIPTORS, new_key
 from buffer.files.wal import FILE_HEADER_BYTES, REC_HEADER, REC_MAGIC, check_marker
 from foundation.durable import fsync_dir
@@ -209,21 +210,22 @@ class WalSegment:
         return np.searchsorted(self._table[:, 0], rows, side="right") - 1
 
     def read_rows(
-        self, name: str, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None
-    ) -> None:
+        self,
+        name: str,
+        rows: np.ndarray,
+        out: np.ndarray,
+        at: np.ndarray | None = None,
+        then: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray | None:
         """Copy local ``rows`` of column ``name`` into ``out`` with pread (row ``i`` into
-        ``out[at[i]]``, or ``out[i]`` when ``at`` is None)."""
-        flat = out.reshape(len(out), -1).view(np.uint8)
-        nbytes = flat.shape[1]
+        ``out[at[i]]``, or ``out[i]`` when ``at`` is None); ``then``: also each row's
+        successor, in the same call (:func:`buffer.files.row_reads.read_rows`)."""
         t = self._table
-        rec = self._rec(rows)
-        pos = t[rec, self._layout.column[name]] + (rows - t[rec, 0]) * nbytes
-        files = t[rec, 1].tolist()
-        dest = range(len(rows)) if at is None else at.tolist()
+        files = t[self._rec(rows).clip(0), 1].tolist()
         with self._files(files) as fds:
-            for i, p, fi in zip(dest, pos.tolist(), files, strict=True):
-                if os.preadv(fds[fi], [flat[i]], p) != nbytes:
-                    raise CorruptDataError(f"{self._paths[fi]}: short read of {name}")
+            return row_reads.read_rows(
+                t, 4, self._layout.column[name], fds, self._paths, name, rows, out, at, then
+            )
 
     def read_column(self, name: str, out: np.ndarray) -> None:
         """Fill ``out`` (``(num_rows, ...)``) with column ``name``, one pread per record."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from buffer.errors import CorruptDataError, UnsupportedFormatError
+from buffer.files import row_reads
 from buffer.files.descriptors import DESCRIPTORS, new_key
 from buffer.files.format import FORMAT_VERSION, SEGMENT_VERSION_KEY, SUPPORTED_FORMAT_VERSIONS
 from foundation.durable import fsync_file, replace_durably
@@ -149,24 +149,27 @@ class MappedSegment:
         return off
 
     def read_rows(
-        self, name: str, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None
-    ) -> None:
+        self,
+        name: str,
+        rows: np.ndarray,
+        out: np.ndarray,
+        at: np.ndarray | None = None,
+        then: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray | None:
         """Copy rows of a fixed-size-list column into ``out`` with pread, not through the map
-        (row ``i`` into ``out[at[i]]``, or ``out[i]`` when ``at`` is None).
+        (row ``i`` into ``out[at[i]]``, or ``out[i]`` when ``at`` is None); ``then``: also
+        each row's successor, in the same call (:func:`buffer.files.row_reads.read_rows`).
 
         Touching the mapping would fault whole page-cache folios into this process (hundreds
         of KiB per row on kernels with large folios), which the memory budget cannot afford;
         pread copies exactly the row.
         """
-        base = self.column_offset(name)
-        flat = out.reshape(len(out), -1).view(np.uint8)
-        nbytes = flat.shape[1]
-        dest = range(len(rows)) if at is None else at.tolist()
+        # The column is one record of all the segment's rows.
+        table = np.array([[0, 0, self.batch.num_rows, self.column_offset(name)]], dtype=np.int64)
         with DESCRIPTORS.open(self._key, str(self.path)) as fd:
-            for i, r in zip(dest, rows.tolist(), strict=True):
-                got = os.preadv(fd, [flat[i]], base + r * nbytes)
-                if got != nbytes:
-                    raise CorruptDataError(f"{self.path}: short read of {name} row {r}")
+            return row_reads.read_rows(
+                table, 2, 3, [fd], [str(self.path)], name, rows, out, at, then
+            )
 
     def read_finals(self, name: str, rows: np.ndarray) -> list[bytes | None]:
         """The ``large_binary`` column ``name`` at local ``rows`` (None: no value); read

@@ -18,6 +18,7 @@ from buffer.table.chunks import out_arrays
 from buffer.table.features import FINAL_PREFIX
 from buffer.table.index import Frame, RowIndex
 from buffer.table.state import TableState
+from buffer.table.storage import Successors
 
 # Index columns every sampled row carries as is.
 SCALAR_OUT = (
@@ -130,10 +131,11 @@ def read_transitions(
         {FINAL_PREFIX + k: ((n, *f.shape), f.dtype) for k, f in st.schema.observations.items()}
     )
     block = out_arrays(specs)
-    out = st.storage.gather(rows, list(st.schema.payload), snap, count=count, out=block)
-    nobs = st.storage.gather(
-        nxt, obs_names, snap, count=False, out={k: block[FINAL_PREFIX + k] for k in obs_names}
-    )
+    nobs = {k: block[FINAL_PREFIX + k] for k in obs_names}
+    # A file-backed observation and the next one are read in one call where adjacent.
+    then = Successors(nxt, nobs, np.zeros(n, dtype=bool))
+    out = st.storage.gather(rows, list(st.schema.payload), snap, count=count, out=block, then=then)
+    st.storage.gather(nxt, obs_names, snap, count=False, out=nobs, skip=then.read)
     if final.any():
         finals = st.storage.finals_for(rows[final], chunks, starts)
         for pos in np.flatnonzero(final):

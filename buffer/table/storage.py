@@ -28,6 +28,7 @@ import mmap
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -412,9 +413,16 @@ class TieredStorage:
         snap: tuple[list[Chunk], np.ndarray, list[dict[str, np.ndarray]]] | None = None,
         count: bool = True,
         out: dict[str, np.ndarray] | None = None,
+        then: Successors | None = None,
+        skip: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """Payload columns for global ``rows`` (any order), as arrays ``(len(rows), ...)``
-        (new ones, or written into ``out``)."""
+        (new ones, or written into ``out``).
+
+        ``then``: the rows' successors (next observations), read beside each row where a file
+        read brings both (:class:`Successors`). ``skip``: bool ``(len(rows),)``, positions
+        whose file reads an earlier ``then`` already made (RAM copies are made regardless).
+        """
         chunks, starts, arrays = snap if snap is not None else self.snapshot()
         n = len(rows)
         if out is None:
@@ -447,7 +455,13 @@ class TieredStorage:
             if local.min() < 0 or local.max() >= chunk.capacity:
                 raise IndexError(f"rows outside chunk [{chunk.first_row}, +{chunk.capacity})")
             mapped = arrs.seg if isinstance(arrs, ColdArrays) else None
-            self._copy_rows(arrs, mapped, local, sel, names, out)
+            here = names
+            if mapped is not None and then is not None:
+                paired = [k for k in names if k in then.out and k not in arrs]
+                for k in paired:
+                    _read_with_successors(mapped, k, chunk.first_row, local, sel, out, then)
+                here = [k for k in names if k not in paired]
+            self._copy_rows(arrs, mapped, local, sel, here, out, skip)
             # An open tail's large columns come from its WAL (tail_reads): not from RAM.
             hot = chunk.hot and chunk.arrays is arrs and (mapped is None or not big)
             if count:
@@ -472,22 +486,29 @@ class TieredStorage:
         sel: np.ndarray | None,
         names: list[str],
         out: dict[str, np.ndarray],
+        skip: np.ndarray | None = None,
     ) -> None:
         """Copy one chunk's ``local`` rows of ``names`` into ``out`` at positions ``sel``
         (None: all of ``out``, in order): large columns of a cold chunk are read from its
-        segment file, the rest taken from the chunk's arrays."""
+        segment file (but at positions where ``skip`` is True), the rest taken from the
+        chunk's arrays."""
         runs = None if sel is None else _runs(sel)
+        file_rows: tuple[np.ndarray, np.ndarray | None] = (local, sel)
+        if skip is not None and mapped is not None:
+            at = np.arange(len(skip)) if sel is None else sel
+            keep = ~skip[at]
+            file_rows = (local[keep], at[keep])
         for k in names:
             if mapped is not None and k not in arrs:
-                mapped.read_rows(k, local, out[k], at=sel)
+                mapped.read_rows(k, file_rows[0], out[k], at=file_rows[1])
             elif sel is None:
                 np.take(arrs[k], local, axis=0, out=out[k], mode="clip")
             elif runs is not None:
                 # Straight into ``out``: a scatter would copy every row twice, through a
                 # temporary (fresh pages the kernel zero-fills when rows are camera frames).
                 for a, b in runs:
-                    at = int(sel[a])
-                    np.take(arrs[k], local[a:b], axis=0, out=out[k][at : at + b - a], mode="clip")
+                    to = int(sel[a])
+                    np.take(arrs[k], local[a:b], axis=0, out=out[k][to : to + b - a], mode="clip")
             else:
                 out[k][sel] = arrs[k][local]
 
@@ -567,6 +588,41 @@ def _chunk_groups(ci: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
             np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ci)]]), strict=True
         )
     ]
+
+
+@dataclass
+class Successors:
+    """The successors of the rows a :meth:`TieredStorage.gather` reads, to be read beside them.
+
+    Attributes:
+        rows: global rows ``(n,)``, int64, aligned with the gather's rows (a transition's
+            next-observation row).
+        out: arrays ``(n, ...)`` by column name to fill with those rows' values.
+        read: bool ``(n,)``: True where every file-backed column of ``out`` was filled (a
+            later gather of ``rows`` passes it as ``skip``).
+    """
+
+    rows: np.ndarray
+    out: dict[str, np.ndarray]
+    read: np.ndarray
+
+
+def _read_with_successors(
+    mapped: Segment | WalTailReader,
+    name: str,
+    first_row: int,
+    local: np.ndarray,
+    sel: np.ndarray | None,
+    out: dict[str, np.ndarray],
+    then: Successors,
+) -> None:
+    """Column ``name`` of one file-backed chunk's ``local`` rows into ``out``, and of each
+    row's successor into ``then.out`` in the same read where it lies next to the row."""
+    at = np.arange(len(then.rows)) if sel is None else sel
+    nxt = then.rows[at] - first_row
+    got = mapped.read_rows(name, local, out[name], at=sel, then=(nxt, then.out[name]))
+    assert got is not None
+    then.read[at] = got
 
 
 def _runs(sel: np.ndarray, most: int = 8) -> list[tuple[int, int]] | None:

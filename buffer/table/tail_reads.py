@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from buffer.errors import CorruptDataError
+from buffer.files import row_reads
 from buffer.files.sealed import values_offset
 from buffer.files.wal import scan_wal
 
@@ -116,26 +117,24 @@ class WalTailReader:
         return table
 
     def read_rows(
-        self, name: str, rows: np.ndarray, out: np.ndarray, at: np.ndarray | None = None
-    ) -> None:
+        self,
+        name: str,
+        rows: np.ndarray,
+        out: np.ndarray,
+        at: np.ndarray | None = None,
+        then: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> np.ndarray | None:
         """Copy local ``rows`` of column ``name`` into ``out`` with pread, one call per row
-        (row ``i`` into ``out[at[i]]``, or ``out[i]`` when ``at`` is None).
+        (row ``i`` into ``out[at[i]]``, or ``out[i]`` when ``at`` is None); ``then``: also
+        each row's successor, in the same call (:func:`buffer.files.row_reads.read_rows`).
 
         Raises:
             CorruptDataError: a row has no record, or a read came back short.
         """
-        flat = out.reshape(len(out), -1).view(np.uint8)
-        nbytes = flat.shape[1]
-        t = self._table()
-        rec = np.searchsorted(t[:, 0], rows, side="right") - 1
-        if len(rows) and (rec.min() < 0 or (rows >= t[rec, 0] + t[rec, 2]).any()):
-            raise CorruptDataError(f"{self._paths[0]}: a row of the open tail has no record")
-        pos = t[rec, self._column[name]] + (rows - t[rec, 0]) * nbytes
-        fds = self._fds
-        dest = range(len(rows)) if at is None else at.tolist()
-        for i, p, s in zip(dest, pos.tolist(), t[rec, 1].tolist(), strict=True):
-            if os.preadv(fds[s], [flat[i]], p) != nbytes:
-                raise CorruptDataError(f"{self._paths[s]}: short read of {name}")
+        column = self._column[name]
+        return row_reads.read_rows(
+            self._table(), 2, column, self._fds, self._paths, name, rows, out, at, then
+        )
 
 
 def _close(fds: list[int]) -> None:

@@ -207,3 +207,26 @@ def test_a_reader_scanned_after_a_rewrite_finds_the_moved_records(tmp_path) -> N
     with pytest.raises(CorruptDataError, match="no record"):
         scanned.read_rows(FRAME, np.array([25]), np.empty((1, *IMG), np.uint8))
     wal.close()
+
+
+@pytest.mark.parametrize("robots", [1, 2])
+def test_next_frames_read_right_where_an_episode_spans_records(tmp_path, robots: int) -> None:
+    """A frame and the next one are read in one call where they lie side by side in a record
+    (``buffer.files.row_reads``); a step whose successor starts the next record (one robot's
+    3-step appends) or is another robot's row (two robots taking turns) is read on its own."""
+    schema = small_schema(image=IMG)
+    seg = 16 * schema.fixed_row_bytes
+    recs = [episodes(r, [10] * 4, image=IMG) for r in range(robots)]
+    with open_buffer(
+        tmp_path / "b", schema, segment_target_bytes=seg, prefetch=False, wal_stripes=2
+    ) as buf:
+        for i in range(0, 40, 3):
+            for r in range(robots):
+                buf.append(recs[r][i : i + 3])
+        n = buf.num_steps
+        assert n == 40 * robots
+        st = buf.storage
+        assert any(c.sealed for c in st.chunks) and not st.chunks[-1].sealed
+        _check_frames(buf, np.arange(n, dtype=np.int64))  # cold segments and the open tail
+        rows = np.random.default_rng(3).integers(0, n, size=200)
+        _check_frames(buf, np.sort(rows))
