@@ -6,7 +6,10 @@ relay subscribe upstream; then it listens on the relay's PUB socket. Chunks that
 digest check or never arrive, and full versions when a delta does not fit the version held,
 are fetched from the relay's Weights service. Only complete, verified versions are applied.
 With no authentic manifest for ``REGISTER_AGAIN_S`` (the relay beacons every second) the robot
-registers again: a restarted relay has a new fan-out key and follows no run until asked.
+registers again: a restarted relay has a new fan-out key and follows no run until asked. While
+the relay answers that it holds no version yet (a run before its first version), the wait
+doubles up to ``REGISTER_AGAIN_MAX_S``: a thousand robots do not poll their relay every few
+seconds through a long warm-up.
 
 Manifests on the fan-out must carry the HMAC tag of the relay's run key, which the robot got
 over authenticated gRPC (see :mod:`comms.wire.fanout`); untagged or mistagged ones are dropped,
@@ -40,6 +43,7 @@ STALL_S = 1.0  # an unfinished version with no chunk for this long is repaired b
 # the relay restarted (a new fan-out key, and it follows no run until a robot asks) or holds no
 # version yet, and the robot registers again.
 REGISTER_AGAIN_S = 5.0
+REGISTER_AGAIN_MAX_S = 60.0  # the longest wait while the relay holds no version of the run
 RECEIVE_QUEUE_MESSAGES = 64  # fan-out messages (a chunk is <= 1 MiB) queued in the robot at most
 
 
@@ -70,6 +74,7 @@ class ZmqWeightSubscription:
         self._last_chunk = 0.0  # monotonic s of its last chunk
         self._last_authentic = 0.0  # monotonic s of the last manifest with a valid tag
         self.registrations = 0
+        self._register_after = REGISTER_AGAIN_S  # seconds of silence before registering again
         self._thread = threading.Thread(target=self._run, name=f"zmq-rx-{run_id}", daemon=True)
         self._thread.start()
 
@@ -96,22 +101,26 @@ class ZmqWeightSubscription:
             try:
                 msgs = list(call)
                 self._take_key(call)
-                self._registered()
+                self._registered(holds_version=bool(msgs))
                 if msgs and msgs[0].manifest.version > self._rx.version:
                     self._full(int(msgs[0].manifest.version))
                 return
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code == grpc.StatusCode.NOT_FOUND and self._take_key(call):
-                    self._registered()
+                    self._registered(holds_version=False)
                     return  # allowed; no version yet
                 log.info("relay refused or unreachable (%s); retrying", code)
             if backoff.sleep(self._stop):
                 return
 
-    def _registered(self) -> None:
+    def _registered(self, holds_version: bool) -> None:
         self.registrations += 1
-        self._last_authentic = time.monotonic()  # the next REGISTER_AGAIN_S count from here
+        self._last_authentic = time.monotonic()  # the next wait counts from here
+        if holds_version or self.registrations == 1:
+            self._register_after = REGISTER_AGAIN_S
+        else:  # registered again and the relay still holds no version: wait longer
+            self._register_after = min(2 * self._register_after, REGISTER_AGAIN_MAX_S)
 
     def _take_key(self, call: grpc.Call) -> bool:
         """Keep the fan-out key from the call's initial metadata; returns whether it had one."""
@@ -135,6 +144,7 @@ class ZmqWeightSubscription:
             self.manifests_refused += 1
         else:
             self._last_authentic = time.monotonic()
+            self._register_after = REGISTER_AGAIN_S
         return ok
 
     def _finish(self, asm: VersionAssembler) -> None:
@@ -187,10 +197,10 @@ class ZmqWeightSubscription:
         self._asm = None
         self._last_chunk = time.monotonic()
         while not self._stop.is_set():
-            if time.monotonic() - self._last_authentic > REGISTER_AGAIN_S:
+            if time.monotonic() - self._last_authentic > self._register_after:
                 # Debug only: a relay that holds no version yet is quiet for minutes.
                 log.debug(
-                    "no manifest from the relay for %.0fs; registering again", REGISTER_AGAIN_S
+                    "no manifest from the relay for %.0fs; registering again", self._register_after
                 )
                 self._finish_current()
                 self._register()

@@ -9,6 +9,7 @@ import grpc
 import numpy as np
 import pytest
 
+import comms.robot.zmq_subscription as zmq_subscription
 from comms.relay.site_relay import SiteRelay
 from comms.robot.client import EdgeClient, make_channel
 from comms.robot.receiver import WeightReceiver
@@ -192,6 +193,35 @@ def test_a_robot_follows_its_relay_through_a_restart(cloud: Cloud) -> None:
         assert rx.wait_for(1, 60), f"registrations {source.registrations}"
         np.testing.assert_array_equal(rx.current()[1]["w"], state["w"])
         assert source.registrations >= 2
+    finally:
+        source.close()
+        client.close()
+        relay.stop()
+
+
+def test_a_robot_waits_longer_each_time_its_relay_still_holds_no_version(
+    cloud: Cloud, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before a run's first version the relay is silent; the robot's registrations back off
+    # (here from 0.3 s to at most 1.2 s: 0.3, 0.6, 1.2, 1.2, ...) instead of coming every 0.3 s,
+    # and the first version is still applied.
+    monkeypatch.setattr(zmq_subscription, "REGISTER_AGAIN_S", 0.3)
+    monkeypatch.setattr(zmq_subscription, "REGISTER_AGAIN_MAX_S", 1.2)
+    relay = SiteRelay(cloud.settings, cloud_address=cloud.address, port=0, zmq_port=0)
+    relay.start()
+    robot = cloud.robot("arm-0")
+    client = EdgeClient(
+        make_channel(relay.address, cloud.settings), robot.credential, cloud.settings
+    )
+    rx = WeightReceiver()
+    source = ZmqWeightSubscription(client, relay.zmq_address, RUN, rx)
+    try:
+        time.sleep(6.0)
+        # every 0.3 s would be about 20; backing off: about 1 + 0.3, 0.9, 2.1, then every 1.2
+        assert 3 <= source.registrations <= 8, source.registrations
+        cloud.server.distributor(RUN).publish({"w": np.ones(1_000, np.float32)})
+        assert rx.wait_for(0, 30), f"registrations {source.registrations}"
+        assert source._register_after == 0.3  # a manifest heard: a silence counts as at first
     finally:
         source.close()
         client.close()
