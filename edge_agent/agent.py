@@ -263,7 +263,7 @@ class EdgeAgent:
         self.state = "resetting"  # the next regular heartbeat says so
         beat = self._heartbeats.beat if self.heartbeat is not None else (lambda: None)
         try:
-            done = self._resets.wait(self.counts.human.reset_time, beat)  # beats at once on timeout
+            done = self._resets.wait(self.counts.reset_time, beat)  # beats at once on timeout
         finally:
             self.state = "running"
         if done:
@@ -368,7 +368,7 @@ class EdgeAgent:
         executed = np.asarray(reply["action"], np.float32)
         self._resets.moved()
         intervening = self._claimed_by_operator(op)
-        self.counts.human.step(ep.task, intervening)
+        self.counts.step(ep.task, intervening)
         if self.helpdesk is not None:
             self.helpdesk.operator_step(intervening, type(self.operator).__name__)
         if hasattr(self.runner, "last_executed"):

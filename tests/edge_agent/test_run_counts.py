@@ -4,10 +4,14 @@ and the human cost where the last one left them, under the same ``tally_epoch``.
 
 from __future__ import annotations
 
+import errno
+import json
+import time
 from pathlib import Path
 
+from edge_agent import run_counts
 from edge_agent.evaluation import EPOCH_KEY
-from edge_agent.run_counts import FILE
+from edge_agent.run_counts import FILE, RunCounts
 from tests.edge_agent.helpers import BiasPolicy, make_agent
 from tests.edge_agent.test_eval_scorers import LabelsFirstEpisode
 from tests.fakes.robot import PointRobot
@@ -58,3 +62,37 @@ def test_unreadable_counts_start_again_under_a_new_epoch(tmp_path: Path) -> None
     second.uplink.close()
     assert report[EPOCH_KEY] != epoch  # the cloud takes the new counts whole
     assert EPISODES not in report
+
+
+def test_a_long_takeover_is_saved_while_it_lasts(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A person's seconds are kept every SAVE_EVERY_S, not only at the episode's end: a robot
+    # computer that dies in the middle of a long takeover or reset loses at most that much.
+    monkeypatch.setattr(run_counts, "SAVE_EVERY_S", 0.05)
+    counts = RunCounts(tmp_path, period=0.1)
+    counts.step("reach-v3", intervening=True)
+    assert not (tmp_path / FILE).exists()  # not due yet
+    time.sleep(0.06)
+    counts.step("reach-v3", intervening=True)
+    saved = json.loads((tmp_path / FILE).read_text())["human"]
+    assert saved == {k: v for k, v in counts.human.counts.items()}
+    assert any(k.endswith("takeover_s") and v > 0 for k, v in saved.items()), saved
+    time.sleep(0.06)
+    counts.reset_time(2.0)  # no episode has ended: a reset's seconds are not counted yet
+    time.sleep(0.06)
+    counts.human.episode("reach-v3", 2, autonomous=False)
+    counts.reset_time(3.0)  # a reset after that episode: kept before the person is done
+    again = RunCounts(tmp_path, period=0.1)  # the robot computer restarted
+    assert again.human.counts == counts.human.counts
+    assert again.human.counts["human/reach-v3/reset_s"] == 3.0
+
+
+def test_a_full_disk_does_not_stop_the_robot_between_saves(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(run_counts, "SAVE_EVERY_S", 0.0)
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device (injected)")
+
+    monkeypatch.setattr(run_counts, "atomic_write_text", full)
+    counts = RunCounts(tmp_path, period=0.1)
+    counts.step("reach-v3", intervening=True)  # logged, not raised: the robot keeps acting
+    assert sum(counts.human.counts.values()) > 0
