@@ -21,8 +21,10 @@ class OrchestrationSettings(BaseModel):
         default=600.0,
         gt=0,
         description=(
-            "The same limit until the run's first policy version: start-up, state "
-            "normalisation and the behaviour-cloning warm start may be slow on a small machine."
+            "The same limit until the run's first policy version (start-up, state "
+            "normalisation and the behaviour-cloning warm start may be slow on a small "
+            "machine) and from each restart until the learner's first batch (its imports "
+            "and checkpoint load)."
         ),
     )
     robots_ready_timeout_s: float = Field(
