@@ -71,6 +71,8 @@ typecheck: venv
 # each test file on one worker, and the real-cloud system tests (CLOUD_FILES in tests/conftest.py)
 # on one worker together. TEST_WORKERS=0 runs the suite in one process.
 #
+# --durations=30: the log names the slowest tests, where a loaded CI machine runs out of time.
+#
 # SUITE_TIMEOUT_S: the whole suite's limit (it takes about 25 minutes on two cores). Each test
 # has its own (pytest-timeout, pyproject.toml); this one catches a hang outside any test. On
 # expiry the whole process group gets SIGINT, so pytest prints where every worker was and what
@@ -81,7 +83,7 @@ unit: venv
 	tools/ensure-chromium
 	timeout --signal=INT --kill-after=120 $(SUITE_TIMEOUT_S) \
 	  tools/with-postgres "$(VENV)/bin/python" -m pytest -n $(TEST_WORKERS) --dist loadfile \
-	  --cov --cov-report=term:skip-covered $(PYTEST_ARGS)
+	  --cov --cov-report=term:skip-covered --durations=30 $(PYTEST_ARGS)
 
 test: lint typecheck unit
 
