@@ -9,7 +9,10 @@
   ``progress`` (live figures and curves), ``clock`` (run time, robot-hours), ``hold``
   (pause/resume until the robots' heartbeats agree), ``leasing`` (robots and learner
   placement), ``cadence`` (the loop's periodic jobs), ``disk_notice`` (files waiting for
-  space), ``stop_conditions`` (the spec's ``stop``).
+  space), ``stop_conditions`` (the spec's ``stop``); its steps: ``run_assignment`` (what
+  each robot is told), ``run_evals`` (which evaluations), ``pausing`` (the loop following a
+  pause), ``live_state`` (running/degraded from the leases), ``run_end`` (teardown and the
+  final report); ``cloud_context`` (what every run of one cloud shares).
 * :mod:`~runs.supervisor` - restart with backoff, crash-loop detection
   and the hung-process watchdog.
 * :mod:`~runs.estop` - e-stops in the store pushed to the robots.

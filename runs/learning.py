@@ -74,7 +74,7 @@ class RunLearning:
     the learner (``cloud_learner.process``).
 
     Args:
-        ctx: the cloud's shared services (``runs.run.CloudContext``).
+        ctx: the cloud's shared services (``runs.cloud_context.CloudContext``).
         run_id / run_dir: the run.
         plan: its spec resolved (``cloud_learner.run_plan.RunPlan``: the algorithm's builder).
         features: the features its robots share (the buffer's schema).

@@ -60,3 +60,8 @@ def robot_specs(store: MetadataStore, names: Iterable[str]) -> dict[str, dict[st
     with store.session() as s:
         rows = s.execute(select(Robot.name, Robot.spec).where(Robot.name.in_(list(names))))
         return {name: dict(spec or {}) for name, spec in rows}
+
+
+def members(allocation: Any) -> dict[str, int]:
+    """Name -> robot id of each robot ``allocation`` holds a lease on."""
+    return {name: m.robot_id for name, m in allocation.members.items()}

@@ -32,49 +32,34 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cloud_learner.run_plan import RunPlan
-from edge_agent.assignment import Assignment, run_edge_settings
+from edge_agent.assignment import Assignment
 from foundation.runspec import RunSpec
-from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import RunState
 from foundation.store.runs import set_state
-from runs import leasing, stop_conditions
+from runs import leasing, live_state, stop_conditions
 from runs.assignments import RobotAssignments, split_demonstrations
 from runs.cadence import Every
 from runs.clock import RunClock
+from runs.cloud_context import CloudContext as CloudContext
 from runs.disk_notice import DiskFullNotice
-from runs.eval_record import EvaluationRecorder, NoEvaluations
-from runs.evaluations import SimulatorEvaluations
+from runs.eval_record import EvaluationRecorder
 from runs.help_dispatch import SimulatedOperators
 from runs.hold import RobotHold
 from runs.learning import LearnerRefused, RunLearning
 from runs.operator_effort import OperatorEffort
+from runs.pausing import PauseFollower
 from runs.progress import RunProgress
 from runs.progress_file import disk_full
-from runs.promotion import promote_best
-from runs.robot_evals import RobotEvaluations
-from runs.supervisor import CrashLoop, ProcessSupervisor, RestartPolicy
+from runs.run_assignment import run_assignment
+from runs.run_end import quiet_teardown, teardown
+from runs.run_evals import run_evaluations
+from runs.supervisor import CrashLoop, ProcessSupervisor
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CloudContext:
-    """What every run of one cloud shares."""
-
-    settings: Any
-    store: MetadataStore
-    server: Any  # comms.cloud.server.CloudServer
-    server_address: str
-    sinks: dict[str, Any]
-    python: str
-    routes: dict[str, Any] = field(default_factory=dict)  # run id -> a sharded run's ShardRoutes
-    learner_restarts: RestartPolicy = field(default_factory=RestartPolicy)
-    eval_every_s: float | None = None
 
 
 class RunDriver:
@@ -86,7 +71,7 @@ class RunDriver:
     (:class:`~runs.assignments.RobotAssignments`), the evaluations
     (:class:`~runs.eval_record.EvaluationRecorder`), the live figures
     (:class:`~runs.progress.RunProgress`), the run's clock and the
-    robots' hold (pause).
+    robots' hold (pause, :mod:`runs.pausing`); its end: :mod:`runs.run_end`.
 
     Args:
         ctx: the cloud's shared services.
@@ -117,6 +102,7 @@ class RunDriver:
         self.progress: dict[str, Any] = {"state": "pending"}
         self.want_pause = False  # set/cleared by the run manager; the loop follows it
         self.hold = RobotHold(ctx.store, ctx.server, run_id)
+        self.pausing = PauseFollower(self.hold, self._event)
         self.clock = RunClock()
         self.allocation: Any = None
         self.features: Any = None  # hal.compat.RunFeatures of the leased robots
@@ -134,7 +120,6 @@ class RunDriver:
         self.disk_full = DiskFullNotice(run_id, self._event)
         self.learner_restarts_base = 0
         self._checkpoint_requested = False
-        self._held_reported = False
         self._thread = threading.Thread(target=self._main, name=f"run-{run_id}", daemon=True)
 
     # -- control from the run manager ----------------------------------------------------------
@@ -199,30 +184,23 @@ class RunDriver:
             self._setup(resumed)
             self._loop()
             if self.detach:
-                self._teardown(final=False)
+                teardown(self, final=False)
                 return
-            self._teardown(final=True)
+            teardown(self, final=True)
             set_state(
                 store, self.run_id, self.final_state, self.stop_reason or "", **self._summary()
             )
         except (CrashLoop, LearnerRefused) as exc:  # restarting cannot help (any more)
             log.error("run %s crashed: %s", self.run_id, exc)
-            self._quiet_teardown()
+            quiet_teardown(self)
             set_state(store, self.run_id, RunState.CRASHED, str(exc))
         except Exception as exc:
             log.exception("run %s failed", self.run_id)
-            self._quiet_teardown()
+            quiet_teardown(self)
             set_state(store, self.run_id, RunState.CRASHED, f"{type(exc).__name__}: {exc}")
         finally:
             if self.on_end is not None:
                 self.on_end(self)
-
-    def _quiet_teardown(self) -> None:
-        """Teardown on the way to ``crashed``: a second failure must not hide the first."""
-        try:
-            self._teardown(final=False)
-        except Exception:
-            log.exception("run %s: teardown after a failure failed too", self.run_id)
 
     def _summary(self) -> dict[str, Any]:
         return {k: v for k, v in self.result.items() if isinstance(v, int | float | str)}
@@ -241,7 +219,17 @@ class RunDriver:
             self.ctx, self.run_id, self.run_dir, self.plan, self.features, self._event
         )
         self.figures.offline_rows = self.learning.demo_rows
-        self.evaluations = self._evaluations()
+        self.evaluations = run_evaluations(
+            self.ctx.store,
+            self.run_id,
+            self.run_dir,
+            self.plan,
+            robots=lambda: [] if self.agents is None else self.agents.names,
+            robot_specs=self._robot_specs,
+            features=self.features,
+            orchestration=self.orchestration,
+            on_event=self._event,
+        )
         setup_t0 = time.monotonic()
         if self.learning.serves_an_earlier_version:
             # Robots would act on it at once: they start when this learner's first version
@@ -258,40 +246,9 @@ class RunDriver:
         t0 = self.clock.start()
         self.progress.setdefault("setup_s", round(t0 - setup_t0, 2))
         if not (self.run_dir / "evals.jsonl").exists():
-            self._snapshot_for_eval()  # the initial policy's success (version 1)
+            self.snapshot_for_eval()  # the initial policy's success (version 1)
         # A pause or stop requested during setup stays; the loop acts on it.
         self._set_live_state(only_from={RunState.PENDING, RunState.RESUMING})
-
-    def _evaluations(self) -> EvaluationRecorder:
-        """The run's success curve: robots' evaluation episodes or a simulator (evaluation.on).
-
-        Raises:
-            ValueError: the leased robots described no common driver kind (simulator).
-        """
-        from runs.evaluator import simulator_kind
-
-        source: RobotEvaluations | SimulatorEvaluations | NoEvaluations
-        if self.spec.evaluation.on == "none":
-            source = NoEvaluations()
-        elif self.spec.evaluation.on == "robots":
-            source = RobotEvaluations(
-                self.ctx.store,
-                self.run_id,
-                self.spec.tasks,
-                lambda: [] if self.agents is None else self.agents.names,
-                self.run_dir,
-            )
-        else:
-            o = self.orchestration
-            source = SimulatorEvaluations(
-                self.spec,
-                simulator_kind(self._robot_specs()),
-                (self.features.state_dim, self.features.action_dim),
-                self.params.eval_max_steps,
-                o.evaluator_nice,
-                o.eval_backlog,
-            )
-        return EvaluationRecorder(self.ctx.store, self.run_id, self.run_dir, source, self._event)
 
     def _carry_on(self) -> None:
         """A resumed run's clock and counters, as its last attempt left them."""
@@ -325,33 +282,7 @@ class RunDriver:
 
     def assignment(self) -> Assignment:
         """What every robot of the run is told (each gets its own seed)."""
-        evaluation = self.spec.evaluation
-        return Assignment(
-            run_id=self.run_id,
-            tasks=list(self.spec.tasks),
-            max_episode_steps=self.params.max_episode_steps,
-            hidden=self.spec.policy.hidden_sizes[0],
-            terminate_on_success=self.plan.terminate_on_success,  # e.g. RECAP's
-            needs_operator=self.plan.needs_operator,
-            reward_source=self.spec.reward.source,
-            help=self._help_assignment(),
-            edge=run_edge_settings(
-                self.ctx.settings.edge,
-                self.params.control_hz,
-                evaluate_every=evaluation.every_episodes if evaluation.on == "robots" else 0,
-            ),
-        )
-
-    def _help_assignment(self) -> dict[str, Any]:
-        """The robots' ``help:`` (none when they never ask); ``on_call`` when the run has
-        fewer people than robots (``edge_agent.on_call``)."""
-        h = self.spec.help
-        if h.risk == "none":
-            return {}
-        cloud_only = {"probe_horizon", "probe_every_updates", "probe_episodes", "operators"}
-        out = h.model_dump(exclude=cloud_only | {"simulated_operators"})
-        out["on_call"] = h.operators is not None and h.operators < self.spec.robots.count
-        return out
+        return run_assignment(self.run_id, self.plan, self.ctx.settings.edge)
 
     def _start_agents(self) -> None:
         """Assign the leased robots: their computers build the run's agent (connect,
@@ -405,13 +336,13 @@ class RunDriver:
                 if self.help_people is not None and not self.paused:
                     self.help_people.turn()
                 if metrics.due(now):
-                    self._record_progress()
+                    self.record_progress()
                 if follow.due(now):  # a restarted robot is told to hold by _follow_hold
                     self.agents.follow()
                 if not self.paused:  # robots hold still: nothing to evaluate, no robot to add
                     assert self.evaluations is not None
                     if now - self.evaluations.last_at >= every:
-                        self._snapshot_for_eval()
+                        self.snapshot_for_eval()
                     if reconcile.due(now):
                         self._reconcile()
                 self._check_stop_conditions()
@@ -430,45 +361,30 @@ class RunDriver:
 
     def _members(self) -> dict[str, int]:
         assert self.allocation is not None
-        return {name: m.robot_id for name, m in self.allocation.members.items()}
-
-    def _live_state(self) -> RunState:
-        assert self.allocation is not None
-        short = len(self.allocation.active) < self.spec.robots.count
-        return RunState.DEGRADED if short else RunState.RUNNING
+        return leasing.members(self.allocation)
 
     def _set_live_state(self, reason: str = "", *, only_from: set[RunState]) -> None:
         assert self.allocation is not None
-        state = self._live_state()
-        robots = sorted(self.allocation.members)
-        set_state(self.ctx.store, self.run_id, state, reason, only_from=only_from, robots=robots)
-        self.progress["state"] = state.value
+        store, count = self.ctx.store, self.spec.robots.count
+        live_state.set_live_state(
+            store, self.run_id, self.allocation, count, self.progress, reason, only_from=only_from
+        )
 
     def _follow_pause(self) -> None:
-        """Pause: robots hold at their next step boundary; leases, placement, agents and the
-        learner stay. Resume: the held robots go on with their episodes."""
-        if self.want_pause and not self.paused:
-            reached = self.hold.want(True, self._members(), "run paused")
-            self.clock.pause()
-            self._held_reported = False
-            self.progress["state"] = RunState.PAUSED.value
-            self._event("run.pause_sent", robots=sorted(self._members()), reached=reached)
-        elif self.paused and not self.want_pause:
-            reached = self.hold.want(False, self._members(), "run resumed")
-            self.clock.resume()
-            self._event("run.resume_sent", robots=sorted(self._members()), reached=reached)
-            self._set_live_state("resumed after a pause", only_from={RunState.RESUMING})
+        """Hold or release the robots as the run manager asks (``runs.pausing``)."""
+        self.pausing.follow_pause(
+            self.want_pause,
+            self.clock,
+            self._members,
+            self.progress,
+            lambda: self._set_live_state("resumed after a pause", only_from={RunState.RESUMING}),
+        )
 
     def _follow_hold(self) -> None:
         """Re-send pause/resume to robots whose heartbeat disagrees; note when all hold."""
         if self.allocation is None:
             return
-        held = self.hold.follow(self._members())
-        if not self.paused:
-            self._held_reported = False
-        elif not self._held_reported and held == sorted(self.allocation.active):
-            self._held_reported = True
-            self._event("run.robots_held", robots=held, leases_kept=sorted(self._members()))
+        self.pausing.follow_hold(self.paused, self._members(), self.allocation.active)
 
     def _check_stop_conditions(self) -> None:
         reason = stop_conditions.reached(self.spec.stop, self.clock.elapsed(), self.progress)
@@ -477,21 +393,14 @@ class RunDriver:
 
     def _reconcile(self) -> None:
         assert self.agents is not None
-        result = self.allocation.reconcile(timeout_s=5.0)
-        for name in set(self.agents.names) - set(self.allocation.members):
-            self.agents.drop(name)  # retired: its lease is gone
-        members = self._members()
-        for name in result.added:
-            self.agents.start(name, members[name], len(self.agents))
-        state = RunState.DEGRADED if result.degraded else RunState.RUNNING
-        if state.value != self.progress.get("state"):
-            live = {RunState.RUNNING, RunState.DEGRADED}
-            set_state(self.ctx.store, self.run_id, state, only_from=live, lost=result.lost)
-            self.progress["state"] = state.value
+        live_state.reconcile(
+            self.ctx.store, self.run_id, self.allocation, self.agents, self.progress
+        )
 
     # -- evaluation and progress -----------------------------------------------------------
 
-    def _snapshot_for_eval(self, final: bool = False) -> None:
+    def snapshot_for_eval(self, final: bool = False) -> None:
+        """Offer the latest version to the run's evaluations (``final``: the run's last)."""
         assert self.learning is not None and self.evaluations is not None
         learning = self.learning
         self.evaluations.snapshot(
@@ -508,11 +417,13 @@ class RunDriver:
             if got is not None:
                 self.progress.update(got)
 
-    def _learner_restarts(self) -> int:
+    def learner_restarts(self) -> int:
+        """The learner's restarts over every attempt of the run."""
         learner = self.learner
         return self.learner_restarts_base + (learner.restarts if learner else 0)
 
-    def _record_progress(self) -> None:
+    def record_progress(self) -> None:
+        """Record the run's live figures and its operators' effort now."""
         assert self.learning is not None and self.agents is not None
         learner = self.learning.learner
         self.progress.update(
@@ -520,7 +431,7 @@ class RunDriver:
                 self.learning.buffer,
                 self.clock,
                 self.learning.stats,
-                restarts=self._learner_restarts(),
+                restarts=self.learner_restarts(),
                 hangs=learner.hangs,
                 robots=self.agents.names,
                 version=self.learning.version,
@@ -529,72 +440,4 @@ class RunDriver:
         )
         self.progress["effort"] = self.effort.record(
             self.clock.elapsed(), self.agents.names, int(self.progress.get("env_steps", 0))
-        )
-
-    def _final_reports(self) -> dict[str, dict[str, float]]:
-        """Robot id (the buffer's ``robot_id``) -> the final report its computer sent when
-        released."""
-        if self.agents is None:
-            return {}
-        ids = {name: rid for name, (rid, _a) in self.agents.robots.items()}
-        return {str(ids[name]): r for name, r in self.agents.reports.items() if name in ids}
-
-    # -- the end ---------------------------------------------------------------------------
-
-    def _teardown(self, final: bool) -> None:
-        """Stop everything; with ``final`` also the final evaluation, report and accounting."""
-        self.progress["state"] = "stopping"
-        if final:
-            set_state(self.ctx.store, self.run_id, RunState.STOPPING, self.stop_reason or "")
-        try:
-            # A run that ends releases its robots; one the cloud detaches from (shutting down,
-            # to be resumed) leaves them acting and spooling, as a crash of the cloud would.
-            if self.agents is not None and final:
-                self.agents.release(self.orchestration.release_timeout_s)
-        except Exception:
-            log.exception("releasing the robots")
-        if self.learning is not None:
-            self.learning.learner.stop()
-            if final:
-                self._final_report()
-            self.learning.close()
-        if self.evaluations is not None:
-            self.evaluations.close()
-            self.evaluations = None
-        if self.allocation is not None:
-            if self.paused and self.detach and not final:
-                self.allocation.suspend()  # the cloud goes away: a paused run keeps its robots
-            else:
-                self.allocation.release()
-        self.ctx.server.invalidate_auth()
-
-    def _final_report(self) -> None:
-        """The last version out, the last figures, the final evaluation, then the report with
-        the acknowledged steps the buffer lost (``accounting``)."""
-        from runs.accounting import reported_accounts
-        from runs.report import write_report
-
-        assert self.learning is not None and self.evaluations is not None
-        self.learning.publish_new_weights()
-        self._record_progress()
-        if self.learning.version:
-            self._snapshot_for_eval(final=True)
-        for got in self.evaluations.drain():
-            self.progress.update(got)
-        promotion = promote_best(self.ctx.store, self.run_id, self.run_dir, self.spec)
-        reports = self.agents.reports if self.agents is not None else {}
-        if reports:  # the robots' final counts (their heartbeats stop with their release)
-            self.effort.write(
-                self.clock.elapsed(), len(reports), int(self.progress.get("env_steps", 0)), reports
-            )
-        self.result = write_report(
-            self.run_dir,
-            self.run_id,
-            self.spec,
-            learner_restarts=self._learner_restarts(),
-            accounts=reported_accounts(self.learning.buffer, self._final_reports()),
-            elapsed_s=self.clock.elapsed(),
-            setup_s=self.progress.get("setup_s"),
-            robot_reports=self.agents.reports if self.agents is not None else {},
-            promotion=promotion,
         )
