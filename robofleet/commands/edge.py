@@ -142,16 +142,37 @@ def driver_options(pairs: Sequence[str]) -> dict[str, Any]:
     return parse_options(pairs, "--driver-option")
 
 
+def check_server(target: str) -> None:
+    """Refuse a ``--server`` that names no port: a bare host would be dialled on gRPC's
+    default port 443 and waited for forever, as an unreachable cloud is. A target with a
+    gRPC scheme (``dns:``, ``unix:``, ``ipv4:``, ``ipv6:``) is left to gRPC.
+
+    Raises:
+        ValueError: ``target`` is not ``host:port`` (IPv6 in brackets).
+    """
+    from comms.robot.dataplane_client import grpc_host
+
+    if target.startswith(("dns:", "unix:", "ipv4:", "ipv6:")):
+        return
+    if grpc_host(target) is None or not target.rpartition(":")[2].isdigit():
+        raise ValueError(
+            f"--server must be the cloud's gRPC host:port (e.g. cloud.lan:50051), got {target!r}"
+        )
+
+
 def options_from_args(args: argparse.Namespace) -> AgentOptions:
     """The agent options a parsed ``robofleet edge`` command line asks for.
 
     Raises:
-        ValueError: a bad ``--driver-option`` or ``--operator-option``, an
+        ValueError: a ``--server`` that is not host:port, a bad ``--driver-option`` or
+            ``--operator-option``, an
             ``--operator-option`` without ``--operator lerobot`` or ``spacemouse``, or a ``--driver`` that is unknown or cannot be
             loaded (``hal.drivers.driver_class``, named).
     """
     from edge_agent.build import AgentOptions
 
+    if args.server is not None:
+        check_server(args.server)
     driver_class(args.driver)
     if args.operator_option and args.operator not in ("lerobot", "spacemouse"):
         raise ValueError(

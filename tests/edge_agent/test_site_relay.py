@@ -54,3 +54,26 @@ def test_a_relay_that_is_not_host_port_is_refused_at_start(
     assert err == [
         "robofleet edge: --relay: Value error, edge.relay must be host:port, got 'relay'"
     ]
+
+
+@pytest.mark.parametrize("server", ["nonsense", "cloud.lan:", "[fd00::7]", "cloud.lan:port"])
+def test_a_cloud_address_without_a_port_is_refused_at_start(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Dialled as given, a bare host means gRPC's port 443, and the robot computer would wait
+    # for that cloud forever, as it waits for one that is down.
+    from robofleet.commands import edge
+
+    assert edge.main(["--server", server, "--robot", "arm-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "robofleet edge: --server must be the cloud's gRPC host:port (e.g. cloud.lan:50051), "
+        f"got {server!r}"
+    ]
+
+
+def test_cloud_addresses_that_name_a_port_or_a_grpc_scheme_pass() -> None:
+    from robofleet.commands.edge import check_server
+
+    for ok in ("cloud.lan:50051", "10.0.0.7:50051", "[fd00::7]:50051", "dns:///cloud:50051"):
+        check_server(ok)
