@@ -27,6 +27,7 @@ from runs.pidfile import remove_pidfile, write_pidfile
 from runs.run import CloudContext
 
 log = logging.getLogger(__name__)
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 class LocalRobots(Protocol):
@@ -116,6 +117,9 @@ class CloudService:
             if self.ray_address:
                 ray.init(address=self.ray_address, log_to_driver=False)
             else:
+                # Ray warns at every local start that it enabled token authentication, its
+                # default for a local cluster and what robofleet wants: not news.
+                logging.getLogger(RAY_AUTH_LOGGER).setLevel(logging.ERROR)
                 ray.init(
                     num_cpus=self.num_cpus,
                     include_dashboard=False,

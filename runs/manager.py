@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import select
 
 from cloud_learner.run_plan import RunPlan, parse_spec
+from foundation.naming import unknown_names
 from foundation.runspec import RunSpec, RunSpecError, parse_run_spec
 from foundation.store.metadata_store import MetadataStore
 from foundation.store.models import Robot, RobotStatus, Run, RunState
@@ -195,9 +196,9 @@ def _fleet_errors(spec: RunSpec, plan: RunPlan | None, robots: list[Robot]) -> d
         tasks = robot_spec(r.name, r.spec).tasks
         offered.update(tasks)
         open_ended = open_ended or not tasks
-    unknown = [t for t in spec.tasks if t not in offered]
+    unknown = unknown_names(spec.tasks, offered)
     if unknown and not open_ended:
-        errors["tasks"] = f"no matching robot runs {unknown} (they run {sorted(offered)})"
+        errors["tasks"] = f"no matching robot runs {unknown}"
     return errors
 
 

@@ -47,6 +47,7 @@ SAMPLES_PER_INSERT = 64.0
 # boundary keeps the version lag near 0.
 PUBLISH_EVERY_UPDATES = 10
 PUBLISH_EVERY_SECONDS = 1.0
+LINE_EVERY_S = 30.0  # a progress line this often when the output is not a terminal
 SUMMARY_KEYS = (
     "initial_success",
     "final_success",
@@ -259,6 +260,10 @@ def main(argv: Sequence[str] = ()) -> int:
     except RunSpecError as exc:
         _error(exc)
         return 2
+    unknown = _unknown_tasks(spec.tasks)
+    if unknown:  # before a cloud and Ray start: the simulated fleet runs Meta-World only
+        _error(ValueError(f"--tasks: no Meta-World task {unknown}"))
+        return 2
     cameras = [c for c in args.cameras.split(",") if c]
     cloud = CloudService(
         settings,
@@ -290,6 +295,14 @@ def main(argv: Sequence[str] = ()) -> int:
         cloud.close()
 
 
+def _unknown_tasks(tasks: list[str]) -> str:
+    """``tasks`` that are not Meta-World v3 tasks, named with the closest ones ("": none)."""
+    from foundation.naming import unknown_names
+    from hal.drivers.metaworld import v3_tasks
+
+    return unknown_names(tasks, v3_tasks())
+
+
 def _error(exc: Exception) -> None:
     print(f"robofleet demo: {exc}", file=sys.stderr)
 
@@ -312,8 +325,11 @@ def _watch(
     ``kill_learner_at`` seconds after the watch began (None: never)."""
     from rich.live import Live
 
+    from runs.cadence import Every
+
     killed = False
     started = time.monotonic()
+    line = Every(LINE_EVERY_S, started)
     with Live(
         _table(driver.progress, spec.tasks, spec.algorithm),
         console=console,
@@ -322,6 +338,9 @@ def _watch(
         while driver.alive:
             time.sleep(0.5)
             live.update(_table(driver.progress, spec.tasks, spec.algorithm))
+            if not console.is_terminal and line.due(time.monotonic()):
+                # A log or a CI job sees the live table only when it ends: a line meanwhile.
+                console.print(_progress_line(driver.progress), soft_wrap=True)
             if (
                 kill_learner_at is not None
                 and not killed
@@ -332,6 +351,23 @@ def _watch(
                 os.kill(driver.learner.pid, signal.SIGKILL)
                 killed = True
                 console.print(f"SIGKILLed the learner (pid) at {kill_learner_at:.0f}s")
+        run = driver.ctx.store.get_run(driver.run_id)
+        final = {**driver.progress, "state": run.state.value if run else "?"}
+        live.update(_table(final, spec.tasks, spec.algorithm))
+    if not console.is_terminal:
+        console.line()  # the table's last line is not ended off a terminal
+
+
+def _progress_line(progress: dict[str, Any]) -> str:
+    """One line of the run's figures for output that is not a terminal."""
+    mean = progress.get("success_mean")
+    return (
+        f"{progress.get('elapsed_s', 0.0) / 60:.1f} min: "
+        f"version {progress.get('policy_version', 0)}, "
+        f"{progress.get('env_steps', 0)} env steps, "
+        f"intervention rate {progress.get('intervention_rate', 0.0):.2f}, "
+        f"success {'-' if mean is None else f'{mean:.2f}'}"
+    )
 
 
 def _report(
@@ -340,7 +376,8 @@ def _report(
     """Print how the run ended, its report and plots and the summary (:data:`SUMMARY_KEYS`;
     one JSON line when ``as_json``); 0 when the run left a result, else 1."""
     run = cloud.store.get_run(run_id) if cloud.store else None
-    console.print(f"run ended: {run.state.value if run else '?'} {run.reason if run else ''}")
+    reason = f" ({run.reason})" if run and run.reason else ""
+    console.print(f"run ended: {run.state.value if run else '?'}{reason}")
     if result:
         console.print(f"report: {result.get('report')}")
         for p in result.get("plots", []):
@@ -349,5 +386,5 @@ def _report(
     if as_json:
         print(json.dumps(summary), flush=True)
     else:
-        console.print(summary)
+        console.print_json(json.dumps(summary))
     return 0 if result else 1

@@ -4,6 +4,7 @@ and a SIGKILLed learner comes back by itself."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -48,6 +49,12 @@ def test_short_demo_improves_and_loses_nothing(tmp_path: Path) -> None:
         "learner_restarts",
     }
     assert summary["acked_lost"] == 0
+    # Off a terminal (here: a pipe) a progress line comes every 30 s, and the last table and
+    # the end line say how the run ended.
+    assert re.search(r"\d+\.\d min: version \d+, \d+ env steps", out.stderr), out.stderr[-3000:]
+    assert re.search(r"state\W+finished\W", out.stderr), out.stderr[-3000:]
+    assert "run ended: finished (" in out.stderr
+    assert "WARNING" not in out.stderr, out.stderr[-3000:]  # nothing that reads like trouble
     assert summary["learner_restarts"] == 1
     assert summary["initial_success"] <= 0.5
     assert summary["final_success"] > summary["initial_success"]
