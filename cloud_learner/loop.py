@@ -164,7 +164,7 @@ class Learner:
             self.training_started = True
             log.info(
                 "online training starts: the buffer holds %d >= %d robot transitions"
-                " (and %d offline)",
+                " (and %d of demonstrations and offline data)",
                 counts["robot_steps"],
                 self.settings.min_transitions,
                 counts["offline_steps"],
