@@ -34,7 +34,14 @@ REQUESTS: dict[str, tuple[frozenset[RunState], RunState]] = {
 
 
 class RunNotFound(LookupError):
-    """No run has this id."""
+    """No run has this id; its message says so: ``no run 'run-…'``."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
+
+    def __str__(self) -> str:
+        return f"no run {self.run_id!r}"
 
 
 class RunStateError(RuntimeError):

@@ -225,3 +225,14 @@ def test_the_simulator_refuses_a_driver_it_cannot_build_alone(tmp_path: Path) ->
     # A Gymnasium robot needs its env_id: the run's episode options alone cannot build one.
     errors = _simulator_errors(tmp_path, ["reach-v3"], {"driver": "gymnasium"})
     assert "gymnasium" in errors["evaluation.on"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("run", "stop"), ("run", "pause"), ("run", "promote"), ("resume",)],
+    ids=["stop", "pause", "promote", "resume"],
+)
+def test_an_unknown_run_is_named_as_such(tmp_path: Path, args: tuple[str, ...]) -> None:
+    out = cli(tmp_path, *args, "no-such-run")
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"robofleet {' '.join(args)}: no run 'no-such-run'"
