@@ -22,10 +22,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from foundation.rows import RowFilter
+from foundation.yamlfile import YamlFileError, load_yaml_file
 
 SPEC_VERSION: Literal[1] = 1
 
@@ -460,6 +460,9 @@ class RunSpecError(ValueError):
 
     def __init__(self, errors: dict[str, str]) -> None:
         self.errors = errors
+        if list(errors) == ["(file)"]:  # the file itself: one line that names it
+            super().__init__(errors["(file)"])
+            return
         super().__init__(
             "invalid run spec:\n  " + "\n  ".join(f"{k}: {v}" for k, v in errors.items())
         )
@@ -504,9 +507,9 @@ def load_run_spec(path: Path | str, parse: Callable[[Any], RunSpec] = parse_run_
     if not p.is_file():
         raise RunSpecError({"(file)": f"not found: {p}"})
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise RunSpecError({"(file)": f"not valid YAML: {exc}"}) from None
+        data = load_yaml_file(path)
+    except YamlFileError as exc:
+        raise RunSpecError({"(file)": str(exc)}) from None
     return parse(data)
 
 

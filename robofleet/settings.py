@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -28,6 +27,7 @@ from comms.config import CommsSettings
 from dashboard.config import DashboardSettings
 from edge_agent.config import EdgeSettings
 from foundation.store.config import MetadataRetentionSettings
+from foundation.yamlfile import YamlFileError, load_yaml_file
 from hal.config import HalSettings
 from runs.config import OrchestrationSettings
 
@@ -177,9 +177,9 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         path = DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
     if path is not None:
         try:
-            content = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise SettingsError(f"{path}: not valid YAML: {exc}") from None
+            content = load_yaml_file(path)
+        except YamlFileError as exc:
+            raise SettingsError(str(exc)) from None
         if content is not None and not isinstance(content, dict):
             raise SettingsError(f"{path}: the top level must be a mapping of settings")
     _config_file = path

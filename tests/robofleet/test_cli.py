@@ -91,3 +91,10 @@ def test_component_options_pass_through(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert main(["--config", "c.yaml", "dashboard", "--port", "0"]) == 7
     assert main(["bench", "buffer", "--quick", "--json"]) == 7
     assert entry.SEEN == [["--config", "c.yaml", "--port", "0"], ["--quick", "--json"]]
+
+
+def test_yaml_syntax_error_in_the_settings_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("buffer:\n  memory_budget_bytes: 10\nhal: x: y\n")
+    r = run_cli("--config", "bad.yaml", "config", "show", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr == "robofleet: bad.yaml line 3, column 7: mapping values are not allowed here\n"

@@ -56,7 +56,7 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
         load_settings(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: [1,\n")
-    with pytest.raises(SettingsError, match="not valid YAML"):
+    with pytest.raises(SettingsError, match=r"bad\.yaml line 2, column 1: expected the node"):
         load_settings(bad)
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("42\n")
@@ -91,3 +91,11 @@ def test_auto_resume_comes_from_settings_and_the_flag_can_only_turn_it_off(
     monkeypatch.setenv("ROBOFLEET_ORCHESTRATION__AUTO_RESUME", "false")
     off = load_settings(None, data_dir=tmp_path)
     assert not auto_resume(off, no_flag)
+
+
+def test_a_yaml_syntax_error_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("buffer:\n  memory_budget_bytes: 10\nhal: x: y\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings(bad)
+    assert str(err.value) == f"{bad} line 3, column 7: mapping values are not allowed here"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from foundation.store.metadata_store import upgrade
 from foundation.store.models import Lease, Robot, RobotStatus, Run
 from runs.manager import submit_run
 from tests.dashboard.helpers import sawyer_spec
-from tests.fakes.cloud import cli, store_for
+from tests.fakes.cloud import ROBOFLEET, cli, store_for
+from tests.fakes.settings import cloud_env
 from tests.runs.helpers import spec_file
 
 
@@ -236,3 +238,19 @@ def test_an_unknown_run_is_named_as_such(tmp_path: Path, args: tuple[str, ...]) 
     out = cli(tmp_path, *args, "no-such-run")
     assert out.returncode == 2
     assert out.stderr.strip() == f"robofleet {' '.join(args)}: no run 'no-such-run'"
+
+
+def test_a_yaml_syntax_error_in_the_spec_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("algorithm: sac\ntasks: [reach-v3]\nrobots: count: 1\n")
+    out = subprocess.run(
+        [*ROBOFLEET, "run", "launch", "bad.yaml"],
+        cwd=tmp_path,
+        env=cloud_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    assert out.stderr == (
+        "robofleet run launch: bad.yaml line 3, column 14: mapping values are not allowed here\n"
+    )

@@ -72,6 +72,13 @@ def test_load_from_yaml(tmp_path: Path) -> None:
     assert load_run_spec(p).algorithm == "sac"
     with pytest.raises(RunSpecError, match="not found"):
         load_run_spec(tmp_path / "missing.yaml")
+    p.write_text("algorithm: sac\ntasks: [reach-v3]\nrobots: {count: 1\n")
+    with pytest.raises(RunSpecError) as err:
+        load_run_spec(p)
+    assert str(err.value) == (
+        f"{p} line 4, column 1: expected ',' or '}}', but got '<stream end>'"
+        " (while parsing a flow mapping at line 3, column 9)"
+    )
     p.write_text("- just\n- a list\n")
     with pytest.raises(RunSpecError, match="must be a mapping"):
         load_run_spec(p)
