@@ -55,11 +55,11 @@ def _one(
 def main(argv: Sequence[str] = ()) -> int:
     p = argparse.ArgumentParser(prog="python -m edge_agent.latency_report")
     p.add_argument("--config", default=None, help="accepted for symmetry; unused")
-    p.add_argument("--agents", type=int, default=4)
-    p.add_argument("--hz", type=float, default=20.0)
-    p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument("--agents", type=int, default=4, help="edge agents, one robot each")
+    p.add_argument("--hz", type=float, default=20.0, help="control rate of each agent")
+    p.add_argument("--seconds", type=float, default=20.0, help="measured seconds per mode")
     p.add_argument("--driver", default="metaworld", help="hal driver kind (a scripted expert's)")
-    p.add_argument("--task", default="reach-v3")
+    p.add_argument("--task", default="reach-v3", help="the robots' task")
     p.add_argument(
         "--realtime",
         type=int,

@@ -1,7 +1,8 @@
 """The floor every robofleet package may import and that imports none of them.
 
 ``contracts`` (the seams between components), ``store`` (the metadata store), ``runspec`` (the
-run spec), ``durable`` (fsynced writes), ``retry`` (the one backoff).
+run spec), ``durable`` (fsynced writes), ``retry`` (the one backoff), ``yamlfile`` (YAML files
+with one-line errors), ``clitext`` (docstrings as plain ``--help`` text).
 """
 
 from importlib.metadata import PackageNotFoundError, version

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from foundation.clitext import plain_text
+
 
 def _spawn_server(
     directory: Path, sock: Path
@@ -146,11 +148,11 @@ def run(kills: int, writers: int, seed: int, root: Path) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="robofleet bench crash", description=__doc__)
+    parser = argparse.ArgumentParser(prog="robofleet bench crash", description=plain_text(__doc__))
     parser.add_argument("--config", default=None, help="robofleet settings file")
     parser.add_argument("--kills", type=int, default=20, help="SIGKILLs of the buffer process")
     parser.add_argument("--writers", type=int, default=4, help="writer processes (robots)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random kill times")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     parser.add_argument("--dir", default=None, help="scratch directory (default: a temp dir)")
     args = parser.parse_args(list(argv))

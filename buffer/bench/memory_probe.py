@@ -33,6 +33,7 @@ from buffer.config import BufferSettings
 from buffer.sampling.samplers import UniformSampler
 from buffer.table.replay_buffer import ReplayBuffer
 from buffer.table.schema import StepSchema
+from foundation.clitext import plain_text
 
 ROBOTS = 4
 CHUNK = 64
@@ -146,7 +147,7 @@ def measure(
 
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m buffer.bench.memory_probe", description=__doc__
+        prog="python -m buffer.bench.memory_probe", description=plain_text(__doc__)
     )
     parser.add_argument("--budget-mib", type=float, default=16.0)
     parser.add_argument("--image", type=int, default=64, help="square camera frame side (px)")

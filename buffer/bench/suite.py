@@ -37,6 +37,7 @@ from buffer.bench.data import ROBOT_CAMERAS, bench_schema, writer_batches
 from buffer.bench.ingest import bench_ingest
 from buffer.bench.learner_view import add_arguments, bench_learner_view, config_from
 from buffer.bench.sample import BATCH, bench_cold, bench_sampling
+from foundation.clitext import plain_text
 
 WRITERS = 8
 CHUNK = 64
@@ -79,7 +80,7 @@ def bench_memory(quick: bool) -> dict[str, float]:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="robofleet bench buffer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="robofleet bench buffer", description=plain_text(__doc__))
     parser.add_argument("--config", default=None, help="robofleet settings file")
     parser.add_argument("--quick", action="store_true", help="smaller run (a few minutes)")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")

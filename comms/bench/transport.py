@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from foundation.clitext import plain_text
+
 
 def _batches(n_batches: int, rows: int, obs_bytes: int) -> list[Any]:
     import pyarrow as pa
@@ -344,8 +346,10 @@ def _print_table(m: _Measured, cam: _Measured, n_batches: int, repeats: int) -> 
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="robofleet bench transport", description=__doc__)
-    parser.add_argument("--config", default=None)
+    parser = argparse.ArgumentParser(
+        prog="robofleet bench transport", description=plain_text(__doc__)
+    )
+    parser.add_argument("--config", default=None, help="robofleet settings file")
     parser.add_argument("--quick", action="store_true", help="smaller volume")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     parser.add_argument(

@@ -26,6 +26,7 @@ import numpy as np
 
 from comms.bench.weights_vla_cli import add_arguments as add_vla_arguments
 from comms.bench.weights_vla_cli import run_vla
+from foundation.clitext import plain_text
 
 if TYPE_CHECKING:
     from comms.bench.common import BenchCloud
@@ -436,8 +437,10 @@ def _codec_figures() -> _CodecFigures:
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="robofleet bench weights", description=__doc__)
-    parser.add_argument("--config", default=None)
+    parser = argparse.ArgumentParser(
+        prog="robofleet bench weights", description=plain_text(__doc__)
+    )
+    parser.add_argument("--config", default=None, help="robofleet settings file")
     parser.add_argument(
         "--quick", action="store_true", help="10M parameters only, short learner run"
     )

@@ -30,6 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from foundation.clitext import plain_text
+
 POLL_S = 0.05
 
 
@@ -144,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    p = argparse.ArgumentParser(prog="robofleet bench assign", description=__doc__)
+    p = argparse.ArgumentParser(prog="robofleet bench assign", description=plain_text(__doc__))
     p.add_argument("--robots", default="4,16", help="robot counts, comma separated")
     p.add_argument("--config", default=None, help="settings file for the clouds")
     args = p.parse_args(list(argv) if argv is not None else None)

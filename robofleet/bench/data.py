@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from foundation.clitext import plain_text
+
 BATCH = 256
 STATE, ACTION = 16, 4
 
@@ -221,7 +223,7 @@ def print_table(res: dict[str, Any]) -> None:
 
 
 def main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="robofleet bench data", description=__doc__)
+    parser = argparse.ArgumentParser(prog="robofleet bench data", description=plain_text(__doc__))
     parser.add_argument("--config", default=None, help="robofleet settings file")
     parser.add_argument("--quick", action="store_true", help="small data, one round")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (3)")

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foundation.clitext import plain_text
 from robofleet.commands.demo import (
     PUBLISH_EVERY_SECONDS,
     PUBLISH_EVERY_UPDATES,
@@ -533,7 +534,7 @@ def _print_tables(summary: dict[str, Any]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet bench efficiency", description=__doc__)
+    p = argparse.ArgumentParser(prog="robofleet bench efficiency", description=plain_text(__doc__))
     p.add_argument("--config", default=None, help="YAML settings file")
     p.add_argument("--json", action="store_true", help="(the JSON line is always printed last)")
     p.add_argument("--quick", action="store_true", help="small caps: a few minutes")
@@ -541,14 +542,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--robots-list", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 2, 4, 8], help="robot counts for --scaling")  # fmt: skip
     p.add_argument("--tasks", type=lambda s: [t for t in s.split(",") if t],
-                   default=list(DEFAULT_TASKS))  # fmt: skip
+                   default=list(DEFAULT_TASKS), help="comma-separated Meta-World tasks")  # fmt: skip
     p.add_argument("--target", type=float, default=TARGET, help="target average success")
     p.add_argument("--repeats", type=int, default=1,
                    help="--scaling: runs per robot count (interleaved); medians are reported")  # fmt: skip
     p.add_argument("--robots", type=int, default=4, help="robots of the system run")
     p.add_argument("--system-minutes", type=float, default=None, help="cap of a system run")
     p.add_argument("--sync-max-steps", type=int, default=None, help="cap of the sync loop")
-    p.add_argument("--bc-labels", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    p.add_argument("--bc-labels", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="comma-separated label budgets of the BC baseline")  # fmt: skip
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes per task")
     p.add_argument("--eval-every", type=float, default=10.0, metavar="SECONDS",
                    help="system: policy snapshot cadence, the wall-time resolution")  # fmt: skip

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from buffer.table.ack_phases import PHASES
+from foundation.clitext import plain_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -255,13 +256,23 @@ def _case(
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="robofleet bench fleet", description=__doc__)
-    parser.add_argument("--config", default=None)
-    parser.add_argument("--robots", type=parse_robots, default=[16, 64, 256])
-    parser.add_argument("--kinds", type=parse_kinds, default=["state", "camera"])
+    parser = argparse.ArgumentParser(prog="robofleet bench fleet", description=plain_text(__doc__))
+    parser.add_argument("--config", default=None, help="robofleet settings file")
+    parser.add_argument(
+        "--robots",
+        type=parse_robots,
+        default=[16, 64, 256],
+        help="robot counts (default 16,64,256)",
+    )
+    parser.add_argument(
+        "--kinds",
+        type=parse_kinds,
+        default=["state", "camera"],
+        help="step kinds: state, camera (default both)",
+    )
     parser.add_argument("--drivers", type=int, default=2, help="uplink driver processes")
     parser.add_argument("--seconds", type=float, default=10.0, help="measured window")
-    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--warmup", type=float, default=3.0, help="s before the measured window")
     parser.add_argument("--drain", type=float, default=20.0, help="s to wait for late acks")
     parser.add_argument("--hz", type=float, default=20.0, help="steps/s of each robot")
     parser.add_argument("--batch-steps", type=int, default=10, help="steps per uploaded batch")

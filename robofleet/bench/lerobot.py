@@ -43,6 +43,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
+from foundation.clitext import plain_text
+
 if TYPE_CHECKING:
     import torch
 
@@ -405,7 +407,7 @@ def _lerobot_push(version: Any, n_actors: int, rounds: int) -> list[float]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet bench lerobot", description=__doc__)
+    p = argparse.ArgumentParser(prog="robofleet bench lerobot", description=plain_text(__doc__))
     p.add_argument("--episodes", type=int, default=20, help="episodes a round (one message each)")
     p.add_argument("--episode-steps", type=int, default=100, help="transitions an episode")
     p.add_argument("--state-dim", type=int, default=18, help="observation.state size")

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from foundation.clitext import plain_text
 from robofleet.bench.operator_runs import CONFIGS, help_section, run_config
 from robofleet.bench.success_figure import save_success_figure
 
@@ -100,7 +101,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet bench operators", description=__doc__)
+    p = argparse.ArgumentParser(prog="robofleet bench operators", description=plain_text(__doc__))
     p.add_argument("--config", default=None, help="YAML settings file")
     p.add_argument("--configs", type=_words, default=list(CONFIGS), help="risk,dedicated,random")
     p.add_argument("--minutes", type=float, default=3.0, help="budget of each run")
@@ -111,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-call-steps", type=int, default=40, help="steps of one takeover")
     p.add_argument("--timeout-s", type=float, default=20.0, help="a request's timeout")
     p.add_argument("--control-hz", type=float, default=20.0, help="robots' control rate")
-    p.add_argument("--eval-every", type=float, default=20.0, metavar="SECONDS")
+    p.add_argument(
+        "--eval-every", type=float, default=20.0, metavar="SECONDS", help="evaluation cadence"
+    )
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR", help="keep runs' files")
     p.add_argument("--figure", type=Path, default=FIGURE, help="PNG of the success curves")

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from foundation.clitext import plain_text
 from robofleet.bench.reward_runs import SAC_KNOBS, SOURCES
 from robofleet.bench.success_figure import save_success_figure
 
@@ -211,7 +212,7 @@ def _knob(s: str) -> tuple[str, float]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="robofleet bench rewards",
-        description=__doc__,
+        description=plain_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", default=None, help="YAML settings file")
@@ -232,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demonstrations", type=int, default=10, help="expert demonstrations")
     p.add_argument("--labelled-episodes", type=int, default=10,
                    help="classifier: episodes each robot's person labels")  # fmt: skip
-    p.add_argument("--eval-every", type=float, default=None, metavar="SECONDS")
+    p.add_argument("--eval-every", type=float, default=None, metavar="SECONDS",
+                   help="evaluation cadence (default 20; --quick 15)")  # fmt: skip
     p.add_argument("--eval-episodes", type=int, default=10, help="evaluation episodes")
     p.add_argument("--knob", type=_knob, action="append", default=None, metavar="NAME=NUMBER",
                    help=f"a SAC hyper-parameter (defaults: {SAC_KNOBS})")  # fmt: skip

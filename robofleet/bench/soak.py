@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from foundation.clitext import plain_text
 from robofleet.bench import soak_faults, soak_fleet, soak_probe, soak_report
 from robofleet.bench.soak_ledger import SegmentLedger
 
@@ -460,11 +461,19 @@ class Soak:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet bench soak", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet bench soak", description=plain_text(__doc__.split("\n\n")[0])
+    )
     p.add_argument("--config", default=None, help="(unused: the soak sets up its own cloud)")
     p.add_argument("--minutes", type=float, default=3.0, help="run length (faults: every 3 min)")
     p.add_argument("--robots", type=int, default=4, help="robot computers, 4 to 8")
-    p.add_argument("--sample-every", type=float, default=3.0, metavar="SECONDS")
+    p.add_argument(
+        "--sample-every",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="resource sampling interval",
+    )
     p.add_argument("--segment-kib", type=int, default=256, help="buffer segment size")
     p.add_argument("--retention-kib", type=int, default=1536, help="buffer retention limit")
     p.add_argument("--disk-mib", type=int, default=256, help="the data tmpfs's size")

@@ -15,9 +15,13 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from foundation.clitext import plain_text
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet cloud", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet cloud", description=plain_text(__doc__.split("\n\n")[0])
+    )
     p.add_argument("--config", default=None, help="YAML settings file")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: local)")
     p.add_argument("--num-cpus", type=int, default=None, help="logical CPUs of the local Ray")
@@ -32,13 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--port", type=int, default=None, help="dashboard port (default: settings)")
     p.add_argument("--grpc-port", type=int, default=None, help="comms port (default: settings)")
-    p.add_argument("--no-dashboard", action="store_true")
+    p.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
     p.add_argument(
         "--no-auto-resume",
         action="store_true",
         help="mark runs left running as crashed (default: orchestration.auto_resume)",
     )
-    p.add_argument("--eval-every", type=float, default=None, metavar="SECONDS")
+    p.add_argument(
+        "--eval-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="evaluation cadence of every run (default: its spec's evaluation.every_seconds)",
+    )
     return p
 
 

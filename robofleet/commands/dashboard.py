@@ -9,11 +9,12 @@ import socket
 import sys
 from collections.abc import Sequence
 
+from foundation.clitext import plain_text
 from robofleet.settings import load_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet dashboard", description=__doc__)
+    p = argparse.ArgumentParser(prog="robofleet dashboard", description=plain_text(__doc__))
     p.add_argument("--config", default=None, help="YAML settings file")
     p.add_argument("--host", default=None, help="bind address (default: dashboard.bind_host)")
     p.add_argument("--port", type=int, default=None, help="port (default: dashboard.port; 0 = any)")

@@ -20,11 +20,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from foundation.clitext import plain_text
+
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet data", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet data", description=plain_text(__doc__.split("\n\n")[0])
+    )
     p.add_argument("--config", default=None, help="YAML settings file")
     sub = p.add_subparsers(dest="action", required=True)
     imp = sub.add_parser("import", help="import a dataset or bag(s) into the catalog")
@@ -54,10 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--joints", default=None, help="ROS 2: joint names, comma-separated")
     imp.add_argument("--state-topic", default=None, help="ROS 2: JointState topic")
     imp.add_argument("--command-topic", default=None, help="ROS 2: command topic ('' for none)")
-    imp.add_argument("--json", action="store_true")
+    imp.add_argument("--json", action="store_true", help="print JSON")
     exp = sub.add_parser("export", help="export a run's buffer or a dataset")
     exp.add_argument("ref", metavar="RUN|NAME", help="a run id, a dataset name or a buffer path")
-    exp.add_argument("--format", choices=("lerobot",), default="lerobot")
+    exp.add_argument(
+        "--format", choices=("lerobot",), default="lerobot", help="LeRobotDataset v3 (the only one)"
+    )
     exp.add_argument("--out", required=True, type=Path, help="new directory to write")
     exp.add_argument("--fps", type=int, default=None, help="default: from the timestamps")
     exp.add_argument("--videos", action="store_true", help="MP4 cameras (lossy) instead of PNG")
@@ -66,14 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--robot", action="append", default=None, help="only this robot (repeat)")
     exp.add_argument("--success-only", action="store_true", help="only successful episodes")
     exp.add_argument("--interventions-only", action="store_true", help="only operator steps")
-    exp.add_argument("--json", action="store_true")
+    exp.add_argument("--json", action="store_true", help="print JSON")
     ls = sub.add_parser("ls", help="list datasets and runs usable as offline data")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print JSON")
     ins = sub.add_parser("inspect", help="what a dataset, run or buffer directory holds")
-    ins.add_argument("ref", metavar="NAME|RUN|PATH")
-    ins.add_argument("--json", action="store_true")
+    ins.add_argument(
+        "ref", metavar="NAME|RUN|PATH", help="a dataset name, a run id or a buffer path"
+    )
+    ins.add_argument("--json", action="store_true", help="print JSON")
     rm = sub.add_parser("rm", help="delete a catalog dataset")
-    rm.add_argument("name")
+    rm.add_argument("name", help="the catalog dataset's name")
     return p
 
 

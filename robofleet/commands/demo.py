@@ -25,6 +25,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from foundation.clitext import plain_text
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -61,7 +63,9 @@ SUMMARY_KEYS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet demo", description=plain_text(__doc__.split("\n\n")[0])
+    )
     p.add_argument("--config", default=None, help="YAML settings file")
     p.add_argument("--robots", type=int, default=4, help="simulated robots (default 4)")
     p.add_argument("--tasks", default=DEFAULT_TASKS, help="comma-separated Meta-World tasks")
@@ -70,7 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--algorithm", default="hg-dagger", help="a registered algorithm (hg-dagger, recap, sac)"
     )
     p.add_argument("--control-hz", type=float, default=20.0, help="robots' control rate")
-    p.add_argument("--kill-learner-at", type=float, default=None, metavar="SECONDS")
+    p.add_argument(
+        "--kill-learner-at",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="SIGKILL the learner process this long into the run (its supervisor restarts it)",
+    )
     p.add_argument(
         "--eval-every",
         type=float,
@@ -100,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--init-from-run", default=None, metavar="RUN", help="start from its version")
     p.add_argument("--port", type=int, default=8000, help="dashboard port (0 = any)")
-    p.add_argument("--no-dashboard", action="store_true")
+    p.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
     p.add_argument("--json", action="store_true", help="print the summary JSON as the last line")
     return p
 

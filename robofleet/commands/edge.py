@@ -54,6 +54,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from foundation.clitext import plain_text
 from hal.drivers import KINDS_HELP, driver_class, parse_options
 
 if TYPE_CHECKING:
@@ -64,7 +65,9 @@ OPERATORS = ("none", "scripted", "keyboard", "gamepad", "remote", "lerobot", "sp
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet edge", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet edge", description=plain_text(__doc__.splitlines()[0])
+    )
     p.add_argument("--config", default=None, help="YAML settings file (edge:, comms: sections)")
     p.add_argument("--server", default=None, help="cloud gRPC host:port (omit to run offline)")
     p.add_argument("--token", default=None, help="one-time enrollment token (first start only)")

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from foundation.clitext import plain_text
+
 if TYPE_CHECKING:
     from foundation.store.metadata_store import MetadataStore
     from hal.fleet import RobotReport
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet hal", description=__doc__)
+    p = argparse.ArgumentParser(prog="robofleet hal", description=plain_text(__doc__))
     p.add_argument("--config", default=None, help="YAML settings file")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     pr = sub.add_parser("probe", help="list robots attached to this node, optionally report them")
@@ -30,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="robots in the metadata DB with status and last heartbeat")
     nc = sub.add_parser("node-command", help="print the `ray start` line with this node's robots")
     nc.add_argument("--address", default=None, help="head address host:port (omit for a head)")
-    nc.add_argument("--num-cpus", type=int, default=None)
+    nc.add_argument("--num-cpus", type=int, default=None, help="the node's logical CPUs for Ray")
     return p
 
 

@@ -24,9 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from foundation.clitext import plain_text
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet lerobot-gateway", description=__doc__)
+    p = argparse.ArgumentParser(prog="robofleet lerobot-gateway", description=plain_text(__doc__))
     p.add_argument("--config", default=None, help="YAML settings file (edge:, comms: sections)")
     p.add_argument("--server", required=True, help="the cloud's gRPC host:port")
     p.add_argument("--robot", required=True, help="this robot's name in the fleet")

@@ -11,11 +11,15 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from foundation.clitext import plain_text
+
 
 def main(argv: Sequence[str] = ()) -> int:
-    p = argparse.ArgumentParser(prog="robofleet resume", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet resume", description=plain_text(__doc__.split("\n\n")[0])
+    )
     p.add_argument("--config", default=None, help="YAML settings file")
-    p.add_argument("run_id")
+    p.add_argument("run_id", help="the run's id (robofleet run list)")
     args = p.parse_args(list(argv))
     from foundation.store.metadata_store import MetadataStore, upgrade
     from foundation.store.runs import RunNotFound, RunStateError

@@ -16,12 +16,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from comms.cloud.enrollment_tokens import DRIVER_PATTERN, KEY_PATTERN, issue_enrollment
+from foundation.clitext import plain_text
 from hal.drivers import KINDS_HELP, parse_options
 from robofleet.commands.edge import OPERATORS, driver_options
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet robots", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet robots", description=plain_text(__doc__.split("\n\n")[0])
+    )
     p.add_argument("--config", default=None, help="YAML settings file")
     sub = p.add_subparsers(dest="action", required=True)
     e = sub.add_parser("enroll", help="create an enrollment token and print the edge command")

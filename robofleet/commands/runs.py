@@ -23,22 +23,28 @@ from typing import Any
 
 from sqlalchemy import select
 
+from foundation.clitext import plain_text
+
+RUN_ID_HELP = "the run's id (robofleet run list)"
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robofleet run", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="robofleet run", description=plain_text(__doc__.split("\n\n")[0])
+    )
     p.add_argument("--config", default=None, help="YAML settings file")
     sub = p.add_subparsers(dest="action", required=True)
     launch = sub.add_parser("launch", help="launch a run from a YAML/JSON spec")
-    launch.add_argument("spec")
-    launch.add_argument("--json", action="store_true")
+    launch.add_argument("spec", help="the run spec file (YAML or JSON)")
+    launch.add_argument("--json", action="store_true", help='print {"run_id": ...} as JSON')
     ls = sub.add_parser("list", help="list runs")
-    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--json", action="store_true", help="print JSON")
     stop = sub.add_parser("stop", help="stop a run")
-    stop.add_argument("run_id")
+    stop.add_argument("run_id", help=RUN_ID_HELP)
     pause = sub.add_parser("pause", help="pause a run (robots hold, leases kept)")
-    pause.add_argument("run_id")
+    pause.add_argument("run_id", help=RUN_ID_HELP)
     promote = sub.add_parser("promote", help="promote a policy version of a run")
-    promote.add_argument("run_id")
+    promote.add_argument("run_id", help=RUN_ID_HELP)
     promote.add_argument("--version", type=int, default=None, help="default: the newest")
     return p
 

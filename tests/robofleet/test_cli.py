@@ -1,13 +1,16 @@
+import argparse
+import importlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from foundation import __version__
-from robofleet.cli import BENCHMARKS, COMMANDS, main
+from robofleet.cli import BENCHMARKS, COMMANDS, build_parser, main
 
 
 def run_cli(
@@ -98,3 +101,45 @@ def test_yaml_syntax_error_in_the_settings_file_is_one_line(tmp_path: Path) -> N
     r = run_cli("--config", "bad.yaml", "config", "show", cwd=tmp_path)
     assert r.returncode == 2
     assert r.stderr == "robofleet: bad.yaml line 3, column 7: mapping values are not allowed here\n"
+
+
+class _Parsed(Exception):
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+
+def _parser_of(module: str, monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The parser a subcommand's ``main`` builds (caught at its first parse)."""
+
+    def caught(self: argparse.ArgumentParser, *args: object, **kwargs: object) -> NoReturn:
+        raise _Parsed(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(argparse.ArgumentParser, "parse_args", caught)
+        m.setattr(argparse.ArgumentParser, "parse_known_args", caught)
+        with pytest.raises(_Parsed) as got:
+            importlib.import_module(module).main([])
+    return got.value.parser
+
+
+def _help_faults(parser: argparse.ArgumentParser, path: str) -> list[str]:
+    faults = (
+        [f"{path}: reST markup in the description"] if "``" in (parser.description or "") else []
+    )
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            faults += [f"{path} {a.dest}: no help" for a in action._choices_actions if not a.help]
+            for name, sub in action.choices.items():
+                faults += _help_faults(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction) and not action.help:
+            faults.append(f"{path} {'/'.join(action.option_strings) or action.dest}: no help")
+    return faults
+
+
+def test_every_argument_of_every_subcommand_has_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    faults = _help_faults(build_parser(), "robofleet")
+    for name, (module, _) in COMMANDS.items():
+        faults += _help_faults(_parser_of(module, monkeypatch), f"robofleet {name}")
+    for name, module in BENCHMARKS.items():
+        faults += _help_faults(_parser_of(module, monkeypatch), f"robofleet bench {name}")
+    assert faults == []
