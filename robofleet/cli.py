@@ -154,6 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of the top-level command ``name``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub: argparse.ArgumentParser = action.choices[name]
+            return sub
+    raise KeyError(name)
+
+
 def _split_component(argv: list[str]) -> tuple[list[str], str | None, list[str]]:
     """Split ``[global options] COMMAND rest`` for component commands and benchmarks.
 
@@ -189,8 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == "bench":
             name, rest = rest[0], rest[1:]
             if name not in BENCHMARKS:
-                parser.error(
-                    f"bench: unknown benchmark {name!r} (choose from {', '.join(sorted(BENCHMARKS))})"
+                _subparser(parser, "bench").error(
+                    f"unknown benchmark {name!r} (choose from {', '.join(sorted(BENCHMARKS))})"
                 )
             module = BENCHMARKS[name]
         else:

@@ -143,3 +143,12 @@ def test_every_argument_of_every_subcommand_has_help(monkeypatch: pytest.MonkeyP
     for name, module in BENCHMARKS.items():
         faults += _help_faults(_parser_of(module, monkeypatch), f"robofleet bench {name}")
     assert faults == []
+
+
+def test_unknown_benchmark_prints_the_bench_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["bench", "nosuch"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: robofleet bench ")
+    assert f"unknown benchmark 'nosuch' (choose from {', '.join(sorted(BENCHMARKS))})" in err
