@@ -36,9 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("robofleet.commands.dashboard", "serve the web dashboard and REST API"),
     "resume": (
         "robofleet.commands.resume",
-        "resume a crashed or stopped run from its last checkpoint",
+        "continue a paused run on its robots, or a stopped or crashed run from its last checkpoint",
     ),
-    "run": ("robofleet.commands.runs", "launch, list and stop runs"),
+    "run": ("robofleet.commands.runs", "launch, list, pause, stop and promote runs"),
     "hal": ("robofleet.commands.hal", "robots and nodes: probe, list, node-command"),
     "data": (
         "robofleet.commands.data",

@@ -1,4 +1,5 @@
-"""``robofleet resume RUN``: continue a crashed, stopped or paused run from its last checkpoint.
+"""``robofleet resume RUN``: continue a paused run on its robots, or a stopped or crashed run
+from its last checkpoint.
 
 Marks the run ``resuming``; the running ``robofleet cloud`` picks it up within a second (or the
 next one to start). The run keeps its buffer, checkpoints, curves and robots' spools.

@@ -2,6 +2,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,24 @@ def test_unknown_benchmark_prints_the_bench_usage(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert err.startswith("usage: robofleet bench ")
     assert f"unknown benchmark 'nosuch' (choose from {', '.join(sorted(BENCHMARKS))})" in err
+
+
+def test_the_readme_says_what_the_cli_accepts() -> None:
+    from cloud_learner.algorithms import BUILDERS
+    from foundation.store.runs import REQUESTS
+    from robofleet.commands.demo import build_parser as demo_parser
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = {
+        line.split("|")[1].strip(): line for line in readme.splitlines() if line.startswith("| `")
+    }
+    bench = rows["`robofleet bench NAME`"].split("NAME is")[1].split("(")[0]
+    assert sorted(re.findall(r"`([a-z-]+)`", bench)) == sorted(BENCHMARKS)
+    algorithms = re.search(r"^algorithm: hg-dagger +# (.+)$", readme, re.MULTILINE)
+    assert algorithms is not None and algorithms.group(1).split(" | ") == list(BUILDERS)
+    resume_help = COMMANDS["resume"][1]
+    assert resume_help in rows["`robofleet resume RUN`"]
+    for state in REQUESTS["resume"][0]:
+        assert state.value in resume_help
+    minutes = demo_parser().get_default("minutes")
+    assert f"The demo's run lasts {minutes:g} minutes" in readme
