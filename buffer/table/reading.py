@@ -17,8 +17,8 @@ from buffer.sampling.view import Picks, Table
 from buffer.table.chunks import out_arrays
 from buffer.table.features import FINAL_PREFIX
 from buffer.table.index import Frame, RowIndex
+from buffer.table.row_groups import Successors
 from buffer.table.state import TableState
-from buffer.table.storage import Successors
 
 # Index columns every sampled row carries as is.
 SCALAR_OUT = (

@@ -28,7 +28,6 @@ import mmap
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,6 +38,7 @@ from buffer.errors import SegmentGoneError
 from buffer.table.chunks import Chunk, ColdArrays, Segment, decode_finals, out_arrays
 from buffer.table.features import FINAL_PREFIX
 from buffer.table.memory import anon_array, anon_arrays
+from buffer.table.row_groups import Successors, chunk_groups, read_with_successors, runs_of
 from buffer.table.schema import StepSchema
 from buffer.table.tail_reads import WalTailReader
 
@@ -436,7 +436,7 @@ class TieredStorage:
                 f"row {int(rows.min())} is no longer stored (first stored row: {lowest}): "
                 "retention deleted its segment after it was picked"
             )
-        groups = _chunk_groups(which)
+        groups = chunk_groups(which)
         big = [k for k in names if self.specs[k].nbytes >= _PAGE]
         cold_rows = sum(
             len(rows) if sel is None else len(sel)
@@ -459,7 +459,7 @@ class TieredStorage:
             if mapped is not None and then is not None:
                 paired = [k for k in names if k in then.out and k not in arrs]
                 for k in paired:
-                    _read_with_successors(mapped, k, chunk.first_row, local, sel, out, then)
+                    read_with_successors(mapped, k, chunk.first_row, local, sel, out, then)
                 here = [k for k in names if k not in paired]
             self._copy_rows(arrs, mapped, local, sel, here, out, skip)
             # An open tail's large columns come from its WAL (tail_reads): not from RAM.
@@ -492,7 +492,7 @@ class TieredStorage:
         (None: all of ``out``, in order): large columns of a cold chunk are read from its
         segment file (but at positions where ``skip`` is True), the rest taken from the
         chunk's arrays."""
-        runs = None if sel is None else _runs(sel)
+        runs = None if sel is None else runs_of(sel)
         file_rows: tuple[np.ndarray, np.ndarray | None] = (local, sel)
         if skip is not None and mapped is not None:
             at = np.arange(len(skip)) if sel is None else sel
@@ -572,69 +572,6 @@ def _rss_file() -> int:
     except OSError:
         pass
     return 0
-
-
-def _chunk_groups(ci: np.ndarray) -> list[tuple[int, np.ndarray | None]]:
-    """Positions grouped by chunk number ``ci`` (one per row): ``(chunk, positions)``, or
-    ``[(chunk, None)]`` when every row is in the same chunk."""
-    if ci[0] == ci[-1] and (ci == ci[0]).all():
-        return [(int(ci[0]), None)]
-    order = np.argsort(ci, kind="stable")
-    sorted_ci = ci[order]
-    bounds = np.flatnonzero(np.diff(sorted_ci)) + 1
-    return [
-        (int(sorted_ci[a]), order[a:b])
-        for a, b in zip(
-            np.concatenate([[0], bounds]), np.concatenate([bounds, [len(ci)]]), strict=True
-        )
-    ]
-
-
-@dataclass
-class Successors:
-    """The successors of the rows a :meth:`TieredStorage.gather` reads, to be read beside them.
-
-    Attributes:
-        rows: global rows ``(n,)``, int64, aligned with the gather's rows (a transition's
-            next-observation row).
-        out: arrays ``(n, ...)`` by column name to fill with those rows' values.
-        read: bool ``(n,)``: True where every file-backed column of ``out`` was filled (a
-            later gather of ``rows`` passes it as ``skip``).
-    """
-
-    rows: np.ndarray
-    out: dict[str, np.ndarray]
-    read: np.ndarray
-
-
-def _read_with_successors(
-    mapped: Segment | WalTailReader,
-    name: str,
-    first_row: int,
-    local: np.ndarray,
-    sel: np.ndarray | None,
-    out: dict[str, np.ndarray],
-    then: Successors,
-) -> None:
-    """Column ``name`` of one file-backed chunk's ``local`` rows into ``out``, and of each
-    row's successor into ``then.out`` in the same read where it lies next to the row."""
-    at = np.arange(len(then.rows)) if sel is None else sel
-    nxt = then.rows[at] - first_row
-    got = mapped.read_rows(name, local, out[name], at=sel, then=(nxt, then.out[name]))
-    assert got is not None
-    then.read[at] = got
-
-
-def _runs(sel: np.ndarray, most: int = 8) -> list[tuple[int, int]] | None:
-    """``[(a, b)]``: ``sel[a:b]`` are consecutive positions, the runs covering ``sel`` in
-    order; None when ``sel`` falls into more than ``most`` runs (a scatter is then cheaper)."""
-    if len(sel) < 2:
-        return [(0, len(sel))]
-    breaks = np.flatnonzero(np.diff(sel) != 1) + 1
-    if len(breaks) >= most:
-        return None
-    edges = [0, *breaks.tolist(), len(sel)]
-    return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 def _pages(nbytes: int) -> int:
