@@ -38,12 +38,11 @@ def zmq_address(relay: str, port: int) -> str:
     Raises:
         ValueError: ``relay`` is not "host:port".
     """
-    from comms.robot.dataplane_client import grpc_host
+    from comms.robot.dataplane_client import grpc_host, is_host_port
 
-    host = grpc_host(relay)
-    if host is None or not relay.rpartition(":")[2].isdigit():
+    if not is_host_port(relay):
         raise ValueError(f"edge.relay must be host:port, got {relay!r}")
-    return f"tcp://{host}:{port}"
+    return f"tcp://{grpc_host(relay)}:{port}"
 
 
 class RelayLink:

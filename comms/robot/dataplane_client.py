@@ -42,6 +42,12 @@ def grpc_host(target: str) -> str | None:
     return host or None
 
 
+def is_host_port(target: str) -> bool:
+    """``target`` names a TCP host and an explicit numeric port (``host:port``, ``[v6]:port``,
+    ``dns:///host:port``), as :func:`grpc_host` reads it."""
+    return grpc_host(target) is not None and target.rpartition(":")[2].isdigit()
+
+
 def reachable_endpoint(endpoint: str, dialed: str | None) -> str | None:
     """``endpoint`` (``tcp://host:port``) as this robot dials it: a wildcard host is replaced
     by the host of ``dialed`` (the gRPC target the offer came through); None when it is a

@@ -153,11 +153,11 @@ def check_server(target: str) -> None:
     Raises:
         ValueError: ``target`` is not ``host:port`` (IPv6 in brackets).
     """
-    from comms.robot.dataplane_client import grpc_host
+    from comms.robot.dataplane_client import is_host_port
 
     if target.startswith(("dns:", "unix:", "ipv4:", "ipv6:")):
         return
-    if grpc_host(target) is None or not target.rpartition(":")[2].isdigit():
+    if not is_host_port(target):
         raise ValueError(
             f"--server must be the cloud's gRPC host:port (e.g. cloud.lan:50051), got {target!r}"
         )
